@@ -1,0 +1,337 @@
+// Result types of IR ops from their operands and attributes.
+#include <algorithm>
+#include <optional>
+
+#include "ir/graph.h"
+
+namespace ff {
+
+namespace {
+
+[[noreturn]] void fail(const Node& n, const std::string& msg) {
+  throw IRError(std::string(op_name(n.op)) + ": " + msg);
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+const TensorType& operand_type(const Node& n, size_t i) {
+  if (i >= n.operands.size() || !n.operands[i].is_value())
+    fail(n, "operand " + std::to_string(i) + " must be a tensor value");
+  return n.operands[i].value->type;
+}
+
+// Strides of `shape` viewed from a tensor with (old_shape, old_strides), or
+// nullopt when the memory layout does not allow a view (then view copies).
+// This is ATen's computeStride: chunks of old dims that are contiguous with
+// each other can be split or merged freely.
+std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& shape) {
+  if (old_shape.empty()) return Shape(shape.size(), 1);
+  if (numel(old_shape) == 0) return contiguous_strides(shape);
+  Shape new_strides(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    // A chunk ends where the next (outer) dim is not contiguous with this one.
+    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= shape[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+std::vector<int64_t> reduced_dims(const Node& n, int64_t rank) {
+  std::vector<int64_t> dims;
+  if (n.has_attr("dims")) dims = n.attr_ints("dims");
+  if (dims.empty())  // no dims: reduce over everything (PyTorch's sum(x), mean(x))
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  for (auto& d : dims) d = normalize_dim(d, rank);
+  return dims;
+}
+
+Shape reduce_shape(const Shape& in, const std::vector<int64_t>& dims, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!reduced) out.push_back(in[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+bool is_comparison(Op op) {
+  switch (op) {
+    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+    case Op::LogicalAnd: case Op::LogicalOr: case Op::LogicalNot: case Op::IsNan:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::vector<TensorType> pointwise(const Node& n) {
+  const TensorType& declared = n.results.at(0)->type;
+  if (n.op == Op::Full) {
+    if (n.operands.size() != 1) fail(n, "takes one scalar operand");
+    if (n.operands[0].is_value() && !n.operands[0].value->type.shape.empty())
+      fail(n, "operand must be a scalar (a literal or a 0-d value)");
+    return {declared};
+  }
+  Shape shape;
+  // PyTorch promotes dimensioned operands first; a 0-d operand only widens the
+  // result when it is of a higher category (bool < integer < floating).
+  std::optional<DType> dim_dtype, zero_dim_dtype;
+  for (size_t i = 0; i < n.operands.size(); ++i) {
+    if (!n.operands[i].is_value()) continue;
+    const TensorType& t = n.operands[i].value->type;
+    shape = broadcast_shapes(shape, t.shape);
+    if (n.op == Op::Where && i == 0) continue;  // the condition takes no part in promotion
+    auto& slot = t.shape.empty() ? zero_dim_dtype : dim_dtype;
+    slot = slot ? promote(*slot, t.dtype) : t.dtype;
+  }
+  auto category = [](DType d) { return is_floating(d) ? 2 : is_integral(d) ? 1 : 0; };
+  std::optional<DType> dtype = dim_dtype;
+  if (!dtype || (zero_dim_dtype && category(*zero_dim_dtype) > category(*dtype)))
+    dtype = dtype ? promote(*dtype, *zero_dim_dtype) : zero_dim_dtype;
+  TensorType t = declared;  // pointwise results may take any layout; keep the declared strides
+  if (t.shape != shape) {
+    t.shape = shape;
+    t.strides = contiguous_strides(shape);
+  }
+  if (is_comparison(n.op)) t.dtype = DType::boolean;
+  else if (n.op != Op::Cast && dtype && !(is_floating(declared.dtype) && !is_floating(*dtype)))
+    // A float literal with an integer tensor yields a float result: keep the declared dtype then.
+    t.dtype = *dtype;
+  return {t};
+}
+
+std::vector<TensorType> reduction(const Node& n) {
+  const TensorType& in = operand_type(n, 0);
+  int64_t rank = static_cast<int64_t>(in.shape.size());
+  DType dt = in.dtype;
+  switch (n.op) {
+    case Op::Softmax: case Op::LogSoftmax:
+      normalize_dim(n.attr_int("dim"), rank);
+      return {TensorType::contiguous(n.results[0]->type.dtype, in.shape)};
+    case Op::LayerNorm: {
+      int64_t nd = n.attr_int("ndims");
+      if (nd < 1 || nd > rank) fail(n, "ndims " + std::to_string(nd) + " out of range for rank " + std::to_string(rank));
+      Shape norm(in.shape.end() - nd, in.shape.end());
+      for (size_t i = 1; i < 3 && i < n.operands.size(); ++i)
+        if (operand_type(n, i).shape != norm)
+          fail(n, "weight/bias shape " + shape_str(operand_type(n, i).shape) + " != normalized shape " + shape_str(norm));
+      n.attr_float("eps");
+      return {TensorType::contiguous(dt, in.shape)};
+    }
+    case Op::Argmax: case Op::Argmin: {
+      bool keepdim = n.attr_bool_or("keepdim", false);
+      Shape out;
+      if (n.has_attr("dim")) out = reduce_shape(in.shape, {normalize_dim(n.attr_int("dim"), rank)}, keepdim);
+      else if (keepdim) out = Shape(in.shape.size(), 1);
+      return {TensorType::contiguous(DType::i64, out)};
+    }
+    default: {
+      auto dims = reduced_dims(n, rank);
+      Shape out = reduce_shape(in.shape, dims, n.attr_bool_or("keepdim", false));
+      if (n.op == Op::Any) dt = DType::boolean;
+      else if (n.op == Op::Sum || n.op == Op::Prod) dt = n.results[0]->type.dtype;  // integer sums widen to i64
+      return {TensorType::contiguous(dt, out)};
+    }
+  }
+}
+
+std::vector<TensorType> matmul(const Node& n) {
+  bool addmm = n.op == Op::Addmm;
+  const TensorType& a = operand_type(n, addmm ? 1 : 0);
+  const TensorType& b = operand_type(n, addmm ? 2 : 1);
+  size_t rank = n.op == Op::Bmm ? 3 : 2;
+  if (a.shape.size() != rank || b.shape.size() != rank)
+    fail(n, "expects rank-" + std::to_string(rank) + " operands, got " + shape_str(a.shape) + " and " + shape_str(b.shape));
+  if (a.shape[rank - 1] != b.shape[rank - 2])
+    fail(n, "inner dimensions differ: " + shape_str(a.shape) + " @ " + shape_str(b.shape));
+  if (rank == 3 && a.shape[0] != b.shape[0]) fail(n, "batch sizes differ: " + shape_str(a.shape) + " @ " + shape_str(b.shape));
+  if (a.dtype != b.dtype) fail(n, "operand dtypes differ");
+  Shape out = rank == 3 ? Shape{a.shape[0], a.shape[1], b.shape[2]} : Shape{a.shape[0], b.shape[1]};
+  if (addmm && broadcast_shapes(operand_type(n, 0).shape, out) != out)
+    fail(n, "bias " + shape_str(operand_type(n, 0).shape) + " does not broadcast to " + shape_str(out));
+  return {TensorType::contiguous(a.dtype, out)};
+}
+
+std::vector<TensorType> convolution(const Node& n) {
+  const TensorType& x = operand_type(n, 0);
+  const TensorType& w = operand_type(n, 1);
+  size_t sp = x.shape.size() - 2;
+  if (x.shape.size() < 3 || w.shape.size() != x.shape.size())
+    fail(n, "input " + shape_str(x.shape) + " and weight " + shape_str(w.shape) + " ranks do not fit");
+  auto stride = n.attr_ints("stride"), padding = n.attr_ints("padding"), dilation = n.attr_ints("dilation");
+  bool transposed = n.attr_bool_or("transposed", false);
+  int64_t groups = n.attr_int_or("groups", 1);
+  std::vector<int64_t> out_pad = n.has_attr("output_padding") ? n.attr_ints("output_padding") : std::vector<int64_t>(sp, 0);
+  auto at = [&](const std::vector<int64_t>& v, size_t i) { return v.size() == 1 ? v[0] : v.at(i); };
+  Shape out{x.shape[0], transposed ? w.shape[1] * groups : w.shape[0]};
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t k = w.shape[2 + i], in = x.shape[2 + i];
+    int64_t o = transposed ? (in - 1) * at(stride, i) - 2 * at(padding, i) + at(dilation, i) * (k - 1) + at(out_pad, i) + 1
+                           : (in + 2 * at(padding, i) - at(dilation, i) * (k - 1) - 1) / at(stride, i) + 1;
+    if (o <= 0) fail(n, "output size is not positive for input " + shape_str(x.shape));
+    out.push_back(o);
+  }
+  return {TensorType::contiguous(x.dtype, out)};
+}
+
+std::vector<TensorType> layout(const Node& n) {
+  const TensorType& declared = n.results.at(0)->type;
+  if (n.op == Op::Cat) {
+    const TensorType& first = operand_type(n, 0);
+    int64_t d = normalize_dim(n.attr_int("dim"), static_cast<int64_t>(first.shape.size()));
+    Shape out = first.shape;
+    out[d] = 0;
+    for (size_t i = 0; i < n.operands.size(); ++i) out[d] += operand_type(n, i).shape.at(d);
+    return {TensorType::contiguous(first.dtype, out)};
+  }
+  const TensorType& in = operand_type(n, 0);
+  TensorType t;
+  t.dtype = in.dtype;
+  int64_t rank = static_cast<int64_t>(in.shape.size());
+  switch (n.op) {
+    case Op::Permute: {
+      auto dims = n.attr_ints("dims");
+      if (static_cast<int64_t>(dims.size()) != rank) fail(n, "dims has " + std::to_string(dims.size()) + " entries for rank " + std::to_string(rank));
+      std::vector<bool> seen(rank, false);
+      for (int64_t d : dims) {
+        int64_t nd = normalize_dim(d, rank);
+        if (seen[nd]) fail(n, "dims is not a permutation");
+        seen[nd] = true;
+        t.shape.push_back(in.shape[nd]);
+        t.strides.push_back(in.strides[nd]);
+      }
+      return {t};
+    }
+    case Op::Unsqueeze: {
+      int64_t d = normalize_dim(n.attr_int("dim"), rank + 1);
+      t.shape = in.shape;
+      t.strides = in.strides;
+      int64_t st = d < rank ? in.shape[d] * in.strides[d] : 1;
+      t.shape.insert(t.shape.begin() + d, 1);
+      t.strides.insert(t.strides.begin() + d, st);
+      return {t};
+    }
+    case Op::Squeeze: {
+      std::vector<int64_t> dims;
+      if (n.has_attr("dims")) dims = n.attr_ints("dims");
+      else for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+      for (auto& d : dims) d = normalize_dim(d, rank);
+      for (int64_t d = 0; d < rank; ++d) {
+        bool drop = in.shape[d] == 1 && std::find(dims.begin(), dims.end(), d) != dims.end();
+        if (!drop) t.shape.push_back(in.shape[d]), t.strides.push_back(in.strides[d]);
+      }
+      return {t};
+    }
+    case Op::Slice: {
+      int64_t d = normalize_dim(n.attr_int("dim"), rank);
+      int64_t size = in.shape[d];
+      int64_t start = n.attr_int_or("start", 0), end = n.attr_int_or("end", size), step = n.attr_int_or("step", 1);
+      if (step <= 0) fail(n, "step must be positive");
+      if (start < 0) start += size;
+      if (end < 0) end += size;
+      start = std::clamp<int64_t>(start, 0, size);
+      end = std::clamp<int64_t>(end, start, size);
+      t.shape = in.shape;
+      t.strides = in.strides;
+      t.shape[d] = (end - start + step - 1) / step;
+      t.strides[d] *= step;
+      return {t};
+    }
+    case Op::Select: {
+      int64_t d = normalize_dim(n.attr_int("dim"), rank);
+      int64_t idx = n.attr_int("index");
+      if (idx < -in.shape[d] || idx >= in.shape[d]) fail(n, "index " + std::to_string(idx) + " out of range for dim of size " + std::to_string(in.shape[d]));
+      t.shape = in.shape;
+      t.strides = in.strides;
+      t.shape.erase(t.shape.begin() + d);
+      t.strides.erase(t.strides.begin() + d);
+      return {t};
+    }
+    case Op::Expand: {
+      const Shape& s = declared.shape;
+      if (s.size() < in.shape.size()) fail(n, "cannot expand " + shape_str(in.shape) + " to " + shape_str(s));
+      size_t off = s.size() - in.shape.size();
+      t.shape = s;
+      t.strides.assign(s.size(), 0);
+      for (size_t i = 0; i < in.shape.size(); ++i) {
+        if (in.shape[i] == s[off + i]) t.strides[off + i] = in.strides[i];
+        else if (in.shape[i] != 1) fail(n, "cannot expand " + shape_str(in.shape) + " to " + shape_str(s));
+      }
+      return {t};
+    }
+    case Op::View: {
+      const Shape& s = declared.shape;
+      if (numel(s) != numel(in.shape)) fail(n, "cannot view " + shape_str(in.shape) + " as " + shape_str(s));
+      t.shape = s;
+      auto st = view_strides(in.shape, in.strides, s);
+      t.strides = st ? *st : contiguous_strides(s);  // not viewable: reshape copies
+      return {t};
+    }
+    default:
+      fail(n, "not a layout op");
+  }
+}
+
+}  // namespace
+
+int64_t normalize_dim(int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);  // 0-d tensors accept dim 0 and -1
+  if (dim < -r || dim >= r)
+    throw IRError("dim " + std::to_string(dim) + " out of range for rank " + std::to_string(rank));
+  return dim < 0 ? dim + r : dim;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  Shape out(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1;
+    int64_t db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (da != db && da != 1 && db != 1)
+      throw IRError("shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+    out[out.size() - 1 - i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::vector<TensorType> infer_result_types(const Node& n) {
+  if (n.results.empty()) fail(n, "has no results");
+  switch (op_kind(n.op)) {
+    case OpKind::Pointwise: return pointwise(n);
+    case OpKind::Reduction: return reduction(n);
+    case OpKind::Scan:
+      normalize_dim(n.attr_int("dim"), static_cast<int64_t>(operand_type(n, 0).shape.size()));
+      return {TensorType::contiguous(n.results[0]->type.dtype, operand_type(n, 0).shape)};
+    case OpKind::Matmul: return matmul(n);
+    case OpKind::Conv: return convolution(n);
+    case OpKind::Layout: return layout(n);
+    case OpKind::Opaque: {
+      std::vector<TensorType> declared;
+      for (Value* r : n.results) declared.push_back(r->type);
+      return declared;
+    }
+  }
+  fail(n, "unknown op kind");
+}
+
+}  // namespace ff

@@ -1,0 +1,28 @@
+#include "passes/pass.h"
+
+namespace ff::passes {
+
+PassManager::PassManager(std::vector<std::string> names) : names_(std::move(names)) {
+  for (auto& n : names_) create_pass(n);  // unknown names fail here, not mid-pipeline
+}
+
+void PassManager::run(Graph& g, int max_rounds,
+                      const std::function<void(std::string_view, const Graph&)>& trace) const {
+  for (int round = 0; round < max_rounds; ++round) {
+    bool changed = false;
+    for (auto& name : names_) {
+      auto pass = create_pass(name);
+      bool c = pass->run(g);
+      try {
+        verify(g);
+      } catch (const IRError& e) {
+        throw IRError("after pass '" + name + "': " + e.what());
+      }
+      if (c && trace) trace(name, g);
+      changed |= c;
+    }
+    if (!changed) return;
+  }
+}
+
+}  // namespace ff::passes

@@ -1,0 +1,34 @@
+// The registry of passes by name. Adding a pass: write passes/<name>.cc with a
+// factory function, declare it here and add a row to kPasses.
+#include "passes/pass.h"
+
+namespace ff::passes {
+
+namespace {
+struct Entry {
+  const char* name;
+  std::unique_ptr<Pass> (*make)();
+};
+const Entry kPasses[] = {
+    {"none", nullptr},
+};
+}  // namespace
+
+std::unique_ptr<Pass> create_pass(std::string_view name) {
+  for (const Entry& e : kPasses)
+    if (name == e.name && e.make) return e.make();
+  std::string known;
+  for (auto& n : pass_names()) known += " " + n;
+  throw IRError("unknown pass '" + std::string(name) + "'; known passes:" + known);
+}
+
+std::vector<std::string> pass_names() {
+  std::vector<std::string> out;
+  for (const Entry& e : kPasses)
+    if (e.make) out.push_back(e.name);
+  return out;
+}
+
+std::vector<std::string> default_pipeline() { return {}; }
+
+}  // namespace ff::passes

@@ -1,0 +1,42 @@
+#pragma once
+// CUDA C++ source -> cubin (or PTX) with NVRTC.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ff::runtime {
+
+struct CompiledKernel {
+  std::string name;   // the __global__ function to launch (declare it extern "C")
+  std::string image;  // cubin bytes, or NUL-free PTX text
+  bool is_cubin = true;
+  std::string log;    // NVRTC's log (warnings); empty when loaded from the disk cache
+};
+
+// What compile_kernel will hand NVRTC for `arch`: the full option list (target
+// flag first) and whether the result is a cubin. A cubin for sm_<arch> when
+// this NVRTC supports it; otherwise PTX for the newest compute_XX <= arch it
+// supports, which the driver JIT-compiles for the newer GPU. Throws CudaError
+// when NVRTC supports no architecture <= arch.
+struct CompilePlan {
+  std::vector<std::string> options;
+  bool is_cubin = true;
+};
+CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options = {});
+
+// Compiles `source` for compute capability `arch` (e.g. 90 for sm_90) with
+// -std=c++17 -default-device -lineinfo (no --use_fast_math: accuracy) plus
+// `extra_options`. A compile error throws CudaError with the kernel name and
+// NVRTC's full log; with $FUSEFORGE_DUMP_DIR set, the source is also written
+// to <dir>/<kernel_name>.cu and the message names that path.
+CompiledKernel compile_kernel(const std::string& source, const std::string& kernel_name, int arch,
+                              const std::vector<std::string>& extra_options = {});
+
+// NVRTC's version as major*1000 + minor*10 (12.4 -> 12040).
+int nvrtc_version();
+
+// How many times this process has run nvrtcCompileProgram (lets tests and
+// diagnostics tell cache hits from compiles).
+std::uint64_t nvrtc_compile_count();
+
+}  // namespace ff::runtime
