@@ -1,0 +1,23 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ff::codegen {
+
+// One generated kernel and how to call it. Parameters are, in order: a pointer
+// per output, a pointer per tensor input, a double per scalar input. The
+// kernel walks `items` work items (each covering `vector_width` elements)
+// with a grid-stride loop of `block`-thread blocks.
+struct KernelSource {
+  std::string name;                        // the CUDA symbol, readable in profilers
+  std::string source;                      // complete CUDA C++ translation unit for NVRTC
+  std::vector<std::string> outputs;        // IR value names, parameter order
+  std::vector<std::string> inputs;         // IR value names of tensor inputs
+  std::vector<std::string> scalars;        // IR value names of scalar inputs
+  int64_t items = 0;
+  int vector_width = 1;
+  int block = 256;
+};
+
+}  // namespace ff::codegen

@@ -1,0 +1,420 @@
+#include "codegen/cuda/pointwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "codegen/cuda/prelude.h"
+
+namespace ff::codegen {
+
+namespace {
+
+std::string storage_type(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::f16: return "ff_half";
+    case DType::bf16: return "ff_bf16";
+    case DType::i64: return "long long";
+    case DType::i32: return "int";
+    case DType::boolean: return "bool";
+  }
+  return "?";
+}
+std::string compute_type(DType t) { return storage_type(compute_dtype(t)); }
+
+// A literal converted to the compute type `t` exactly as ATen casts a wrapped
+// Python scalar: the double is rounded to float first for f32 math.
+std::string literal(const Scalar& s, DType t) {
+  DType c = compute_dtype(t);
+  char buf[64];
+  if (c == DType::boolean) return s.as_double() != 0.0 ? "true" : "false";
+  if (c == DType::i64 || c == DType::i32) {
+    long long v = s.kind == Scalar::Kind::Float ? static_cast<long long>(s.f) : s.i;
+    std::snprintf(buf, sizeof buf, "%lldLL", v);
+    return c == DType::i32 ? "static_cast<int>(" + std::string(buf) + ")" : buf;
+  }
+  double v = s.as_double();
+  if (c == DType::f32) {
+    float f = static_cast<float>(v);
+    if (std::isnan(f)) return "__int_as_float(0x7fffffff)";
+    if (std::isinf(f)) return f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+    std::snprintf(buf, sizeof buf, "%.9gf", f);
+    std::string r = buf;
+    if (r.find_first_of(".e") == std::string::npos) r.insert(r.size() - 1, ".0");
+    return r;
+  }
+  if (std::isnan(v)) return "__longlong_as_double(0x7ff8000000000000LL)";
+  if (std::isinf(v)) return v > 0 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__longlong_as_double(0xfff0000000000000LL)";
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string r = buf;
+  if (r.find_first_of(".e") == std::string::npos) r += ".0";
+  return r;
+}
+
+bool is_compare(Op op) {
+  switch (op) {
+    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: return true;
+    default: return false;
+  }
+}
+bool is_logical(Op op) { return op == Op::LogicalAnd || op == Op::LogicalOr || op == Op::LogicalNot; }
+
+// The dtype an op computes in: comparisons in their operands' promoted type,
+// logical ops in bool, isnan in its operand's type, everything else in its result's.
+DType op_compute_dtype(const Node& n) {
+  if (is_logical(n.op)) return DType::boolean;
+  if (is_compare(n.op) || n.op == Op::IsNan) {
+    std::optional<DType> t;
+    bool float_literal = false;
+    for (auto& o : n.operands) {
+      if (o.is_value()) t = t ? promote(*t, o.value->type.dtype) : o.value->type.dtype;
+      else float_literal |= o.literal.kind == Scalar::Kind::Float;
+    }
+    DType d = t ? *t : DType::f64;
+    if (float_literal && !is_floating(d)) d = DType::f32;  // int tensor vs float literal compares as float
+    return compute_dtype(d);
+  }
+  return compute_dtype(n.result()->type.dtype);
+}
+
+std::string math_fn(const char* name, DType c) { return c == DType::f32 ? std::string(name) + "f" : name; }
+
+std::string pow_expr(const std::string& a, const Operand& exponent, const std::string& b, DType c) {
+  // ATen's pow with a scalar exponent special-cases these exponents (pow_tensor_scalar).
+  if (!exponent.is_value() && is_floating(c)) {
+    double e = exponent.literal.as_double();
+    std::string one = c == DType::f32 ? "1.0f" : "1.0";
+    if (e == 2.0) return "(" + a + " * " + a + ")";
+    if (e == 3.0) return "(" + a + " * " + a + " * " + a + ")";
+    if (e == 0.5) return math_fn("sqrt", c) + "(" + a + ")";
+    if (e == -0.5) return math_fn("rsqrt", c) + "(" + a + ")";
+    if (e == -1.0) return "(" + one + " / " + a + ")";
+    if (e == -2.0) return "(" + one + " / (" + a + " * " + a + "))";
+  }
+  return math_fn("pow", c) + "(" + a + ", " + b + ")";
+}
+
+std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
+  std::string fc = c == DType::f32 ? "f" : "";
+  auto call = [&](const char* f) { return math_fn(f, c) + "(" + a[0] + ")"; };
+  switch (n.op) {
+    case Op::Neg: return "(-" + a[0] + ")";
+    case Op::Abs: return is_floating(c) ? call("fabs") : "(" + a[0] + " < 0 ? -" + a[0] + " : " + a[0] + ")";
+    case Op::Exp: return call("exp");
+    case Op::Log: return call("log");
+    case Op::Log1p: return call("log1p");
+    case Op::Expm1: return call("expm1");
+    case Op::Sqrt: return call("sqrt");
+    case Op::Rsqrt: return call("rsqrt");
+    case Op::Tanh: return call("tanh");
+    case Op::Sin: return call("sin");
+    case Op::Cos: return call("cos");
+    case Op::Erf: return call("erf");
+    case Op::Floor: return is_floating(c) ? call("floor") : a[0];
+    case Op::Ceil: return is_floating(c) ? call("ceil") : a[0];
+    case Op::Trunc: return is_floating(c) ? call("trunc") : a[0];
+    case Op::Round: return is_floating(c) ? call("nearbyint") : a[0];
+    case Op::Sigmoid: return "ff_sigmoid(" + a[0] + ")";
+    case Op::Silu: return "ff_silu(" + a[0] + ")";
+    case Op::Relu: return "ff_relu(" + a[0] + ")";
+    case Op::Gelu: {
+      bool tanh = n.has_attr("approximate") && n.attr_string("approximate") == "tanh";
+      return (tanh ? "ff_gelu_tanh(" : "ff_gelu(") + a[0] + ")";
+    }
+    case Op::Sign: return "ff_sign(" + a[0] + ")";
+    case Op::Reciprocal: return "(" + literal(Scalar::of_float(1.0), c) + " / " + a[0] + ")";
+    case Op::LogicalNot: return "(!" + a[0] + ")";
+    case Op::IsNan: return "ff_isnan(" + a[0] + ")";
+    case Op::Cast: case Op::Copy: case Op::Full: return a[0];
+    case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
+    case Op::Sub: return "(" + a[0] + " - " + a[1] + ")";
+    case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";
+    case Op::Div: return "(" + a[0] + " / " + a[1] + ")";
+    case Op::Pow: return pow_expr(a[0], n.operands[1], a[1], c);
+    case Op::Maximum: return "ff_maximum(" + a[0] + ", " + a[1] + ")";
+    case Op::Minimum: return "ff_minimum(" + a[0] + ", " + a[1] + ")";
+    case Op::Eq: return "(" + a[0] + " == " + a[1] + ")";
+    case Op::Ne: return "(" + a[0] + " != " + a[1] + ")";
+    case Op::Lt: return "(" + a[0] + " < " + a[1] + ")";
+    case Op::Le: return "(" + a[0] + " <= " + a[1] + ")";
+    case Op::Gt: return "(" + a[0] + " > " + a[1] + ")";
+    case Op::Ge: return "(" + a[0] + " >= " + a[1] + ")";
+    case Op::LogicalAnd: return "(" + a[0] + " && " + a[1] + ")";
+    case Op::LogicalOr: return "(" + a[0] + " || " + a[1] + ")";
+    case Op::Remainder: return "ff_remainder(" + a[0] + ", " + a[1] + ")";
+    case Op::Fmod: return is_floating(c) ? math_fn("fmod", c) + "(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " % " + a[1] + ")";
+    case Op::Where: return "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")";
+    default: throw IRError("pointwise codegen: no CUDA expression for op '" + std::string(op_name(n.op)) + "'");
+  }
+}
+
+// A tensor operand of the kernel, described over the iteration dims.
+struct Access {
+  std::string param;      // kernel parameter name
+  DType dtype;
+  Shape strides;          // per iteration dim (0 where broadcast)
+  bool is_output = false;
+};
+
+struct Layout {
+  Shape sizes;                    // collapsed iteration sizes, outermost first
+  std::vector<Shape> strides;     // per access, per collapsed dim
+};
+
+// Orders the iteration dims by the first output's strides (outermost first),
+// drops size-1 dims and merges neighbours that are contiguous for every access.
+Layout collapse(const Shape& shape, const std::vector<Access>& acc) {
+  size_t rank = shape.size();
+  std::vector<size_t> perm(rank);
+  std::iota(perm.begin(), perm.end(), 0);
+  const Shape& ref = acc.front().strides;
+  std::stable_sort(perm.begin(), perm.end(), [&](size_t a, size_t b) { return ref[a] > ref[b]; });
+  Layout l;
+  l.strides.resize(acc.size());
+  for (size_t d : perm) {
+    if (shape[d] == 1) continue;
+    bool merge = !l.sizes.empty();
+    for (size_t t = 0; merge && t < acc.size(); ++t)
+      merge = l.strides[t].back() == acc[t].strides[d] * shape[d];
+    if (merge) {
+      l.sizes.back() *= shape[d];
+      for (size_t t = 0; t < acc.size(); ++t) l.strides[t].back() = acc[t].strides[d];
+    } else {
+      l.sizes.push_back(shape[d]);
+      for (size_t t = 0; t < acc.size(); ++t) l.strides[t].push_back(acc[t].strides[d]);
+    }
+  }
+  if (l.sizes.empty()) {  // a single element
+    l.sizes.push_back(1);
+    for (auto& s : l.strides) s.push_back(0);
+  }
+  return l;
+}
+
+// Strides of `t` broadcast to `shape` (right-aligned; 0 along broadcast dims).
+Shape broadcast_strides(const TensorType& t, const Shape& shape) {
+  Shape s(shape.size(), 0);
+  size_t off = shape.size() - t.shape.size();
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    if (t.shape[i] != 1) s[off + i] = t.strides[i];
+  return s;
+}
+
+std::string kernel_name(const fusion::PointwiseGroup& g, int id) {
+  std::string name = "ff_pointwise";
+  std::set<std::string> seen;
+  int listed = 0;
+  for (Node* n : g.nodes) {
+    std::string op(op_name(n->op));
+    if (!seen.insert(op).second) continue;
+    if (++listed > 4) {
+      name += "_etc";
+      break;
+    }
+    name += "_" + op;
+  }
+  return name + "_" + std::to_string(id);
+}
+
+}  // namespace
+
+KernelSource generate_pointwise(const fusion::PointwiseGroup& g, int id) {
+  KernelSource ks;
+  ks.name = kernel_name(g, id);
+  const Shape& shape = g.shape;
+
+  // Kernel parameters and accesses: outputs first, then tensor inputs.
+  std::vector<Access> acc;
+  std::unordered_map<const Value*, size_t> access_of;
+  std::unordered_map<const Value*, std::string> scalar_param;
+  bool half = false;
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const Value* v = g.outputs[i];
+    if (v->type.shape != shape) throw IRError("pointwise group output '%" + v->name + "' does not have the iteration shape");
+    acc.push_back({"out" + std::to_string(i), v->type.dtype, v->type.strides, true});
+    ks.outputs.push_back(v->name);
+  }
+  for (const Value* v : g.inputs) {
+    if (v->is_input() && v->input_kind == InputKind::Scalar) {
+      scalar_param[v] = "s" + std::to_string(ks.scalars.size());
+      ks.scalars.push_back(v->name);
+      continue;
+    }
+    access_of[v] = acc.size();
+    acc.push_back({"in" + std::to_string(ks.inputs.size()), v->type.dtype, broadcast_strides(v->type, shape), false});
+    ks.inputs.push_back(v->name);
+  }
+  for (auto& a : acc) half |= a.dtype == DType::f16 || a.dtype == DType::bf16;
+  for (Node* n : g.nodes) half |= n->result()->type.dtype == DType::f16 || n->result()->type.dtype == DType::bf16;
+
+  Layout l = collapse(shape, acc);
+  const int64_t n_elems = numel(shape);
+  const size_t inner = l.sizes.size() - 1;
+
+  // Vectorize when each access is unit-stride (a vector load) or 0-stride (one
+  // scalar load per item) along the innermost dim, and every unit-stride access
+  // keeps 4-element alignment across items (its outer strides are multiples of 4).
+  int vec = 4;
+  if (l.sizes[inner] % vec != 0) vec = 1;
+  for (size_t t = 0; t < acc.size() && vec > 1; ++t) {
+    int64_t s = l.strides[t][inner];
+    if (s != 0 && s != 1) vec = 1;
+    if (s == 1)
+      for (size_t d = 0; d < inner; ++d)
+        if (l.strides[t][d] % vec != 0) vec = 1;
+  }
+  ks.vector_width = vec;
+  ks.items = n_elems / vec;
+
+  int64_t max_offset = n_elems;
+  for (size_t t = 0; t < acc.size(); ++t) {
+    int64_t off = 0;
+    for (size_t d = 0; d < l.sizes.size(); ++d) off += (l.sizes[d] - 1) * std::llabs(l.strides[t][d]);
+    max_offset = std::max(max_offset, off + vec);
+  }
+  const bool wide = max_offset >= (int64_t{1} << 31);
+  const std::string index_t = wide ? "long long" : "int";
+
+  std::ostringstream os;
+  os << "// Generated by fuseforge: pointwise group " << id << "\n";
+  for (Node* n : g.nodes) os << "//   " << print_node(*n) << "\n";
+  os << cuda_prelude();
+  if (half) os << cuda_half_prelude();
+  os << "\n// Iteration space [";
+  for (size_t d = 0; d < l.sizes.size(); ++d) os << (d ? "," : "") << l.sizes[d];
+  os << "] (dims of [";
+  for (size_t d = 0; d < shape.size(); ++d) os << (d ? "," : "") << shape[d];
+  os << "] in memory order of out0, contiguous runs merged); " << vec << " element(s) per item.\n";
+  os << "extern \"C\" __global__ void __launch_bounds__(" << ks.block << ") " << ks.name << "(";
+  for (size_t t = 0; t < acc.size(); ++t)
+    os << (t ? ", " : "") << (acc[t].is_output ? "" : "const ") << storage_type(acc[t].dtype) << "* __restrict__ "
+       << acc[t].param;
+  for (size_t i = 0; i < ks.scalars.size(); ++i) os << (acc.empty() && i == 0 ? "" : ", ") << "double s" << i;
+  os << ") {\n";
+  os << "  typedef " << index_t << " index_t;\n";
+  os << "  constexpr index_t kItems = " << ks.items << ";\n";
+
+  // Unit-stride accesses use vector loads/stores only when their pointers are
+  // aligned to the vector size (views may start anywhere); checked once per thread.
+  std::vector<size_t> vector_acc;
+  if (vec > 1)
+    for (size_t t = 0; t < acc.size(); ++t)
+      if (l.strides[t][inner] == 1) vector_acc.push_back(t);
+  if (!vector_acc.empty()) {
+    os << "  const bool aligned =";
+    for (size_t k = 0; k < vector_acc.size(); ++k) {
+      const Access& a = acc[vector_acc[k]];
+      os << (k ? " &&" : "") << " (reinterpret_cast<unsigned long long>(" << a.param << ") % "
+         << vec * dtype_size(a.dtype) << " == 0)";
+    }
+    os << ";\n";
+  }
+  os << "  for (index_t item = blockIdx.x * blockDim.x + threadIdx.x; item < kItems;\n"
+     << "       item += static_cast<index_t>(gridDim.x) * blockDim.x) {\n";
+  // Unravel the first element of this item over the collapsed dims.
+  os << "    index_t rest = item * " << vec << ";\n";
+  for (size_t d = l.sizes.size(); d-- > 0;) {
+    if (d == 0) os << "    const index_t i0 = rest;\n";
+    else os << "    const index_t i" << d << " = rest % " << l.sizes[d] << "; rest /= " << l.sizes[d] << ";\n";
+  }
+  auto offset_expr = [&](size_t t) {
+    std::string e;
+    for (size_t d = 0; d < l.sizes.size(); ++d) {
+      int64_t s = l.strides[t][d];
+      if (s == 0) continue;
+      e += (e.empty() ? "" : " + ") + std::string("i") + std::to_string(d) + (s == 1 ? "" : " * " + std::to_string(s));
+    }
+    return e.empty() ? std::string("0") : e;
+  };
+  for (size_t t = 0; t < acc.size(); ++t)
+    os << "    const index_t o_" << acc[t].param << " = " << offset_expr(t) << ";\n";
+
+  // Loads: inputs into compute-typed registers.
+  std::unordered_map<const Value*, std::string> expr_of;  // value -> expression (uses [k] when per-lane)
+  for (const Value* v : g.inputs) {
+    if (scalar_param.count(v)) {
+      expr_of[v] = scalar_param[v];
+      continue;
+    }
+    size_t t = access_of.at(v);
+    const Access& a = acc[t];
+    std::string ct = compute_type(a.dtype), st = storage_type(a.dtype), x = "x_" + a.param;
+    if (l.strides[t][inner] == 0 || vec == 1) {
+      os << "    const " << ct << " " << x << " = ff_load(" << a.param << "[o_" << a.param << "]);\n";
+      expr_of[v] = x;
+    } else {
+      os << "    " << ct << " " << x << "[" << vec << "];\n";
+      os << "    if (aligned) {\n      const ff_vec<" << st << ", " << vec << "> v = *reinterpret_cast<const ff_vec<" << st
+         << ", " << vec << ">*>(" << a.param << " + o_" << a.param << ");\n";
+      os << "#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) " << x << "[k] = ff_load(v.v[k]);\n";
+      os << "    } else {\n#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) " << x << "[k] = ff_load("
+         << a.param << "[o_" << a.param << " + k]);\n    }\n";
+      expr_of[v] = x + "[k]";
+    }
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    os << "    " << compute_type(acc[i].dtype) << " y_out" << i << (vec > 1 ? "[" + std::to_string(vec) + "]" : "") << ";\n";
+
+  // The fused body, once per element of the item.
+  std::string ind = "    ";
+  if (vec > 1) {
+    os << "#pragma unroll\n    for (int k = 0; k < " << vec << "; ++k) {\n";
+    ind = "      ";
+  }
+  int tmp = 0;
+  for (Node* n : g.nodes) {
+    DType c = op_compute_dtype(*n);
+    std::vector<std::string> args;
+    for (size_t i = 0; i < n->operands.size(); ++i) {
+      const Operand& o = n->operands[i];
+      DType want = (n->op == Op::Where && i == 0) ? DType::boolean : c;
+      if (n->op == Op::IsNan && o.is_value()) want = compute_dtype(o.value->type.dtype);
+      if (!o.is_value()) {
+        args.push_back(literal(o.literal, want));
+        continue;
+      }
+      const std::string& e = expr_of.at(o.value);
+      DType have = compute_dtype(o.value->type.dtype);
+      if (scalar_param.count(o.value)) have = DType::f64;
+      args.push_back(have == want ? e : "static_cast<" + storage_type(want) + ">(" + e + ")");
+    }
+    DType r = n->result()->type.dtype;
+    std::string e = op_expr(*n, args, c);
+    if (compute_dtype(r) != c) e = "static_cast<" + compute_type(r) + ">(" + e + ")";
+    if (r == DType::f16) e = "ff_round_f16(" + e + ")";
+    if (r == DType::bf16) e = "ff_round_bf16(" + e + ")";
+    std::string t = "t" + std::to_string(tmp++);
+    os << ind << "const " << compute_type(r) << " " << t << " = " << e << ";  // " << op_name(n->op) << "\n";
+    expr_of[n->result()] = t;
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    os << ind << "y_out" << i << (vec > 1 ? "[k]" : "") << " = " << expr_of.at(g.outputs[i]) << ";\n";
+  if (vec > 1) os << "    }\n";
+
+  // Stores.
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const Access& a = acc[i];
+    std::string st = storage_type(a.dtype);
+    if (vec == 1) {
+      os << "    " << a.param << "[o_" << a.param << "] = ff_store<" << st << ">(y_out" << i << ");\n";
+    } else {
+      os << "    if (aligned) {\n      ff_vec<" << st << ", " << vec << "> v;\n";
+      os << "#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) v.v[k] = ff_store<" << st << ">(y_out" << i << "[k]);\n";
+      os << "      *reinterpret_cast<ff_vec<" << st << ", " << vec << ">*>(" << a.param << " + o_" << a.param << ") = v;\n";
+      os << "    } else {\n#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) " << a.param << "[o_" << a.param
+         << " + k] = ff_store<" << st << ">(y_out" << i << "[k]);\n    }\n";
+    }
+  }
+  os << "  }\n}\n";
+  ks.source = os.str();
+  return ks;
+}
+
+}  // namespace ff::codegen

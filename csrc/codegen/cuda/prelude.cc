@@ -1,0 +1,64 @@
+#include "codegen/cuda/prelude.h"
+
+namespace ff::codegen {
+
+std::string_view cuda_prelude() {
+  return R"CUDA(
+// ---- fuseforge prelude: helpers matching ATen's CUDA math ----
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) ff_vec { T v[N]; };
+
+template <class T> __device__ __forceinline__ bool ff_isnan(T a) { return a != a; }
+// torch.maximum / torch.minimum propagate NaN (fmaxf would drop it).
+template <class T> __device__ __forceinline__ T ff_maximum(T a, T b) {
+  return ff_isnan(a) ? a : (ff_isnan(b) ? b : (a > b ? a : b));
+}
+template <class T> __device__ __forceinline__ T ff_minimum(T a, T b) {
+  return ff_isnan(a) ? a : (ff_isnan(b) ? b : (a < b ? a : b));
+}
+__device__ __forceinline__ float ff_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ double ff_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ float ff_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ double ff_silu(double x) { return x / (1.0 + exp(-x)); }
+template <class T> __device__ __forceinline__ T ff_relu(T x) { return ff_isnan(x) ? x : (x > T(0) ? x : T(0)); }
+__device__ __forceinline__ float ff_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
+__device__ __forceinline__ double ff_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
+__device__ __forceinline__ float ff_gelu_tanh(float x) {
+  const float k = 0.79788456080286535588f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ double ff_gelu_tanh(double x) {
+  const double k = 0.79788456080286535588;
+  return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+}
+template <class T> __device__ __forceinline__ T ff_sign(T x) { return T((T(0) < x) - (x < T(0))); }
+// Python-style remainder: the result takes the divisor's sign.
+__device__ __forceinline__ float ff_remainder(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
+__device__ __forceinline__ double ff_remainder(double a, double b) { double r = fmod(a, b); return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r; }
+__device__ __forceinline__ long long ff_remainder(long long a, long long b) { long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+// Storage <-> compute conversions (f16/bf16 compute in f32, as ATen's opmath).
+template <class T> __device__ __forceinline__ T ff_load(T x) { return x; }
+template <class S, class C> __device__ __forceinline__ S ff_store(C x) { return static_cast<S>(x); }
+)CUDA";
+}
+
+std::string_view cuda_half_prelude() {
+  // Self-contained (no cuda_fp16.h, so NVRTC needs no include path): 16-bit
+  // storage types converted with the PTX cvt instructions, round to nearest even.
+  return R"CUDA(
+// ---- f16 / bf16 storage ----
+struct __align__(2) ff_half { unsigned short bits; };
+struct __align__(2) ff_bf16 { unsigned short bits; };
+__device__ __forceinline__ float ff_load(ff_half h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits)); return f; }
+__device__ __forceinline__ float ff_load(ff_bf16 h) { return __uint_as_float(static_cast<unsigned>(h.bits) << 16); }
+template <> __device__ __forceinline__ ff_half ff_store<ff_half, float>(float x) { ff_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x)); return h; }
+template <> __device__ __forceinline__ ff_bf16 ff_store<ff_bf16, float>(float x) { ff_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(x)); return h; }
+// Rounds an f32 compute value to f16/bf16 precision and back: eager stores
+// every intermediate in the tensor's dtype, so fused code rounds where it did.
+__device__ __forceinline__ float ff_round_f16(float x) { return ff_load(ff_store<ff_half>(x)); }
+__device__ __forceinline__ float ff_round_bf16(float x) { return ff_load(ff_store<ff_bf16>(x)); }
+)CUDA";
+}
+
+}  // namespace ff::codegen

@@ -1,0 +1,10 @@
+#pragma once
+#include <string_view>
+
+namespace ff::codegen {
+// Device helpers shared by generated kernels (NaN-propagating min/max, exact
+// activation formulas matching ATen's CUDA kernels, aligned vector type).
+std::string_view cuda_prelude();
+// Additions for kernels that touch f16/bf16 tensors: 16-bit storage types and conversions.
+std::string_view cuda_half_prelude();
+}  // namespace ff::codegen

@@ -1,0 +1,185 @@
+#include "fusion/partition.h"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ff::fusion {
+
+namespace {
+
+bool fusible(const Node* n) { return op_kind(n->op) == OpKind::Pointwise; }
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  size_t off = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[off + i]) return false;
+  return true;
+}
+
+class Partitioner {
+ public:
+  explicit Partitioner(const Graph& g) : g_(g) {
+    for (size_t i = 0; i < g.nodes().size(); ++i) index_[g.nodes()[i].get()] = static_cast<int>(i);
+    for (auto& n : g.nodes())
+      for (auto& o : n->operands)
+        if (o.is_value() && o.value->producer) {
+          auto& u = users_[o.value->producer];
+          if (std::find(u.begin(), u.end(), n.get()) == u.end()) u.push_back(n.get());
+        }
+  }
+
+  Partition run() {
+    for (auto it = g_.nodes().rbegin(); it != g_.nodes().rend(); ++it) {
+      Node* n = it->get();
+      if (!fusible(n) || group_of_.count(n)) continue;
+      grow(n);
+    }
+    Partition p;
+    for (auto& members : groups_) p.groups.push_back(describe(members));
+    p.steps = schedule();
+    return p;
+  }
+
+ private:
+  const Graph& g_;
+  std::unordered_map<const Node*, int> index_;
+  std::unordered_map<const Node*, std::vector<Node*>> users_;
+  std::unordered_map<const Node*, int> group_of_;
+  std::vector<std::vector<Node*>> groups_;
+
+  const std::vector<Node*>& users(const Node* n) const {
+    static const std::vector<Node*> none;
+    auto it = users_.find(n);
+    return it == users_.end() ? none : it->second;
+  }
+  bool feeds_graph_output(const Node* n) const {
+    for (Value* r : n->results)
+      if (g_.is_graph_output(r)) return true;
+    return false;
+  }
+
+  // Whether `from` reaches any node of `group` through nodes outside it.
+  bool reaches(const Node* from, const std::unordered_set<const Node*>& group) const {
+    std::vector<const Node*> stack{from};
+    std::unordered_set<const Node*> seen;
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      for (Node* u : users(n)) {
+        if (group.count(u)) return true;
+        if (seen.insert(u).second) stack.push_back(u);
+      }
+    }
+    return false;
+  }
+
+  bool can_pull(Node* p, const Shape& shape, const std::unordered_set<const Node*>& members) const {
+    if (!fusible(p) || group_of_.count(p)) return false;
+    const Shape& ps = p->result()->type.shape;
+    bool all_users_inside = !feeds_graph_output(p);
+    for (Node* u : users(p)) all_users_inside &= members.count(u) != 0;
+    if (ps != shape && !(broadcasts_to(ps, shape) && all_users_inside)) return false;
+    // No cycle: an outside user of p must not lead back into the group, and an
+    // operand of p must not be computed from the group's results.
+    for (Node* u : users(p))
+      if (!members.count(u) && reaches(u, members)) return false;
+    for (auto& o : p->operands)
+      if (o.is_value() && o.value->producer && !members.count(o.value->producer)) {
+        const Node* q = o.value->producer;
+        for (const Node* m : members)
+          if (q == m || reaches(m, {q})) return false;
+      }
+    return true;
+  }
+
+  void grow(Node* sink) {
+    const Shape shape = sink->result()->type.shape;
+    std::unordered_set<const Node*> members{sink};
+    std::vector<Node*> order{sink};
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < order.size(); ++i)
+        for (auto& o : order[i]->operands) {
+          Node* p = o.is_value() ? o.value->producer : nullptr;
+          if (!p || members.count(p) || !can_pull(p, shape, members)) continue;
+          members.insert(p);
+          order.push_back(p);
+          changed = true;
+        }
+    }
+    std::sort(order.begin(), order.end(), [&](Node* a, Node* b) { return index_.at(a) < index_.at(b); });
+    int id = static_cast<int>(groups_.size());
+    for (Node* n : order) group_of_[n] = id;
+    groups_.push_back(std::move(order));
+  }
+
+  PointwiseGroup describe(const std::vector<Node*>& members) const {
+    PointwiseGroup pg;
+    pg.nodes = members;
+    pg.shape = members.back()->result()->type.shape;
+    std::unordered_set<const Node*> in(members.begin(), members.end());
+    for (Node* n : members) {
+      for (auto& o : n->operands)
+        if (o.is_value() && (!o.value->producer || !in.count(o.value->producer)) &&
+            std::find(pg.inputs.begin(), pg.inputs.end(), o.value) == pg.inputs.end())
+          pg.inputs.push_back(o.value);
+      bool used_outside = feeds_graph_output(n);
+      for (Node* u : users(n)) used_outside |= !in.count(u);
+      if (used_outside) pg.outputs.push_back(n->result());
+    }
+    return pg;
+  }
+
+  // Topological order of the contracted graph (groups as single steps), keeping
+  // the original order where dependencies allow (Kahn's algorithm keyed by the
+  // earliest original position of each step).
+  std::vector<Step> schedule() const {
+    std::vector<Step> steps;
+    std::unordered_map<const Node*, int> step_of;
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      for (Node* n : groups_[gi]) step_of[n] = static_cast<int>(steps.size());
+      steps.push_back({Step::Kind::Kernel, static_cast<int>(gi), nullptr});
+    }
+    for (auto& n : g_.nodes())
+      if (!group_of_.count(n.get())) {
+        step_of[n.get()] = static_cast<int>(steps.size());
+        steps.push_back({Step::Kind::Node, -1, n.get()});
+      }
+    size_t ns = steps.size();
+    std::vector<int> key(ns, 1 << 30), indegree(ns, 0);
+    std::vector<std::unordered_set<int>> succ(ns);
+    for (auto& n : g_.nodes()) {
+      int s = step_of.at(n.get());
+      key[s] = std::min(key[s], index_.at(n.get()));
+      for (auto& o : n->operands)
+        if (o.is_value() && o.value->producer) {
+          int ps = step_of.at(o.value->producer);
+          if (ps != s && succ[ps].insert(s).second) indegree[s]++;
+        }
+    }
+    using Item = std::pair<int, int>;  // (key, step)
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> ready;
+    for (size_t s = 0; s < ns; ++s)
+      if (indegree[s] == 0) ready.push({key[s], static_cast<int>(s)});
+    std::vector<Step> order;
+    while (!ready.empty()) {
+      int s = ready.top().second;
+      ready.pop();
+      order.push_back(steps[s]);
+      for (int t : succ[s])
+        if (--indegree[t] == 0) ready.push({key[t], t});
+    }
+    if (order.size() != ns) throw IRError("fusion produced a cyclic schedule (internal error)");
+    return order;
+  }
+};
+
+}  // namespace
+
+Partition partition(const Graph& g) { return Partitioner(g).run(); }
+
+}  // namespace ff::fusion

@@ -1,0 +1,38 @@
+#pragma once
+// Partitions a graph into execution steps: PointwiseGroups (each becomes one
+// generated kernel) and single nodes that run as library (ATen) calls.
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace ff::fusion {
+
+// A connected set of pointwise nodes computed by one kernel over one iteration
+// shape. Every output has that shape; interior nodes may have smaller shapes
+// (broadcast operands such as a per-row scale) and are recomputed per element.
+struct PointwiseGroup {
+  std::vector<Node*> nodes;     // topological order
+  std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
+  std::vector<Value*> outputs;  // group values read outside it (or graph outputs)
+  Shape shape;                  // iteration shape
+};
+
+struct Step {
+  enum class Kind { Kernel, Node } kind;
+  int group = -1;         // Kernel: index into Partition::groups
+  Node* node = nullptr;   // Node: the op to run as a library call
+};
+
+struct Partition {
+  std::vector<PointwiseGroup> groups;
+  std::vector<Step> steps;  // a valid execution order
+};
+
+// Greedy consumer-driven fusion: walking the graph backwards, each unfused
+// pointwise node starts a group that pulls in its pointwise producers when
+// (a) the producer has the group's shape, or it broadcasts to it and every
+// user of it is in the group (then it is recomputed per element), and
+// (b) pulling it in creates no cycle through nodes outside the group.
+Partition partition(const Graph& g);
+
+}  // namespace ff::fusion

@@ -1,0 +1,30 @@
+#include "pipeline/compile.h"
+
+#include "codegen/cuda/pointwise.h"
+#include "fusion/subgraph.h"
+#include "passes/pass.h"
+
+namespace ff {
+
+CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options) {
+  CompiledGraph out;
+  out.graph = parse(ir_text);
+  verify(*out.graph);
+  out.ir_before = print(*out.graph);
+  passes::PassManager pm(options.passes.empty() ? passes::default_pipeline() : options.passes);
+  auto trace = [&](std::string_view pass, const Graph& g) {
+    out.pass_trace.emplace_back(std::string(pass), print(g));
+  };
+  if (options.trace_passes) pm.run(*out.graph, 4, trace);
+  else pm.run(*out.graph);
+  out.ir_after = print(*out.graph);
+  out.partition = fusion::partition(*out.graph);
+  for (size_t i = 0; i < out.partition.groups.size(); ++i) {
+    const auto& group = out.partition.groups[i];
+    out.kernels.push_back(codegen::generate_pointwise(group, static_cast<int>(i)));
+    out.kernel_graphs.push_back(print(*fusion::extract_subgraph(group, out.kernels.back().name)));
+  }
+  return out;
+}
+
+}  // namespace ff

@@ -1,0 +1,32 @@
+#pragma once
+// The compiler driver: IR text in, optimized graph + execution plan + kernel
+// sources out. Runs passes, partitions into fused groups and generates CUDA.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/cuda/kernel_source.h"
+#include "fusion/partition.h"
+#include "ir/graph.h"
+
+namespace ff {
+
+struct CompileOptions {
+  std::vector<std::string> passes;  // empty: passes::default_pipeline()
+  bool trace_passes = false;        // record the IR after every pass that changed it
+};
+
+struct CompiledGraph {
+  std::string ir_before;                              // as captured (verified)
+  std::string ir_after;                               // after passes
+  std::vector<std::pair<std::string, std::string>> pass_trace;  // (pass, IR after it)
+  std::unique_ptr<Graph> graph;                       // after passes; steps point into it
+  fusion::Partition partition;
+  std::vector<codegen::KernelSource> kernels;         // one per partition group
+  std::vector<std::string> kernel_graphs;             // IR text of each group as a standalone graph
+};
+
+CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options = {});
+
+}  // namespace ff

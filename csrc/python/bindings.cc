@@ -1,0 +1,248 @@
+// Python bindings (nanobind): the compiler driver, the interpreter and the
+// kernel runtime. Tensors cross as raw device pointers and the stream as a
+// handle, so the extension does not link libtorch.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "interp/interpreter.h"
+#include "ir/graph.h"
+#include "passes/pass.h"
+#include "pipeline/compile.h"
+#include "runtime/cache.h"
+#include "runtime/check.h"
+#include "runtime/compiler.h"
+#include "runtime/cuda_libs.h"
+#include "runtime/launcher.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+nb::tuple type_tuple(const ff::TensorType& t) {
+  return nb::make_tuple(std::string(ff::dtype_name(t.dtype)), nb::cast(t.shape), nb::cast(t.strides));
+}
+
+nb::object attr_to_py(const ff::AttrValue& a) {
+  struct {
+    nb::object operator()(int64_t v) const { return nb::cast(v); }
+    nb::object operator()(double v) const { return nb::cast(v); }
+    nb::object operator()(bool v) const { return nb::cast(v); }
+    nb::object operator()(const std::string& v) const { return nb::cast(v); }
+    nb::object operator()(const std::vector<int64_t>& v) const { return nb::cast(v); }
+  } visitor;
+  return std::visit(visitor, a);
+}
+
+nb::object scalar_to_py(const ff::Scalar& s) {
+  switch (s.kind) {
+    case ff::Scalar::Kind::Float: return nb::cast(s.f);
+    case ff::Scalar::Kind::Int: return nb::cast(s.i);
+    case ff::Scalar::Kind::Bool: return nb::cast(s.i != 0);
+  }
+  return nb::none();
+}
+
+// A node that runs as a library call, described for the Python executor.
+nb::dict node_step(const ff::Node& n) {
+  nb::list operands;
+  for (auto& o : n.operands) {
+    if (o.is_value()) operands.append(nb::make_tuple("value", o.value->name));
+    else operands.append(nb::make_tuple("literal", scalar_to_py(o.literal)));
+  }
+  nb::dict attrs;
+  for (auto& [k, v] : n.attrs) attrs[k.c_str()] = attr_to_py(v);
+  nb::list results, types;
+  for (ff::Value* r : n.results) {
+    results.append(r->name);
+    types.append(type_tuple(r->type));
+  }
+  nb::dict d;
+  d["kind"] = "node";
+  d["op"] = std::string(ff::op_name(n.op));
+  d["operands"] = operands;
+  d["attrs"] = attrs;
+  d["results"] = results;
+  d["result_types"] = types;
+  d["text"] = ff::print_node(n);
+  return d;
+}
+
+// The compiled plan, flattened into Python data.
+nb::dict plan_to_py(const ff::CompiledGraph& cg) {
+  nb::dict plan;
+  plan["ir_before"] = cg.ir_before;
+  plan["ir_after"] = cg.ir_after;
+  nb::list trace;
+  for (auto& [p, ir] : cg.pass_trace) trace.append(nb::make_tuple(p, ir));
+  plan["pass_trace"] = trace;
+  const ff::Graph& g = *cg.graph;
+  nb::dict values;
+  for (ff::Value* v : g.inputs()) values[v->name.c_str()] = type_tuple(v->type);
+  for (auto& n : g.nodes())
+    for (ff::Value* r : n->results) values[r->name.c_str()] = type_tuple(r->type);
+  plan["values"] = values;
+  nb::list inputs, outputs, mutations;
+  for (ff::Value* v : g.inputs()) inputs.append(v->name);
+  for (ff::Value* v : g.outputs()) outputs.append(v->name);
+  for (auto& m : g.mutations()) mutations.append(nb::make_tuple(m.buffer->name, m.value->name));
+  plan["inputs"] = inputs;
+  plan["outputs"] = outputs;
+  plan["mutations"] = mutations;
+  nb::list kernels;
+  for (size_t i = 0; i < cg.kernels.size(); ++i) {
+    const auto& k = cg.kernels[i];
+    nb::dict d;
+    d["name"] = k.name;
+    d["source"] = k.source;
+    d["outputs"] = nb::cast(k.outputs);
+    d["inputs"] = nb::cast(k.inputs);
+    d["scalars"] = nb::cast(k.scalars);
+    d["items"] = k.items;
+    d["vector_width"] = k.vector_width;
+    d["block"] = k.block;
+    d["graph"] = cg.kernel_graphs[i];
+    nb::list nodes;  // the group's nodes, for running it op by op where no kernel can run
+    for (const ff::Node* n : cg.partition.groups[i].nodes) nodes.append(node_step(*n));
+    d["nodes"] = nodes;
+    kernels.append(d);
+  }
+  plan["kernels"] = kernels;
+  nb::list steps;
+  for (auto& s : cg.partition.steps) {
+    if (s.kind == ff::fusion::Step::Kind::Kernel) {
+      nb::dict d;
+      d["kind"] = "kernel";
+      d["kernel"] = s.group;
+      steps.append(d);
+    } else {
+      steps.append(node_step(*s.node));
+    }
+  }
+  plan["steps"] = steps;
+  return plan;
+}
+
+using F64Array = nb::ndarray<nb::numpy, const double, nb::c_contig, nb::device::cpu>;
+
+std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, const std::vector<F64Array>& arrays) {
+  auto g = ff::parse(text);
+  ff::verify(*g);
+  if (arrays.size() != g->inputs().size())
+    throw ff::IRError("interpret: graph has " + std::to_string(g->inputs().size()) + " inputs, got " +
+                      std::to_string(arrays.size()));
+  std::vector<ff::interp::HostTensor> inputs;
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const ff::Value* v = g->inputs()[i];
+    ff::interp::HostTensor t;
+    t.dtype = v->type.dtype;
+    t.shape = v->type.shape;
+    if (static_cast<int64_t>(arrays[i].size()) != ff::numel(t.shape))
+      throw ff::IRError("interpret: input '%" + v->name + "' has " + std::to_string(arrays[i].size()) +
+                        " elements, expected " + std::to_string(ff::numel(t.shape)));
+    t.data.assign(arrays[i].data(), arrays[i].data() + arrays[i].size());
+    inputs.push_back(std::move(t));
+  }
+  std::vector<ff::interp::HostTensor> results;
+  {
+    nb::gil_scoped_release release;
+    results = ff::interp::run(*g, inputs);
+  }
+  std::vector<nb::ndarray<nb::numpy, double>> out;
+  for (auto& r : results) {
+    auto* data = new std::vector<double>(std::move(r.data));
+    nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+    std::vector<size_t> shape(r.shape.begin(), r.shape.end());
+    out.emplace_back(data->data(), shape.size(), shape.data(), owner);
+  }
+  return out;
+}
+
+// A compiled pointwise kernel bound to its launch geometry.
+class PointwiseKernel {
+ public:
+  PointwiseKernel(const std::string& source, const std::string& name, int arch, int64_t items, int block)
+      : kernel_(ff::runtime::compile_cached(source, name, arch)), items_(items), block_(block) {}
+
+  void launch(int device, const std::vector<uintptr_t>& pointers, const std::vector<double>& scalars,
+              uintptr_t stream) {
+    if (items_ == 0) return;
+    if (sm_count_ == 0) sm_count_ = ff::runtime::device_sm_count(device);
+    // One wave of fully occupied SMs (2048 threads each); the grid-stride loop covers the rest.
+    int64_t blocks = std::min<int64_t>((items_ + block_ - 1) / block_, int64_t{sm_count_} * (2048 / block_));
+    std::vector<void*> args;
+    args.reserve(pointers.size() + scalars.size());
+    for (auto& p : pointers) args.push_back(const_cast<uintptr_t*>(&p));
+    for (auto& s : scalars) args.push_back(const_cast<double*>(&s));
+    ff::runtime::Dim3 grid{static_cast<unsigned>(blocks), 1, 1}, blk{static_cast<unsigned>(block_), 1, 1};
+    kernel_.launch(device, grid, blk, 0, args.data(), stream);
+  }
+  const std::string& name() const { return kernel_.kernel().name; }
+
+ private:
+  ff::runtime::LoadedKernel kernel_;
+  int64_t items_;
+  int block_;
+  int sm_count_ = 0;
+};
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "fuseforge C++ core: IR, passes, fusion, CUDA codegen and runtime";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const ff::IRError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const ff::runtime::CudaError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  m.def("normalize_ir", [](const std::string& text) {
+    auto g = ff::parse(text);
+    ff::verify(*g);
+    return ff::print(*g);
+  }, "text"_a, "Parses, verifies and prints IR text (raises ValueError on bad IR).");
+  m.def("run_passes", [](const std::string& text, const std::vector<std::string>& passes) {
+    auto g = ff::parse(text);
+    ff::verify(*g);
+    ff::passes::PassManager(passes).run(*g);
+    return ff::print(*g);
+  }, "text"_a, "passes"_a);
+  m.def("pass_names", &ff::passes::pass_names);
+  m.def("default_pipeline", &ff::passes::default_pipeline);
+  m.def("interpret", &interpret, "text"_a, "inputs"_a,
+        "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
+  m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace) {
+    ff::CompileOptions opts;
+    opts.passes = passes;
+    opts.trace_passes = trace;
+    return plan_to_py(ff::compile_graph(text, opts));
+  }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false);
+
+  m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch) {
+    auto k = ff::runtime::compile_cached(source, name, arch);
+    return nb::make_tuple(k.is_cubin, k.image.size(), k.log);
+  }, "source"_a, "name"_a, "arch"_a, "Compiles with NVRTC (disk-cached); returns (is_cubin, image bytes, log).");
+  m.def("nvrtc_version", &ff::runtime::nvrtc_version);
+  m.def("nvrtc_compile_count", [] { return static_cast<uint64_t>(ff::runtime::nvrtc_compile_count()); });
+  m.def("add_library_search_dir", &ff::runtime::add_library_search_dir);
+  m.def("cache_dir", &ff::runtime::cache_dir);
+  m.def("driver_available", &ff::runtime::driver_available);
+  m.def("device_sm_count", &ff::runtime::device_sm_count);
+  m.def("device_arch", &ff::runtime::device_arch);
+
+  nb::class_<PointwiseKernel>(m, "PointwiseKernel")
+      .def(nb::init<const std::string&, const std::string&, int, int64_t, int>(), "source"_a, "name"_a, "arch"_a,
+           "items"_a, "block"_a)
+      .def("launch", &PointwiseKernel::launch, "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
+      .def_prop_ro("name", &PointwiseKernel::name);
+}
