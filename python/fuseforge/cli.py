@@ -1,0 +1,270 @@
+"""The `fuseforge` command line.
+
+  fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N]
+  fuseforge explain PROBLEM.py
+
+On a machine with a CUDA GPU, `run` optimizes the problem's model, checks it
+against eager (and an fp64 reference) on several random inputs and times
+eager, torch.compile and fuseforge side by side. Without a GPU it captures and
+optimizes, prints the IR before and after the passes, compiles every kernel
+with NVRTC for sm_90 and checks the optimized plan against eager on the CPU,
+with generated kernels executed by the reference interpreter.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+console = Console()
+
+#: Architecture kernels are compiled for when no GPU is present (H100).
+CPU_CHECK_ARCH = 90
+
+
+def _flatten(x: Any) -> list[torch.Tensor]:
+    from torch.utils import _pytree as pytree
+    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _build(problem_path: str, mode: str | None, device: str):
+    from fuseforge.problem import load_problem
+    mod = load_problem(problem_path)
+    torch.manual_seed(0)
+    model = mod.Model(*mod.get_init_inputs())
+    if mode is not None:
+        model.train(mode == "train")
+    return mod, model.to(device)
+
+
+def _inputs(mod: Any, seed: int, device: str, dtype: torch.dtype | None = None) -> list[Any]:
+    torch.manual_seed(seed)
+    out = []
+    for x in mod.get_inputs():
+        if isinstance(x, torch.Tensor):
+            x = x.to(device)
+            if dtype is not None and x.is_floating_point():
+                x = x.to(dtype)
+        out.append(x)
+    return out
+
+
+def _max_err(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+    err = 0.0
+    for x, y in zip(a, b):
+        if x.shape != y.shape:
+            return float("inf")
+        d = (x.double() - y.double()).abs()
+        d = torch.where(torch.isnan(x.double()) & torch.isnan(y.double()), torch.zeros_like(d), d)
+        err = max(err, float(d.max()) if d.numel() else 0.0)
+    return err
+
+
+def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], tol: float = 1e-4) -> bool:
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.allclose(x.double(), y.double(), rtol=tol, atol=tol, equal_nan=True)
+        for x, y in zip(a, b))
+
+
+def _buffers(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [b.detach().clone() for _, b in sorted(model.named_buffers())]
+
+
+def check_correctness(mod: Any, model: torch.nn.Module, seeds: int, device: str) -> dict:
+    """Compares fuseforge with eager (outputs and updated buffers) and both with
+    an fp64 reference, over `seeds` fresh random inputs, each from the same state."""
+    import fuseforge
+    snapshot = copy.deepcopy(model.state_dict())
+    fast = fuseforge.optimize(copy.deepcopy(model))
+    result = {"correct": True, "max_err_vs_eager": 0.0, "max_err_vs_fp64": 0.0, "eager_err_vs_fp64": 0.0}
+    for seed in range(seeds):
+        inputs = _inputs(mod, seed, device)
+        model.load_state_dict(snapshot)
+        fast.load_state_dict(snapshot)
+        with torch.no_grad():
+            ref = _flatten(model(*inputs))
+            out = _flatten(fast(*inputs))
+        ref_buf, out_buf = _buffers(model), _buffers(fast)
+        m64 = copy.deepcopy(model)
+        m64.load_state_dict(snapshot)
+        m64 = m64.double()
+        with torch.no_grad():
+            ref64 = _flatten(m64(*_inputs(mod, seed, device, torch.float64)))
+        err = _max_err(out, ref)
+        err64, eager64 = _max_err(out, ref64), _max_err(ref, ref64)
+        ok = _close(out, ref) and _close(out_buf, ref_buf)
+        # Where eager itself is far from fp64 (fp16 models, TF32 convs), being no
+        # worse than twice eager's error against fp64 is the bar.
+        if not ok and _close(out_buf, ref_buf) and all(o.dtype == r.dtype for o, r in zip(out, ref)):
+            ok = err64 <= 2 * eager64 + 1e-6
+        result["correct"] &= ok
+        result["max_err_vs_eager"] = max(result["max_err_vs_eager"], err)
+        result["max_err_vs_fp64"] = max(result["max_err_vs_fp64"], err64)
+        result["eager_err_vs_fp64"] = max(result["eager_err_vs_fp64"], eager64)
+    return result
+
+
+def time_all(mod: Any, model: torch.nn.Module, against: list[str]) -> dict:
+    """Median cold-L2 milliseconds of eager, torch.compile (inductor) and fuseforge."""
+    import fuseforge
+    from fuseforge.timing import time_cuda
+    inputs = _inputs(mod, 1234, "cuda")
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        fast = fuseforge.optimize(copy.deepcopy(model))
+        t0 = time.perf_counter()
+        fast(*inputs)
+        torch.cuda.synchronize()
+        out["compile_s"] = time.perf_counter() - t0
+        out["fuseforge_ms"] = time_cuda(lambda: fast(*inputs))
+        if "eager" in against:
+            out["eager_ms"] = time_cuda(lambda: model(*inputs))
+        if "inductor" in against:
+            compiled = torch.compile(copy.deepcopy(model))
+            out["inductor_ms"] = time_cuda(lambda: compiled(*inputs))
+    for ref in ("eager", "inductor"):
+        if f"{ref}_ms" in out:
+            out[f"speedup_vs_{ref}"] = out[f"{ref}_ms"] / out["fuseforge_ms"]
+    return out
+
+
+def _run_gpu(args: argparse.Namespace) -> dict:
+    from fuseforge.problem import problem_name
+    mod, model = _build(args.problem, args.mode, "cuda")
+    name = problem_name(args.problem)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"{name}: checking", total=2)
+        row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name()}
+        row.update(check_correctness(mod, model, args.seeds, "cuda"))
+        progress.update(task, advance=1, description=f"{name}: timing")
+        row.update(time_all(mod, model, args.against.split(",")))
+        progress.update(task, advance=1)
+    table = Table(title=f"fuseforge run — {row['device']}")
+    for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64 (eager's)", "eager ms",
+                "inductor ms", "fuseforge ms", "× eager", "× inductor"):
+        table.add_column(col, justify="right" if "ms" in col or "×" in col else "left")
+    fmt = lambda k: f"{row[k]:.3f}" if k in row else "—"  # noqa: E731
+    table.add_row(name, row["mode"], "yes" if row["correct"] else "[red]NO[/red]", f"{row['max_err_vs_eager']:.2e}",
+                  f"{row['max_err_vs_fp64']:.2e} ({row['eager_err_vs_fp64']:.2e})", fmt("eager_ms"), fmt("inductor_ms"),
+                  fmt("fuseforge_ms"), fmt("speedup_vs_eager"), fmt("speedup_vs_inductor"))
+    console.print(table)
+    return row
+
+
+def _run_cpu(args: argparse.Namespace) -> dict:
+    from fuseforge._native import core
+    from fuseforge.capture import capture
+    from fuseforge.executor import Executor
+    from fuseforge.problem import problem_name
+    mod, model = _build(args.problem, args.mode, "cpu")
+    name = problem_name(args.problem)
+    console.print(f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
+                  "and checking the optimized plan on the CPU")
+    inputs = _inputs(mod, 0, "cpu")
+    captured = capture(model, inputs, name=type(model).__name__)
+    plan = core.compile_graph(captured.text)
+    console.rule("IR as captured")
+    console.print(plan["ir_before"], markup=False, highlight=False)
+    console.rule("IR after passes")
+    console.print(plan["ir_after"], markup=False, highlight=False)
+    row: dict[str, Any] = {"problem": name, "mode": "train" if model.training else "eval", "device": "cpu",
+                           "kernels": []}
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("NVRTC", total=len(plan["kernels"]))
+        for k in plan["kernels"]:
+            is_cubin, size, _ = core.nvrtc_compile(k["source"], k["name"], CPU_CHECK_ARCH)
+            row["kernels"].append({"name": k["name"], "cubin_bytes": size, "vector_width": k["vector_width"]})
+            progress.advance(task)
+    table = Table(title="kernels")
+    for col in ("kernel", "vector width", "cubin bytes"):
+        table.add_column(col)
+    for k in row["kernels"]:
+        table.add_row(k["name"], str(k["vector_width"]), str(k["cubin_bytes"]))
+    console.print(table)
+    # The plan on the CPU: library ops through ATen, kernels on the interpreter.
+    executor = Executor(plan, torch.device("cpu"))
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    ir_inputs = []
+    for b in captured.input_bindings:
+        if b.kind in ("user", "scalar"):
+            ir_inputs.append(inputs[b.source])
+        elif b.kind == "const":
+            ir_inputs.append(captured.constants[b.source])
+        else:
+            ir_inputs.append(state[b.source].detach())
+    with torch.no_grad():
+        outs, new_buffers = executor(ir_inputs)
+        reference = copy.deepcopy(model)
+        ref = _flatten(reference(*inputs))
+    ref_buffers = dict(reference.named_buffers())
+    got_buffers = [b for b in new_buffers]
+    want_buffers = [ref_buffers[n] for n, _ in captured.mutations]
+    row["max_err_vs_eager"] = _max_err(outs, ref)
+    row["correct"] = _close(outs, ref) and _close(got_buffers, want_buffers)
+    verdict = "[green]matches eager[/green]" if row["correct"] else "[red]DIFFERS from eager[/red]"
+    console.print(f"optimized plan on the CPU {verdict} (max abs err {row['max_err_vs_eager']:.2e}, "
+                  f"{len(plan['kernels'])} kernels, {sum(s['kind'] == 'node' for s in plan['steps'])} library calls)")
+    return row
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    row = _run_gpu(args) if torch.cuda.is_available() else _run_cpu(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(row, f, indent=2, default=str)
+    return 0 if row["correct"] else 1
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from fuseforge._native import core
+    from fuseforge.capture import capture
+    mod, model = _build(args.problem, args.mode, "cpu")
+    captured = capture(model, _inputs(mod, 0, "cpu"), name=type(model).__name__)
+    plan = core.compile_graph(captured.text, trace=True)
+    console.rule("IR as captured")
+    console.print(plan["ir_before"], markup=False, highlight=False)
+    for pass_name, ir in plan["pass_trace"]:
+        console.rule(f"after {pass_name}")
+        console.print(ir, markup=False, highlight=False)
+    console.rule("plan")
+    for step in plan["steps"]:
+        if step["kind"] == "kernel":
+            k = plan["kernels"][step["kernel"]]
+            console.print(f"kernel  {k['name']}  ({len(k['nodes'])} ops fused, {k['vector_width']}-wide)")
+        else:
+            console.print(f"library {step['text']}", markup=False, highlight=False)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fuseforge", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="optimize a problem file, check it and time it")
+    run.add_argument("problem")
+    run.add_argument("--mode", choices=["train", "eval"], help="default: the mode the model is constructed in")
+    run.add_argument("--seeds", type=int, default=3, help="random inputs to check (GPU)")
+    run.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
+    run.add_argument("--json", help="write the results to this file")
+    run.set_defaults(fn=cmd_run)
+    explain = sub.add_parser("explain", help="print the IR after each pass and the kernel plan")
+    explain.add_argument("problem")
+    explain.add_argument("--mode", choices=["train", "eval"])
+    explain.set_defaults(fn=cmd_explain)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (FileNotFoundError, ValueError) as e:
+        console.print(f"[red]fuseforge: {e}[/red]")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Runs a compiled plan: generated kernels on the GPU, library calls through ATen.
+
+Values live in a slot list; each step reads its operands' slots and fills its
+results'. A slot is cleared after its last use so large intermediates are freed
+as early as eager would free them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from fuseforge import aten_ops
+from fuseforge._native import core
+
+
+@dataclass(frozen=True)
+class ValueType:
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+def _value_types(plan: dict) -> dict[str, ValueType]:
+    return {name: ValueType(aten_ops.DTYPES[d], tuple(shape), tuple(strides))
+            for name, (d, shape, strides) in plan["values"].items()}
+
+
+#: CPU stand-ins interpret groups up to this many elements whole, larger ones on a sample.
+INTERPRET_LIMIT = 1 << 22
+INTERPRET_SAMPLE = 1 << 14
+
+_TYPE = re.compile(r"(\w+)\[[\d,]*\](\{[\d,]*\})?(?! scalar)")
+
+
+def _sampled_graph(text: str, n: int) -> str:
+    """A pointwise group's graph over n sampled elements: every tensor type
+    becomes rank-1 [n] (scalar inputs stay 0-d)."""
+    return _TYPE.sub(lambda m: f"{m.group(1)}[{n}]", text)
+
+
+def _same_layout(x: torch.Tensor, t: ValueType) -> bool:
+    """Strides agree on every dim of size > 1 (others never move the index)."""
+    return all(n == 1 or a == b for n, a, b in zip(t.shape, x.stride(), t.strides))
+
+
+class _Slots:
+    """Numbers each value name, and computes after which step each slot dies."""
+
+    def __init__(self, plan: dict):
+        self.index: dict[str, int] = {}
+        for name in plan["values"]:
+            self.index[name] = len(self.index)
+
+    def __call__(self, name: str) -> int:
+        return self.index[name]
+
+
+def _free_lists(plan: dict, step_reads: list[list[str]], keep: set[str]) -> list[list[int]]:
+    last_use: dict[str, int] = {}
+    for i, reads in enumerate(step_reads):
+        for name in reads:
+            last_use[name] = i
+    frees: list[list[int]] = [[] for _ in step_reads]
+    slots = _Slots(plan)
+    for name, i in last_use.items():
+        if name not in keep:
+            frees[i].append(slots(name))
+    return frees
+
+
+class Executor:
+    """Executes a plan from `core.compile_graph` on one device.
+
+    On a CUDA device every kernel is compiled with NVRTC for the device's
+    architecture (disk-cached) and launched on torch's current stream. On the
+    CPU, kernels run on the reference interpreter instead: that is how the CLI
+    checks the optimized graph on machines without a GPU.
+    """
+
+    def __init__(self, plan: dict, device: torch.device):
+        self.plan = plan
+        self.device = device
+        self.types = _value_types(plan)
+        slots = _Slots(plan)
+        self._slot_of = slots.index
+        self.input_slots = [slots(n) for n in plan["inputs"]]
+        self.output_slots = [slots(n) for n in plan["outputs"]]
+        self.mutation_slots = [slots(v) for _, v in plan["mutations"]]
+        self.num_slots = len(slots.index)
+        self.kernels: list[Any] = []
+        if device.type == "cuda":
+            arch = core.device_arch(device.index or 0)
+            self.kernels = [core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"])
+                            for k in plan["kernels"]]
+        steps: list[Callable[[list], None]] = []
+        reads: list[list[str]] = []
+        for step in plan["steps"]:
+            if step["kind"] == "kernel":
+                k = plan["kernels"][step["kernel"]]
+                steps.append(self._kernel_step(step["kernel"], k, slots))
+                reads.append(k["inputs"] + k["scalars"])
+            else:
+                steps.append(self._library_step(step, slots))
+                reads.append([v for kind, v in step["operands"] if kind == "value"])
+        keep = set(plan["outputs"]) | {v for _, v in plan["mutations"]} | set(plan["inputs"])
+        self.steps = list(zip(steps, _free_lists(plan, reads, keep)))
+
+    # ---- steps
+
+    def _kernel_step(self, index: int, k: dict, slots: _Slots) -> Callable[[list], None]:
+        out_slots = [slots(n) for n in k["outputs"]]
+        out_types = [self.types[n] for n in k["outputs"]]
+        in_slots = [slots(n) for n in k["inputs"]]
+        in_types = [self.types[n] for n in k["inputs"]]
+        scalar_slots = [slots(n) for n in k["scalars"]]
+        device = self.device
+        if device.type != "cuda":
+            return self._interpreted_kernel(k, out_slots, out_types, in_slots + scalar_slots)
+        kernel = self.kernels[index]
+        dev_index = device.index or 0
+
+        def run(env: list) -> None:
+            outs = [torch.empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for t in out_types]
+            ins = []
+            for s, t in zip(in_slots, in_types):
+                x = env[s]
+                if not _same_layout(x, t):
+                    # A library op chose another layout than the one captured: the
+                    # kernel's index math is specialized, so match the layout.
+                    x = torch.empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
+                ins.append(x)
+            pointers = [t.data_ptr() for t in outs] + [t.data_ptr() for t in ins]
+            scalars = [float(env[s]) for s in scalar_slots]
+            kernel.launch(dev_index, pointers, scalars, torch.cuda.current_stream(device).cuda_stream)
+            for s, t in zip(out_slots, outs):
+                env[s] = t
+        return run
+
+    def _interpreted_kernel(self, k: dict, out_slots: list[int], out_types: list[ValueType],
+                            in_slots: list[int]) -> Callable[[list], None]:
+        """CPU stand-in for a kernel: the group's graph on the reference interpreter.
+
+        Groups larger than INTERPRET_LIMIT elements run op by op through ATen and
+        the interpreter checks a random sample of INTERPRET_SAMPLE elements of
+        them (a pointwise group computes each element independently).
+        """
+        text = k["graph"]
+        shape = tuple(self.types[k["outputs"][0]].shape)
+        numel = int(np.prod(shape)) if shape else 1
+        eager = self._op_by_op(k) if numel > INTERPRET_LIMIT else None
+        sampled_text = _sampled_graph(text, INTERPRET_SAMPLE) if eager else None
+
+        def as_array(x: Any) -> np.ndarray:
+            if not isinstance(x, torch.Tensor):
+                return np.array([float(x)], dtype=np.float64)
+            return x.detach().to(torch.float64).contiguous().numpy().reshape(-1)
+
+        def run(env: list) -> None:
+            if eager is None:
+                results = core.interpret(text, [as_array(env[s]) for s in in_slots])
+                for s, t, r in zip(out_slots, out_types, results):
+                    out = torch.empty_strided(t.shape, t.strides, dtype=t.dtype)
+                    env[s] = out.copy_(torch.from_numpy(np.asarray(r)).reshape(t.shape))
+                return
+            outs = eager(env)
+            idx = torch.randint(0, numel, (INTERPRET_SAMPLE,), generator=torch.Generator().manual_seed(0))
+            coords = torch.unravel_index(idx, shape)
+
+            def sample(x: Any) -> np.ndarray:
+                if not isinstance(x, torch.Tensor):
+                    return as_array(x)
+                return as_array(x.expand(shape)[coords])
+            results = core.interpret(sampled_text, [sample(env[s]) for s in in_slots])
+            for s, o, r in zip(out_slots, outs, results):
+                got = o[coords].to(torch.float64)
+                want = torch.from_numpy(np.asarray(r))
+                if not torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
+                    err = (got - want).abs().max().item()
+                    raise AssertionError(f"kernel {k['name']}: interpreter disagrees on sampled elements "
+                                         f"(max abs diff {err:.3g})")
+                env[s] = o
+        return run
+
+    def _op_by_op(self, k: dict) -> Callable[[list], list]:
+        """Runs a group's nodes one ATen call at a time; returns its outputs."""
+        names = {n: i for i, n in enumerate(k["inputs"] + k["scalars"])}
+        in_slots = [self._slot_of[n] for n in k["inputs"] + k["scalars"]]
+        calls = []
+        for step in k["nodes"]:
+            call = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], self.device)
+            calls.append((call, step["operands"], step["results"][0]))
+
+        def run(env: list) -> list:
+            local = {n: env[s] for n, s in zip(names, in_slots)}
+            for call, operands, result in calls:
+                local[result] = call([local[v] if kind == "value" else v for kind, v in operands])
+            return [local[n] for n in k["outputs"]]
+        return run
+
+    def _library_step(self, step: dict, slots: _Slots) -> Callable[[list], None]:
+        call = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], self.device)
+        operands: list[tuple[bool, Any]] = [(True, slots(v)) if kind == "value" else (False, v)
+                                            for kind, v in step["operands"]]
+        result_slots = [slots(n) for n in step["results"]]
+        text = step["text"]
+
+        def run(env: list) -> None:
+            args = [env[v] if is_slot else v for is_slot, v in operands]
+            try:
+                out = call(args)
+            except Exception as e:  # name the IR node that failed
+                raise RuntimeError(f"fuseforge: library call failed for `{text}`: {e}") from e
+            if len(result_slots) == 1:
+                env[result_slots[0]] = out[0] if isinstance(out, (tuple, list)) else out
+            else:
+                for s, o in zip(result_slots, out):
+                    env[s] = o
+        return run
+
+    # ---- call
+
+    def __call__(self, inputs: list[Any]) -> tuple[list[Any], list[Any]]:
+        """Runs the plan; returns (outputs, new buffer values) in plan order."""
+        env: list[Any] = [None] * self.num_slots
+        for s, x in zip(self.input_slots, inputs):
+            env[s] = x
+        for run, frees in self.steps:
+            run(env)
+            for s in frees:
+                env[s] = None
+        return [env[s] for s in self.output_slots], [env[s] for s in self.mutation_slots]

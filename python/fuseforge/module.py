@@ -1,0 +1,192 @@
+"""OptimizedModule: the drop-in replacement that `fuseforge.optimize` returns."""
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from fuseforge._native import core
+from fuseforge.capture import CapturedGraph, capture
+from fuseforge.executor import Executor
+
+log = logging.getLogger("fuseforge")
+
+#: Re-specializations per module before it falls back to eager for good.
+MAX_SPECIALIZATIONS = 8
+
+
+@dataclass
+class Specialization:
+    """One compiled version of the model, for one guard key."""
+    captured: CapturedGraph
+    plan: dict
+    executor: Executor
+    getters: list  # per IR input: fetches it from (args, module)
+    mutation_targets: list  # per mutation: (module, buffer name)
+    stats: dict = field(default_factory=dict)
+
+
+def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
+    """What a specialization depends on: mode, and each argument's shape,
+    dtype, device and strides (Python numbers by type only: they are kernel
+    arguments), and every parameter's and buffer's dtype, device and shape."""
+    def describe(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return ("T", tuple(x.shape), x.dtype, x.device, x.stride())
+        if isinstance(x, (bool, int, float)):
+            return ("S", type(x))
+        return ("O", repr(x))
+    state = tuple((t.dtype, t.device, tuple(t.shape)) for t in module.parameters()) + \
+        tuple((t.dtype, t.device, tuple(t.shape)) for t in module.buffers())
+    return (module.training, tuple(describe(a) for a in args), state)
+
+
+class _NoBackward(torch.autograd.Function):
+    """Gives fused outputs a grad_fn that fails loudly instead of silently
+    dropping gradients (fuseforge optimizes forward passes only, for now)."""
+
+    @staticmethod
+    def forward(ctx, anchor: torch.Tensor, *outputs: torch.Tensor):  # type: ignore[override]
+        return tuple(o.detach() for o in outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):  # type: ignore[override]
+        raise RuntimeError("fuseforge: backward through an optimized module is not supported yet; "
+                           "call the original model (or run the optimized one under torch.no_grad()).")
+
+
+def _resolve(module: nn.Module, dotted: str) -> tuple[nn.Module, str]:
+    *path, leaf = dotted.split(".")
+    for p in path:
+        module = getattr(module, p)
+    return module, leaf
+
+
+class OptimizedModule(nn.Module):
+    """Runs `model`'s forward through fuseforge-generated kernels.
+
+    It shares the original's parameters, buffers and submodules (same
+    `state_dict` keys; loading a state dict into either updates both), keeps
+    its forward signature and output structure, and follows `train()`/`eval()`.
+    Each call is guarded on mode and on input shapes, dtypes, devices and
+    strides: a new combination is captured and compiled again (up to
+    MAX_SPECIALIZATIONS times, then eager with one warning). CPU inputs run eager.
+    """
+
+    def __init__(self, model: nn.Module, precision: str = "fp32"):
+        super().__init__()
+        if precision != "fp32":
+            raise ValueError(f"precision {precision!r} is not available yet; only 'fp32' is")
+        # Share the model's state dicts so keys and tensors are the same objects.
+        self._parameters = model._parameters
+        self._buffers = model._buffers
+        self._modules = model._modules
+        self._non_persistent_buffers_set = model._non_persistent_buffers_set
+        object.__setattr__(self, "_ff_model", model)
+        object.__setattr__(self, "_ff_specializations", {})
+        object.__setattr__(self, "_ff_gave_up", False)
+        self.training = model.training
+        self.precision = precision
+
+    # ---- introspection
+
+    @property
+    def original(self) -> nn.Module:
+        """The wrapped model (its forward is the eager reference)."""
+        return self._ff_model
+
+    def specializations(self) -> list[Specialization]:
+        return list(self._ff_specializations.values())
+
+    # ---- call
+
+    def _eager(self, *args: Any, **kwargs: Any) -> Any:
+        self._ff_model.training = self.training
+        return self._ff_model(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        if kwargs:
+            args = self._bind_kwargs(args, kwargs)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if self._ff_gave_up or not tensors or any(t.device.type != "cuda" for t in tensors):
+            return self._eager(*args)
+        key = _guard_key(self, args)
+        spec = self._ff_specializations.get(key)
+        if spec is None:
+            if len(self._ff_specializations) >= MAX_SPECIALIZATIONS:
+                object.__setattr__(self, "_ff_gave_up", True)
+                warnings.warn(f"fuseforge: {MAX_SPECIALIZATIONS} specializations reached; "
+                              "running this module eagerly from now on", stacklevel=2)
+                return self._eager(*args)
+            log.info("fuseforge: compiling a specialization for %s", key[:2])
+            spec = self._specialize(args, tensors[0].device)
+            self._ff_specializations[key] = spec
+        return self._run(spec, args)
+
+    def _bind_kwargs(self, args: tuple, kwargs: dict) -> tuple:
+        import inspect
+        sig = inspect.signature(self._ff_model.forward)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple(bound.args)
+
+    def _specialize(self, args: Sequence[Any], device: torch.device) -> Specialization:
+        self._ff_model.training = self.training
+        captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
+        plan = core.compile_graph(captured.text)
+        executor = Executor(plan, device)
+        getters = []
+        for b in captured.input_bindings:
+            if b.kind in ("user", "scalar"):
+                getters.append(("arg", b.source))
+            elif b.kind == "const":
+                getters.append(("const", captured.constants[b.source].to(device)))
+            else:
+                getters.append(("state", _resolve(self._ff_model, b.source)))
+        targets = [_resolve(self._ff_model, name) for name, _ in captured.mutations]
+        return Specialization(captured, plan, executor, getters, targets)
+
+    def _run(self, spec: Specialization, args: Sequence[Any]) -> Any:
+        inputs = []
+        for kind, src in spec.getters:
+            if kind == "arg":
+                inputs.append(args[src])
+            elif kind == "const":
+                inputs.append(src)
+            else:
+                inputs.append(getattr(*src))
+        with torch.no_grad():
+            outputs, new_buffers = spec.executor(inputs)
+            for (mod, name), value in zip(spec.mutation_targets, new_buffers):
+                getattr(mod, name).copy_(value)
+        if torch.is_grad_enabled():
+            anchor = next((t for t in [*self.parameters(), *args]
+                           if isinstance(t, torch.Tensor) and t.requires_grad), None)
+            if anchor is not None:
+                floating = [i for i, o in enumerate(outputs) if o.is_floating_point()]
+                for i, o in zip(floating, _NoBackward.apply(anchor, *[outputs[i] for i in floating])):
+                    outputs[i] = o
+        return pytree.tree_unflatten(outputs, spec.captured.output_tree)
+
+
+def optimize(model: nn.Module, example_inputs: Sequence[Any] | None = None, *,
+             precision: str = "fp32") -> OptimizedModule:
+    """Returns a drop-in replacement of `model` whose forward runs fused kernels.
+
+    `example_inputs`, if given, are used to compile right away (on CUDA
+    inputs); otherwise compilation happens at the first call. `precision`
+    "fp32" (the default) keeps fp32 accuracy.
+    """
+    opt = OptimizedModule(model, precision=precision)
+    if example_inputs is not None:
+        example = list(example_inputs)
+        if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example):
+            key = _guard_key(opt, example)
+            opt._ff_specializations[key] = opt._specialize(example, next(
+                a.device for a in example if isinstance(a, torch.Tensor)))
+    return opt
