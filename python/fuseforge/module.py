@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from fuseforge._native import core
-from fuseforge.capture import CapturedGraph, capture
+from fuseforge.capture import CaptureError, CapturedGraph, capture
 from fuseforge.executor import Executor
 
 log = logging.getLogger("fuseforge")
@@ -124,7 +124,15 @@ class OptimizedModule(nn.Module):
                               "running this module eagerly from now on", stacklevel=2)
                 return self._eager(*args)
             log.info("fuseforge: compiling a specialization for %s", key[:2])
-            spec = self._specialize(args, tensors[0].device)
+            try:
+                spec = self._specialize(args, tensors[0].device)
+            except CaptureError as e:
+                # Eager raises the model's own error for bad inputs; for code that
+                # torch.export cannot trace, eager is the fallback.
+                out = self._eager(*args)
+                warnings.warn(f"fuseforge: could not capture {type(self._ff_model).__name__}; running eagerly: {e}",
+                              stacklevel=2)
+                return out
             self._ff_specializations[key] = spec
         return self._run(spec, args)
 
