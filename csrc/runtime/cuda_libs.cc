@@ -35,10 +35,11 @@ void resolve_all(void* handle, NvrtcApi& api, std::string& missing) {
 #undef FF_RESOLVE
 }
 
-// Opens the first candidate that has every symbol of Api. On failure returns
-// false and appends one "  path: reason" line per candidate to `tried`.
+// Opens the first candidate that has every symbol of Api and returns its path.
+// On failure returns "" and appends one "  path: reason" line per candidate to
+// `tried`.
 template <class Api>
-bool load_first(const std::vector<std::string>& candidates, Api& api, std::string& tried) {
+std::string load_first(const std::vector<std::string>& candidates, Api& api, std::string& tried) {
   for (const std::string& path : candidates) {
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
@@ -48,11 +49,25 @@ bool load_first(const std::vector<std::string>& candidates, Api& api, std::strin
     }
     std::string missing;
     resolve_all(handle, api, missing);
-    if (missing.empty()) return true;  // handle stays open for the process lifetime
+    if (missing.empty()) return path;  // handle stays open for the process lifetime
     tried += "  " + path + ": missing symbols " + missing + "\n";
     dlclose(handle);
   }
-  return false;
+  return "";
+}
+
+// NVRTC dlopens libnvrtc-builtins.so.<major>.<minor> by bare soname when it
+// compiles, and the pip wheel's libnvrtc has no RUNPATH pointing at its own
+// directory. Loading the sibling first makes that lookup resolve to it (the
+// dynamic loader matches already-loaded sonames). Best effort: if it is not
+// there, NVRTC's own search applies.
+void preload_builtins_next_to(const std::string& nvrtc_path, const NvrtcApi& api) {
+  const size_t slash = nvrtc_path.rfind('/');
+  int major = 0, minor = 0;
+  if (slash == std::string::npos || api.nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return;
+  const std::string builtins = nvrtc_path.substr(0, slash) + "/libnvrtc-builtins.so." +
+                               std::to_string(major) + "." + std::to_string(minor);
+  if (dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) dlerror();  // clear the error
 }
 
 std::mutex& nvrtc_mutex() {
@@ -85,7 +100,7 @@ const DriverApi& driver() {
   static std::string error;
   std::call_once(once, [] {
     std::string tried;
-    if (!load_first({"libcuda.so.1"}, api, tried)) {
+    if (load_first({"libcuda.so.1"}, api, tried).empty()) {
       error = "fuseforge: cannot load the CUDA driver (is an NVIDIA driver installed?):\n" + tried;
     }
   });
@@ -100,12 +115,14 @@ const NvrtcApi& nvrtc() {
   if (loaded) return api;
   std::string tried;
   NvrtcApi attempt;
-  if (!load_first(nvrtc_candidates_locked(), attempt, tried)) {
+  const std::string path = load_first(nvrtc_candidates_locked(), attempt, tried);
+  if (path.empty()) {
     throw CudaError(
         "fuseforge: cannot load NVRTC; tried:\n" + tried +
         "Set FUSEFORGE_NVRTC to the full path of libnvrtc.so, or install the CUDA "
         "toolkit / the nvidia-cuda-nvrtc wheel.");
   }
+  preload_builtins_next_to(path, attempt);
   api = attempt;
   loaded = true;
   return api;

@@ -1,0 +1,196 @@
+#include "runtime/cache.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+
+namespace ff::runtime {
+namespace fs = std::filesystem;
+namespace {
+
+// Entry layout: magic, payload size (u64 LE), FNV-1a 64 of payload (u64 LE), payload.
+constexpr std::string_view kMagic = "FFK1";
+constexpr size_t kHeaderSize = 4 + 8 + 8;
+
+constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+// Second, unrelated offset basis: the two passes together give a 128-bit name.
+constexpr std::uint64_t kFnvOffset2 = 0x6c62272e07bb0142ull;
+
+std::uint64_t fnv1a64(std::string_view data, std::uint64_t h = kFnvOffset) {
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string hex128(std::string_view data) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx",
+                static_cast<unsigned long long>(fnv1a64(data, kFnvOffset)),
+                static_cast<unsigned long long>(fnv1a64(data, kFnvOffset2)));
+  return buf;
+}
+
+// Length-prefixed so that e.g. options {"ab"} and {"a", "b"} hash differently.
+void append_field(std::string& key, std::string_view field) {
+  key += std::to_string(field.size());
+  key += ':';
+  key += field;
+}
+
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+std::uint64_t get_u64(std::string_view in) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
+
+// The payload of a well-formed entry; nullopt if the file is missing (absent)
+// or fails the header checks (corrupt, reported through `corrupt`).
+std::optional<std::string> read_entry(const std::string& path, bool& corrupt) {
+  corrupt = false;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  const std::string data = buf.str();
+  const std::string_view view(data);
+  if (data.size() < kHeaderSize || view.substr(0, 4) != kMagic ||
+      get_u64(view.substr(4)) != data.size() - kHeaderSize ||
+      get_u64(view.substr(12)) != fnv1a64(view.substr(kHeaderSize))) {
+    corrupt = true;
+    return std::nullopt;
+  }
+  return data.substr(kHeaderSize);
+}
+
+// Writes to a temporary file in the same directory and renames it into place,
+// so concurrent readers (other processes) never see a partial entry.
+bool write_entry(const std::string& dir, const std::string& file, const std::string& payload,
+                 std::string& why) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    why = ec.message();
+    return false;
+  }
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = dir + "/." + file + ".tmp." + std::to_string(getpid()) + "." +
+                          std::to_string(counter++);
+  std::string header(kMagic);
+  put_u64(header, payload.size());
+  put_u64(header, fnv1a64(payload));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << header << payload;
+    out.close();
+    if (!out) {
+      why = "cannot write " + tmp;
+      fs::remove(tmp, ec);
+      return false;
+    }
+  }
+  fs::rename(tmp, dir + "/" + file, ec);
+  if (ec) {
+    why = ec.message();
+    fs::remove(tmp, ec);
+    return false;
+  }
+  return true;
+}
+
+std::mutex g_mutex;  // guards the two containers below
+std::unordered_map<std::string, CompiledKernel> g_memory;
+std::set<std::string> g_warned_dirs;
+
+void warn_unwritable_once(const std::string& dir, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_warned_dirs.insert(dir).second) return;
+  }
+  std::fprintf(stderr,
+               "fuseforge: warning: kernel cache directory '%s' is not writable (%s); "
+               "continuing without the disk cache\n",
+               dir.c_str(), why.c_str());
+}
+
+bool disk_cache_disabled() {
+  const char* v = std::getenv("FUSEFORGE_DISABLE_CACHE");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+}  // namespace
+
+std::string cache_dir() {
+  if (const char* d = std::getenv("FUSEFORGE_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    return std::string(x) + "/fuseforge";
+  }
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    return std::string(h) + "/.cache/fuseforge";
+  }
+  return "";
+}
+
+void clear_memory_cache() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_memory.clear();
+}
+
+CompiledKernel compile_cached(const std::string& source, const std::string& kernel_name, int arch,
+                              const std::vector<std::string>& extra_options) {
+  const CompilePlan plan = plan_compile(arch, extra_options);
+  const int version = nvrtc_version();
+  std::string key;
+  append_field(key, source);
+  for (const std::string& opt : plan.options) append_field(key, opt);
+  append_field(key, std::to_string(arch));
+  append_field(key, std::to_string(version));
+  const std::string file = kernel_name + "-sm" + std::to_string(arch) + "-nvrtc" +
+                           std::to_string(version) + "-" + hex128(key) +
+                           (plan.is_cubin ? ".cubin" : ".ptx");
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (auto it = g_memory.find(file); it != g_memory.end()) return it->second;
+  }
+
+  const std::string dir = disk_cache_disabled() ? "" : cache_dir();
+  std::optional<CompiledKernel> result;
+  if (!dir.empty()) {
+    const std::string path = dir + "/" + file;
+    bool corrupt = false;
+    if (std::optional<std::string> image = read_entry(path, corrupt)) {
+      result = CompiledKernel{kernel_name, std::move(*image), plan.is_cubin, ""};
+    } else if (corrupt) {
+      std::error_code ec;
+      fs::remove(path, ec);
+      std::fprintf(stderr, "fuseforge: warning: removed corrupt kernel cache entry '%s'\n",
+                   path.c_str());
+    }
+  }
+  if (!result) {
+    result = compile_kernel(source, kernel_name, arch, extra_options);
+    std::string why;
+    if (!dir.empty() && !write_entry(dir, file, result->image, why)) warn_unwritable_once(dir, why);
+  }
+
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_memory.emplace(file, std::move(*result)).first->second;
+}
+
+}  // namespace ff::runtime
