@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ir/graph.h"
 
@@ -78,10 +79,20 @@ class Printer {
  public:
   explicit Printer(const Graph* g) {
     if (!g) return;
-    int next = 0;
+    // Numbers already taken by values that keep their names (a graph input
+    // called %0, as in a kernel's subgraph) are skipped.
+    std::unordered_set<std::string> kept;
+    for (Value* v : g->inputs()) kept.insert(v->name);
     for (auto& n : g->nodes())
       for (Value* r : n->results)
-        if (is_number_name(r->name)) names_[r] = std::to_string(next++);
+        if (!is_number_name(r->name)) kept.insert(r->name);
+    int next = 0;
+    for (auto& n : g->nodes())
+      for (Value* r : n->results) {
+        if (!is_number_name(r->name)) continue;
+        while (kept.count(std::to_string(next))) next++;
+        names_[r] = std::to_string(next++);
+      }
   }
 
   std::string name(const Value* v) const {

@@ -68,6 +68,18 @@ TEST(IR, RenumbersTemporariesInDefinitionOrder) {
 )");
 }
 
+TEST(IR, RenumberingSkipsNumbersTakenByInputs) {
+  const char* text = R"(graph @k(%0: f32[4], %s: f64[] scalar) {
+  %1 = mul(%0, %s) : f32[4]
+  %2 = neg(%1) : f32[4]
+  return %2
+}
+)";
+  auto g = parse(text);
+  EXPECT_EQ(print(*g), text);
+  EXPECT_EQ(print(*parse(print(*g))), text);
+}
+
 TEST(IR, ParseErrorsCarryLineAndColumn) {
   try {
     parse("graph @g(%x: f32[4]) {\n  %0 = frobnicate(%x) : f32[4]\n  return %0\n}");
