@@ -4,13 +4,19 @@
 
 namespace ff::passes {
 
+std::unique_ptr<Pass> make_canonicalize();  // canonicalize.cc
+std::unique_ptr<Pass> make_cse();           // cse.cc
+std::unique_ptr<Pass> make_dce();           // dce.cc
+
 namespace {
 struct Entry {
   const char* name;
   std::unique_ptr<Pass> (*make)();
 };
 const Entry kPasses[] = {
-    {"none", nullptr},
+    {"canonicalize", make_canonicalize},
+    {"cse", make_cse},
+    {"dce", make_dce},
 };
 }  // namespace
 
@@ -29,6 +35,6 @@ std::vector<std::string> pass_names() {
   return out;
 }
 
-std::vector<std::string> default_pipeline() { return {}; }
+std::vector<std::string> default_pipeline() { return {"canonicalize", "cse", "dce"}; }
 
 }  // namespace ff::passes
