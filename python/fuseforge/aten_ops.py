@@ -6,8 +6,6 @@ inputs) and returns a tensor or a tuple of tensors.
 """
 from __future__ import annotations
 
-import ast
-import re
 from typing import Any, Callable
 
 import torch
@@ -53,52 +51,10 @@ def _argextreme(fn: Callable) -> Callable[[dict, torch.dtype], Call]:
     return make
 
 
-_OPAQUE_ARG = re.compile(r"\$(\d+)")
-_ALLOWED_TORCH_ATTRS = (torch.dtype, torch.layout, torch.memory_format, torch.device)
-
-
-def _literal_eval(node: ast.AST, tensors: list) -> Any:
-    """Evaluates an opaque op's argument template: Python literals, lists,
-    tuples, tensor placeholders, and torch dtypes/layouts/memory formats."""
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, (ast.List, ast.Tuple)):
-        items = [_literal_eval(e, tensors) for e in node.elts]
-        return items if isinstance(node, ast.List) else tuple(items)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -_literal_eval(node.operand, tensors)
-    if isinstance(node, ast.Name) and node.id.startswith("__ff_t"):
-        return tensors[int(node.id[6:])]
-    if isinstance(node, ast.Name) and node.id in ("inf", "nan"):
-        return float(node.id)
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
-        value = getattr(torch, node.attr, None)
-        if isinstance(value, _ALLOWED_TORCH_ATTRS):
-            return value
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "device":
-        return torch.device(*[_literal_eval(a, tensors) for a in node.args])
-    raise ValueError(f"unsupported expression in opaque op arguments: {ast.dump(node)}")
-
-
-def resolve_aten(target: str) -> Callable:
-    """'aten.max.dim' -> torch.ops.aten.max.dim"""
-    parts = target.split(".")
-    if len(parts) != 3 or parts[0] != "aten":
-        raise ValueError(f"opaque target '{target}' is not of the form aten.<op>.<overload>")
-    packet = getattr(torch.ops.aten, parts[1])
-    return getattr(packet, parts[2])
-
-
-def _opaque(attrs: dict, out_dtype: torch.dtype) -> Call:
-    fn = resolve_aten(attrs["target"])
-    template = ast.parse(_OPAQUE_ARG.sub(r"__ff_t\1", attrs.get("args", "[]")), mode="eval").body
-    if not isinstance(template, (ast.List, ast.Tuple)):
-        raise ValueError(f"opaque args of {attrs['target']} must be a list, got {attrs.get('args')!r}")
-
-    def run(a: list) -> Any:
-        args = _literal_eval(template, a)
-        return fn(*args)
-    return run
+def _opaque(attrs: dict, out_dtype: torch.dtype, device: torch.device) -> Call:
+    from fuseforge.capture import run_opaque
+    target, args, kwargs = attrs["target"], attrs.get("args", "[]"), attrs.get("kwargs")
+    return lambda a: run_opaque(target, args, kwargs, a, device)
 
 
 def _convolution(attrs: dict, out_dtype: torch.dtype) -> Call:
@@ -141,7 +97,6 @@ _LIBRARY: dict[str, Callable[[dict, torch.dtype], Call]] = {
     "slice": _slice,
     "select": lambda at, dt: lambda a: a[0].select(at["dim"], at["index"]),
     "cat": lambda at, dt: lambda a: torch.cat(a, at["dim"]),
-    "opaque": _opaque,
 }
 
 
@@ -153,6 +108,8 @@ def make_call(op: str, attrs: dict, result_types: list, device: torch.device) ->
         return lambda a: a[0].reshape(shape)  # a view when strides allow, else a copy (as the IR's view rule)
     if op == "expand":
         return lambda a: a[0].expand(shape)
+    if op == "opaque":
+        return _opaque(attrs, dtype, device)
     if op in _LIBRARY:
         return _LIBRARY[op](attrs, dtype)
     return _pointwise_call(op, attrs, dtype, shape, device)

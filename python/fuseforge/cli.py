@@ -195,7 +195,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     ir_inputs = []
     for b in captured.input_bindings:
         if b.kind in ("user", "scalar"):
-            ir_inputs.append(inputs[b.source])
+            ir_inputs.append(b.fetch_arg(inputs))
         elif b.kind == "const":
             ir_inputs.append(captured.constants[b.source])
         else:

@@ -8,7 +8,6 @@ from typing import Any, Sequence
 
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, CapturedGraph, capture
@@ -117,6 +116,10 @@ class OptimizedModule(nn.Module):
             return self._eager(*args)
         key = _guard_key(self, args)
         spec = self._ff_specializations.get(key)
+        if spec is not None and any(args[i] != v for i, v in spec.captured.specialized_scalars.items()):
+            # A Python value that capture had to bake in changed: specialize on it too.
+            key = key + tuple(sorted((i, repr(args[i])) for i in spec.captured.specialized_scalars))
+            spec = self._ff_specializations.get(key)
         if spec is None:
             if len(self._ff_specializations) >= MAX_SPECIALIZATIONS:
                 object.__setattr__(self, "_ff_gave_up", True)
@@ -151,7 +154,7 @@ class OptimizedModule(nn.Module):
         getters = []
         for b in captured.input_bindings:
             if b.kind in ("user", "scalar"):
-                getters.append(("arg", b.source))
+                getters.append(("arg", b.fetch_arg))
             elif b.kind == "const":
                 getters.append(("const", captured.constants[b.source].to(device)))
             else:
@@ -163,7 +166,7 @@ class OptimizedModule(nn.Module):
         inputs = []
         for kind, src in spec.getters:
             if kind == "arg":
-                inputs.append(args[src])
+                inputs.append(src(args))
             elif kind == "const":
                 inputs.append(src)
             else:
@@ -179,7 +182,7 @@ class OptimizedModule(nn.Module):
                 floating = [i for i, o in enumerate(outputs) if o.is_floating_point()]
                 for i, o in zip(floating, _NoBackward.apply(anchor, *[outputs[i] for i in floating])):
                     outputs[i] = o
-        return pytree.tree_unflatten(outputs, spec.captured.output_tree)
+        return spec.captured.unflatten_outputs(outputs)
 
 
 def optimize(model: nn.Module, example_inputs: Sequence[Any] | None = None, *,

@@ -1,0 +1,858 @@
+"""Tests of fuseforge.capture (CPU only).
+
+Three layers:
+- every problem file in benchmarks/problems captures (built on the meta device,
+  so nothing is allocated) into text that passes a grammar check of docs/IR.md;
+- problem-specific expectations (scalar input, literal constant, strides,
+  opaque LSTM, BatchNorm write-backs);
+- small models are captured and the IR is run by a reference interpreter
+  written here (torch ops on the CPU, opaque nodes through ATen), then compared
+  with eager: this checks the op mapping, literals, scalar inputs, opaque
+  argument strings and buffer write-backs.
+"""
+from __future__ import annotations
+
+import copy
+import glob
+import inspect
+import math
+import os
+import re
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils import _pytree as pytree
+
+from fuseforge.capture import (
+    CaptureError,
+    capture,
+    decode_opaque_args,
+    decomposition_table,
+    format_float,
+    run_opaque,
+)
+from fuseforge.problem import load_problem, problem_name
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROBLEMS = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "problems", "*", "*.py")))
+
+# ---------------------------------------------------------------------------
+# Grammar of docs/IR.md at the regex level
+
+DTYPE = r"(?:f32|f16|bf16|f64|i64|i32|bool)"
+TYPE = rf"{DTYPE}\[(?:\d+(?:,\d+)*)?\](?:\{{-?\d+(?:,-?\d+)*\}})?"
+VALUE = r"%[A-Za-z0-9_.]+"
+FLOAT = r"-?(?:inf|nan|\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)"
+INT = r"-?\d+"
+LITERAL = rf"(?:{FLOAT}|{INT}|true|false)"
+OPERAND = rf"(?:{VALUE}|{LITERAL})"
+STRING = r'"(?:[^"\\]|\\.)*"'
+ATTR = rf"(?:{STRING}|\[(?:{INT}(?:, {INT})*)?\]|true|false|{FLOAT}|{INT})"
+KIND = r"(?:param|buffer|const|scalar)"
+INPUT = rf"{VALUE}: {TYPE}(?: {KIND})?"
+HEADER_RE = re.compile(rf"graph @[A-Za-z0-9_.]+\((?:{INPUT}(?:, {INPUT})*)?\) \{{")
+NODE_RE = re.compile(
+    rf"  (?P<results>{VALUE}(?:, {VALUE})*) = (?P<op>[a-z_0-9]+)\((?P<operands>(?:{OPERAND}(?:, {OPERAND})*)?)\)"
+    rf"(?: \{{(?P<attrs>[a-z_]+={ATTR}(?:, [a-z_]+={ATTR})*)\}})? : (?P<types>{TYPE}(?:, {TYPE})*)")
+RETURN_RE = re.compile(rf"  return(?: (?P<values>{VALUE}(?:, {VALUE})*))?")
+MUTATE_RE = re.compile(rf"  mutate (?P<buf>{VALUE}) = (?P<value>{VALUE})")
+INPUT_RE = re.compile(rf"(?P<name>{VALUE}): (?P<type>{TYPE})(?: (?P<kind>{KIND}))?")
+TYPE_RE = re.compile(r"(?P<dtype>f32|f16|bf16|f64|i64|i32|bool)\[(?P<shape>[\d,]*)\](?:\{(?P<strides>[-\d,]*)\})?")
+ATTR_RE = re.compile(rf"(?P<key>[a-z_]+)=(?P<value>{ATTR})")
+
+
+def _op_table() -> dict[str, tuple[str, int]]:
+    ops = {}
+    with open(os.path.join(ROOT, "csrc", "ir", "ops.def")) as f:
+        for m in re.finditer(r'FF_OP\(\w+, "([a-z_0-9]+)", (\w+), (-?\d+)\)', f.read()):
+            ops[m.group(1)] = (m.group(2), int(m.group(3)))
+    return ops
+
+
+OPS = _op_table()
+
+
+def check_ir_text(text: str) -> None:
+    """Asserts that every line of `text` fits the grammar of docs/IR.md and the
+    structural rules a parser/verifier enforces: known ops with the right operand
+    count, values defined once and before use, sorted attributes, `mutate`
+    targets that are buffer inputs."""
+    assert text.endswith("}\n"), "the graph must end with '}' and a newline"
+    lines = text[:-1].split("\n")
+    assert HEADER_RE.fullmatch(lines[0]), f"bad header: {lines[0]}"
+    assert lines[-1] == "}"
+    defined: dict[str, str] = {}
+    for m in INPUT_RE.finditer(lines[0][lines[0].index("("):]):
+        assert m.group("name") not in defined, f"input {m.group('name')} defined twice"
+        defined[m.group("name")] = m.group("kind") or "user"
+    seen_return = False
+    for line in lines[1:-1]:
+        if (m := NODE_RE.fullmatch(line)) is not None:
+            assert not seen_return, f"node after return: {line}"
+            op = m.group("op")
+            assert op in OPS, f"unknown op {op}: {line}"
+            operands = m.group("operands").split(", ") if m.group("operands") else []
+            n = OPS[op][1]
+            if op == "convolution":
+                assert len(operands) in (2, 3), line
+            elif n >= 0:
+                assert len(operands) == n, f"{op} takes {n} operands: {line}"
+            for o in operands:
+                if o.startswith("%"):
+                    assert o in defined, f"use of undefined {o}: {line}"
+            if m.group("attrs"):
+                keys = [a.group("key") for a in ATTR_RE.finditer(m.group("attrs"))]
+                assert keys == sorted(keys), f"attributes not sorted: {line}"
+                assert len(set(keys)) == len(keys), line
+            if op == "opaque":
+                assert 'target="' in (m.group("attrs") or ""), line
+            results = m.group("results").split(", ")
+            types = TYPE_RE.findall(m.group("types"))
+            assert len(results) == len(types), f"result count != type count: {line}"
+            for r in results:
+                assert r not in defined, f"{r} defined twice"
+                defined[r] = "node"
+        elif (m := RETURN_RE.fullmatch(line)) is not None:
+            assert not seen_return, "two returns"
+            seen_return = True
+            for v in (m.group("values") or "").split(", "):
+                if v:
+                    assert v in defined, f"return of undefined {v}"
+        elif (m := MUTATE_RE.fullmatch(line)) is not None:
+            assert seen_return, "mutate before return"
+            assert defined.get(m.group("buf")) == "buffer", f"mutate target is not a buffer input: {line}"
+            assert m.group("value") in defined, line
+        else:
+            raise AssertionError(f"line does not match the IR grammar: {line!r}")
+    assert seen_return, "no return line"
+    # numbered results are numbered in definition order (the printer's canonical form)
+    numbered = [int(v[1:]) for v, k in defined.items() if k == "node" and v[1:].isdigit()]
+    assert numbered == list(range(len(numbered))), "results are not numbered %0, %1, ... in order"
+
+
+def graph_inputs(text: str) -> list[tuple[str, str, str]]:
+    header = text.split("\n", 1)[0]
+    return [(m.group("name")[1:], m.group("type"), m.group("kind") or "user")
+            for m in INPUT_RE.finditer(header[header.index("("):])]
+
+
+def node_lines(text: str) -> list[re.Match]:
+    return [m for line in text.split("\n") if (m := NODE_RE.fullmatch(line))]
+
+
+def _native_normalize():
+    try:
+        from fuseforge._native import core
+    except Exception:
+        return None
+    return getattr(core, "normalize_ir", None)
+
+
+# ---------------------------------------------------------------------------
+# Reference interpreter of IR text (for small graphs)
+
+_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
+       "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
+
+
+def _parse_type(t: str):
+    m = TYPE_RE.fullmatch(t)
+    shape = [int(s) for s in m.group("shape").split(",")] if m.group("shape") else []
+    strides = [int(s) for s in m.group("strides").split(",")] if m.group("strides") else None
+    if strides is None:
+        strides, acc = [0] * len(shape), 1
+        for i in range(len(shape) - 1, -1, -1):
+            strides[i] = acc
+            acc *= max(shape[i], 1)
+    return _DT[m.group("dtype")], shape, strides
+
+
+def _parse_literal(s: str):
+    if s in ("true", "false"):
+        return s == "true"
+    if any(c in s for c in ".eE") or "inf" in s or "nan" in s:
+        return float(s)
+    return int(s)
+
+
+def _parse_attr(s: str):
+    if s.startswith('"'):
+        return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), s[1:-1])
+    if s.startswith("["):
+        return [int(x) for x in s[1:-1].split(", ")] if s != "[]" else []
+    return _parse_literal(s)
+
+
+def _t(x):
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x)
+
+
+_UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p,
+    "expm1": torch.expm1, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh, "relu": torch.relu, "silu": F.silu, "sin": torch.sin, "cos": torch.cos,
+    "reciprocal": torch.reciprocal, "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil,
+    "trunc": torch.trunc, "round": torch.round, "sign": torch.sign, "logical_not": torch.logical_not,
+    "isnan": torch.isnan,
+}
+_BINARY = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
+    "maximum": lambda a, b: torch.clamp(a, min=b) if not isinstance(b, torch.Tensor) else torch.maximum(a, b),
+    "minimum": lambda a, b: torch.clamp(a, max=b) if not isinstance(b, torch.Tensor) else torch.minimum(a, b),
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "logical_and": lambda a, b: torch.logical_and(_t(a), _t(b)),
+    "logical_or": lambda a, b: torch.logical_or(_t(a), _t(b)),
+    "remainder": torch.remainder, "fmod": torch.fmod,
+}
+
+
+def _dims(at, x):
+    return tuple(at.get("dims") or range(x.dim()))
+
+
+def run_ir(text: str, inputs: list) -> tuple[list, dict]:
+    """Runs IR text on the CPU: returns (outputs, {buffer name: new value}).
+    Checks every result against its declared dtype and shape, and the strides
+    of layout ops."""
+    lines = text[:-1].split("\n")
+    env: dict[str, object] = {}
+    decl = [(m.group("name"), m.group("type")) for m in INPUT_RE.finditer(lines[0][lines[0].index("("):])]
+    assert len(decl) == len(inputs)
+    for (name, _), v in zip(decl, inputs):
+        env[name] = v
+    outputs, mutations = [], {}
+    for line in lines[1:-1]:
+        if (m := NODE_RE.fullmatch(line)) is not None:
+            op = m.group("op")
+            a = [env[o] if o.startswith("%") else _parse_literal(o)
+                 for o in (m.group("operands").split(", ") if m.group("operands") else [])]
+            at = {x.group("key"): _parse_attr(x.group("value")) for x in ATTR_RE.finditer(m.group("attrs") or "")}
+            types = [_parse_type(t.group(0)) for t in TYPE_RE.finditer(m.group("types"))]
+            dt, shape, strides = types[0]
+            if op in _UNARY:
+                r = _UNARY[op](_t(a[0]))
+            elif op == "gelu":
+                r = F.gelu(a[0], approximate=at.get("approximate", "none"))
+            elif op in _BINARY:
+                r = _BINARY[op](a[0], a[1])
+            elif op == "where":
+                r = torch.where(_t(a[0]), a[1], a[2])
+            elif op in ("cast", "copy"):
+                r = _t(a[0]).to(dt, copy=True)
+            elif op == "full":
+                r = torch.full(shape, a[0].item() if isinstance(a[0], torch.Tensor) else a[0], dtype=dt)
+            elif op in ("sum", "prod"):
+                x = a[0]
+                if op == "sum":
+                    r = torch.sum(x, dim=_dims(at, x), keepdim=at.get("keepdim", False), dtype=dt)
+                else:
+                    r = x
+                    for d in sorted(_dims(at, x), reverse=True):
+                        r = torch.prod(r, dim=d, keepdim=at.get("keepdim", False), dtype=dt)
+            elif op in ("mean", "amax", "amin", "any"):
+                fn = {"mean": torch.mean, "amax": torch.amax, "amin": torch.amin, "any": torch.any}[op]
+                r = fn(a[0], dim=_dims(at, a[0]), keepdim=at.get("keepdim", False))
+            elif op == "var":
+                r = torch.var(a[0], dim=_dims(at, a[0]), correction=at.get("correction", 1),
+                              keepdim=at.get("keepdim", False))
+            elif op in ("argmax", "argmin"):
+                r = getattr(torch, op)(a[0], dim=at.get("dim"), keepdim=at.get("keepdim", False))
+            elif op in ("softmax", "log_softmax"):
+                r = getattr(torch, op)(a[0], at["dim"], dtype=dt if dt != a[0].dtype else None)
+            elif op == "layer_norm":
+                r = F.layer_norm(a[0], a[0].shape[a[0].dim() - at["ndims"]:], a[1], a[2], at["eps"])
+            elif op == "cumsum":
+                r = torch.cumsum(a[0], at["dim"], dtype=dt)
+            elif op == "mm":
+                r = torch.mm(a[0], a[1])
+            elif op == "bmm":
+                r = torch.bmm(a[0], a[1])
+            elif op == "addmm":
+                r = torch.addmm(a[0], a[1], a[2], beta=at.get("beta", 1), alpha=at.get("alpha", 1))
+            elif op == "convolution":
+                r = torch.ops.aten.convolution.default(
+                    a[0], a[1], a[2] if len(a) > 2 else None, at["stride"], at["padding"], at["dilation"],
+                    at["transposed"], at["output_padding"], at["groups"])
+            elif op == "view":
+                r = a[0].reshape(shape)
+            elif op == "expand":
+                r = a[0].expand(shape)
+            elif op == "permute":
+                r = a[0].permute(at["dims"])
+            elif op == "unsqueeze":
+                r = a[0].unsqueeze(at["dim"])
+            elif op == "squeeze":
+                r = a[0].squeeze(tuple(at["dims"]))
+            elif op == "slice":
+                r = torch.ops.aten.slice.Tensor(a[0], at["dim"], at["start"], at["end"], at["step"])
+            elif op == "select":
+                r = a[0].select(at["dim"], at["index"])
+            elif op == "cat":
+                r = torch.cat(a, at["dim"])
+            elif op == "opaque":
+                r = run_opaque(at["target"], at["args"], at.get("kwargs"), a)
+            else:
+                raise AssertionError(f"interpreter has no {op}")
+            rs = list(r) if isinstance(r, tuple) else [r]
+            # arithmetic on scalar inputs (Python numbers) stays 0-d
+            rs = [torch.tensor(v, dtype=t[0]) if not isinstance(v, torch.Tensor) else v for v, t in zip(rs, types)]
+            names = m.group("results").split(", ")
+            assert len(rs) == len(names) == len(types), line
+            for name, val, (dt, shape, strides) in zip(names, rs, types):
+                assert val.dtype == dt, f"{line}\n  result dtype {val.dtype} != declared {dt}"
+                assert list(val.shape) == shape, f"{line}\n  result shape {list(val.shape)} != declared {shape}"
+                if OPS[op][0] == "Layout":
+                    assert list(val.stride()) == strides, f"{line}\n  strides {val.stride()} != {strides}"
+                env[name] = val
+        elif (m := RETURN_RE.fullmatch(line)) is not None:
+            outputs = [env[v] for v in (m.group("values") or "").split(", ") if v]
+        elif (m := MUTATE_RE.fullmatch(line)) is not None:
+            mutations[m.group("buf")[1:]] = env[m.group("value")]
+    return outputs, mutations
+
+
+def feed_for(model: nn.Module, cg, inputs: list) -> list:
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    feed = []
+    for b in cg.input_bindings:
+        if b.kind in ("user", "scalar"):
+            feed.append(b.fetch_arg(inputs))
+        elif b.kind == "const":
+            feed.append(cg.constants[b.source])
+        else:
+            feed.append(state[b.source].detach())
+    return feed
+
+
+def check_against_eager(model: nn.Module, inputs: list, atol: float = 1e-5, rtol: float = 1e-5):
+    """Captures `model`, runs the IR and eager on `inputs`, compares outputs and
+    buffer write-backs; returns the CapturedGraph."""
+    reference = copy.deepcopy(model)
+    cg = capture(model, inputs, name=type(model).__name__)
+    check_ir_text(cg.text)
+    normalize = _native_normalize()
+    if normalize is not None:
+        assert normalize(cg.text) == cg.text
+    with torch.no_grad():
+        outs, muts = run_ir(cg.text, feed_for(model, cg, inputs))
+        expected = reference(*inputs)
+    got = cg.unflatten_outputs(outs)
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    exp_leaves, exp_spec = pytree.tree_flatten(expected)
+    assert got_spec == exp_spec, f"output structure {got_spec} != eager {exp_spec}"
+    for g, e in zip(got_leaves, exp_leaves):
+        if isinstance(e, torch.Tensor):
+            assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, g.shape, e.dtype, e.shape)
+            torch.testing.assert_close(g, e, atol=atol, rtol=rtol, equal_nan=True)
+        else:
+            assert g == e
+    ref_buffers = dict(reference.named_buffers())
+    for buf, value in cg.mutations:
+        by_input = {b.source: b.ir_name for b in cg.input_bindings if b.kind == "buffer"}
+        torch.testing.assert_close(muts[by_input[buf]], ref_buffers[buf], atol=atol, rtol=rtol)
+    # capture never changes the model
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference.state_dict()[k]) or k in {b for b, _ in cg.mutations}
+    return cg
+
+
+# ---------------------------------------------------------------------------
+# Problem files
+
+
+def _build_meta(path: str):
+    mod = load_problem(path)
+    with torch.device("meta"):
+        model = mod.Model(*mod.get_init_inputs())
+        inputs = mod.get_inputs()
+    return mod, model, inputs
+
+
+_CAPTURED: dict[str, tuple] = {}
+
+
+def _captured(path: str):
+    if path not in _CAPTURED:
+        mod, model, inputs = _build_meta(path)
+        _CAPTURED[path] = (model, inputs, capture(model, inputs, name=problem_name(path)))
+    return _CAPTURED[path]
+
+
+def _problem(name: str) -> str:
+    return next(p for p in PROBLEMS if problem_name(p) == name)
+
+
+def test_problem_count():
+    assert len(PROBLEMS) == 29
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
+def test_problem_captures(path):
+    model, inputs, cg = _captured(path)
+    check_ir_text(cg.text)
+    assert cg.text.startswith(f"graph @{problem_name(path)}(")
+    ins = graph_inputs(cg.text)
+    assert [i[0] for i in ins] == [b.ir_name for b in cg.input_bindings]
+    kinds = {"user": "user", "param": "param", "buffer": "buffer", "const": "const", "scalar": "scalar"}
+    assert [i[2] for i in ins] == [kinds[b.kind] for b in cg.input_bindings]
+    # every param and buffer these graphs read is an input under its state_dict name: all of
+    # them, except num_batches_tracked of BatchNorm in eval mode (eval never reads it)
+    state = {b.source: b.kind for b in cg.input_bindings if b.kind in ("param", "buffer")}
+    params = dict(model.named_parameters())
+    for key in model.state_dict():
+        if key.endswith("num_batches_tracked") and not model.training:
+            assert key not in state
+            continue
+        assert key in state, f"{key} is not a graph input"
+        assert state[key] == ("param" if key in params else "buffer")
+    # user inputs are bound to forward's positional arguments
+    users = [b for b in cg.input_bindings if b.kind in ("user", "scalar")]
+    assert sorted(b.source for b in users) == [i for i, a in enumerate(inputs)
+                                               if isinstance(a, (torch.Tensor, int, float))]
+    defined = {m2 for m in node_lines(cg.text) for m2 in m.group("results").split(", ")}
+    for o in cg.output_names:
+        assert "%" + o in defined or o in {b.ir_name for b in cg.input_bindings}
+    assert len(cg.output_names) == cg.output_tree.num_leaves - len(cg.output_constants)
+    for buf, v in cg.mutations:
+        assert f"  mutate %{buf} = %{v}\n" in cg.text
+    # train-mode BatchNorm writes back its running statistics
+    bns = [(n, m) for n, m in model.named_modules()
+           if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    mutated = {buf for buf, _ in cg.mutations}
+    if model.training:
+        for n, _ in bns:
+            for b in ("running_mean", "running_var", "num_batches_tracked"):
+                assert f"{n}.{b}" in mutated
+    else:
+        assert not mutated
+    normalize = _native_normalize()
+    if normalize is not None:
+        assert normalize(cg.text) == cg.text
+
+
+def test_batchnorm_train_problems_have_mutations():
+    # the three problems that run BatchNorm in train mode as constructed
+    for name in ("gemm_scale_batchnorm", "linear_batchnorm_train", "small_convnet"):
+        model, _, cg = _captured(_problem(name))
+        assert model.training
+        lines = [l for l in cg.text.split("\n") if l.startswith("  mutate ")]
+        assert lines and all(re.search(r"(running_mean|running_var|num_batches_tracked) = ", l) for l in lines)
+        assert len(lines) == 3 * sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def test_lstm_is_one_opaque_node():
+    _, _, cg = _captured(_problem("lstm_last_step"))
+    ops = [m.group("op") for m in node_lines(cg.text)]
+    assert len(ops) < 10, "the LSTM was unrolled"
+    lstm = [m for m in node_lines(cg.text) if 'target="aten.lstm.input"' in (m.group("attrs") or "")]
+    assert len(lstm) == 1
+    # output, h_n, c_n; the hidden states have the shape eager gives ([layers, batch, hidden])
+    types = TYPE_RE.findall(lstm[0].group("types"))
+    assert len(types) == 3
+    assert [t[1] for t in types[1:]] == ["2,64,512", "2,64,512"]
+    assert re.search(r'args="\[\$0, \[\$1, \$2\], \[\$3, \$4, \$5, \$6, \$7, \$8, \$9, \$10\], True, 2, ',
+                     lstm[0].group("attrs"))
+
+
+def test_matrix_scalar_has_scalar_input():
+    _, _, cg = _captured(_problem("matrix_scalar_multiplication"))
+    assert graph_inputs(cg.text) == [("A", "f32[65536,16384]", "user"), ("s", "f64[]", "scalar")]
+    assert cg.input_bindings[1].kind == "scalar" and cg.input_bindings[1].source == 1
+    assert cg.specialized_scalars == {}
+    (node,) = node_lines(cg.text)
+    assert node.group(0) == "  %0 = mul(%A, %s) : f32[65536,16384]"
+
+
+def test_conv_min_constant_is_a_literal():
+    _, _, cg = _captured(_problem("conv2d_min_add_multiply"))
+    mins = [m for m in node_lines(cg.text) if m.group("op") == "minimum"]
+    assert len(mins) == 1 and mins[0].group("operands").endswith(", 0.5")
+    assert "const" not in [k for _, _, k in graph_inputs(cg.text)]
+    assert cg.constants == {}
+
+
+def test_transposed_input_permute_strides():
+    _, _, cg = _captured(_problem("transposed_input_pointwise"))
+    perm = next(m for m in node_lines(cg.text) if m.group("op") == "permute")
+    assert perm.group("types") == "f32[64,1024,2048]{2097152,1,1024}"
+
+
+def test_softmax_and_layernorm_stay_whole():
+    for name, op in (("softmax_rows", "softmax"), ("classifier_head", "log_softmax"),
+                     ("linear_gelu_layernorm", "layer_norm"), ("conv2d_groupnorm_silu", "silu")):
+        _, _, cg = _captured(_problem(name))
+        assert op in [m.group("op") for m in node_lines(cg.text)], name
+
+
+def test_real_cpu_tensors_capture_like_meta():
+    # Real tensors (export fakeifies them) give the same graph as meta ones.
+    for name in ("small_convnet",):
+        path = _problem(name)
+        mod = load_problem(path)
+        torch.manual_seed(0)
+        model = mod.Model(*mod.get_init_inputs())
+        inputs = mod.get_inputs()
+        before = copy.deepcopy(model.state_dict())
+        cg = capture(model, inputs, name=name)
+        assert cg.text == _captured(path)[2].text
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, before[k]), f"capture changed {k}"
+
+
+def test_decomposition_table_keeps_ops_whole():
+    names = {str(k) for k in decomposition_table()}
+    for kept in ("aten.lstm.input", "aten.gru.input", "aten.max_pool2d.default", "aten.silu.default",
+                 "aten.scaled_dot_product_attention.default", "aten.upsample_nearest2d.vec"):
+        assert kept not in names
+    for decomposed in ("aten.linear.default", "aten.matmul.default", "aten.layer_norm.default",
+                       "aten.hardswish.default", "aten.logsumexp.default"):
+        assert decomposed in names
+
+
+# ---------------------------------------------------------------------------
+# Small models: IR vs eager
+
+
+class _FnBase(nn.Module):
+    def __init__(self, fn, **modules):
+        super().__init__()
+        self.fn = fn
+        for k, m in modules.items():
+            setattr(self, k, m)
+
+
+def Fn(fn, **modules) -> nn.Module:
+    """A module whose forward is `fn(module, *args)`, with fn's argument names."""
+    def forward(self, *args):
+        return self.fn(self, *args)
+
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
+    cls = type("Fn", (_FnBase,), {"forward": forward})
+    return cls(fn, **modules)
+
+
+def _r(*shape, dtype=torch.float32):
+    return torch.randn(*shape).to(dtype)
+
+
+POINTWISE_CASES = {
+    "clamp_both": (lambda m, x: torch.clamp(x, -0.5, 0.7), [_r(4, 5)]),
+    "clamp_one_side": (lambda m, x: (torch.clamp(x, min=-0.5), x.clamp(max=0.25)), [_r(4, 5)]),
+    "clamp_tensor": (lambda m, x, lo: (torch.clamp(x, min=lo, max=lo + 1), torch.maximum(x, lo) - torch.minimum(x, lo)),
+                     [_r(4, 5), _r(5)]),
+    "add_alpha": (lambda m, x, y: torch.add(x, y, alpha=2.5), [_r(4, 5), _r(5)]),
+    "sub_alpha_scalar": (lambda m, x: torch.sub(x, 1.5, alpha=2), [_r(4, 5)]),
+    "rsub": (lambda m, x: 1.0 - x, [_r(4, 5)]),
+    "div_floor": (lambda m, x, y: torch.div(x, y, rounding_mode="floor"), [_r(4, 5), _r(4, 5)]),
+    "div_trunc": (lambda m, x: torch.div(x, 0.3, rounding_mode="trunc"), [_r(4, 5)]),
+    "int_floordiv": (lambda m, x: x // 3, [torch.arange(-10, 10).reshape(4, 5)]),
+    "pow": (lambda m, x, y: (x ** 2, 2 ** x, x.abs() ** y), [_r(4, 5), _r(4, 5)]),
+    "where_cmp": (lambda m, x, y: (torch.where((x > 0) & (y <= 0.5) | (x == y), x, y * 2), x < 0.1, x >= 0,
+                                   x != 0.5, torch.logical_not(x > 0)), [_r(4, 5), _r(4, 5)]),
+    "unary_mix": (lambda m, x: torch.exp(x).log1p() + torch.rsqrt(x.abs() + 1) - torch.sigmoid(x) * torch.tanh(x)
+                  + torch.erf(x) + torch.sin(x).cos() + x.neg().relu() + torch.reciprocal(x.abs() + 1)
+                  + torch.expm1(x) + x.sign() + torch.sqrt(x.abs()) + torch.log(x.abs() + 1)
+                  + (x * 3).floor() + (x * 3).ceil() + (x * 3).round() + (x * 3).trunc()
+                  + torch.remainder(x, 0.7) + torch.fmod(x, 0.7), [_r(4, 5)]),
+    "activations": (lambda m, x: F.gelu(x) + F.gelu(x, approximate="tanh") + F.silu(x) + F.hardswish(x)
+                    + F.hardsigmoid(x) + F.relu6(x) + F.leaky_relu(x, 0.1) + F.elu(x), [_r(4, 5)]),
+    "casts": (lambda m, x, i: (x.half().float() + i.float(), i.to(torch.int32) + 1, x.double(), x.to(torch.float32)),
+              [_r(4, 5), torch.arange(20).reshape(4, 5)]),
+    "int_times_float": (lambda m, i: (i * 2.5, i / 4, torch.exp(i), torch.where(i > 2, i, 0.5)),
+                        [torch.arange(6, dtype=torch.int32)]),
+    "bool_times_int": (lambda m, x: ((x > 0) * 2, (x > 0) + (x < 1), (x > 0).sum()), [_r(5)]),
+    "bool_ops": (lambda m, a, b, x: (a & b, a | b, ~a, torch.isnan(x / x)),
+                 [torch.rand(8) > 0.5, torch.rand(8) > 0.5, torch.tensor([0.0, 1.0, -2.0])]),
+    "half_math": (lambda m, x: torch.relu(x) * 0.5 + 1, [_r(4, 5, dtype=torch.float16)]),
+}
+
+REDUCTION_CASES = {
+    "sum_mean": (lambda m, x: (x.sum(1), x.sum(dim=(0, 2), keepdim=True), x.sum(), x.mean(-1), x.mean()),
+                 [_r(3, 4, 5)]),
+    "sum_dtype": (lambda m, x, i: (x.sum(1, dtype=torch.float64), i.sum(0), i.sum()),
+                  [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)]),
+    "extrema": (lambda m, x: (x.amax(1), x.amin((0, 1)), x.max(), x.min(), x.argmax(1), x.argmin(), x.argmax(0, True)),
+                [_r(3, 4, 5)]),
+    "max_dim_opaque": (lambda m, x: torch.max(x, dim=1), [_r(3, 4)]),
+    "var_std": (lambda m, x: (x.var(1), x.var(1, unbiased=False, keepdim=True), x.std(), x.var(correction=0)),
+                [_r(3, 4, 5)]),
+    "any_prod": (lambda m, x: ((x > 1).any(1), (x > 1).any(), x.prod(1), x.prod()), [_r(3, 4)]),
+    "logsumexp": (lambda m, x: torch.logsumexp(x, 1), [_r(3, 4, 5)]),
+    "softmaxes": (lambda m, x: (torch.softmax(x, -1), torch.log_softmax(x, 0), torch.softmax(x, 1, dtype=torch.float64)),
+                  [_r(3, 4)]),
+    "softmax_half_to_float": (lambda m, x: torch.softmax(x, -1, dtype=torch.float32), [_r(3, 4, dtype=torch.float16)]),
+    "cumsum": (lambda m, x, i: (torch.cumsum(x, 1), torch.cumsum(i, 0), torch.cumsum(x, -1, dtype=torch.float64)),
+               [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)]),
+}
+
+LAYOUT_CASES = {
+    "views": (lambda m, x: (x.view(6, 4), x.reshape(2, -1), x.flatten(), x.t().reshape(-1), x.permute(1, 0)[None]),
+              [_r(4, 6)]),
+    "transpose_expand": (lambda m, x: x.transpose(0, 2).expand(2, 5, 4, 3) * 2, [_r(3, 4, 5)]),
+    "squeeze_unsqueeze": (lambda m, x: (x.squeeze(), x.squeeze(1), x.squeeze((0, 1)), x.unsqueeze(-1), x[:, None]),
+                          [_r(1, 1, 5)]),
+    "slicing": (lambda m, x: (x[1:], x[:, -3:], x[..., ::2], x[-1], x[:, 2], x[1:-1, 1:100:3], x.narrow(1, 1, 2)),
+                [_r(4, 6)]),
+    "cat_split": (lambda m, x, y: (torch.cat([x, y], 1), torch.cat([x, y.half()], -1), *x.split(2, 1),
+                                   *torch.chunk(x, 3, 0), *x.unbind(0), torch.stack([x, x])), [_r(3, 4), _r(3, 2)]),
+    "strided_input": (lambda m, x: torch.sigmoid(x) + 1, [_r(4, 6).t()]),
+}
+
+MATMUL_CASES = {
+    "linear_3d": (lambda m, x: m.fc(x), [_r(2, 3, 8)], dict(fc=nn.Linear(8, 5))),
+    "mm_bmm": (lambda m, a, b, c, d: (a @ b, torch.bmm(c, c.transpose(1, 2)), torch.matmul(c, b),
+                                      torch.einsum("bij,bjk->bik", c, d)),
+               [_r(3, 4), _r(4, 5), _r(2, 3, 4), _r(2, 4, 5)]),
+    "addmm_beta_alpha": (lambda m, b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2), [_r(5), _r(3, 4), _r(4, 5)]),
+    "convs": (lambda m, x, y: (m.c1(x), m.c2(x), m.c3(x), m.c4(y)), [_r(2, 4, 9, 9), _r(2, 3, 10)],
+              dict(c1=nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2),
+                   c2=nn.Conv2d(4, 3, 3, bias=False, dilation=2),
+                   c3=nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1),
+                   c4=nn.Conv1d(3, 4, 3, padding=1))),
+}
+
+NORM_CASES = {
+    "layer_norm": (lambda m, x: m.ln(x), [_r(2, 3, 8)], dict(ln=nn.LayerNorm(8))),
+    "layer_norm_2d": (lambda m, x: m.ln(x), [_r(2, 3, 8)], dict(ln=nn.LayerNorm([3, 8]))),
+    "layer_norm_no_affine": (lambda m, x: m.ln(x), [_r(2, 8)], dict(ln=nn.LayerNorm(8, elementwise_affine=False))),
+    "native_layer_norm_stats": (lambda m, x, w, b: torch.native_layer_norm(x, [4], w, b, 1e-5),
+                                [_r(3, 4), _r(4), _r(4)]),
+    "group_norm": (lambda m, x: m.gn(x), [_r(2, 6, 4, 4)], dict(gn=nn.GroupNorm(3, 6))),
+    "batch_norm_train": (lambda m, x: m.bn(x), [_r(8, 5)], dict(bn=nn.BatchNorm1d(5))),
+    "pools": (lambda m, x: (F.max_pool2d(x, 2), F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, 1),
+                            F.max_pool2d(x, 3, 2, 1, return_indices=True)), [_r(2, 3, 8, 8)]),
+    "upsample": (lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest"), [_r(1, 2, 3, 3)]),
+    "sdpa": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+             [_r(2, 3, 5, 4), _r(2, 3, 5, 4), _r(2, 3, 5, 4)]),
+}
+
+MISC_CASES = {
+    "const_0d_literal": (lambda m, x: torch.min(x, torch.tensor(0.5)) + torch.tensor(2) * x, [_r(4, 5)]),
+    "const_tensor": (lambda m, x: x + torch.tensor([1.0, 2.0, 3.0]), [_r(4, 3)]),
+    "factories": (lambda m, x: (torch.zeros_like(x) + torch.ones(3, 4) + torch.full((3, 4), 2.5),
+                                torch.zeros(2, dtype=torch.int64), torch.full_like(x, 7, dtype=torch.int32)),
+                  [_r(3, 4)]),
+    "arange_opaque": (lambda m, x: x + torch.arange(4, dtype=torch.float32), [_r(3, 4)]),
+    "dropout_eval": (lambda m, x: m.d(x) * 2, [_r(3, 4)], dict(d=nn.Dropout(0.5).eval())),
+    "structured_output": (lambda m, x: {"a": x + 1, "b": (x * 2, None), "n": 3}, [_r(2, 2)]),
+    "returns_input": (lambda m, x, y: (x, y + 1), [_r(2, 2), _r(2, 2)]),
+    "nested_input": (lambda m, xs, y: xs[0] + xs[1] * y, [(_r(2, 2), _r(2, 2)), _r(2, 2)]),
+    "gather_opaque": (lambda m, x, i: torch.gather(x, 1, i) + x[:, [0, 2]].sum(), [_r(3, 4), torch.randint(0, 4, (3, 2))]),
+}
+
+
+ALL_CASES = {**POINTWISE_CASES, **REDUCTION_CASES, **LAYOUT_CASES, **MATMUL_CASES, **NORM_CASES, **MISC_CASES}
+_CASE_CAPTURES: dict[str, object] = {}
+
+
+def case_capture(name: str):
+    """The capture of a small case, checked against eager (once per session)."""
+    if name not in _CASE_CAPTURES:
+        fn, inputs, *mods = ALL_CASES[name]
+        torch.manual_seed(0)
+        _CASE_CAPTURES[name] = check_against_eager(Fn(fn, **(mods[0] if mods else {})), inputs)
+    return _CASE_CAPTURES[name]
+
+
+@pytest.mark.parametrize("name", list(ALL_CASES))
+def test_small_model_matches_eager(name):
+    case_capture(name)
+
+
+def test_op_mapping_details():
+    def ops(name):
+        return [m.group("op") for m in node_lines(case_capture(name).text)]
+
+    assert ops("clamp_both") == ["maximum", "minimum"]
+    assert [m.group("operands") for m in node_lines(case_capture("clamp_both").text)] == ["%x, -0.5", "%0, 0.7"]
+    assert ops("add_alpha") == ["mul", "add"]
+    assert "mul(%y, 2.5)" in case_capture("add_alpha").text
+    assert ops("sub_alpha_scalar") == ["sub"] and "sub(%x, 3.0)" in case_capture("sub_alpha_scalar").text
+    assert "sub(1.0, %x)" in case_capture("rsub").text
+    assert ops("div_floor") == ["div", "floor"]
+    assert ops("div_trunc") == ["div", "trunc"]
+    assert ops("int_floordiv") == ["opaque"]
+    assert "{alpha=2, beta=0.5}" in case_capture("addmm_beta_alpha").text
+    assert 'target="aten.native_layer_norm.default"' in case_capture("layer_norm_no_affine").text
+    assert re.search(r"%0, %1, %2 = opaque\(", case_capture("native_layer_norm_stats").text)
+    assert "layer_norm(%x, %ln.weight, %ln.bias) {eps=1e-05, ndims=2}" in case_capture("layer_norm_2d").text
+    assert "gelu(%x) {approximate=\"tanh\"}" in case_capture("activations").text
+    assert "silu" in ops("activations") and "where" in ops("activations")
+    assert [t for t in case_capture("activations").opaque_targets] == ["aten.elu.default"]
+    cg = case_capture("const_tensor")
+    assert [k for _, _, k in graph_inputs(cg.text)] == ["user", "const"]
+    assert [b.source for b in cg.input_bindings if b.kind == "const"] == list(cg.constants)
+    assert list(cg.constants.values())[0].tolist() == [1.0, 2.0, 3.0]
+    cg = case_capture("const_0d_literal")
+    assert cg.constants == {} and "minimum(%x, 0.5)" in cg.text and "mul(2, %x)" in cg.text
+    assert set(ops("views")) <= {"view", "permute", "unsqueeze", "copy"}
+    assert ops("cat_split").count("slice") >= 5 and "squeeze" in ops("cat_split") and "cat" in ops("cat_split")
+    assert "cast" in ops("cat_split")  # the f16 operand is cast to f32 before cat
+    assert ops("sum_dtype")[0] == "cast"
+    # promotion made explicit: int * 2.5 is a cast to f32 then a mul
+    assert node_lines(case_capture("int_times_float").text)[0].group(0) == "  %0 = cast(%i) : f32[6]"
+    assert "cast(%0) : i64[5]" in case_capture("bool_times_int").text
+    cg = case_capture("nested_input")
+    assert [(b.ir_name, b.source) for b in cg.input_bindings] == [("xs_0", "[0][0]"), ("xs_1", "[0][1]"), ("y", 1)]
+    cg = case_capture("structured_output")
+    assert cg.output_constants == {2: None, 3: 3}  # None and 3 are not graph outputs
+    assert len(cg.output_names) == 2
+    cg = case_capture("returns_input")
+    assert cg.output_names[0] == "x"
+
+
+def test_opaque_kwargs_and_devices():
+    cg = case_capture("sdpa")
+    line = next(m for m in node_lines(cg.text) if m.group("op") == "opaque")
+    assert 'target="aten.scaled_dot_product_attention.default"' in line.group(0)
+    assert "kwargs=\"{'scale': 0.3}\"" in line.group(0)
+    cg = case_capture("arange_opaque")
+    assert "torch.device('cpu')" in cg.text and "torch.float32" in cg.text
+    pos, kw = decode_opaque_args("[$1, [2, $0], None, -inf, nan, torch.float16]",
+                                 "{'device': torch.device('cuda', 0), 'layout': torch.strided}",
+                                 ["a", "b"], device="cpu")
+    assert pos[:3] == ["b", [2, "a"], None] and pos[3] == -math.inf and math.isnan(pos[4])
+    assert pos[5] is torch.float16 and kw == {"device": torch.device("cpu"), "layout": torch.strided}
+    with pytest.raises(ValueError):
+        decode_opaque_args("[__import__('os')]", None, [])
+
+
+def test_lstm_hidden_states_match_eager():
+    lstm = nn.LSTM(6, 8, 2, batch_first=True)
+    cg = check_against_eager(Fn(lambda m, x: m.lstm(x), lstm=lstm), [_r(3, 5, 6)])
+    assert cg.opaque_targets == ["aten.lstm.input"]
+    gru = nn.GRU(6, 8, 1)
+    h0 = _r(1, 3, 8)
+    cg = check_against_eager(Fn(lambda m, x, h: m.gru(x, h)[1] * 2, gru=gru), [_r(5, 3, 6), h0])
+    assert cg.opaque_targets == ["aten.gru.input"]
+
+
+def test_batchnorm_train_and_eval():
+    for train in (True, False):
+        torch.manual_seed(0)
+        model = Fn(lambda m, x: torch.relu(m.bn(m.conv(x))), conv=nn.Conv2d(3, 4, 3), bn=nn.BatchNorm2d(4))
+        with torch.no_grad():
+            model.bn.running_var.uniform_(0.5, 2)
+        model.train(train)
+        cg = check_against_eager(model, [_r(4, 3, 6, 6)], atol=1e-4, rtol=1e-4)
+        mutated = [b for b, _ in cg.mutations]
+        if train:
+            assert mutated == ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
+            assert 'target="aten._native_batch_norm_legit_functional.default"' in cg.text
+        else:
+            assert mutated == []
+            assert 'target="aten._native_batch_norm_legit_no_training.default"' in cg.text
+
+
+def test_buffer_mutation_by_hand():
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+            self.register_buffer("ema", torch.zeros(4))
+
+        def forward(self, x):
+            self.count += 1
+            self.ema.mul_(0.9).add_(x.mean(0) * 0.1)
+            return x - self.ema
+
+    cg = check_against_eager(Counter(), [_r(3, 4)])
+    assert [b for b, _ in cg.mutations] == ["count", "ema"]
+
+
+def test_scalar_inputs():
+    # a float and an int become scalar inputs; the result types are eager's
+    model = Fn(lambda m, x, s, k: x * s + k)
+    cg = check_against_eager(model, [_r(3, 4), 0.75, 3])
+    assert [(n, t, k) for n, t, k in graph_inputs(cg.text)] == [
+        ("x", "f32[3,4]", "user"), ("s", "f64[]", "scalar"), ("k", "i64[]", "scalar")]
+    assert cg.specialized_scalars == {}
+    # scalar arithmetic stays on scalars
+    cg = check_against_eager(Fn(lambda m, x, s: x * (s * 2 + 1)), [_r(3, 4), 0.5])
+    assert cg.specialized_scalars == {}
+    # a half tensor times a float scalar stays half
+    cg = check_against_eager(Fn(lambda m, x, s: x * s), [_r(3, 4, dtype=torch.float16), 1.5])
+    assert "f16[3,4]" in node_lines(cg.text)[0].group("types")
+
+
+def test_scalar_inputs_that_must_be_specialized():
+    # an int tensor times a Python float is f32 in eager, f64 with a 0-d f64 tensor: specialize
+    cg = check_against_eager(Fn(lambda m, i, s: i * s), [torch.arange(6), 2.5])
+    assert cg.specialized_scalars == {1: 2.5}
+    assert [k for _, _, k in graph_inputs(cg.text)] == ["user"]
+    assert "mul(%0, 2.5)" in cg.text
+    # control flow on the scalar
+    cg = check_against_eager(Fn(lambda m, x, s: x * s if s > 0 else x - s), [_r(3), 0.5])
+    assert cg.specialized_scalars == {1: 0.5}
+    # a scalar used as a size
+    cg = check_against_eager(Fn(lambda m, x, n: x.reshape(n, -1)), [_r(6), 2])
+    assert cg.specialized_scalars == {1: 2}
+    # two scalars: one lifts, one specializes
+    cg = check_against_eager(Fn(lambda m, x, s, n: (x * s).reshape(n, -1)), [_r(6), 0.5, 3])
+    assert cg.specialized_scalars == {2: 3}
+    assert [k for _, _, k in graph_inputs(cg.text)] == ["user", "scalar"]
+    # None and bool arguments
+    cg = check_against_eager(Fn(lambda m, x, y, flag: x + 1 if y is None and flag else x), [_r(3), None, True])
+    assert cg.specialized_scalars == {1: None, 2: True}
+
+
+def test_capture_errors():
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+    with pytest.raises(CaptureError, match="torch.export failed"):
+        capture(DataDependent(), [_r(3)])
+
+    class InputMutation(nn.Module):
+        def forward(self, x):
+            x.add_(1)
+            return x * 2
+
+    with pytest.raises(CaptureError, match="mutates its input"):
+        capture(InputMutation(), [_r(3)])
+
+    with pytest.raises(CaptureError, match="dtype"):
+        capture(Fn(lambda m, x: x + 1), [torch.zeros(3, dtype=torch.uint8)])
+
+    with pytest.raises(CaptureError):
+        capture(lambda x: x, [_r(3)])
+
+
+def test_graph_name_is_sanitized():
+    cg = capture(Fn(lambda m, x: x + 1), [_r(2)], name="my-model v2.py")
+    assert cg.text.startswith("graph @my_model_v2_py(")
+    cg = capture(Fn(lambda m, x: x + 1), [_r(2)], name="3d")
+    assert cg.text.startswith("graph @_3d(")
+
+
+def test_format_float_matches_printer():
+    cases = {2.0: "2.0", 0.5: "0.5", 1e-05: "1e-05", 100000.0: "1e+05", 123456.0: "123456.0",
+             0.1: "0.1", -0.25: "-0.25", 1.0 / 3: "0.3333333333333333", math.inf: "inf", -math.inf: "-inf",
+             math.nan: "nan", 3.14: "3.14", 1e300: "1e+300", -0.0: "-0.0"}
+    for v, s in cases.items():
+        assert format_float(v) == s, v
+        if not math.isnan(v):
+            assert float(s) == v
+
+
+def test_load_problem(tmp_path):
+    mod = load_problem(_problem("softmax_rows"))
+    assert hasattr(mod, "Model") and mod.get_init_inputs() == []
+    assert problem_name(_problem("softmax_rows")) == "softmax_rows"
+    p = tmp_path / "not_a_problem.py"
+    p.write_text("x = 1\n")
+    with pytest.raises(ValueError):
+        load_problem(p)
+    with pytest.raises(FileNotFoundError):
+        load_problem(tmp_path / "missing.py")
