@@ -7,6 +7,7 @@ namespace ff::passes {
 std::unique_ptr<Pass> make_canonicalize();  // canonicalize.cc
 std::unique_ptr<Pass> make_cse();           // cse.cc
 std::unique_ptr<Pass> make_dce();           // dce.cc
+std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
 
 namespace {
 struct Entry {
@@ -17,6 +18,7 @@ const Entry kPasses[] = {
     {"canonicalize", make_canonicalize},
     {"cse", make_cse},
     {"dce", make_dce},
+    {"conv_bias_epilogue", make_conv_bias_epilogue},
 };
 }  // namespace
 
@@ -35,6 +37,6 @@ std::vector<std::string> pass_names() {
   return out;
 }
 
-std::vector<std::string> default_pipeline() { return {"canonicalize", "cse", "dce"}; }
+std::vector<std::string> default_pipeline() { return {"canonicalize", "conv_bias_epilogue", "cse", "dce"}; }
 
 }  // namespace ff::passes

@@ -107,6 +107,7 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
     d["items"] = k.items;
     d["vector_width"] = k.vector_width;
     d["block"] = k.block;
+    d["unroll"] = k.unroll;
     d["graph"] = cg.kernel_graphs[i];
     nb::list nodes;  // the group's nodes, for running it op by op where no kernel can run
     for (const ff::Node* n : cg.partition.groups[i].nodes) nodes.append(node_step(*n));
@@ -167,15 +168,16 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
 // A compiled pointwise kernel bound to its launch geometry.
 class PointwiseKernel {
  public:
-  PointwiseKernel(const std::string& source, const std::string& name, int arch, int64_t items, int block)
-      : kernel_(ff::runtime::compile_cached(source, name, arch)), items_(items), block_(block) {}
+  PointwiseKernel(const std::string& source, const std::string& name, int arch, int64_t items, int block,
+                  int unroll)
+      : kernel_(ff::runtime::compile_cached(source, name, arch)), items_(items), block_(block), unroll_(unroll) {}
 
   void launch(int device, const std::vector<uintptr_t>& pointers, const std::vector<double>& scalars,
               uintptr_t stream) {
     if (items_ == 0) return;
-    if (sm_count_ == 0) sm_count_ = ff::runtime::device_sm_count(device);
-    // One wave of fully occupied SMs (2048 threads each); the grid-stride loop covers the rest.
-    int64_t blocks = std::min<int64_t>((items_ + block_ - 1) / block_, int64_t{sm_count_} * (2048 / block_));
+    // Enough blocks for one pass (the kernel's grid-stride loop covers any excess).
+    const int64_t per_block = int64_t{block_} * unroll_;
+    const int64_t blocks = std::min<int64_t>((items_ + per_block - 1) / per_block, 0x7fffffff);
     std::vector<void*> args;
     args.reserve(pointers.size() + scalars.size());
     for (auto& p : pointers) args.push_back(const_cast<uintptr_t*>(&p));
@@ -189,7 +191,7 @@ class PointwiseKernel {
   ff::runtime::LoadedKernel kernel_;
   int64_t items_;
   int block_;
-  int sm_count_ = 0;
+  int unroll_;
 };
 
 }  // namespace
@@ -241,8 +243,8 @@ NB_MODULE(_core, m) {
   m.def("device_arch", &ff::runtime::device_arch);
 
   nb::class_<PointwiseKernel>(m, "PointwiseKernel")
-      .def(nb::init<const std::string&, const std::string&, int, int64_t, int>(), "source"_a, "name"_a, "arch"_a,
-           "items"_a, "block"_a)
+      .def(nb::init<const std::string&, const std::string&, int, int64_t, int, int>(), "source"_a, "name"_a,
+           "arch"_a, "items"_a, "block"_a, "unroll"_a)
       .def("launch", &PointwiseKernel::launch, "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
       .def_prop_ro("name", &PointwiseKernel::name);
 }

@@ -94,7 +94,7 @@ class Executor:
         self.kernels: list[Any] = []
         if device.type == "cuda":
             arch = core.device_arch(device.index or 0)
-            self.kernels = [core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"])
+            self.kernels = [core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"])
                             for k in plan["kernels"]]
         steps: list[Callable[[list], None]] = []
         reads: list[list[str]] = []

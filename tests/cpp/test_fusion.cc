@@ -123,8 +123,8 @@ TEST(Codegen, VectorizedBroadcastEpilogue) {
   EXPECT_EQ(k.vector_width, 4);
   EXPECT_EQ(k.items, 8 * 16 * 64 / 4);
   EXPECT_NE(k.source.find("ff_vec<float, 4>"), std::string::npos);
-  EXPECT_NE(k.source.find("const index_t o_in1 = i1;"), std::string::npos) << k.source;  // per-channel broadcast
-  EXPECT_NE(k.source.find("ff_minimum(x_in0[k], 0.5f)"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("o_in1[u] = i1;"), std::string::npos) << k.source;  // per-channel broadcast
+  EXPECT_NE(k.source.find("ff_minimum(x_in0[u][k], 0.5f)"), std::string::npos) << k.source;
 }
 
 TEST(Codegen, TransposedInputIteratesInOutputOrder) {

@@ -8,7 +8,8 @@ namespace ff::codegen {
 // One generated kernel and how to call it. Parameters are, in order: a pointer
 // per output, a pointer per tensor input, a double per scalar input. The
 // kernel walks `items` work items (each covering `vector_width` elements)
-// with a grid-stride loop of `block`-thread blocks.
+// with a grid-stride loop of `block`-thread blocks, `unroll` items per thread
+// per iteration: a grid of ceil(items / (block * unroll)) blocks covers all.
 struct KernelSource {
   std::string name;                        // the CUDA symbol, readable in profilers
   std::string source;                      // complete CUDA C++ translation unit for NVRTC
@@ -18,6 +19,7 @@ struct KernelSource {
   int64_t items = 0;
   int vector_width = 1;
   int block = 256;
+  int unroll = 4;
 };
 
 }  // namespace ff::codegen

@@ -316,14 +316,13 @@ KernelSource generate_pointwise(const fusion::PointwiseGroup& g, int id) {
     }
     os << ";\n";
   }
-  os << "  for (index_t item = blockIdx.x * blockDim.x + threadIdx.x; item < kItems;\n"
-     << "       item += static_cast<index_t>(gridDim.x) * blockDim.x) {\n";
-  // Unravel the first element of this item over the collapsed dims.
-  os << "    index_t rest = item * " << vec << ";\n";
-  for (size_t d = l.sizes.size(); d-- > 0;) {
-    if (d == 0) os << "    const index_t i0 = rest;\n";
-    else os << "    const index_t i" << d << " = rest % " << l.sizes[d] << "; rest /= " << l.sizes[d] << ";\n";
-  }
+  // Each thread takes kUnroll items, blockDim.x apart (so every warp access
+  // stays contiguous), and issues all their loads before any arithmetic: the
+  // memory latencies overlap, which a memory-bound kernel needs for bandwidth.
+  const int U = ks.unroll;
+  os << "  constexpr int kUnroll = " << U << ";\n";
+  os << "  for (index_t base = blockIdx.x * (blockDim.x * kUnroll) + threadIdx.x; base < kItems;\n"
+     << "       base += static_cast<index_t>(gridDim.x) * blockDim.x * kUnroll) {\n";
   auto offset_expr = [&](size_t t) {
     std::string e;
     for (size_t d = 0; d < l.sizes.size(); ++d) {
@@ -333,40 +332,59 @@ KernelSource generate_pointwise(const fusion::PointwiseGroup& g, int id) {
     }
     return e.empty() ? std::string("0") : e;
   };
-  for (size_t t = 0; t < acc.size(); ++t)
-    os << "    const index_t o_" << acc[t].param << " = " << offset_expr(t) << ";\n";
-
-  // Loads: inputs into compute-typed registers.
-  std::unordered_map<const Value*, std::string> expr_of;  // value -> expression (uses [k] when per-lane)
+  for (size_t t = 0; t < acc.size(); ++t) os << "    index_t o_" << acc[t].param << "[kUnroll];\n";
+  // Per-item input registers.
+  std::unordered_map<const Value*, std::string> expr_of;  // value -> expression ([u], [k] where per item / lane)
   for (const Value* v : g.inputs) {
     if (scalar_param.count(v)) {
       expr_of[v] = scalar_param[v];
       continue;
     }
     size_t t = access_of.at(v);
+    std::string x = "x_" + acc[t].param;
+    bool lanes = l.strides[t][inner] != 0 && vec > 1;
+    os << "    " << compute_type(acc[t].dtype) << " " << x << "[kUnroll]" << (lanes ? "[" + std::to_string(vec) + "]" : "")
+       << ";\n";
+    expr_of[v] = x + (lanes ? "[u][k]" : "[u]");
+  }
+
+  // Phase 1: unravel each item's first element over the collapsed dims, then load.
+  os << "#pragma unroll\n    for (int u = 0; u < kUnroll; ++u) {\n";
+  os << "      const index_t item = base + u * blockDim.x;\n      if (item >= kItems) break;\n";
+  os << "      index_t rest = item * " << vec << ";\n";
+  for (size_t d = l.sizes.size(); d-- > 0;) {
+    if (d == 0) os << "      const index_t i0 = rest;\n";
+    else os << "      const index_t i" << d << " = rest % " << l.sizes[d] << "; rest /= " << l.sizes[d] << ";\n";
+  }
+  for (size_t t = 0; t < acc.size(); ++t)
+    os << "      o_" << acc[t].param << "[u] = " << offset_expr(t) << ";\n";
+  for (const Value* v : g.inputs) {
+    if (scalar_param.count(v)) continue;
+    size_t t = access_of.at(v);
     const Access& a = acc[t];
-    std::string ct = compute_type(a.dtype), st = storage_type(a.dtype), x = "x_" + a.param;
+    std::string st = storage_type(a.dtype), x = "x_" + a.param, o = "o_" + a.param + "[u]";
     if (l.strides[t][inner] == 0 || vec == 1) {
-      os << "    const " << ct << " " << x << " = ff_load(" << a.param << "[o_" << a.param << "]);\n";
-      expr_of[v] = x;
+      os << "      " << x << "[u] = ff_load(" << a.param << "[" << o << "]);\n";
     } else {
-      os << "    " << ct << " " << x << "[" << vec << "];\n";
-      os << "    if (aligned) {\n      const ff_vec<" << st << ", " << vec << "> v = *reinterpret_cast<const ff_vec<" << st
-         << ", " << vec << ">*>(" << a.param << " + o_" << a.param << ");\n";
-      os << "#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) " << x << "[k] = ff_load(v.v[k]);\n";
-      os << "    } else {\n#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) " << x << "[k] = ff_load("
-         << a.param << "[o_" << a.param << " + k]);\n    }\n";
-      expr_of[v] = x + "[k]";
+      os << "      if (aligned) {\n        const ff_vec<" << st << ", " << vec << "> v = *reinterpret_cast<const ff_vec<"
+         << st << ", " << vec << ">*>(" << a.param << " + " << o << ");\n";
+      os << "#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) " << x << "[u][k] = ff_load(v.v[k]);\n";
+      os << "      } else {\n#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) " << x
+         << "[u][k] = ff_load(" << a.param << "[" << o << " + k]);\n      }\n";
     }
   }
-  for (size_t i = 0; i < g.outputs.size(); ++i)
-    os << "    " << compute_type(acc[i].dtype) << " y_out" << i << (vec > 1 ? "[" + std::to_string(vec) + "]" : "") << ";\n";
+  os << "    }\n";
 
-  // The fused body, once per element of the item.
-  std::string ind = "    ";
+  // Phase 2: the fused body per element, then the stores.
+  os << "#pragma unroll\n    for (int u = 0; u < kUnroll; ++u) {\n";
+  os << "      if (base + u * blockDim.x >= kItems) break;\n";
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    os << "      " << compute_type(acc[i].dtype) << " y_out" << i << (vec > 1 ? "[" + std::to_string(vec) + "]" : "")
+       << ";\n";
+  std::string ind = "      ";
   if (vec > 1) {
-    os << "#pragma unroll\n    for (int k = 0; k < " << vec << "; ++k) {\n";
-    ind = "      ";
+    os << "#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) {\n";
+    ind = "        ";
   }
   int tmp = 0;
   for (Node* n : g.nodes) {
@@ -396,22 +414,22 @@ KernelSource generate_pointwise(const fusion::PointwiseGroup& g, int id) {
   }
   for (size_t i = 0; i < g.outputs.size(); ++i)
     os << ind << "y_out" << i << (vec > 1 ? "[k]" : "") << " = " << expr_of.at(g.outputs[i]) << ";\n";
-  if (vec > 1) os << "    }\n";
-
-  // Stores.
+  if (vec > 1) os << "      }\n";
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     const Access& a = acc[i];
-    std::string st = storage_type(a.dtype);
+    std::string st = storage_type(a.dtype), o = "o_" + a.param + "[u]";
     if (vec == 1) {
-      os << "    " << a.param << "[o_" << a.param << "] = ff_store<" << st << ">(y_out" << i << ");\n";
+      os << "      " << a.param << "[" << o << "] = ff_store<" << st << ">(y_out" << i << ");\n";
     } else {
-      os << "    if (aligned) {\n      ff_vec<" << st << ", " << vec << "> v;\n";
-      os << "#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) v.v[k] = ff_store<" << st << ">(y_out" << i << "[k]);\n";
-      os << "      *reinterpret_cast<ff_vec<" << st << ", " << vec << ">*>(" << a.param << " + o_" << a.param << ") = v;\n";
-      os << "    } else {\n#pragma unroll\n      for (int k = 0; k < " << vec << "; ++k) " << a.param << "[o_" << a.param
-         << " + k] = ff_store<" << st << ">(y_out" << i << "[k]);\n    }\n";
+      os << "      if (aligned) {\n        ff_vec<" << st << ", " << vec << "> v;\n";
+      os << "#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) v.v[k] = ff_store<" << st << ">(y_out" << i
+         << "[k]);\n";
+      os << "        *reinterpret_cast<ff_vec<" << st << ", " << vec << ">*>(" << a.param << " + " << o << ") = v;\n";
+      os << "      } else {\n#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) " << a.param << "[" << o
+         << " + k] = ff_store<" << st << ">(y_out" << i << "[k]);\n      }\n";
     }
   }
+  os << "    }\n";
   os << "  }\n}\n";
   ks.source = os.str();
   return ks;
