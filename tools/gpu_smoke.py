@@ -17,7 +17,8 @@ plan = core.compile_graph("""graph @g(%x: f32[1024]) {
 }""")
 k = plan["kernels"][0]
 print("compile", core.nvrtc_compile(k["source"], k["name"], 90)[:2], flush=True)
-kern = core.PointwiseKernel(k["source"], k["name"], 90, k["items"], k["block"], k["unroll"])
+kern = core.PointwiseKernel(k["source"], k["name"], 90, k["items"], k["block"], k["unroll"],
+                                                k["grid"], k["block_y"])
 print("loaded", flush=True)
 y = torch.empty_like(x)
 kern.launch(0, [y.data_ptr(), x.data_ptr()], [], torch.cuda.current_stream().cuda_stream)

@@ -8,6 +8,7 @@ std::unique_ptr<Pass> make_canonicalize();  // canonicalize.cc
 std::unique_ptr<Pass> make_cse();           // cse.cc
 std::unique_ptr<Pass> make_dce();           // dce.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
+std::unique_ptr<Pass> make_conv_channels_last();  // conv_channels_last.cc
 
 namespace {
 struct Entry {
@@ -19,6 +20,7 @@ const Entry kPasses[] = {
     {"cse", make_cse},
     {"dce", make_dce},
     {"conv_bias_epilogue", make_conv_bias_epilogue},
+    {"conv_channels_last", make_conv_channels_last},
 };
 }  // namespace
 
@@ -37,6 +39,6 @@ std::vector<std::string> pass_names() {
   return out;
 }
 
-std::vector<std::string> default_pipeline() { return {"canonicalize", "conv_bias_epilogue", "cse", "dce"}; }
+std::vector<std::string> default_pipeline() { return {"canonicalize", "conv_bias_epilogue", "conv_channels_last", "cse", "dce"}; }
 
 }  // namespace ff::passes

@@ -108,6 +108,8 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
     d["vector_width"] = k.vector_width;
     d["block"] = k.block;
     d["unroll"] = k.unroll;
+    d["grid"] = nb::make_tuple(k.grid[0], k.grid[1], k.grid[2]);
+    d["block_y"] = k.block_y;
     d["graph"] = cg.kernel_graphs[i];
     nb::list nodes;  // the group's nodes, for running it op by op where no kernel can run
     for (const ff::Node* n : cg.partition.groups[i].nodes) nodes.append(node_step(*n));
@@ -165,33 +167,37 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
   return out;
 }
 
-// A compiled pointwise kernel bound to its launch geometry.
+// A compiled pointwise kernel bound to its launch geometry (see KernelSource).
 class PointwiseKernel {
  public:
   PointwiseKernel(const std::string& source, const std::string& name, int arch, int64_t items, int block,
-                  int unroll)
-      : kernel_(ff::runtime::compile_cached(source, name, arch)), items_(items), block_(block), unroll_(unroll) {}
+                  int unroll, std::vector<int64_t> grid, int block_y)
+      : kernel_(ff::runtime::compile_cached(source, name, arch)), block_{static_cast<unsigned>(block),
+                                                                         static_cast<unsigned>(block_y), 1} {
+    if (grid.size() == 3 && grid[0] > 0) {
+      grid_ = {static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])};
+    } else {
+      // Enough blocks for one pass (the kernel's grid-stride loop covers any excess).
+      const int64_t per_block = int64_t{block} * unroll;
+      grid_.x = static_cast<unsigned>(std::min<int64_t>((items + per_block - 1) / per_block, 0x7fffffff));
+    }
+  }
 
   void launch(int device, const std::vector<uintptr_t>& pointers, const std::vector<double>& scalars,
               uintptr_t stream) {
-    if (items_ == 0) return;
-    // Enough blocks for one pass (the kernel's grid-stride loop covers any excess).
-    const int64_t per_block = int64_t{block_} * unroll_;
-    const int64_t blocks = std::min<int64_t>((items_ + per_block - 1) / per_block, 0x7fffffff);
+    if (grid_.x == 0) return;  // empty tensors
     std::vector<void*> args;
     args.reserve(pointers.size() + scalars.size());
     for (auto& p : pointers) args.push_back(const_cast<uintptr_t*>(&p));
     for (auto& s : scalars) args.push_back(const_cast<double*>(&s));
-    ff::runtime::Dim3 grid{static_cast<unsigned>(blocks), 1, 1}, blk{static_cast<unsigned>(block_), 1, 1};
-    kernel_.launch(device, grid, blk, 0, args.data(), stream);
+    kernel_.launch(device, grid_, block_, 0, args.data(), stream);
   }
   const std::string& name() const { return kernel_.kernel().name; }
 
  private:
   ff::runtime::LoadedKernel kernel_;
-  int64_t items_;
-  int block_;
-  int unroll_;
+  ff::runtime::Dim3 grid_{0, 1, 1};
+  ff::runtime::Dim3 block_;
 };
 
 }  // namespace
@@ -243,8 +249,8 @@ NB_MODULE(_core, m) {
   m.def("device_arch", &ff::runtime::device_arch);
 
   nb::class_<PointwiseKernel>(m, "PointwiseKernel")
-      .def(nb::init<const std::string&, const std::string&, int, int64_t, int, int>(), "source"_a, "name"_a,
-           "arch"_a, "items"_a, "block"_a, "unroll"_a)
+      .def(nb::init<const std::string&, const std::string&, int, int64_t, int, int, std::vector<int64_t>, int>(),
+           "source"_a, "name"_a, "arch"_a, "items"_a, "block"_a, "unroll"_a, "grid"_a, "block_y"_a)
       .def("launch", &PointwiseKernel::launch, "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
       .def_prop_ro("name", &PointwiseKernel::name);
 }

@@ -94,7 +94,8 @@ class Executor:
         self.kernels: list[Any] = []
         if device.type == "cuda":
             arch = core.device_arch(device.index or 0)
-            self.kernels = [core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"])
+            self.kernels = [core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"],
+                                                k["grid"], k["block_y"])
                             for k in plan["kernels"]]
         steps: list[Callable[[list], None]] = []
         reads: list[list[str]] = []

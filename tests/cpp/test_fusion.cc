@@ -139,6 +139,24 @@ TEST(Codegen, TransposedInputIteratesInOutputOrder) {
   EXPECT_NE(cg.kernels[0].source.find("Iteration space [4096]"), std::string::npos) << cg.kernels[0].source;
 }
 
+TEST(Codegen, TransposingGroupStagesTilesThroughSharedMemory) {
+  // A channels-last conv result written out in NCHW order: [N,C,HW] with the
+  // input unit-stride along C and the output along HW.
+  auto cg = compile_graph(R"(graph @g(%y: f32[2,64,10,10]{6400,1,640,64}, %b: f32[64,1,1]) {
+  %0 = add(%y, %b) : f32[2,64,10,10]
+  %1 = minimum(%0, 0.5) : f32[2,64,10,10]
+  return %1
+})", {{"dce"}, false});
+  ASSERT_EQ(cg.kernels.size(), 1u);
+  const auto& k = cg.kernels[0];
+  EXPECT_EQ(k.grid[0], 4);  // ceil(100 / 32) tiles along HW
+  EXPECT_EQ(k.grid[1], 2);  // 64 / 32 along C
+  EXPECT_EQ(k.grid[2], 2);  // N
+  EXPECT_NE(k.source.find("__shared__ float tile_in0[32][33]"), std::string::npos) << k.source;
+  EXPECT_EQ(k.source.find("tile_in1"), std::string::npos);  // the broadcast bias is read directly
+  EXPECT_TRUE(runtime::compile_kernel(k.source, k.name, 90).is_cubin);
+}
+
 TEST(Codegen, HalfRoundsIntermediatesAndWideIndexWhenNeeded) {
   auto cg = compile_graph(R"(graph @g(%x: f16[5,3]) {
   %0 = relu(%x) : f16[5,3]

@@ -219,11 +219,12 @@ TEST(PassesGoldenFiles, AllLoad) {
 
 TEST(PassesRegistry, KnowsThePassesAndTheDefaultPipeline) {
   auto names = passes::pass_names();
-  for (const char* p : {"canonicalize", "cse", "dce"}) {
+  for (const char* p : {"canonicalize", "conv_bias_epilogue", "conv_channels_last", "cse", "dce"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), p), names.end()) << p;
     EXPECT_EQ(passes::create_pass(p)->name(), p);
   }
-  EXPECT_EQ(passes::default_pipeline(), (std::vector<std::string>{"canonicalize", "cse", "dce"}));
+  EXPECT_EQ(passes::default_pipeline(), (std::vector<std::string>{"canonicalize", "conv_bias_epilogue",
+                                                                  "conv_channels_last", "cse", "dce"}));
   EXPECT_THROW(passes::create_pass("no-such-pass"), IRError);
   EXPECT_THROW(passes::PassManager({"cse", "no-such-pass"}), IRError);
 }
@@ -237,7 +238,7 @@ TEST(PassesRegistry, PassesReportWhetherTheyChangedTheGraph) {
   return %3
 }
 )");
-  for (const char* p : {"canonicalize", "cse", "dce"}) {
+  for (const char* p : {"canonicalize", "conv_bias_epilogue", "conv_channels_last", "cse", "dce"}) {
     EXPECT_TRUE(passes::create_pass(p)->run(*g)) << p;
     verify(*g);
   }

@@ -20,6 +20,10 @@ struct KernelSource {
   int vector_width = 1;
   int block = 256;
   int unroll = 4;
+  // Transposing groups use a fixed 3-D grid of 32x32 tiles and 32x8-thread
+  // blocks instead (grid[0] > 0 marks them; `block` is then 32 and block_y 8).
+  int64_t grid[3] = {0, 1, 1};
+  int block_y = 1;
 };
 
 }  // namespace ff::codegen
