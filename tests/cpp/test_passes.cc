@@ -238,7 +238,7 @@ TEST(PassesRegistry, PassesReportWhetherTheyChangedTheGraph) {
   return %3
 }
 )");
-  for (const char* p : {"canonicalize", "conv_bias_epilogue", "conv_channels_last", "cse", "dce"}) {
+  for (const char* p : {"canonicalize", "cse", "dce"}) {
     EXPECT_TRUE(passes::create_pass(p)->run(*g)) << p;
     verify(*g);
   }
