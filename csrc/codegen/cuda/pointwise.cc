@@ -292,7 +292,7 @@ std::optional<size_t> transpose_dim(const Layout& l, const std::vector<Access>& 
 }
 
 // A transposing group: blocks of 32x8 threads walk a kTile x kTile tile of
-// the (dt, inner) plane, kTile * kTile / 256 elements per thread; blockIdx.z enumerates the remaining dims. Transposed
+// the (dt, inner) plane; blockIdx.z enumerates the remaining dims. Transposed
 // inputs are staged through shared memory (rows padded by one word against
 // bank conflicts), read with threadIdx.x along dt, used with threadIdx.x
 // along inner, where every other access is contiguous or broadcast.
