@@ -357,9 +357,11 @@ void generate_tiled(KernelSource& ks, const fusion::PointwiseGroup& g, const std
     return e.empty() ? std::string("0") : e;
   };
   // Stage the transposed inputs: threadIdx.x runs along dt (their unit stride).
-  const std::string loops = "  for (int r = threadIdx.y; r < " + std::to_string(kTile) +
-                            "; r += 8)\n#pragma unroll\n  for (int c = threadIdx.x; c < " + std::to_string(kTile) +
-                            "; c += 32) {\n";
+  // Constant trip counts, so the loops unroll and each thread's loads are all
+  // in flight at once rather than one DRAM latency after another.
+  const std::string loops = "  for (int rk = 0; rk < " + std::to_string(kTile / 8) +
+                            "; ++rk)\n#pragma unroll\n  for (int ck = 0; ck < " + std::to_string(kTile / 32) +
+                            "; ++ck) {\n    const int r = threadIdx.y + 8 * rk, c = threadIdx.x + 32 * ck;\n";
   os << "#pragma unroll\n" << loops;
   os << "    const index_t a = t" << dt << " + c, b = t" << inner << " + r;\n";
   os << "    if (a < " << l.sizes[dt] << " && b < " << l.sizes[inner] << ") {\n";
