@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs `fuseforge run` on the given problem files, one JSON per problem in $OUT_DIR
-# (default benchmarks/results/latest), then prints a summary table.
+# (default benchmarks/results/latest), then prints a summary table. AGAINST=eager skips inductor.
 set -uo pipefail
 out=${OUT_DIR:-benchmarks/results/latest}
 mkdir -p "$out"
 for p in "$@"; do
   name=$(basename "$p" .py)
-  timeout 300 python3 -m fuseforge.cli run "$p" --seeds 2 --json "$out/$name.json" || echo "FAILED: $name"
+  timeout 300 python3 -m fuseforge.cli run "$p" --seeds 2 --against "${AGAINST:-eager,inductor}" --json "$out/$name.json" || echo "FAILED: $name"
 done
 python3 - "$out" <<'PY'
 import json, pathlib, sys
