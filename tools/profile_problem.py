@@ -1,5 +1,6 @@
 """Per-kernel CUDA times of eager, torch.compile and fuseforge for one problem
-(torch.profiler), to see where a gap comes from. Usage: profile_problem.py FILE"""
+(torch.profiler), to see where a gap comes from.
+Usage: profile_problem.py FILE [--no-inductor]"""
 import copy
 import sys
 
@@ -13,7 +14,9 @@ mod = load_problem(sys.argv[1])
 torch.manual_seed(0)
 model = mod.Model(*mod.get_init_inputs()).cuda()
 inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-runs = {"eager": model, "inductor": torch.compile(copy.deepcopy(model)), "fuseforge": fuseforge.optimize(copy.deepcopy(model))}
+runs = {"eager": model, "fuseforge": fuseforge.optimize(copy.deepcopy(model))}
+if "--no-inductor" not in sys.argv:
+    runs["inductor"] = torch.compile(copy.deepcopy(model))
 with torch.no_grad():
     for name, fn in runs.items():
         for _ in range(3):
