@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff::passes {
 
@@ -22,13 +23,11 @@ class ConvBiasEpilogue : public Pass {
   bool run(Graph& g) override {
     std::vector<Node*> candidates;
     for (auto& n : g.nodes())
-      if (n->op == Op::Convolution && n->operands.size() == 3 && n->operands[2].is_value() && fusible_users(g, *n))
-        candidates.push_back(n.get());
+      if (movable(g, *n)) candidates.push_back(n.get());
     for (Node* conv : candidates) {
       Value* y = conv->result();
       Value* bias = conv->operands[2].value;
       const TensorType& t = y->type;
-      if (bias->type.shape.size() != 1 || bias->type.shape[0] != t.shape.at(1) || bias->type.dtype != t.dtype) continue;
       Node* bare = g.insert_before(conv, Op::Convolution, {conv->operands[0], conv->operands[1]}, {t}, conv->attrs);
       Shape per_channel(t.shape.size() - 1, 1);
       per_channel[0] = t.shape[1];
@@ -44,13 +43,13 @@ class ConvBiasEpilogue : public Pass {
   }
 
  private:
-  static bool fusible_users(const Graph& g, const Node& conv) {
-    if (g.is_graph_output(conv.result())) return false;
-    auto users = g.users(conv.result());
-    if (users.empty()) return false;
-    for (const Node* u : users)
-      if (op_kind(u->op) != OpKind::Pointwise) return false;
-    return true;
+  // A convolution with a per-output-channel bias whose result only pointwise code reads.
+  static bool movable(const Graph& g, const Node& n) {
+    if (n.op != Op::Convolution || n.operands.size() != 3 || !n.operands[2].is_value()) return false;
+    const TensorType& bias = n.operands[2].value->type;
+    const TensorType& out = n.result()->type;
+    return bias.shape.size() == 1 && bias.shape[0] == out.shape.at(1) && bias.dtype == out.dtype &&
+           feeds_only_pointwise(g, n.result());
   }
 };
 

@@ -8,6 +8,7 @@
 // transposing reads through shared-memory tiles), so the layout change back
 // costs nothing extra.
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff::passes {
 
@@ -43,14 +44,10 @@ class ConvChannelsLast : public Pass {
     if (n.op != Op::Convolution || n.results.size() != 1) return false;
     const TensorType& t = n.result()->type;
     if (t.shape.size() != 4 || !is_floating(t.dtype) || t.dtype == DType::f64) return false;
-    if (t.strides == channels_last_strides(t.shape) || g.is_graph_output(n.result())) return false;
+    if (t.strides == channels_last_strides(t.shape)) return false;
     for (size_t i = 0; i < 2; ++i)
       if (!n.operands[i].is_value() || n.operands[i].value->type.shape.size() != 4) return false;
-    auto users = g.users(n.result());
-    if (users.empty()) return false;
-    for (const Node* u : users)
-      if (op_kind(u->op) != OpKind::Pointwise) return false;
-    return true;
+    return feeds_only_pointwise(g, n.result());
   }
 };
 

@@ -105,6 +105,19 @@ class CapturedGraph:
     # ATen targets of the opaque nodes, in graph order (diagnostics)
     opaque_targets: list[str] = field(default_factory=list)
 
+    def graph_inputs(self, model: nn.Module, args: Sequence[Any]) -> list[Any]:
+        """The IR graph's inputs, in order, for a call of `model` with `args`."""
+        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        values = []
+        for b in self.input_bindings:
+            if b.kind in ("user", "scalar"):
+                values.append(b.fetch_arg(args))
+            elif b.kind == "const":
+                values.append(self.constants[b.source])
+            else:
+                values.append(state[b.source].detach())
+        return values
+
     def unflatten_outputs(self, tensors: Sequence[Any]) -> Any:
         """Rebuilds forward's output structure from the values of output_names."""
         it = iter(tensors)

@@ -191,15 +191,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     console.print(table)
     # The plan on the CPU: library ops through ATen, kernels on the interpreter.
     executor = Executor(plan, torch.device("cpu"))
-    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    ir_inputs = []
-    for b in captured.input_bindings:
-        if b.kind in ("user", "scalar"):
-            ir_inputs.append(b.fetch_arg(inputs))
-        elif b.kind == "const":
-            ir_inputs.append(captured.constants[b.source])
-        else:
-            ir_inputs.append(state[b.source].detach())
+    ir_inputs = captured.graph_inputs(model, inputs)
     with torch.no_grad():
         outs, new_buffers = executor(ir_inputs)
         reference = copy.deepcopy(model)

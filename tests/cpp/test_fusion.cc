@@ -136,7 +136,7 @@ TEST(Codegen, TransposedInputIteratesInOutputOrder) {
 })", {{"dce"}, false});
   ASSERT_EQ(cg.kernels.size(), 1u);
   EXPECT_EQ(cg.kernels[0].vector_width, 4);
-  EXPECT_NE(cg.kernels[0].source.find("Iteration space [4096]"), std::string::npos) << cg.kernels[0].source;
+  EXPECT_NE(cg.kernels[0].source.find("iteration space [4096]"), std::string::npos) << cg.kernels[0].source;
 }
 
 TEST(Codegen, TransposingGroupStagesTilesThroughSharedMemory) {

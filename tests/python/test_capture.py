@@ -317,16 +317,7 @@ def run_ir(text: str, inputs: list) -> tuple[list, dict]:
 
 
 def feed_for(model: nn.Module, cg, inputs: list) -> list:
-    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    feed = []
-    for b in cg.input_bindings:
-        if b.kind in ("user", "scalar"):
-            feed.append(b.fetch_arg(inputs))
-        elif b.kind == "const":
-            feed.append(cg.constants[b.source])
-        else:
-            feed.append(state[b.source].detach())
-    return feed
+    return cg.graph_inputs(model, inputs)
 
 
 def check_against_eager(model: nn.Module, inputs: list, atol: float = 1e-5, rtol: float = 1e-5):
