@@ -537,19 +537,13 @@ HostTensor eval_layout(const Node& n, const Env& env) {
       shape = out.shape;
       strides = broadcast_strides(x.shape, out.shape);
       break;
-    case Op::Slice: {  // clamping as in shape_rules.cc
-      int64_t d = normalize_dim(n.attr_int("dim"), rank), size = x.shape[d];
-      int64_t start = n.attr_int_or("start", 0), end = n.attr_int_or("end", size), step = n.attr_int_or("step", 1);
-      if (step <= 0) fail(n, "step must be positive");
-      if (start < 0) start += size;
-      if (end < 0) end += size;
-      start = std::clamp<int64_t>(start, 0, size);
-      end = std::clamp<int64_t>(end, start, size);
+    case Op::Slice: {
+      SliceBounds b = slice_bounds(n, x.shape);
       shape = x.shape;
       strides = cs;
-      shape[d] = (end - start + step - 1) / step;
-      strides[d] *= step;
-      base = start * cs[d];
+      shape[b.dim] = b.size;
+      strides[b.dim] *= b.step;
+      base = b.start * cs[b.dim];
       break;
     }
     case Op::Select: {

@@ -175,5 +175,10 @@ std::vector<TensorType> infer_result_types(const Node& n);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 // Normalizes a possibly negative dim for a tensor of rank `rank`; throws IRError.
 int64_t normalize_dim(int64_t dim, int64_t rank);
+// A `slice` node's bounds on an input of `shape`, clamped as PyTorch does.
+struct SliceBounds {
+  int64_t dim, start, step, size;  // size: elements in the result along dim
+};
+SliceBounds slice_bounds(const Node& slice, const Shape& shape);
 
 }  // namespace ff

@@ -244,18 +244,11 @@ std::vector<TensorType> layout(const Node& n) {
       return {t};
     }
     case Op::Slice: {
-      int64_t d = normalize_dim(n.attr_int("dim"), rank);
-      int64_t size = in.shape[d];
-      int64_t start = n.attr_int_or("start", 0), end = n.attr_int_or("end", size), step = n.attr_int_or("step", 1);
-      if (step <= 0) fail(n, "step must be positive");
-      if (start < 0) start += size;
-      if (end < 0) end += size;
-      start = std::clamp<int64_t>(start, 0, size);
-      end = std::clamp<int64_t>(end, start, size);
+      SliceBounds b = slice_bounds(n, in.shape);
       t.shape = in.shape;
       t.strides = in.strides;
-      t.shape[d] = (end - start + step - 1) / step;
-      t.strides[d] *= step;
+      t.shape[b.dim] = b.size;
+      t.strides[b.dim] *= b.step;
       return {t};
     }
     case Op::Select: {
@@ -294,6 +287,18 @@ std::vector<TensorType> layout(const Node& n) {
 }
 
 }  // namespace
+
+SliceBounds slice_bounds(const Node& n, const Shape& shape) {
+  int64_t d = normalize_dim(n.attr_int("dim"), static_cast<int64_t>(shape.size()));
+  int64_t size = shape[d];
+  int64_t start = n.attr_int_or("start", 0), end = n.attr_int_or("end", size), step = n.attr_int_or("step", 1);
+  if (step <= 0) fail(n, "step must be positive");
+  if (start < 0) start += size;
+  if (end < 0) end += size;
+  start = std::clamp<int64_t>(start, 0, size);
+  end = std::clamp<int64_t>(end, start, size);
+  return {d, start, step, (end - start + step - 1) / step};
+}
 
 int64_t normalize_dim(int64_t dim, int64_t rank) {
   int64_t r = std::max<int64_t>(rank, 1);  // 0-d tensors accept dim 0 and -1
