@@ -1,9 +1,10 @@
 """OptimizedModule: the drop-in replacement that `fuseforge.optimize` returns."""
 from __future__ import annotations
 
+import inspect
 import logging
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -27,7 +28,6 @@ class Specialization:
     executor: Executor
     getters: list  # per IR input: fetches it from (args, module)
     mutation_targets: list  # per mutation: (module, buffer name)
-    stats: dict = field(default_factory=dict)
 
 
 def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
@@ -140,7 +140,6 @@ class OptimizedModule(nn.Module):
         return self._run(spec, args)
 
     def _bind_kwargs(self, args: tuple, kwargs: dict) -> tuple:
-        import inspect
         sig = inspect.signature(self._ff_model.forward)
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
