@@ -12,14 +12,6 @@ namespace {
 
 bool fusible(const Node* n) { return op_kind(n->op) == OpKind::Pointwise; }
 
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  size_t off = to.size() - from.size();
-  for (size_t i = 0; i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[off + i]) return false;
-  return true;
-}
-
 class Partitioner {
  public:
   explicit Partitioner(const Graph& g) : g_(g) {

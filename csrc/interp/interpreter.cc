@@ -64,14 +64,6 @@ Offsets strided_offsets(const Shape& shape, const Shape& strides, int64_t base =
   return out;
 }
 
-bool broadcasts_to(const Shape& in, const Shape& out) {
-  if (in.size() > out.size()) return false;
-  size_t lead = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] != 1 && in[i] != out[lead + i]) return false;
-  return true;
-}
-
 // Strides that read a row-major tensor of shape `in` broadcast (numpy rules) to `out`.
 Shape broadcast_strides(const Shape& in, const Shape& out) {
   Shape cs = contiguous_strides(in), st(out.size(), 0);

@@ -173,6 +173,8 @@ void verify(const Graph& g);
 std::vector<TensorType> infer_result_types(const Node& n);
 // Broadcast shape of two shapes (right-aligned, numpy rules); throws IRError.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
+// Whether `from` broadcasts to exactly `to` (right-aligned, size-1 dims stretch).
+bool broadcasts_to(const Shape& from, const Shape& to);
 // Normalizes a possibly negative dim for a tensor of rank `rank`; throws IRError.
 int64_t normalize_dim(int64_t dim, int64_t rank);
 // A `slice` node's bounds on an input of `shape`, clamped as PyTorch does.

@@ -319,6 +319,14 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  size_t off = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[off + i]) return false;
+  return true;
+}
+
 std::vector<TensorType> infer_result_types(const Node& n) {
   if (n.results.empty()) fail(n, "has no results");
   switch (op_kind(n.op)) {
