@@ -59,13 +59,12 @@ class _Slots:
         return self.index[name]
 
 
-def _free_lists(plan: dict, step_reads: list[list[str]], keep: set[str]) -> list[list[int]]:
+def _free_lists(slots: _Slots, step_reads: list[list[str]], keep: set[str]) -> list[list[int]]:
     last_use: dict[str, int] = {}
     for i, reads in enumerate(step_reads):
         for name in reads:
             last_use[name] = i
     frees: list[list[int]] = [[] for _ in step_reads]
-    slots = _Slots(plan)
     for name, i in last_use.items():
         if name not in keep:
             frees[i].append(slots(name))
@@ -108,7 +107,7 @@ class Executor:
                 steps.append(self._library_step(step, slots))
                 reads.append([v for kind, v in step["operands"] if kind == "value"])
         keep = set(plan["outputs"]) | {v for _, v in plan["mutations"]} | set(plan["inputs"])
-        self.steps = list(zip(steps, _free_lists(plan, reads, keep)))
+        self.steps = list(zip(steps, _free_lists(slots, reads, keep)))
 
     # ---- steps
 
