@@ -52,14 +52,16 @@ def _argextreme(fn: Callable) -> Callable[[dict, torch.dtype], Call]:
 
 
 def _opaque(attrs: dict, out_dtype: torch.dtype, device: torch.device) -> Call:
-    from fuseforge.capture import decode_opaque_args, run_opaque
+    from fuseforge.capture import compile_opaque_args, compile_opaque_call
     target, args, kwargs = attrs["target"], attrs.get("args", "[]"), attrs.get("kwargs")
     if target == "aten._native_batch_norm_legit_functional.default" and device.type == "cuda":
+        decode = compile_opaque_args(args, kwargs, device)
+
         def batch_norm(a: list) -> Any:
-            pos, kw = decode_opaque_args(args, kwargs, a, device)
+            pos, kw = decode(a)
             return _functional_batch_norm(*pos, **kw)
         return batch_norm
-    return lambda a: run_opaque(target, args, kwargs, a, device)
+    return compile_opaque_call(target, args, kwargs, device)
 
 
 def _functional_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -98,7 +100,8 @@ def _slice(attrs: dict, out_dtype: torch.dtype) -> Call:
 _LIBRARY: dict[str, Callable[[dict, torch.dtype], Call]] = {
     "mm": lambda at, dt: lambda a: torch.mm(a[0], a[1]),
     "bmm": lambda at, dt: lambda a: torch.bmm(a[0], a[1]),
-    "addmm": lambda at, dt: lambda a: torch.addmm(a[0], a[1], a[2], beta=at.get("beta", 1), alpha=at.get("alpha", 1)),
+    "addmm": lambda at, dt: (lambda a: torch.addmm(a[0], a[1], a[2])) if at.get("beta", 1) == 1 and at.get("alpha", 1) == 1
+    else lambda a: torch.addmm(a[0], a[1], a[2], beta=at.get("beta", 1), alpha=at.get("alpha", 1)),
     "sum": _reduction(torch.sum, with_dtype=True),
     "mean": _reduction(torch.mean, with_dtype=True),
     "amax": _reduction(torch.amax),

@@ -48,6 +48,8 @@ __all__ = [
     "CapturedGraph",
     "InputBinding",
     "capture",
+    "compile_opaque_args",
+    "compile_opaque_call",
     "decode_opaque_args",
     "decomposition_table",
     "format_float",
@@ -134,14 +136,15 @@ class CapturedGraph:
 # Ops that stay whole although the default table decomposes them: RNNs (an
 # unrolled LSTM is thousands of nodes and much slower than cuDNN), pooling,
 # resampling, padding and attention, whose decompositions are gathers or worse
-# than the library kernels, and silu (one IR op).
+# than the library kernels, and silu (one IR op). Eval-mode batch norm is not
+# kept: it decomposes to per-channel pointwise math that fuses with its
+# neighbours (and into a conv's epilogue).
 _KEEP_WHOLE = {
     "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
     "max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
     "max_pool3d_with_indices", "adaptive_max_pool1d",
     "native_layer_norm", "_softmax", "_log_softmax", "convolution", "native_group_norm",
-    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-    "_native_batch_norm_legit_functional", "cudnn_batch_norm",
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "cudnn_batch_norm",
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
     "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
     "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
@@ -152,6 +155,24 @@ _KEEP_WHOLE = {
     "scaled_dot_product_attention",
     "silu",
 }
+
+
+def _batch_norm_eval(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                     running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eval-mode batch norm as per-channel pointwise math, computed in f32 for
+    f16/bf16 inputs as ATen does (torch's own decomposition calls the
+    non-functional `_native_batch_norm_legit`, which export rejects)."""
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    low = x.dtype in (torch.float16, torch.bfloat16)
+    xf = x.to(torch.float32) if low else x
+    out = (xf - running_mean.reshape(shape)) * torch.rsqrt(running_var + eps).reshape(shape)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    empty = x.new_zeros((0,))
+    return (out.to(x.dtype) if low else out), empty, empty
 
 
 _TABLE: dict | None = None
@@ -167,6 +188,7 @@ def decomposition_table() -> dict:
             parts = str(op).split(".")
             if parts[0] == "aten" and len(parts) == 3 and parts[1] in _KEEP_WHOLE:
                 del table[op]
+        table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_eval
         _TABLE = table
     return dict(_TABLE)
 
@@ -1534,52 +1556,89 @@ _TENSOR_REF = re.compile(r"\$(\d+)")
 _TORCH_ENUMS = (torch.dtype, torch.layout, torch.memory_format)
 
 
-def _eval_expr(text: str, operands: Sequence[Any], device: Any) -> Any:
+class _ConstArg:
+    """A compiled argument expression that does not depend on the operands."""
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __call__(self, operands: Sequence[Any]) -> Any:
+        return self.value
+
+
+def _compile_expr(text: str, device: Any) -> Callable[[Sequence[Any]], Any]:
+    """Compiles an opaque argument expression once into a function of the
+    operands (the parse and the operand-free parts are not redone per call)."""
     expr = _TENSOR_REF.sub(lambda m: f"__ff_t{m.group(1)}", text)
     tree = ast.parse(expr, mode="eval")
 
-    def ev(n: ast.AST) -> Any:
+    const = _ConstArg
+
+    def seq(parts: list, build: Callable[[list], Any]) -> Callable[[Sequence[Any]], Any]:
+        fns = [comp(e) for e in parts]
+        if all(isinstance(f, _ConstArg) for f in fns):
+            return const(build([f.value for f in fns]))
+        return lambda ops: build([f(ops) for f in fns])
+
+    def comp(n: ast.AST) -> Callable[[Sequence[Any]], Any]:
         if isinstance(n, ast.Constant):
-            return n.value
+            return const(n.value)
         if isinstance(n, ast.List):
-            return [ev(e) for e in n.elts]
+            return seq(n.elts, list)
         if isinstance(n, ast.Tuple):
-            return tuple(ev(e) for e in n.elts)
+            return seq(n.elts, tuple)
         if isinstance(n, ast.Dict):
-            return {ev(k): ev(v) for k, v in zip(n.keys, n.values)}
+            keys = [comp(k) for k in n.keys if k is not None]
+            if len(keys) != len(n.keys) or not all(isinstance(k, _ConstArg) for k in keys):
+                raise ValueError(f"unexpected dict keys in opaque arguments {text!r}")
+            names = [k.value for k in keys]
+            return seq(n.values, lambda vals: dict(zip(names, vals)))
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
-            v = ev(n.operand)
-            return -v if isinstance(n.op, ast.USub) else +v
+            inner = comp(n.operand)
+            sign = -1 if isinstance(n.op, ast.USub) else 1
+            if isinstance(inner, _ConstArg):
+                return const(-inner.value if sign < 0 else +inner.value)
+            return lambda ops: -inner(ops) if sign < 0 else +inner(ops)
         if isinstance(n, ast.Name):
             if n.id.startswith("__ff_t"):
-                return operands[int(n.id[6:])]
+                index = int(n.id[6:])
+                return lambda ops: ops[index]
             if n.id == "inf":
-                return math.inf
+                return const(math.inf)
             if n.id == "nan":
-                return math.nan
+                return const(math.nan)
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "device"
                 and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch" and not n.keywords):
-            return device if device is not None else torch.device(*[ev(a) for a in n.args])
+            if device is not None:
+                return const(device)
+            return seq(n.args, lambda a: torch.device(*a))
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "torch":
             v = getattr(torch, n.attr, None)
             if isinstance(v, _TORCH_ENUMS):
-                return v
+                return const(v)
         raise ValueError(f"unexpected {ast.dump(n)} in opaque arguments {text!r}")
 
-    return ev(tree.body)
+    return comp(tree.body)
+
+
+def compile_opaque_args(args: str, kwargs: str | None,
+                        device: Any = None) -> Callable[[Sequence[Any]], tuple[list[Any], dict[str, Any]]]:
+    """The call arguments of an opaque node as a function of its tensor
+    operands: `args`/`kwargs` are its attributes. Devices are written as the
+    capture saw them (``torch.device('cuda', 0)``); a `device` given here
+    replaces them all (to run a graph captured on one device on another)."""
+    if device is not None:
+        device = torch.device(device)
+    pos = _compile_expr(args, device)
+    kw = _compile_expr(kwargs, device) if kwargs else (lambda ops: {})
+    return lambda operands: (list(pos(operands)), dict(kw(operands)))
 
 
 def decode_opaque_args(args: str, kwargs: str | None, operands: Sequence[torch.Tensor],
                        device: Any = None) -> tuple[list[Any], dict[str, Any]]:
-    """The call arguments of an opaque node: `args`/`kwargs` are its attributes,
-    `operands` its tensor operands in order. Devices are written as the capture
-    saw them (``torch.device('cuda', 0)``); a `device` given here replaces them
-    all (to run a graph captured on one device on another)."""
-    if device is not None:
-        device = torch.device(device)
-    pos = _eval_expr(args, operands, device)
-    kw = _eval_expr(kwargs, operands, device) if kwargs else {}
-    return list(pos), dict(kw)
+    """`compile_opaque_args` applied once to `operands`."""
+    return compile_opaque_args(args, kwargs, device)(operands)
 
 
 def resolve_target(target: str) -> torch._ops.OpOverload:
@@ -1591,9 +1650,19 @@ def resolve_target(target: str) -> torch._ops.OpOverload:
     return getattr(getattr(getattr(torch.ops, ns), name), overload)
 
 
+def compile_opaque_call(target: str, args: str, kwargs: str | None,
+                        device: Any = None) -> Callable[[Sequence[Any]], tuple[torch.Tensor, ...]]:
+    """An opaque node's ATen call as a function of its operands, returning its results as a tuple."""
+    op, decode = resolve_target(target), compile_opaque_args(args, kwargs, device)
+
+    def call(operands: Sequence[Any]) -> tuple[torch.Tensor, ...]:
+        pos, kw = decode(operands)
+        out = op(*pos, **kw)
+        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+    return call
+
+
 def run_opaque(target: str, args: str, kwargs: str | None, operands: Sequence[torch.Tensor],
                device: Any = None) -> tuple[torch.Tensor, ...]:
-    """Runs an opaque node's ATen op; returns its results as a tuple."""
-    pos, kw = decode_opaque_args(args, kwargs, operands, device)
-    out = resolve_target(target)(*pos, **kw)
-    return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+    """Runs an opaque node's ATen op once; returns its results as a tuple."""
+    return compile_opaque_call(target, args, kwargs, device)(operands)

@@ -740,7 +740,28 @@ def test_batchnorm_train_and_eval():
             assert 'target="aten._native_batch_norm_legit_functional.default"' in cg.text
         else:
             assert mutated == []
-            assert 'target="aten._native_batch_norm_legit_no_training.default"' in cg.text
+            # Eval batch norm is per-channel pointwise math (it fuses), not a library call.
+            assert "opaque" not in cg.text and "rsqrt(" in cg.text
+
+
+@pytest.mark.parametrize("case", ["bn1d_2d", "bn1d_3d_no_affine", "bn2d_half"])
+def test_eval_batchnorm_decomposes_like_eager(case):
+    torch.manual_seed(0)
+    bn, x = {
+        "bn1d_2d": (nn.BatchNorm1d(6), _r(5, 6)),
+        "bn1d_3d_no_affine": (nn.BatchNorm1d(6, affine=False), _r(5, 6, 7)),
+        "bn2d_half": (nn.BatchNorm2d(6).half(), _r(2, 6, 3, 4, dtype=torch.float16)),
+    }[case]
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        if bn.affine:
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-1, 1)
+    model = Fn(lambda m, x: m.bn(x), bn=bn).eval()
+    tol = 1e-3 if x.dtype == torch.float16 else 1e-5
+    cg = check_against_eager(model, [x], atol=tol, rtol=tol)
+    assert "opaque" not in cg.text
 
 
 def test_buffer_mutation_by_hand():
