@@ -42,6 +42,58 @@ def _sampled_graph(text: str, n: int) -> str:
     return _TYPE.sub(lambda m: f"{m.group(1)}[{n}]", text)
 
 
+#: Layout ops whose result has the source's address (no storage offset).
+_ADDRESS_KEEPING_VIEWS = {"view", "permute", "expand", "unsqueeze", "squeeze"}
+
+
+def _contiguous(t: ValueType) -> bool:
+    expected = 1
+    for n, st in zip(reversed(t.shape), reversed(t.strides)):
+        if n != 1 and st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _kernel_only_views(plan: dict, types: dict[str, ValueType]) -> dict[str, str]:
+    """View steps whose results only generated kernels read (directly or
+    through other such views), mapped to the value they view: the executor
+    skips them and the kernel reads the source's memory with the view's strides."""
+    def is_view(step: dict) -> bool:
+        return step["kind"] == "node" and step["op"] in _ADDRESS_KEEPING_VIEWS and len(step["results"]) == 1
+
+    readers: dict[str, list[str | None]] = {}  # value -> readers: None for a kernel, else the step's result
+    for step in plan["steps"]:
+        if step["kind"] == "kernel":
+            for n in plan["kernels"][step["kernel"]]["inputs"]:
+                readers.setdefault(n, []).append(None)
+        else:
+            for kind, v in step["operands"]:
+                if kind == "value":
+                    readers.setdefault(v, []).append(step["results"][0] if is_view(step) else "")
+    escaping = set(plan["outputs"]) | {v for _, v in plan["mutations"]}
+    skipped: set[str] = set()
+    for step in reversed(plan["steps"]):  # readers are decided before what they read
+        if not is_view(step):
+            continue
+        (res,), src = step["results"], step["operands"][0][1]
+        if step["op"] == "view" and not (_contiguous(types[src]) and _contiguous(types[res])):
+            continue  # a reshape that may copy
+        if res not in escaping and all(r is None or r in skipped for r in readers.get(res, [])):
+            skipped.add(res)
+    alias: dict[str, str] = {}
+    for step in plan["steps"]:
+        if is_view(step) and step["results"][0] in skipped:
+            src = step["operands"][0][1]
+            alias[step["results"][0]] = alias.get(src, src)
+    return alias
+
+
+def _raw_stream(device_index: int) -> int:
+    """torch's current stream handle on a device (the cheap form inductor uses)."""
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
 def _same_layout(x: torch.Tensor, t: ValueType) -> bool:
     """Strides agree on every dim of size > 1 (others never move the index)."""
     return all(n == 1 or a == b for n, a, b in zip(t.shape, x.stride(), t.strides))
@@ -96,14 +148,16 @@ class Executor:
             self.kernels = [core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"],
                                                 k["grid"], k["block_y"])
                             for k in plan["kernels"]]
+        self._kernel_results = {n for k in plan["kernels"] for n in k["outputs"]}
+        self._alias = _kernel_only_views(plan, self.types) if device.type == "cuda" else {}
         steps: list[Callable[[list], None]] = []
         reads: list[list[str]] = []
         for step in plan["steps"]:
             if step["kind"] == "kernel":
                 k = plan["kernels"][step["kernel"]]
                 steps.append(self._kernel_step(step["kernel"], k, slots))
-                reads.append(k["inputs"] + k["scalars"])
-            else:
+                reads.append([self._alias.get(n, n) for n in k["inputs"]] + k["scalars"])
+            elif step["results"][0] not in self._alias:
                 steps.append(self._library_step(step, slots))
                 reads.append([v for kind, v in step["operands"] if kind == "value"])
         keep = set(plan["outputs"]) | {v for _, v in plan["mutations"]} | set(plan["inputs"])
@@ -122,20 +176,24 @@ class Executor:
             return self._interpreted_kernel(k, out_slots, out_types, in_slots + scalar_slots)
         kernel = self.kernels[index]
         dev_index = device.index or 0
+        outs_meta = [(t.shape, t.strides, t.dtype) for t in out_types]
+        # An input that is a view only kernels read is passed as its source's
+        # pointer (same address) with the view's strides, which the kernel has.
+        roots = [self._alias.get(n, n) for n in k["inputs"]]
+        in_slots = [slots(n) for n in roots]
+        # Kernel outputs have exactly the captured layout; anything else (library
+        # results, graph inputs) may not, and the kernel's index math is specialized.
+        checked = [(j, self.types[n]) for j, n in enumerate(roots) if n not in self._kernel_results]
+        empty_strided = torch.empty_strided
 
         def run(env: list) -> None:
-            outs = [torch.empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for t in out_types]
-            ins = []
-            for s, t in zip(in_slots, in_types):
-                x = env[s]
-                if not _same_layout(x, t):
-                    # A library op chose another layout than the one captured: the
-                    # kernel's index math is specialized, so match the layout.
-                    x = torch.empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
-                ins.append(x)
+            outs = [empty_strided(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in outs_meta]
+            ins = [env[s] for s in in_slots]
+            for j, t in checked:
+                if not _same_layout(ins[j], t):
+                    ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(ins[j])
             pointers = [t.data_ptr() for t in outs] + [t.data_ptr() for t in ins]
-            scalars = [float(env[s]) for s in scalar_slots]
-            kernel.launch(dev_index, pointers, scalars, torch.cuda.current_stream(device).cuda_stream)
+            kernel.launch(dev_index, pointers, [float(env[s]) for s in scalar_slots], _raw_stream(dev_index))
             for s, t in zip(out_slots, outs):
                 env[s] = t
         return run

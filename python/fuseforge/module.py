@@ -26,23 +26,47 @@ class Specialization:
     captured: CapturedGraph
     plan: dict
     executor: Executor
-    getters: list  # per IR input: fetches it from (args, module)
+    getters: list  # per IR input: ("arg", fetch(args)) | ("const", tensor) | ("state", (module, name))
+    state_meta: list  # per "state" getter: (dtype, device, shape, strides) at capture
     mutation_targets: list  # per mutation: (module, buffer name)
+
+    def gather(self, args: Sequence[Any]) -> list | None:
+        """The plan's inputs for `args`, or None if this specialization does not
+        apply: a Python value capture baked in differs, or a parameter or buffer
+        changed dtype, device, shape or strides since capture."""
+        for i, v in self.captured.specialized_scalars.items():
+            if args[i] != v and not (args[i] != args[i] and v != v):  # NaN matches NaN
+                return None
+        inputs = []
+        meta = iter(self.state_meta)
+        for kind, src in self.getters:
+            if kind == "arg":
+                inputs.append(src(args))
+            elif kind == "const":
+                inputs.append(src)
+            else:
+                t = getattr(*src)
+                if _tensor_meta(t) != next(meta):
+                    return None
+                inputs.append(t)
+        return inputs
+
+
+def _tensor_meta(t: torch.Tensor) -> tuple:
+    return (t.dtype, t.device, t.shape, t.stride())
 
 
 def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
-    """What a specialization depends on: mode, and each argument's shape,
+    """What a specialization is looked up by: mode, and each argument's shape,
     dtype, device and strides (Python numbers by type only: they are kernel
-    arguments), and every parameter's and buffer's dtype, device and shape."""
+    arguments). Parameters and buffers are checked by `Specialization.gather`."""
     def describe(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
-            return ("T", tuple(x.shape), x.dtype, x.device, x.stride())
+            return ("T", x.shape, x.dtype, x.device, x.stride())
         if isinstance(x, (bool, int, float)):
             return ("S", type(x))
         return ("O", repr(x))
-    state = tuple((t.dtype, t.device, tuple(t.shape)) for t in module.parameters()) + \
-        tuple((t.dtype, t.device, tuple(t.shape)) for t in module.buffers())
-    return (module.training, tuple(describe(a) for a in args), state)
+    return (module.training, tuple(describe(a) for a in args))
 
 
 class _NoBackward(torch.autograd.Function):
@@ -100,7 +124,7 @@ class OptimizedModule(nn.Module):
         return self._ff_model
 
     def specializations(self) -> list[Specialization]:
-        return list(self._ff_specializations.values())
+        return [s for specs in self._ff_specializations.values() for s in specs]
 
     # ---- call
 
@@ -114,30 +138,31 @@ class OptimizedModule(nn.Module):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if self._ff_gave_up or not tensors or any(t.device.type != "cuda" for t in tensors):
             return self._eager(*args)
-        key = _guard_key(self, args)
-        spec = self._ff_specializations.get(key)
-        if spec is not None and any(args[i] != v for i, v in spec.captured.specialized_scalars.items()):
-            # A Python value that capture had to bake in changed: specialize on it too.
-            key = key + tuple(sorted((i, repr(args[i])) for i in spec.captured.specialized_scalars))
-            spec = self._ff_specializations.get(key)
-        if spec is None:
-            if len(self._ff_specializations) >= MAX_SPECIALIZATIONS:
-                object.__setattr__(self, "_ff_gave_up", True)
-                warnings.warn(f"fuseforge: {MAX_SPECIALIZATIONS} specializations reached; "
-                              "running this module eagerly from now on", stacklevel=2)
-                return self._eager(*args)
-            log.info("fuseforge: compiling a specialization for %s", key[:2])
-            try:
-                spec = self._specialize(args, tensors[0].device)
-            except CaptureError as e:
-                # Eager raises the model's own error for bad inputs; for code that
-                # torch.export cannot trace, eager is the fallback.
-                out = self._eager(*args)
-                warnings.warn(f"fuseforge: could not capture {type(self._ff_model).__name__}; running eagerly: {e}",
-                              stacklevel=2)
-                return out
-            self._ff_specializations[key] = spec
-        return self._run(spec, args)
+        candidates = self._ff_specializations.setdefault(_guard_key(self, args), [])
+        for spec in candidates:
+            inputs = spec.gather(args)
+            if inputs is not None:
+                return self._run(spec, inputs)
+        if len(self.specializations()) >= MAX_SPECIALIZATIONS:
+            object.__setattr__(self, "_ff_gave_up", True)
+            warnings.warn(f"fuseforge: {MAX_SPECIALIZATIONS} specializations reached; "
+                          "running this module eagerly from now on", stacklevel=2)
+            return self._eager(*args)
+        log.info("fuseforge: compiling a specialization for %s", [tuple(t.shape) for t in tensors])
+        try:
+            spec = self._specialize(args, tensors[0].device)
+        except CaptureError as e:
+            # Eager raises the model's own error for bad inputs; for code that
+            # torch.export cannot trace, eager is the fallback.
+            out = self._eager(*args)
+            warnings.warn(f"fuseforge: could not capture {type(self._ff_model).__name__}; running eagerly: {e}",
+                          stacklevel=2)
+            return out
+        candidates.append(spec)
+        inputs = spec.gather(args)
+        if inputs is None:
+            raise RuntimeError("fuseforge internal error: a fresh specialization rejects the inputs it was captured on")
+        return self._run(spec, inputs)
 
     def _bind_kwargs(self, args: tuple, kwargs: dict) -> tuple:
         sig = inspect.signature(self._ff_model.forward)
@@ -158,25 +183,17 @@ class OptimizedModule(nn.Module):
                 getters.append(("const", captured.constants[b.source].to(device)))
             else:
                 getters.append(("state", _resolve(self._ff_model, b.source)))
+        state_meta = [_tensor_meta(getattr(*src)) for kind, src in getters if kind == "state"]
         targets = [_resolve(self._ff_model, name) for name, _ in captured.mutations]
-        return Specialization(captured, plan, executor, getters, targets)
+        return Specialization(captured, plan, executor, getters, state_meta, targets)
 
-    def _run(self, spec: Specialization, args: Sequence[Any]) -> Any:
-        inputs = []
-        for kind, src in spec.getters:
-            if kind == "arg":
-                inputs.append(src(args))
-            elif kind == "const":
-                inputs.append(src)
-            else:
-                inputs.append(getattr(*src))
+    def _run(self, spec: Specialization, inputs: list) -> Any:
         with torch.no_grad():
             outputs, new_buffers = spec.executor(inputs)
             for (mod, name), value in zip(spec.mutation_targets, new_buffers):
                 getattr(mod, name).copy_(value)
         if torch.is_grad_enabled():
-            anchor = next((t for t in [*self.parameters(), *args]
-                           if isinstance(t, torch.Tensor) and t.requires_grad), None)
+            anchor = next((t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad), None)
             if anchor is not None:
                 floating = [i for i, o in enumerate(outputs) if o.is_floating_point()]
                 for i, o in zip(floating, _NoBackward.apply(anchor, *[outputs[i] for i in floating])):
@@ -196,7 +213,7 @@ def optimize(model: nn.Module, example_inputs: Sequence[Any] | None = None, *,
     if example_inputs is not None:
         example = list(example_inputs)
         if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example):
-            key = _guard_key(opt, example)
-            opt._ff_specializations[key] = opt._specialize(example, next(
-                a.device for a in example if isinstance(a, torch.Tensor)))
+            device = next(a.device for a in example if isinstance(a, torch.Tensor))
+            opt._ff_specializations.setdefault(_guard_key(opt, example), []).append(
+                opt._specialize(example, device))
     return opt

@@ -53,6 +53,17 @@ def test_new_shape_respecializes_and_cpu_runs_eager():
     torch.testing.assert_close(fast_cpu(x), cpu(x))
 
 
+def test_replaced_parameter_respecializes():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU()).cuda()
+    fast = fuseforge.optimize(model)
+    x = torch.randn(8, 32, device="cuda")
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    # Same shape, other strides: the plan's layout assumptions no longer hold.
+    model[0].weight = torch.nn.Parameter(torch.randn(32, 16, device="cuda").t())
+    torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    assert len(fast.specializations()) == 2
+
+
 def test_wrong_input_raises_like_eager():
     model = torch.nn.Linear(32, 16).cuda()
     fast = fuseforge.optimize(model)
