@@ -242,6 +242,8 @@ NB_MODULE(_core, m) {
   }, "source"_a, "name"_a, "arch"_a, "Compiles with NVRTC (disk-cached); returns (is_cubin, image bytes, log).");
   m.def("nvrtc_version", &ff::runtime::nvrtc_version);
   m.def("nvrtc_compile_count", [] { return static_cast<uint64_t>(ff::runtime::nvrtc_compile_count()); });
+  m.def("clear_memory_cache", &ff::runtime::clear_memory_cache,
+        "Forgets kernels compiled in this process (the disk cache stays): the next compile reads the disk cache.");
   m.def("add_library_search_dir", &ff::runtime::add_library_search_dir);
   m.def("cache_dir", &ff::runtime::cache_dir);
   m.def("driver_available", &ff::runtime::driver_available);

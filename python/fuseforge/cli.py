@@ -1,6 +1,7 @@
 """The `fuseforge` command line.
 
   fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N]
+  fuseforge bench DIR_OR_FILES... [--against eager,inductor] [--json OUT] [--plot OUT.png]
   fuseforge explain PROBLEM.py
 
 On a machine with a CUDA GPU, `run` optimizes the problem's model, checks it
@@ -15,7 +16,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
+import tempfile
 import time
 from typing import Any, Sequence
 
@@ -78,12 +81,12 @@ def _buffers(model: torch.nn.Module) -> list[torch.Tensor]:
     return [b.detach().clone() for _, b in sorted(model.named_buffers())]
 
 
-def check_correctness(mod: Any, model: torch.nn.Module, seeds: int, device: str) -> dict:
+def check_correctness(mod: Any, model: torch.nn.Module, seeds: int, device: str, precision: str = "fp32") -> dict:
     """Compares fuseforge with eager (outputs and updated buffers) and both with
     an fp64 reference, over `seeds` fresh random inputs, each from the same state."""
     import fuseforge
     snapshot = copy.deepcopy(model.state_dict())
-    fast = fuseforge.optimize(copy.deepcopy(model))
+    fast = fuseforge.optimize(copy.deepcopy(model), precision=precision)
     result = {"correct": True, "max_err_vs_eager": 0.0, "max_err_vs_fp64": 0.0, "eager_err_vs_fp64": 0.0}
     for seed in range(seeds):
         inputs = _inputs(mod, seed, device)
@@ -112,19 +115,55 @@ def check_correctness(mod: Any, model: torch.nn.Module, seeds: int, device: str)
     return result
 
 
-def time_all(mod: Any, model: torch.nn.Module, against: list[str]) -> dict:
-    """Median cold-L2 milliseconds of eager, torch.compile (inductor) and fuseforge."""
+def compile_times(mod: Any, model: torch.nn.Module, precision: str = "fp32") -> dict:
+    """Seconds of the first optimized call (capture, passes, NVRTC, module
+    load), once with an empty kernel cache (compile_s_cold) and once more in a
+    new OptimizedModule with the disk cache that the first filled and this
+    process's in-memory kernels forgotten (compile_s_warm). Eager runs once
+    before, so CUDA and library initialization are not counted."""
     import fuseforge
+    from fuseforge._native import core
+    inputs = _inputs(mod, 1234, "cuda")
+    out: dict[str, Any] = {}
+    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="fuseforge-cold-") as cache, torch.no_grad():
+        os.environ["FUSEFORGE_CACHE_DIR"] = cache
+        try:
+            model(*inputs)
+            for key in ("compile_s_cold", "compile_s_warm"):
+                core.clear_memory_cache()
+                fast = fuseforge.optimize(copy.deepcopy(model), precision=precision)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                fast(*inputs)
+                torch.cuda.synchronize()
+                out[key] = time.perf_counter() - t0
+        finally:
+            if saved is None:
+                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
+            else:
+                os.environ["FUSEFORGE_CACHE_DIR"] = saved
+    return out
+
+
+def time_all(mod: Any, model: torch.nn.Module, against: list[str], precision: str = "fp32") -> dict:
+    """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
+    fuseforge, and fuseforge's roofline estimate (fuseforge.roofline)."""
+    import fuseforge
+    from fuseforge.roofline import roofline
     from fuseforge.timing import time_cuda
     inputs = _inputs(mod, 1234, "cuda")
     out: dict[str, Any] = {}
     with torch.no_grad():
-        fast = fuseforge.optimize(copy.deepcopy(model))
+        fast = fuseforge.optimize(copy.deepcopy(model), precision=precision)
         t0 = time.perf_counter()
         fast(*inputs)
         torch.cuda.synchronize()
         out["compile_s"] = time.perf_counter() - t0
         out["fuseforge_ms"] = time_cuda(lambda: fast(*inputs))
+        specs = fast.specializations()
+        if specs:  # none when the model could not be captured and ran eagerly
+            out.update(roofline(specs[0].plan, torch.cuda.get_device_name(), out["fuseforge_ms"]))
         if "eager" in against:
             out["eager_ms"] = time_cuda(lambda: model(*inputs))
         if "inductor" in against:
@@ -142,10 +181,15 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     name = problem_name(args.problem)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"{name}: checking", total=2)
-        row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name()}
-        row.update(check_correctness(mod, model, args.seeds, "cuda"))
+        row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
+               "torch": torch.__version__, "precision": args.precision}
+        if args.compile_times:
+            progress.update(task, description=f"{name}: compile times")
+            row.update(compile_times(mod, model, args.precision))
+        progress.update(task, description=f"{name}: checking")
+        row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision))
         progress.update(task, advance=1, description=f"{name}: timing")
-        row.update(time_all(mod, model, args.against.split(",")))
+        row.update(time_all(mod, model, args.against.split(","), args.precision))
         progress.update(task, advance=1)
     table = Table(title=f"fuseforge run — {row['device']}")
     for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64 (eager's)", "eager ms",
@@ -208,6 +252,8 @@ def _run_cpu(args: argparse.Namespace) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from fuseforge.module import check_precision
+    check_precision(args.precision)
     row = _run_gpu(args) if torch.cuda.is_available() else _run_cpu(args)
     if args.json:
         with open(args.json, "w") as f:
@@ -236,6 +282,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+#: --precision choices; fuseforge.module.check_precision says which are implemented.
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def _lazy(module: str, name: str) -> Any:
+    """A command function imported only when its command runs."""
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+        return getattr(importlib.import_module(module), name)(args)
+    return run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fuseforge", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -244,8 +302,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--mode", choices=["train", "eval"], help="default: the mode the model is constructed in")
     run.add_argument("--seeds", type=int, default=3, help="random inputs to check (GPU)")
     run.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
+    run.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                     help="numerics policy (only fp32 is implemented; others fail with a clear error)")
+    run.add_argument("--compile-times", action="store_true",
+                     help="also measure the first call's seconds with an empty and with a filled kernel cache (GPU)")
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
+    bench = sub.add_parser("bench", help="run many problem files, each in its own process, and tabulate them")
+    bench.add_argument("paths", nargs="*", metavar="DIR_OR_FILES", help="problem files, or folders searched for *.py")
+    bench.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
+    bench.add_argument("--mode", choices=["train", "eval"], help="default: each model's own mode")
+    bench.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
+    bench.add_argument("--seeds", type=int, default=3, help="random inputs to check per problem")
+    bench.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it is killed")
+    bench.add_argument("--json", help="write every figure to this file")
+    bench.add_argument("--plot", help="write a speedup plot (PNG; needs matplotlib)")
+    bench.add_argument("--merge", nargs="+", metavar="JSON",
+                       help="instead of running: combine --json reports of parts of a suite into one")
+    bench.set_defaults(fn=_lazy("fuseforge.bench", "cmd_bench"))
     explain = sub.add_parser("explain", help="print the IR after each pass and the kernel plan")
     explain.add_argument("problem")
     explain.add_argument("--mode", choices=["train", "eval"])

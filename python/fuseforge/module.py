@@ -69,6 +69,16 @@ def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
     return (module.training, tuple(describe(a) for a in args))
 
 
+#: Precision policies with a code path; `check_precision` rejects the others.
+PRECISIONS = ("fp32",)
+
+
+def check_precision(precision: str) -> None:
+    """Raises ValueError naming the available policies if `precision` has none."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not available yet; available: {', '.join(PRECISIONS)}")
+
+
 class _NoBackward(torch.autograd.Function):
     """Gives fused outputs a grad_fn that fails loudly instead of silently
     dropping gradients (fuseforge optimizes forward passes only, for now)."""
@@ -103,8 +113,7 @@ class OptimizedModule(nn.Module):
 
     def __init__(self, model: nn.Module, precision: str = "fp32"):
         super().__init__()
-        if precision != "fp32":
-            raise ValueError(f"precision {precision!r} is not available yet; only 'fp32' is")
+        check_precision(precision)
         # Share the model's state dicts so keys and tensors are the same objects.
         self._parameters = model._parameters
         self._buffers = model._buffers

@@ -1,0 +1,143 @@
+"""`fuseforge bench` without a GPU: problem discovery, isolation of crashes and
+hangs in subprocesses, the JSON report, summaries and clear errors."""
+import json
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+from fuseforge import bench, cli
+from fuseforge.roofline import plan_bytes, plan_flops, roofline
+
+from conftest import PROBLEMS, ROOT
+
+TINY = """
+import torch
+import torch.nn as nn
+{prelude}
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2.0
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+def get_init_inputs():
+    {init}
+    return [8]
+"""
+
+
+def _problem(tmp_path, name, prelude="", init="pass"):
+    path = tmp_path / f"{name}.py"
+    path.write_text(TINY.format(prelude=prelude, init=init))
+    return path
+
+
+def _args(**kw):
+    base = dict(against="eager", mode=None, precision="fp32", seeds=1, timeout=120.0)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_find_problems_covers_the_suite(tmp_path):
+    found = bench.find_problems([str(ROOT / "benchmarks" / "problems")])
+    assert [p.resolve() for p in found] == [p.resolve() for p in PROBLEMS]
+    assert len(found) == 29
+    with pytest.raises(FileNotFoundError):
+        bench.find_problems([str(tmp_path / "nope")])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _problem(tmp_path / "a", "same")
+    _problem(tmp_path / "b", "same")
+    with pytest.raises(ValueError, match="two problems named 'same'"):
+        bench.find_problems([str(tmp_path)])
+
+
+def test_crash_and_hang_become_failed_rows(tmp_path):
+    crash = _problem(tmp_path, "crash", init="raise SystemExit(7)")
+    row = bench.run_problem(crash, _args())
+    assert row["correct"] is False and row["error"].startswith("exit code 7")
+    hang = _problem(tmp_path, "hang", prelude="import time", init="time.sleep(600)")
+    row = bench.run_problem(hang, _args(timeout=15.0))
+    assert row == {"correct": False, "error": "timed out after 15 s"}
+
+
+def test_summary_counts_only_correct_and_faster():
+    problems = {
+        "a": {"correct": True, "speedup_vs_eager": 2.0, "speedup_vs_inductor": 0.5},
+        "b": {"correct": True, "speedup_vs_eager": 0.5, "speedup_vs_inductor": 2.0},
+        "c": {"correct": False, "speedup_vs_eager": 8.0, "speedup_vs_inductor": 8.0},
+        "d": {"correct": False, "error": "timed out"},
+    }
+    s = bench.summarize(problems)
+    assert s["problems"] == 4 and s["correct"] == 2
+    assert s["geomean_speedup_vs_eager"] == pytest.approx(1.0)
+    assert s["fast_1_vs_eager"] == 1 and s["fast_1_vs_inductor"] == 1 and s["timed_vs_eager"] == 3
+    report = {"device": "X", "torch": "t", "precision": "fp32", "mode": "m", "problems": problems, "summary": s}
+    bench.render_table(report)  # every row renders, missing figures included
+
+
+def test_bench_writes_the_report(tmp_path):
+    good = _problem(tmp_path, "tiny")
+    bad = _problem(tmp_path, "broken", init="raise RuntimeError('boom')")
+    out = tmp_path / "report.json"
+    rc = cli.main(["bench", str(good), str(bad), "--seeds", "1", "--json", str(out)])
+    assert rc == 1  # one problem failed
+    report = json.loads(out.read_text())
+    for key in ("device", "torch", "precision", "mode", "problems", "summary"):
+        assert key in report
+    assert set(report["problems"]) == {"tiny", "broken"}
+    for row in report["problems"].values():
+        assert set(bench.PROBLEM_KEYS) <= set(row)
+    assert report["problems"]["tiny"]["correct"] is True
+    assert report["problems"]["broken"]["correct"] is False and "boom" in report["problems"]["broken"]["error"]
+
+
+def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, monkeypatch, capsys):
+    good = _problem(tmp_path, "tiny")
+    assert cli.main(["bench", str(good), "--precision", "bf16"]) == 2
+    assert "precision 'bf16' is not available" in capsys.readouterr().out
+    assert cli.main(["run", str(good), "--precision", "tf32"]) == 2
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert cli.main(["bench", str(good), "--plot", str(tmp_path / "p.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().out
+
+
+def test_roofline_counts_io_bytes_and_matmul_flops():
+    plan = {
+        "values": {"x": ("f32", [64, 32], [32, 1]), "w": ("f32", [16, 32], [32, 1]),
+                   "wt": ("f32", [32, 16], [1, 32]), "y": ("f32", [64, 16], [16, 1])},
+        "inputs": ["x", "w"], "outputs": ["y"], "mutations": [],
+        "steps": [{"kind": "node", "op": "permute", "operands": [("value", "w")], "result_types": [],
+                   "attrs": {}},
+                  {"kind": "node", "op": "mm", "operands": [("value", "x"), ("value", "wt")],
+                   "result_types": [("f32", [64, 16], [16, 1])], "attrs": {}}],
+    }
+    assert plan_bytes(plan) == 4 * (64 * 32 + 16 * 32 + 64 * 16)
+    assert plan_flops(plan, ("mm",)) == 2 * 64 * 16 * 32
+    r = roofline(plan, "NVIDIA H100 80GB HBM3", 1.0)
+    assert r["roofline_fraction"] == pytest.approx(max(plan_bytes(plan) / 3.35e12, 2 * 64 * 16 * 32 / 67e12) * 1e3)
+    assert roofline(plan, "some other GPU", 1.0)["roofline_fraction"] is None
+
+
+def test_merge_combines_parts_and_refuses_mismatches(tmp_path):
+    def part(name, stem, device="X", speedup=2.0):
+        report = {"device": device, "torch": "t", "precision": "fp32", "mode": "model default", "command": name,
+                  "date": "d", "problems": {stem: {"correct": True, "speedup_vs_eager": speedup}}}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(report))
+        return str(path)
+    out = tmp_path / "all.json"
+    assert cli.main(["bench", "--merge", part("a", "p1"), part("b", "p2", speedup=8.0), "--json", str(out)]) == 0
+    merged = json.loads(out.read_text())
+    assert set(merged["problems"]) == {"p1", "p2"} and merged["command"] == ["a", "b"]
+    assert merged["summary"]["geomean_speedup_vs_eager"] == pytest.approx(4.0)
+    assert cli.main(["bench", "--merge", part("c", "p1"), part("d", "p3", device="Y")]) == 2
+    assert cli.main(["bench", "--merge", part("e", "p1"), part("f", "p1")]) == 2
