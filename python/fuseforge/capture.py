@@ -143,7 +143,7 @@ _KEEP_WHOLE = {
     "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
     "max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
     "max_pool3d_with_indices", "adaptive_max_pool1d",
-    "native_layer_norm", "_softmax", "_log_softmax", "convolution", "native_group_norm",
+    "native_layer_norm", "_softmax", "_log_softmax", "convolution",
     "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional", "cudnn_batch_norm",
     "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
     "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
@@ -175,6 +175,29 @@ def _batch_norm_eval(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.T
     return (out.to(x.dtype) if low else out), empty, empty
 
 
+def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, n: int, c: int,
+                hw: int, groups: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group norm as one statistics pass (var_mean per group) and per-element
+    math at the input's shape, so it fuses with its neighbours: the per-group
+    statistics are spread to per-channel ones (small tensors), rather than the
+    input reshaped into groups (a reshape would split the fused kernel).
+    f16/bf16 inputs compute in f32 as ATen does."""
+    low = x.dtype in (torch.float16, torch.bfloat16)
+    xf = x.to(torch.float32) if low else x
+    var, mean = torch.var_mean(xf.reshape(n, groups, -1), dim=-1, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    per_channel = [n, c] + [1] * (x.dim() - 2)
+
+    def channels(t: torch.Tensor) -> torch.Tensor:
+        return t.expand(n, groups, c // groups).reshape(per_channel)
+    out = (xf - channels(mean)) * channels(rstd)
+    if weight is not None:
+        out = out * weight.reshape([1, c] + [1] * (x.dim() - 2))
+    if bias is not None:
+        out = out + bias.reshape([1, c] + [1] * (x.dim() - 2))
+    return (out.to(x.dtype) if low else out), mean.reshape(n, groups), rstd.reshape(n, groups)
+
+
 _TABLE: dict | None = None
 
 
@@ -189,6 +212,7 @@ def decomposition_table() -> dict:
             if parts[0] == "aten" and len(parts) == 3 and parts[1] in _KEEP_WHOLE:
                 del table[op]
         table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_eval
+        table[aten.native_group_norm.default] = _group_norm
         _TABLE = table
     return dict(_TABLE)
 

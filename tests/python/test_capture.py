@@ -764,6 +764,23 @@ def test_eval_batchnorm_decomposes_like_eager(case):
     assert "opaque" not in cg.text
 
 
+@pytest.mark.parametrize("case", ["gn_4d", "gn_3d_no_affine", "gn_half"])
+def test_group_norm_decomposes_like_eager(case):
+    torch.manual_seed(0)
+    gn, x = {
+        "gn_4d": (nn.GroupNorm(3, 6), _r(2, 6, 4, 5)),
+        "gn_3d_no_affine": (nn.GroupNorm(2, 6, affine=False), _r(3, 6, 7)),
+        "gn_half": (nn.GroupNorm(2, 4).half(), _r(2, 4, 3, 3, dtype=torch.float16)),
+    }[case]
+    if gn.affine:
+        with torch.no_grad():
+            gn.weight.uniform_(0.5, 1.5)
+            gn.bias.uniform_(-1, 1)
+    tol = 2e-3 if x.dtype == torch.float16 else 1e-5
+    cg = check_against_eager(Fn(lambda m, x: torch.nn.functional.silu(m.gn(x)), gn=gn), [x], atol=tol, rtol=tol)
+    assert "native_group_norm" not in cg.text and "var_mean" in cg.text
+
+
 def test_buffer_mutation_by_hand():
     class Counter(nn.Module):
         def __init__(self):
