@@ -52,34 +52,8 @@ def _argextreme(fn: Callable) -> Callable[[dict, torch.dtype], Call]:
 
 
 def _opaque(attrs: dict, out_dtype: torch.dtype, device: torch.device) -> Call:
-    from fuseforge.capture import compile_opaque_args, compile_opaque_call
-    target, args, kwargs = attrs["target"], attrs.get("args", "[]"), attrs.get("kwargs")
-    if target == "aten._native_batch_norm_legit_functional.default" and device.type == "cuda":
-        decode = compile_opaque_args(args, kwargs, device)
-
-        def batch_norm(a: list) -> Any:
-            pos, kw = decode(a)
-            return _functional_batch_norm(*pos, **kw)
-        return batch_norm
-    return compile_opaque_call(target, args, kwargs, device)
-
-
-def _functional_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    """Train-mode batch norm that returns the new running statistics, through
-    cuDNN where eager's nn.BatchNorm would use it (the captured functional op
-    dispatches to ATen's native kernels: small_convnet 0.60x -> 0.81x eager). Same
-    results as the functional op: (out, save_mean, save_invstd, new_mean, new_var)."""
-    # Eager takes cuDNN for >= 3-D inputs only (measured: 2-D BatchNorm1d through
-    # cuDNN was 1.7x slower and differed from eager by 2.6e-4).
-    cudnn_ok = (training and weight is not None and bias is not None and x.is_cuda and x.dtype == torch.float32
-                and x.dim() >= 3 and torch.backends.cudnn.enabled and x.is_contiguous())
-    if not cudnn_ok:
-        return torch.ops.aten._native_batch_norm_legit_functional.default(
-            x, weight, bias, running_mean, running_var, training, momentum, eps)
-    new_mean, new_var = running_mean.clone(), running_var.clone()
-    out, save_mean, save_invstd, _ = torch.ops.aten.cudnn_batch_norm.default(
-        x, weight, bias, new_mean, new_var, training, momentum, eps)
-    return out, save_mean, save_invstd, new_mean, new_var
+    from fuseforge.capture import compile_opaque_call
+    return compile_opaque_call(attrs["target"], attrs.get("args", "[]"), attrs.get("kwargs"), device)
 
 
 def _convolution(attrs: dict, out_dtype: torch.dtype) -> Call:
