@@ -169,7 +169,6 @@ class Executor:
         out_slots = [slots(n) for n in k["outputs"]]
         out_types = [self.types[n] for n in k["outputs"]]
         in_slots = [slots(n) for n in k["inputs"]]
-        in_types = [self.types[n] for n in k["inputs"]]
         scalar_slots = [slots(n) for n in k["scalars"]]
         device = self.device
         if device.type != "cuda":

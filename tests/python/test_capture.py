@@ -18,7 +18,6 @@ import inspect
 import math
 import os
 import re
-import warnings
 
 import pytest
 import torch
