@@ -2,7 +2,8 @@
 # Installs fuseforge on the lent GPU machine (see docs/DEVICE.md).
 # Its $CXX (/opt/gcc) links libstdc++ statically, which crashes inside a torch
 # process (two libstdc++ copies share iostream locale state): build with the
-# system g++ instead. Pinned nanobind/scikit-build-core come as wheels in .whl/.
+# system g++ instead. Pinned nanobind/scikit-build-core and nvidia-cutlass (the
+# GEMM kernels' headers, requirements-headers.txt) come as wheels in .whl/.
 set -euo pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl

@@ -14,7 +14,7 @@ bool fusible(const Node* n) { return op_kind(n->op) == OpKind::Pointwise; }
 
 class Partitioner {
  public:
-  explicit Partitioner(const Graph& g) : g_(g) {
+  Partitioner(const Graph& g, const PartitionOptions& options) : g_(g), options_(options) {
     for (size_t i = 0; i < g.nodes().size(); ++i) index_[g.nodes()[i].get()] = static_cast<int>(i);
     for (auto& n : g.nodes())
       for (auto& o : n->operands)
@@ -30,14 +30,29 @@ class Partitioner {
       if (!fusible(n) || group_of_.count(n)) continue;
       grow(n);
     }
+    if (options_.gemm_kernels)
+      for (auto& n : g_.nodes())
+        if (auto spec = match_gemm(*n)) {
+          group_of_[n.get()] = static_cast<int>(groups_.size());
+          groups_.push_back({n.get()});
+          gemm_of_[groups_.size() - 1] = *spec;
+        }
     Partition p;
-    for (auto& members : groups_) p.groups.push_back(describe(members));
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      p.groups.push_back(describe(groups_[i]));
+      if (auto it = gemm_of_.find(i); it != gemm_of_.end()) {
+        p.groups.back().kind = PointwiseGroup::Kind::Gemm;
+        p.groups.back().gemm = it->second;
+      }
+    }
     p.steps = schedule();
     return p;
   }
 
  private:
   const Graph& g_;
+  const PartitionOptions options_;
+  std::unordered_map<size_t, GemmSpec> gemm_of_;  // group index -> its GEMM (Gemm groups)
   std::unordered_map<const Node*, int> index_;
   std::unordered_map<const Node*, std::vector<Node*>> users_;
   std::unordered_map<const Node*, int> group_of_;
@@ -172,6 +187,6 @@ class Partitioner {
 
 }  // namespace
 
-Partition partition(const Graph& g) { return Partitioner(g).run(); }
+Partition partition(const Graph& g, const PartitionOptions& options) { return Partitioner(g, options).run(); }
 
 }  // namespace ff::fusion

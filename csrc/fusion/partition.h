@@ -3,6 +3,7 @@
 // generated kernel) and single nodes that run as library (ATen) calls.
 #include <vector>
 
+#include "fusion/gemm.h"
 #include "ir/graph.h"
 
 namespace ff::fusion {
@@ -10,7 +11,12 @@ namespace ff::fusion {
 // A connected set of pointwise nodes computed by one kernel over one iteration
 // shape. Every output has that shape; interior nodes may have smaller shapes
 // (broadcast operands such as a per-row scale) and are recomputed per element.
+//
+// A group of kind Gemm holds one matmul node that a generated GEMM kernel
+// computes (`gemm` says how); its shape is the matmul's result shape.
 struct PointwiseGroup {
+  enum class Kind { Pointwise, Gemm } kind = Kind::Pointwise;
+  GemmSpec gemm;                // Kind::Gemm only
   std::vector<Node*> nodes;     // topological order
   std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
   std::vector<Value*> outputs;  // group values read outside it (or graph outputs)
@@ -33,6 +39,11 @@ struct Partition {
 // (a) the producer has the group's shape, or it broadcasts to it and every
 // user of it is in the group (then it is recomputed per element), and
 // (b) pulling it in creates no cycle through nodes outside the group.
-Partition partition(const Graph& g);
+// With `gemm_kernels`, each matmul node that match_gemm accepts becomes a
+// group of its own (a GEMM kernel) instead of a library call.
+struct PartitionOptions {
+  bool gemm_kernels = false;
+};
+Partition partition(const Graph& g, const PartitionOptions& options = {});
 
 }  // namespace ff::fusion

@@ -1,5 +1,6 @@
 #include "pipeline/compile.h"
 
+#include "codegen/cuda/gemm.h"
 #include "codegen/cuda/pointwise.h"
 #include "fusion/subgraph.h"
 #include "passes/pass.h"
@@ -18,10 +19,13 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   if (options.trace_passes) pm.run(*out.graph, 4, trace);
   else pm.run(*out.graph);
   out.ir_after = print(*out.graph);
-  out.partition = fusion::partition(*out.graph);
+  out.partition = fusion::partition(*out.graph, {options.gemm_kernels});
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const auto& group = out.partition.groups[i];
-    out.kernels.push_back(codegen::generate_pointwise(group, static_cast<int>(i)));
+    const int id = static_cast<int>(i);
+    out.kernels.push_back(group.kind == fusion::PointwiseGroup::Kind::Gemm
+                              ? codegen::generate_gemm(group, group.gemm, id)
+                              : codegen::generate_pointwise(group, id));
     out.kernel_graphs.push_back(print(*fusion::extract_subgraph(group, out.kernels.back().name)));
   }
   return out;

@@ -3,11 +3,13 @@
 // handle, so the extension does not link libtorch.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 
 #include "interp/interpreter.h"
@@ -110,6 +112,10 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
     d["unroll"] = k.unroll;
     d["grid"] = nb::make_tuple(k.grid[0], k.grid[1], k.grid[2]);
     d["block_y"] = k.block_y;
+    d["kind"] = cg.partition.groups[i].kind == ff::fusion::PointwiseGroup::Kind::Gemm ? "gemm" : "pointwise";
+    d["cutlass"] = k.cutlass;
+    d["shared_bytes"] = k.shared_bytes;
+    d["align_bytes"] = k.align_bytes;
     d["graph"] = cg.kernel_graphs[i];
     nb::list nodes;  // the group's nodes, for running it op by op where no kernel can run
     for (const ff::Node* n : cg.partition.groups[i].nodes) nodes.append(node_step(*n));
@@ -167,13 +173,29 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
   return out;
 }
 
-// A compiled pointwise kernel bound to its launch geometry (see KernelSource).
+// GEMM kernels are opt-in (FUSEFORGE_GEMM=1) until they have been validated and
+// timed on a GPU; they also need CUTLASS's headers.
+bool gemm_by_default() {
+  const char* env = std::getenv("FUSEFORGE_GEMM");
+  return env != nullptr && std::string(env) == "1" && ff::runtime::cutlass_available();
+}
+
+std::vector<std::string> kernel_options(bool cutlass) {
+  if (!cutlass) return {};
+  if (!ff::runtime::cutlass_available())
+    throw ff::runtime::CudaError("fuseforge: a GEMM kernel needs CUTLASS's headers, and none were found "
+                                 "(install nvidia-cutlass, see requirements-headers.txt)");
+  return ff::runtime::cutlass_options();
+}
+
+// A compiled kernel bound to its launch geometry (see KernelSource).
 class PointwiseKernel {
  public:
   PointwiseKernel(const std::string& source, const std::string& name, int arch, int64_t items, int block,
-                  int unroll, std::vector<int64_t> grid, int block_y)
-      : kernel_(ff::runtime::compile_cached(source, name, arch)), block_{static_cast<unsigned>(block),
-                                                                         static_cast<unsigned>(block_y), 1} {
+                  int unroll, std::vector<int64_t> grid, int block_y, int shared_bytes, bool cutlass)
+      : kernel_(ff::runtime::compile_cached(source, name, arch, kernel_options(cutlass))),
+        block_{static_cast<unsigned>(block), static_cast<unsigned>(block_y), 1},
+        shared_bytes_(static_cast<unsigned>(shared_bytes)) {
     if (grid.size() == 3 && grid[0] > 0) {
       grid_ = {static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])};
     } else {
@@ -190,7 +212,7 @@ class PointwiseKernel {
     args.reserve(pointers.size() + scalars.size());
     for (auto& p : pointers) args.push_back(const_cast<uintptr_t*>(&p));
     for (auto& s : scalars) args.push_back(const_cast<double*>(&s));
-    kernel_.launch(device, grid_, block_, 0, args.data(), stream);
+    kernel_.launch(device, grid_, block_, shared_bytes_, args.data(), stream);
   }
   const std::string& name() const { return kernel_.kernel().name; }
 
@@ -198,6 +220,7 @@ class PointwiseKernel {
   ff::runtime::LoadedKernel kernel_;
   ff::runtime::Dim3 grid_{0, 1, 1};
   ff::runtime::Dim3 block_;
+  unsigned shared_bytes_ = 0;
 };
 
 }  // namespace
@@ -229,17 +252,23 @@ NB_MODULE(_core, m) {
   m.def("default_pipeline", &ff::passes::default_pipeline);
   m.def("interpret", &interpret, "text"_a, "inputs"_a,
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
-  m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace) {
+  m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace,
+                            std::optional<bool> gemm) {
     ff::CompileOptions opts;
     opts.passes = passes;
     opts.trace_passes = trace;
+    opts.gemm_kernels = gemm.value_or(gemm_by_default());
     return plan_to_py(ff::compile_graph(text, opts));
-  }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false);
+  }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
+     "gemm: matmuls as generated GEMM kernels (default: FUSEFORGE_GEMM=1 and CUTLASS's headers found)");
 
-  m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch) {
-    auto k = ff::runtime::compile_cached(source, name, arch);
+  m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass) {
+    auto k = ff::runtime::compile_cached(source, name, arch, kernel_options(cutlass));
     return nb::make_tuple(k.is_cubin, k.image.size(), k.log);
-  }, "source"_a, "name"_a, "arch"_a, "Compiles with NVRTC (disk-cached); returns (is_cubin, image bytes, log).");
+  }, "source"_a, "name"_a, "arch"_a, "cutlass"_a = false,
+     "Compiles with NVRTC (disk-cached); returns (is_cubin, image bytes, log).");
+  m.def("add_cutlass_include_dir", &ff::runtime::add_cutlass_include_dir);
+  m.def("cutlass_options", &ff::runtime::cutlass_options);
   m.def("nvrtc_version", &ff::runtime::nvrtc_version);
   m.def("nvrtc_compile_count", [] { return static_cast<uint64_t>(ff::runtime::nvrtc_compile_count()); });
   m.def("clear_memory_cache", &ff::runtime::clear_memory_cache,
@@ -251,8 +280,10 @@ NB_MODULE(_core, m) {
   m.def("device_arch", &ff::runtime::device_arch);
 
   nb::class_<PointwiseKernel>(m, "PointwiseKernel")
-      .def(nb::init<const std::string&, const std::string&, int, int64_t, int, int, std::vector<int64_t>, int>(),
-           "source"_a, "name"_a, "arch"_a, "items"_a, "block"_a, "unroll"_a, "grid"_a, "block_y"_a)
+      .def(nb::init<const std::string&, const std::string&, int, int64_t, int, int, std::vector<int64_t>, int, int,
+                    bool>(),
+           "source"_a, "name"_a, "arch"_a, "items"_a, "block"_a, "unroll"_a, "grid"_a, "block_y"_a,
+           "shared_bytes"_a = 0, "cutlass"_a = false)
       .def("launch", &PointwiseKernel::launch, "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
       .def_prop_ro("name", &PointwiseKernel::name);
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 
 #include "runtime/check.h"
 #include "runtime/cuda_libs.h"
@@ -12,6 +13,9 @@ namespace ff::runtime {
 namespace {
 
 std::atomic<std::uint64_t> g_compile_count{0};
+
+std::mutex g_include_mutex;
+std::vector<std::string> g_cutlass_includes;  // guarded by g_include_mutex
 
 const std::vector<int>& supported_archs() {
   static const std::vector<int> archs = [] {
@@ -66,6 +70,24 @@ std::string dump_source(const std::string& source, const std::string& kernel_nam
 }
 
 }  // namespace
+
+void add_cutlass_include_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(g_include_mutex);
+  if (!dir.empty() && std::find(g_cutlass_includes.begin(), g_cutlass_includes.end(), dir) == g_cutlass_includes.end())
+    g_cutlass_includes.push_back(dir);
+}
+
+bool cutlass_available() {
+  std::lock_guard<std::mutex> lock(g_include_mutex);
+  return !g_cutlass_includes.empty();
+}
+
+std::vector<std::string> cutlass_options() {
+  std::lock_guard<std::mutex> lock(g_include_mutex);
+  std::vector<std::string> out;
+  for (const std::string& dir : g_cutlass_includes) out.push_back("-I" + dir);
+  return out;
+}
 
 int nvrtc_version() {
   int major = 0, minor = 0;

@@ -32,6 +32,12 @@ CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options
 CompiledKernel compile_kernel(const std::string& source, const std::string& kernel_name, int arch,
                               const std::vector<std::string>& extra_options = {});
 
+// Include directories of kernels built on CUTLASS headers (CUTLASS's include/
+// and the CUDA toolkit's, which holds cuda/std), registered by the front end.
+void add_cutlass_include_dir(const std::string& dir);
+bool cutlass_available();                    // some directory was registered
+std::vector<std::string> cutlass_options();  // the NVRTC options such kernels need
+
 // NVRTC's version as major*1000 + minor*10 (12.4 -> 12040).
 int nvrtc_version();
 

@@ -1,11 +1,16 @@
-"""Loads the C++ core and tells it where CUDA's run-time libraries live.
+"""Loads the C++ core and tells it where CUDA's run-time libraries and headers live.
 
 The core opens NVRTC and the driver with dlopen at first use, so it imports on
 machines without a GPU. PyTorch's CUDA wheels ship NVRTC under
 site-packages/nvidia/...; those folders are registered before anything compiles.
+GEMM kernels include CUTLASS's headers (from the pinned nvidia-cutlass wheel,
+requirements-headers.txt) and libcu++'s cuda/std ones (CUDA toolkit or wheel);
+without both, matmuls run as library calls. GEMM kernels are opt-in for now:
+FUSEFORGE_GEMM=1.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -34,7 +39,34 @@ def _library_dirs() -> list[str]:
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
+def _cutlass_include_dirs() -> list[str]:
+    """CUTLASS's include/ and the folders that hold cuda/std/ (CUDA 13 keeps it
+    under include/cccl/, which CUTLASS also names as cccl/cuda/std/...); [] when
+    either is missing."""
+    spec = importlib.util.find_spec("cutlass_library")  # finds without importing
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    cutlass = Path(next(iter(spec.submodule_search_locations))) / "source" / "include"
+    if not (cutlass / "cutlass" / "cutlass.h").is_file():
+        return []
+    roots = [os.path.join(os.environ[e], "include") for e in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(e)]
+    roots.append("/usr/local/cuda/include")
+    for base in map(Path, sys.path):
+        roots += [str(p) for p in sorted((base / "nvidia").glob("*/include"))]
+    for root in roots:
+        dirs = [str(cutlass)]
+        if (Path(root) / "cuda" / "std" / "cstdint").is_file():
+            dirs.append(root)
+        if (Path(root) / "cccl" / "cuda" / "std" / "cstdint").is_file():
+            dirs += [root, os.path.join(root, "cccl")]
+        if len(dirs) > 1:
+            return list(dict.fromkeys(dirs))
+    return []
+
+
 for _d in _library_dirs():
     _core.add_library_search_dir(_d)
+for _d in _cutlass_include_dirs():
+    _core.add_cutlass_include_dir(_d)
 
 core = _core

@@ -224,7 +224,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("NVRTC", total=len(plan["kernels"]))
         for k in plan["kernels"]:
-            is_cubin, size, _ = core.nvrtc_compile(k["source"], k["name"], CPU_CHECK_ARCH)
+            is_cubin, size, _ = core.nvrtc_compile(k["source"], k["name"], CPU_CHECK_ARCH, cutlass=k["cutlass"])
             row["kernels"].append({"name": k["name"], "cubin_bytes": size, "vector_width": k["vector_width"]})
             progress.advance(task)
     table = Table(title="kernels")

@@ -7,6 +7,7 @@ as early as eager would free them.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -145,9 +146,7 @@ class Executor:
         self.kernels: list[Any] = []
         if device.type == "cuda":
             arch = core.device_arch(device.index or 0)
-            self.kernels = [core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"],
-                                                k["grid"], k["block_y"])
-                            for k in plan["kernels"]]
+            self.kernels = [self._load(k, arch) for k in plan["kernels"]]
         self._kernel_results = {n for k in plan["kernels"] for n in k["outputs"]}
         self._alias = _kernel_only_views(plan, self.types) if device.type == "cuda" else {}
         steps: list[Callable[[list], None]] = []
@@ -163,6 +162,20 @@ class Executor:
         keep = set(plan["outputs"]) | {v for _, v in plan["mutations"]} | set(plan["inputs"])
         self.steps = list(zip(steps, _free_lists(slots, reads, keep)))
 
+    @staticmethod
+    def _load(k: dict, arch: int) -> Any:
+        """The compiled kernel; None for a GEMM kernel that does not compile
+        here (e.g. headers that do not fit this NVRTC): it runs through ATen."""
+        try:
+            return core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"],
+                                        k["grid"], k["block_y"], k["shared_bytes"], k["cutlass"])
+        except RuntimeError as e:
+            if k["kind"] != "gemm":
+                raise
+            warnings.warn(f"fuseforge: GEMM kernel {k['name']} did not compile; running it through ATen:\n"
+                          f"{str(e)[:2000]}")
+            return None
+
     # ---- steps
 
     def _kernel_step(self, index: int, k: dict, slots: _Slots) -> Callable[[list], None]:
@@ -172,6 +185,8 @@ class Executor:
         scalar_slots = [slots(n) for n in k["scalars"]]
         device = self.device
         if device.type != "cuda":
+            if k["kind"] == "gemm":  # no CPU stand-in for a GEMM kernel: its ATen op
+                return self._library_kernel(k, out_slots)
             return self._interpreted_kernel(k, out_slots, out_types, in_slots + scalar_slots)
         kernel = self.kernels[index]
         dev_index = device.index or 0
@@ -184,6 +199,10 @@ class Executor:
         # results, graph inputs) may not, and the kernel's index math is specialized.
         checked = [(j, self.types[n]) for j, n in enumerate(roots) if n not in self._kernel_results]
         empty_strided = torch.empty_strided
+        # A GEMM kernel vectorizes every access: a view starting off that
+        # alignment (or a kernel that did not compile) runs through ATen.
+        align = k["align_bytes"]
+        fallback = self._gemm_fallback(k) if k["kind"] == "gemm" else None
 
         def run(env: list) -> None:
             outs = [empty_strided(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in outs_meta]
@@ -192,7 +211,10 @@ class Executor:
                 if not _same_layout(ins[j], t):
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(ins[j])
             pointers = [t.data_ptr() for t in outs] + [t.data_ptr() for t in ins]
-            kernel.launch(dev_index, pointers, [float(env[s]) for s in scalar_slots], _raw_stream(dev_index))
+            if fallback is not None and (kernel is None or any(p % align for p in pointers)):
+                outs = fallback(ins)
+            else:
+                kernel.launch(dev_index, pointers, [float(env[s]) for s in scalar_slots], _raw_stream(dev_index))
             for s, t in zip(out_slots, outs):
                 env[s] = t
         return run
@@ -240,6 +262,29 @@ class Executor:
                     raise AssertionError(f"kernel {k['name']}: interpreter disagrees on sampled elements "
                                          f"(max abs diff {err:.3g})")
                 env[s] = o
+        return run
+
+    def _gemm_fallback(self, k: dict) -> Callable[[list], list]:
+        """A GEMM kernel's node through ATen, on the tensors the kernel would
+        read (a view only kernels read arrives as its source: re-viewed here)."""
+        (node,) = k["nodes"]
+        call = aten_ops.make_call(node["op"], node["attrs"], node["result_types"], self.device)
+        types = [self.types[n] for n in k["inputs"]]
+        position = {n: j for j, n in enumerate(k["inputs"])}
+        operands = [position[v] for _, v in node["operands"]]  # mm/addmm/bmm: tensor operands only
+
+        def run(ins: list) -> list:
+            views = [x.as_strided(t.shape, t.strides) for x, t in zip(ins, types)]
+            return [call([views[j] for j in operands])]
+        return run
+
+    def _library_kernel(self, k: dict, out_slots: list[int]) -> Callable[[list], None]:
+        """A kernel's group run op by op through ATen."""
+        eager = self._op_by_op(k)
+
+        def run(env: list) -> None:
+            for s, t in zip(out_slots, eager(env)):
+                env[s] = t
         return run
 
     def _op_by_op(self, k: dict) -> Callable[[list], list]:

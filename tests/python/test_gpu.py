@@ -106,3 +106,90 @@ def test_transposing_kernels_match_eager():
         plan = fast.specializations()[0].plan
         if shape[1] > 1 and shape[2] > 1:
             assert any(k["grid"][0] > 0 for k in plan["kernels"]), plan["kernels"]
+
+
+@pytest.fixture
+def gemm_on(monkeypatch):
+    """GEMM kernels are opt-in (FUSEFORGE_GEMM=1); read at each compile."""
+    monkeypatch.setenv("FUSEFORGE_GEMM", "1")
+
+
+def _gemm_kernels(fast):
+    return [k for k in fast.specializations()[0].plan["kernels"] if k["kind"] == "gemm"]
+
+
+def _err64(out, ref64):
+    return float((out.double() - ref64).abs().max())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (3, 5, 1), (33, 17, 8), (130, 66, 36), (257, 300, 129)])
+def test_linear_gemm_kernel_matches_eager(gemm_on, dtype, m, n, k):
+    """Sizes that are not multiples of the tile (K=1 included): the GEMM kernel
+    (or the ATen fallback where no kernel applies) matches eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(k, n).to(dtype).cuda()
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        out, ref = fast(x), model(x)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    if dtype == torch.float32:
+        assert _gemm_kernels(fast), "an f32 linear runs as a GEMM kernel"
+
+
+def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
+    """3xTF32 keeps fp32 accuracy: max abs error against an fp64 reference is
+    at most twice eager fp32's (both printed)."""
+    torch.manual_seed(0)
+    for (m, n, k) in [(512, 1024, 4096), (1000, 999, 1001)]:
+        model = torch.nn.Linear(k, n).cuda()
+        x = torch.randn(m, k, device="cuda")
+        fast = fuseforge.optimize(model)
+        with torch.no_grad():
+            out, ref = fast(x), model(x)
+            ref64 = torch.nn.functional.linear(x.double(), model.weight.double(), model.bias.double())
+        assert _gemm_kernels(fast)
+        ours, eager = _err64(out, ref64), _err64(ref, ref64)
+        print(f"linear {m}x{n}x{k}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}")
+        assert ours <= 2 * eager, (ours, eager)
+
+
+def test_bmm_transposed_broadcast_and_strided_operands(gemm_on):
+    """Transposed operands, a batch-broadcast operand, a strided (non-unit inner
+    stride) operand that must fall back, and a misaligned view."""
+    class M(torch.nn.Module):
+        def forward(self, a, b, w, v):
+            x = torch.bmm(a, b.transpose(1, 2))      # B column-major
+            y = torch.matmul(a.transpose(1, 2), w)   # A column-major, w [1, 7, 6] broadcast over the batch
+            z = torch.matmul(a[:, :, ::2], v)        # inner stride 2: stays an ATen call
+            return x, y, z
+    torch.manual_seed(0)
+    a = torch.randn(3, 7, 12, device="cuda")
+    b = torch.randn(3, 9, 12, device="cuda")
+    w = torch.randn(1, 7, 6, device="cuda")
+    v = torch.randn(6, 4, device="cuda")
+    fast = fuseforge.optimize(M())
+    with torch.no_grad():
+        for got, want in zip(fast(a, b, w, v), M()(a, b, w, v)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert _gemm_kernels(fast)
+    base = torch.randn(1 + 3 * 7 * 12, device="cuda")
+    a_off = base[1:].view(3, 7, 12)  # starts 4 bytes past an aligned address: ATen at run time
+    with torch.no_grad():
+        for got, want in zip(fast(a_off, b, w, v), M()(a_off, b, w, v)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("path", [p for p in PROBLEMS if any(s in p.stem for s in ("gemm", "linear", "bmm", "mlp",
+                                                                                   "attention"))],
+                         ids=problem_name)
+def test_gemm_problems_with_gemm_kernels(gemm_on, path):
+    """The matmul problems with GEMM kernels on: eager's 1e-4 (or at most twice
+    eager's error against fp64, as check_correctness allows)."""
+    mod, model = _build(str(path), None, "cuda")
+    result = check_correctness(mod, model, seeds=2, device="cuda")
+    print(f"{path.stem}: err vs fp64 {result['max_err_vs_fp64']:.3g} (eager {result['eager_err_vs_fp64']:.3g})")
+    assert result["correct"], result
+    torch.cuda.empty_cache()

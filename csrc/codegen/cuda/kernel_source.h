@@ -24,6 +24,12 @@ struct KernelSource {
   // blocks instead (grid[0] > 0 marks them; `block` is then 32 and block_y 8).
   int64_t grid[3] = {0, 1, 1};
   int block_y = 1;
+  // GEMM kernels (gemm.cc) are compiled with CUTLASS's headers on the include
+  // path, launch with `shared_bytes` of dynamic shared memory, and need every
+  // pointer aligned to `align_bytes` (the executor checks before launching).
+  bool cutlass = false;
+  int shared_bytes = 0;
+  int align_bytes = 0;
 };
 
 }  // namespace ff::codegen

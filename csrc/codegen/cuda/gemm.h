@@ -1,0 +1,32 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "codegen/cuda/kernel_source.h"
+#include "fusion/gemm.h"
+#include "fusion/partition.h"
+
+namespace ff::codegen {
+
+// A CUTLASS threadblock configuration: tile M x N x K, warp tile, pipeline stages.
+struct GemmTile {
+  int m, n, k, warp_m, warp_n, stages;
+  int shared_bytes(DType t) const;  // the mainloop's multistage buffers
+};
+
+// The candidate tiles for a dtype, largest first.
+std::vector<GemmTile> gemm_tiles(DType t);
+
+// The candidate the cost model picks for `spec` on a GPU with `sm_count`
+// multiprocessors: fewest estimated tile-waves weighted by each tile's
+// relative efficiency (big tiles reuse more of what they load).
+GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
+
+// A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the single
+// matmul node of `group`: f32 operands use 3xTF32 (each operand split into a
+// TF32 high part and residual, three MMAs: fp32 accuracy on tensor cores),
+// f16/bf16 accumulate in f32. Parameters: the result, A, B, then addmm's bias
+// (read unless beta = 0). `id` makes the kernel name unique.
+KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
+
+}  // namespace ff::codegen

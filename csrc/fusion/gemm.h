@@ -1,0 +1,39 @@
+#pragma once
+// Which matmul nodes run as a generated tensor-core GEMM kernel, and how their
+// operands map onto one: a batched C = alpha * A @ B + beta * source, with A
+// and B each row- or column-major (a transposed view costs nothing) and the
+// source an addmm bias broadcast along rows (leading dimension 0) or a full
+// matrix. Anything else stays a library call.
+#include <optional>
+
+#include "ir/graph.h"
+
+namespace ff::fusion {
+
+struct GemmOperand {
+  bool row_major = true;   // the inner (last) dim is unit-stride
+  int64_t ld = 0;          // leading dimension: the stride of the other dim
+  int64_t batch_stride = 0;
+};
+
+struct GemmSpec {
+  DType dtype = DType::f32;  // of A, B, the source and the result (accumulation is f32)
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  bool has_source = false;   // addmm's bias with beta != 0
+  int64_t ldc = 0;           // 0: one row broadcast to every row
+  double alpha = 1.0, beta = 0.0;
+  // Elements per vector access, the same for every operand: the largest power
+  // of two up to 16 bytes that divides every leading dimension, batch stride
+  // and unit-stride extent. Pointers must be aligned to it (checked at launch).
+  int alignment = 1;
+};
+
+// The GEMM a mm/addmm/bmm node computes, or nullopt when no GEMM kernel covers
+// it (dtype other than f32/f16/bf16 or mixed, an operand with neither dim
+// unit-stride, a per-row or strided bias, a non-contiguous result, 32-bit
+// index overflow, more than 65535 batches, an empty problem, 16-bit operands
+// with an odd leading dimension or extent: accesses below 4 bytes).
+std::optional<GemmSpec> match_gemm(const Node& n);
+
+}  // namespace ff::fusion

@@ -1,0 +1,153 @@
+// GEMM kernels: which matmuls become one (match_gemm), how the partition and
+// the code generator describe them, and the tile cost model. NVRTC compiles of
+// the generated CUTLASS code need its headers: tests/python/test_kernels_compile.py.
+#include <gtest/gtest.h>
+
+#include "codegen/cuda/gemm.h"
+#include "fusion/gemm.h"
+#include "fusion/partition.h"
+#include "pipeline/compile.h"
+
+namespace ff {
+namespace {
+
+const Node& only_matmul(const Graph& g) {
+  for (auto& n : g.nodes())
+    if (op_kind(n->op) == OpKind::Matmul) return *n;
+  throw std::runtime_error("no matmul");
+}
+
+std::optional<fusion::GemmSpec> match(const std::string& text) {
+  auto g = parse(text);
+  verify(*g);
+  return fusion::match_gemm(only_matmul(*g));  // the spec holds numbers only
+}
+
+TEST(Gemm, LinearIsRowMajorTimesColumnMajorWithBroadcastBias) {
+  auto s = match(R"(graph @g(%x: f32[1024,8192], %w: f32[512,8192] param, %b: f32[512] param) {
+  %0 = permute(%w) {dims=[1, 0]} : f32[8192,512]{1,8192}
+  %1 = addmm(%b, %x, %0) : f32[1024,512]
+  return %1
+})");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->m, 1024);
+  EXPECT_EQ(s->n, 512);
+  EXPECT_EQ(s->k, 8192);
+  EXPECT_TRUE(s->a.row_major);
+  EXPECT_EQ(s->a.ld, 8192);
+  EXPECT_FALSE(s->b.row_major);  // W.T: the weight's rows are B's columns
+  EXPECT_EQ(s->b.ld, 8192);
+  EXPECT_TRUE(s->has_source);
+  EXPECT_EQ(s->ldc, 0);  // one bias row for every output row
+  EXPECT_EQ(s->alignment, 4);
+}
+
+TEST(Gemm, BatchedWithBroadcastBatchAndOddSizes) {
+  auto s = match(R"(graph @g(%a: f32[3,7,12], %w: f32[1,12,5]) {
+  %0 = expand(%w) : f32[3,12,5]{0,5,1}
+  %1 = bmm(%a, %0) : f32[3,7,5]
+  return %1
+})");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->batch, 3);
+  EXPECT_EQ(s->a.batch_stride, 84);
+  EXPECT_EQ(s->b.batch_stride, 0);
+  EXPECT_EQ(s->alignment, 1);  // N = 5
+  EXPECT_FALSE(s->has_source);
+}
+
+TEST(Gemm, UnsupportedLayoutsAndDtypesStayLibraryCalls) {
+  // Neither dim of A unit-stride.
+  EXPECT_FALSE(match(R"(graph @g(%a: f32[4,16], %b: f32[8,4]) {
+  %0 = slice(%a) {dim=1, end=16, start=0, step=2} : f32[4,8]{16,2}
+  %1 = mm(%0, %b) : f32[4,4]
+  return %1
+})"));
+  // A per-row bias.
+  EXPECT_FALSE(match(R"(graph @g(%c: f32[4,1], %a: f32[4,8], %b: f32[8,4]) {
+  %0 = addmm(%c, %a, %b) : f32[4,4]
+  return %0
+})"));
+  // f64, and f16 with an odd K (2-byte accesses).
+  EXPECT_FALSE(match(R"(graph @g(%a: f64[4,8], %b: f64[8,4]) {
+  %0 = mm(%a, %b) : f64[4,4]
+  return %0
+})"));
+  EXPECT_FALSE(match(R"(graph @g(%a: f16[4,7], %b: f16[7,4]) {
+  %0 = mm(%a, %b) : f16[4,4]
+  return %0
+})"));
+  EXPECT_TRUE(match(R"(graph @g(%a: f16[4,8], %b: f16[8,4]) {
+  %0 = mm(%a, %b) : f16[4,4]
+  return %0
+})"));
+}
+
+TEST(Gemm, PartitionMakesAGemmGroupBeforeThePointwiseKernel) {
+  const std::string text = R"(graph @g(%x: f32[64,32], %w: f32[16,32] param, %b: f32[16] param) {
+  %0 = permute(%w) {dims=[1, 0]} : f32[32,16]{1,32}
+  %1 = addmm(%b, %x, %0) : f32[64,16]
+  %2 = sigmoid(%1) : f32[64,16]
+  %3 = mul(%2, 2.0) : f32[64,16]
+  return %3
+})";
+  auto g = parse(text);
+  verify(*g);
+  auto without = fusion::partition(*g);
+  for (auto& grp : without.groups) EXPECT_EQ(grp.kind, fusion::PointwiseGroup::Kind::Pointwise);
+  auto p = fusion::partition(*g, {true});
+  ASSERT_EQ(p.groups.size(), 2u);
+  std::vector<fusion::PointwiseGroup::Kind> order;
+  for (auto& s : p.steps)
+    if (s.kind == fusion::Step::Kind::Kernel) order.push_back(p.groups[s.group].kind);
+  EXPECT_EQ(order, (std::vector<fusion::PointwiseGroup::Kind>{fusion::PointwiseGroup::Kind::Gemm,
+                                                               fusion::PointwiseGroup::Kind::Pointwise}));
+
+  CompileOptions opts;
+  opts.gemm_kernels = true;
+  auto cg = compile_graph(text, opts);
+  const codegen::KernelSource* gemm = nullptr;
+  for (auto& k : cg.kernels)
+    if (k.cutlass) gemm = &k;
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_EQ(gemm->name.rfind("ff_gemm_addmm_3xtf32_", 0), 0u) << gemm->name;
+  EXPECT_NE(gemm->source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
+  EXPECT_NE(gemm->source.find("cutlass::layout::ColumnMajor"), std::string::npos);
+  EXPECT_NE(gemm->source.find("const Element* c"), std::string::npos);  // the bias is read
+  EXPECT_EQ(gemm->inputs, (std::vector<std::string>{"x", "0", "b"}));
+  EXPECT_EQ(gemm->grid[0], 1);  // 64x16 fits one 64x64 tile
+  EXPECT_EQ(gemm->shared_bytes, 5 * (64 * 16 + 16 * 64) * 4);  // 64x64x16 tile, 5 stages
+  EXPECT_EQ(gemm->align_bytes, 16);
+}
+
+TEST(Gemm, HalfPrecisionAccumulatesInF32WithoutSplitting) {
+  CompileOptions opts;
+  opts.gemm_kernels = true;
+  auto cg = compile_graph(R"(graph @g(%a: f16[256,64], %b: f16[64,128]) {
+  %0 = mm(%a, %b) : f16[256,128]
+  return %0
+})", opts);
+  ASSERT_EQ(cg.kernels.size(), 1u);
+  const auto& k = cg.kernels[0];
+  EXPECT_NE(k.source.find("cutlass::half_t"), std::string::npos);
+  EXPECT_NE(k.source.find("cutlass::arch::OpMultiplyAdd>"), std::string::npos);
+  EXPECT_EQ(k.source.find("FastF32"), std::string::npos);
+  EXPECT_NE(k.source.find("GemmShape<16, 8, 16>"), std::string::npos);
+}
+
+TEST(Gemm, CostModelPrefersBigTilesUnlessTheyLeaveMultiprocessorsIdle) {
+  fusion::GemmSpec big;
+  big.m = 1024;
+  big.n = 8192;
+  big.k = 8192;
+  EXPECT_EQ(codegen::choose_gemm_tile(big).m * codegen::choose_gemm_tile(big).n, 128 * 128);
+  fusion::GemmSpec small = big;
+  small.m = 256;
+  small.n = 1000;
+  const auto t = codegen::choose_gemm_tile(small);
+  EXPECT_EQ(t.m * t.n, 64 * 64);  // 16 big tiles would fill 16 of 132 multiprocessors
+  for (const auto& c : codegen::gemm_tiles(DType::f32)) EXPECT_LE(c.shared_bytes(DType::f32), 227 * 1024);
+}
+
+}  // namespace
+}  // namespace ff

@@ -1,0 +1,69 @@
+"""GEMM throughput of fuseforge's generated kernels against eager (cuBLAS) on
+the matmul shapes of the problems: TFLOP/s and fraction of the H100's dense
+tensor-core peak (TF32 for f32 inputs computed as 3xTF32, f16/bf16 otherwise),
+plus max abs error against fp64 for both. 3xTF32 issues three TF32 MMAs per
+product, so a third of the TF32 peak is its ceiling. Usage: python tools/gemm_roofline.py"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+os.environ.setdefault("FUSEFORGE_GEMM", "1")  # GEMM kernels are opt-in
+
+import fuseforge
+from fuseforge.timing import time_cuda
+
+#: Dense tensor-core peaks of an H100 SXM (TFLOP/s): TF32 and FP16/BF16.
+PEAK = {torch.float32: 494.7, torch.float16: 989.4, torch.bfloat16: 989.4}
+
+#: (name, batch, M, N, K, dtype, weight transposed): the matmuls of the problem files.
+SHAPES = [
+    ("gemm_sigmoid / divide_sum", 1, 1024, 8192, 8192, torch.float32, True),
+    ("gemm_scale_batchnorm", 1, 16384, 4096, 4096, torch.float32, True),
+    ("mlp_residual up", 1, 4096, 8192, 2048, torch.float32, True),
+    ("linear_gelu_layernorm", 1, 8192, 4096, 1024, torch.float32, True),
+    ("linear_swish_sum", 1, 2048, 4096, 1024, torch.float32, True),
+    ("bmm_transposed_bias", 64, 512, 768, 1024, torch.float32, True),
+    ("attention QK^T", 256, 1024, 1024, 64, torch.float32, True),
+    ("attention PV", 256, 1024, 64, 1024, torch.float32, False),
+    ("linear_relu_half", 1, 8192, 4096, 1024, torch.float16, True),
+]
+
+
+class MatMul(torch.nn.Module):
+    def __init__(self, transposed: bool):
+        super().__init__()
+        self.transposed = transposed
+
+    def forward(self, a, b):
+        return torch.matmul(a, b.transpose(-1, -2) if self.transposed else b)
+
+
+def main() -> None:
+    print(f"{'shape':28} {'dtype':9} {'eager ms':>9} {'ff ms':>8} {'x eager':>8} {'ff TFLOP/s':>11} {'of peak':>8} "
+          f"{'err ff':>9} {'err eager':>9} kernel")
+    for name, batch, m, n, k, dtype, transposed in SHAPES:
+        torch.manual_seed(0)
+        a = torch.randn(batch, m, k, device="cuda", dtype=dtype).squeeze(0)
+        b = torch.randn(batch, n, k, device="cuda", dtype=dtype) if transposed else \
+            torch.randn(batch, k, n, device="cuda", dtype=dtype)
+        b = b.squeeze(0)
+        model = MatMul(transposed)
+        fast = fuseforge.optimize(model)
+        with torch.no_grad():
+            out, ref = fast(a, b), model(a, b)
+            ref64 = model(a.double(), b.double())
+            kernels = [kk["name"] for kk in fast.specializations()[0].plan["kernels"] if kk["kind"] == "gemm"]
+            t_ff = time_cuda(lambda: fast(a, b))
+            t_eager = time_cuda(lambda: model(a, b))
+        flops = 2.0 * batch * m * n * k
+        tflops = flops / t_ff / 1e9
+        err_ff = float((out.double() - ref64).abs().max())
+        err_eager = float((ref.double() - ref64).abs().max())
+        print(f"{name:28} {str(dtype)[6:]:9} {t_eager:9.3f} {t_ff:8.3f} {t_eager / t_ff:8.2f} {tflops:11.1f} "
+              f"{tflops / PEAK[dtype]:8.1%} {err_ff:9.2e} {err_eager:9.2e} {','.join(kernels) or 'ATen'}")
+
+
+if __name__ == "__main__":
+    main()
