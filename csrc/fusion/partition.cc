@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,13 +31,7 @@ class Partitioner {
       if (!fusible(n) || group_of_.count(n)) continue;
       grow(n);
     }
-    if (options_.gemm_kernels)
-      for (auto& n : g_.nodes())
-        if (auto spec = match_gemm(*n)) {
-          group_of_[n.get()] = static_cast<int>(groups_.size());
-          groups_.push_back({n.get()});
-          gemm_of_[groups_.size() - 1] = *spec;
-        }
+    if (options_.gemm_kernels) add_gemm_groups();
     Partition p;
     for (size_t i = 0; i < groups_.size(); ++i) {
       p.groups.push_back(describe(groups_[i]));
@@ -57,6 +52,58 @@ class Partitioner {
   std::unordered_map<const Node*, std::vector<Node*>> users_;
   std::unordered_map<const Node*, int> group_of_;
   std::vector<std::vector<Node*>> groups_;
+
+  // Each matmul a GEMM kernel covers becomes a group; a pointwise group that
+  // reads nothing but its result (and holds all its users) joins it as the
+  // epilogue, so the GEMM writes only the epilogue's output.
+  void add_gemm_groups() {
+    std::vector<bool> absorbed(groups_.size(), false);
+    for (auto& n : g_.nodes()) {
+      auto spec = match_gemm(*n);
+      if (!spec) continue;
+      std::vector<Node*> members{n.get()};
+      if (auto ep = epilogue_group(n.get())) {
+        members.insert(members.end(), groups_[*ep].begin(), groups_[*ep].end());
+        absorbed[*ep] = true;
+      }
+      gemm_of_[groups_.size()] = *spec;
+      groups_.push_back(std::move(members));
+      absorbed.push_back(false);
+    }
+    // Drop the absorbed groups and renumber.
+    std::vector<std::vector<Node*>> kept;
+    std::unordered_map<size_t, GemmSpec> gemm_of;
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      if (absorbed[i]) continue;
+      if (auto it = gemm_of_.find(i); it != gemm_of_.end()) gemm_of[kept.size()] = it->second;
+      for (Node* m : groups_[i]) group_of_[m] = static_cast<int>(kept.size());
+      kept.push_back(std::move(groups_[i]));
+    }
+    groups_ = std::move(kept);
+    gemm_of_ = std::move(gemm_of);
+  }
+
+  // The pointwise group that can be `mm`'s epilogue: it holds every user of
+  // the matmul's result (which is no graph output), reads no other value and
+  // has one output of the result's type.
+  std::optional<size_t> epilogue_group(const Node* mm) const {
+    const Value* r = mm->result();
+    if (feeds_graph_output(mm) || users(mm).empty()) return std::nullopt;
+    auto first = group_of_.find(users(mm).front());
+    if (first == group_of_.end()) return std::nullopt;
+    const size_t gi = static_cast<size_t>(first->second);
+    for (Node* u : users(mm)) {
+      auto it = group_of_.find(u);
+      if (it == group_of_.end() || static_cast<size_t>(it->second) != gi) return std::nullopt;
+    }
+    if (gemm_of_.count(gi)) return std::nullopt;
+    const PointwiseGroup pg = describe(groups_[gi]);
+    if (pg.inputs.size() != 1 || pg.inputs[0] != r || pg.outputs.size() != 1) return std::nullopt;
+    if (!(pg.outputs[0]->type == r->type)) return std::nullopt;
+    for (const Node* m : pg.nodes)
+      if (m->result()->type.shape != r->type.shape) return std::nullopt;
+    return gi;
+  }
 
   const std::vector<Node*>& users(const Node* n) const {
     static const std::vector<Node*> none;

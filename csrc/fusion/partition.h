@@ -12,8 +12,9 @@ namespace ff::fusion {
 // shape. Every output has that shape; interior nodes may have smaller shapes
 // (broadcast operands such as a per-row scale) and are recomputed per element.
 //
-// A group of kind Gemm holds one matmul node that a generated GEMM kernel
-// computes (`gemm` says how); its shape is the matmul's result shape.
+// A group of kind Gemm starts with one matmul node that a generated GEMM
+// kernel computes (`gemm` says how), followed by the pointwise epilogue it
+// applies to each result element, if any; its shape is the matmul's result shape.
 struct PointwiseGroup {
   enum class Kind { Pointwise, Gemm } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only
@@ -40,7 +41,8 @@ struct Partition {
 // user of it is in the group (then it is recomputed per element), and
 // (b) pulling it in creates no cycle through nodes outside the group.
 // With `gemm_kernels`, each matmul node that match_gemm accepts becomes a
-// group of its own (a GEMM kernel) instead of a library call.
+// GEMM group instead of a library call, taking as its epilogue the pointwise
+// group that reads only its result (and holds all of the result's users).
 struct PartitionOptions {
   bool gemm_kernels = false;
 };

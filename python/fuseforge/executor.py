@@ -265,17 +265,19 @@ class Executor:
         return run
 
     def _gemm_fallback(self, k: dict) -> Callable[[list], list]:
-        """A GEMM kernel's node through ATen, on the tensors the kernel would
-        read (a view only kernels read arrives as its source: re-viewed here)."""
-        (node,) = k["nodes"]
-        call = aten_ops.make_call(node["op"], node["attrs"], node["result_types"], self.device)
+        """A GEMM kernel's nodes (matmul and epilogue) through ATen, on the
+        tensors the kernel would read (a view only kernels read arrives as its
+        source: re-viewed here with the captured strides)."""
+        calls = [(aten_ops.make_call(n["op"], n["attrs"], n["result_types"], self.device), n["operands"],
+                  n["results"][0]) for n in k["nodes"]]
         types = [self.types[n] for n in k["inputs"]]
-        position = {n: j for j, n in enumerate(k["inputs"])}
-        operands = [position[v] for _, v in node["operands"]]  # mm/addmm/bmm: tensor operands only
+        names = k["inputs"]
 
         def run(ins: list) -> list:
-            views = [x.as_strided(t.shape, t.strides) for x, t in zip(ins, types)]
-            return [call([views[j] for j in operands])]
+            local = {n: x.as_strided(t.shape, t.strides) for n, x, t in zip(names, ins, types)}
+            for call, operands, result in calls:
+                local[result] = call([local[v] if kind == "value" else v for kind, v in operands])
+            return [local[n] for n in k["outputs"]]
         return run
 
     def _library_kernel(self, k: dict, out_slots: list[int]) -> Callable[[list], None]:

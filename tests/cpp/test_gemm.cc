@@ -83,41 +83,65 @@ TEST(Gemm, UnsupportedLayoutsAndDtypesStayLibraryCalls) {
 })"));
 }
 
-TEST(Gemm, PartitionMakesAGemmGroupBeforeThePointwiseKernel) {
+TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
   const std::string text = R"(graph @g(%x: f32[64,32], %w: f32[16,32] param, %b: f32[16] param) {
   %0 = permute(%w) {dims=[1, 0]} : f32[32,16]{1,32}
   %1 = addmm(%b, %x, %0) : f32[64,16]
   %2 = sigmoid(%1) : f32[64,16]
   %3 = mul(%2, 2.0) : f32[64,16]
-  return %3
+  %4 = add(%3, %1) : f32[64,16]
+  return %4
 })";
   auto g = parse(text);
   verify(*g);
-  auto without = fusion::partition(*g);
-  for (auto& grp : without.groups) EXPECT_EQ(grp.kind, fusion::PointwiseGroup::Kind::Pointwise);
+  for (auto& grp : fusion::partition(*g).groups) EXPECT_EQ(grp.kind, fusion::PointwiseGroup::Kind::Pointwise);
   auto p = fusion::partition(*g, {true});
-  ASSERT_EQ(p.groups.size(), 2u);
-  std::vector<fusion::PointwiseGroup::Kind> order;
-  for (auto& s : p.steps)
-    if (s.kind == fusion::Step::Kind::Kernel) order.push_back(p.groups[s.group].kind);
-  EXPECT_EQ(order, (std::vector<fusion::PointwiseGroup::Kind>{fusion::PointwiseGroup::Kind::Gemm,
-                                                               fusion::PointwiseGroup::Kind::Pointwise}));
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].kind, fusion::PointwiseGroup::Kind::Gemm);
+  EXPECT_EQ(p.groups[0].nodes.size(), 4u);  // addmm + sigmoid, mul, add
+  ASSERT_EQ(p.groups[0].outputs.size(), 1u);
+  EXPECT_EQ(p.groups[0].outputs[0]->name, "4");  // the GEMM writes only the epilogue's result
 
   CompileOptions opts;
   opts.gemm_kernels = true;
   auto cg = compile_graph(text, opts);
-  const codegen::KernelSource* gemm = nullptr;
-  for (auto& k : cg.kernels)
-    if (k.cutlass) gemm = &k;
-  ASSERT_NE(gemm, nullptr);
-  EXPECT_EQ(gemm->name.rfind("ff_gemm_addmm_3xtf32_", 0), 0u) << gemm->name;
-  EXPECT_NE(gemm->source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
-  EXPECT_NE(gemm->source.find("cutlass::layout::ColumnMajor"), std::string::npos);
-  EXPECT_NE(gemm->source.find("const Element* c"), std::string::npos);  // the bias is read
-  EXPECT_EQ(gemm->inputs, (std::vector<std::string>{"x", "0", "b"}));
-  EXPECT_EQ(gemm->grid[0], 1);  // 64x16 fits one 64x64 tile
-  EXPECT_EQ(gemm->shared_bytes, 5 * (64 * 16 + 16 * 64) * 4);  // 64x64x16 tile, 5 stages
-  EXPECT_EQ(gemm->align_bytes, 16);
+  ASSERT_EQ(cg.kernels.size(), 1u);
+  const codegen::KernelSource& k = cg.kernels[0];
+  EXPECT_EQ(k.name, "ff_gemm_addmm_sigmoid_mul_add_3xtf32_0");
+  EXPECT_TRUE(k.cutlass);
+  EXPECT_NE(k.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
+  EXPECT_NE(k.source.find("cutlass::layout::ColumnMajor"), std::string::npos);
+  EXPECT_NE(k.source.find("ff_sigmoid(v)"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("{const_cast<Element*>(c), 0}"), std::string::npos);  // bias row broadcast
+  EXPECT_EQ(k.inputs, (std::vector<std::string>{"x", "0", "b"}));
+  EXPECT_EQ(k.outputs, (std::vector<std::string>{"4"}));
+  EXPECT_EQ(k.grid[0], 1);  // 64x16 fits one 64x64 tile
+  EXPECT_EQ(k.shared_bytes, 5 * (64 * 16 + 16 * 64) * 4);  // 64x64x16 tile, 5 stages
+  EXPECT_EQ(k.align_bytes, 16);
+}
+
+TEST(Gemm, EpilogueNeedingOtherTensorsOrTheRawResultStaysSeparate) {
+  // A residual of another tensor: the GEMM writes %1, a pointwise kernel follows.
+  auto g = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16], %r: f32[64,16]) {
+  %0 = mm(%x, %w) : f32[64,16]
+  %1 = relu(%0) : f32[64,16]
+  %2 = add(%1, %r) : f32[64,16]
+  return %2
+})");
+  verify(*g);
+  auto p = fusion::partition(*g, {true});
+  ASSERT_EQ(p.groups.size(), 2u);
+  // The result is also returned: it must be written, so nothing is fused into the GEMM.
+  auto g2 = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16]) {
+  %0 = mm(%x, %w) : f32[64,16]
+  %1 = relu(%0) : f32[64,16]
+  return %1, %0
+})");
+  verify(*g2);
+  auto p2 = fusion::partition(*g2, {true});
+  ASSERT_EQ(p2.groups.size(), 2u);
+  for (auto& grp : p2.groups)
+    if (grp.kind == fusion::PointwiseGroup::Kind::Gemm) EXPECT_EQ(grp.nodes.size(), 1u);
 }
 
 TEST(Gemm, HalfPrecisionAccumulatesInF32WithoutSplitting) {

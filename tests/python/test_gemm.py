@@ -1,5 +1,6 @@
-"""GEMM kernel plans on the CPU: opt-in switch, and the ATen fallback a GEMM
-step takes on the GPU for misaligned views or a kernel that did not compile."""
+"""GEMM kernel plans on the CPU: opt-in switch, epilogue fusion, and the ATen
+fallback a GEMM step takes on the GPU for misaligned views or a kernel that
+did not compile."""
 import torch
 
 from fuseforge._native import core
@@ -8,14 +9,16 @@ from fuseforge.executor import Executor
 
 
 class Linear(torch.nn.Module):
-    def __init__(self, beta: float = 1.0):
+    def __init__(self, beta: float = 1.0, epilogue: bool = False):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.randn(6, 12))
         self.bias = torch.nn.Parameter(torch.randn(6))
         self.beta = beta
+        self.epilogue = epilogue
 
     def forward(self, x):
-        return torch.addmm(self.bias, x, self.weight.t(), beta=self.beta)
+        y = torch.addmm(self.bias, x, self.weight.t(), beta=self.beta)
+        return torch.sigmoid(y) * 2.0 + y if self.epilogue else y
 
 
 def _plan(model, x, gemm):
@@ -36,10 +39,11 @@ def test_fallback_reviews_kernel_inputs_and_matches_aten():
     (the view is never run); the fallback re-views it with the captured strides."""
     torch.manual_seed(0)
     x = torch.randn(5, 12)
-    for beta in (1.0, 0.0, 0.5):
-        model = Linear(beta)
+    for beta, epilogue in ((1.0, False), (0.0, False), (0.5, True)):
+        model = Linear(beta, epilogue)
         plan = _plan(model, x, gemm=True)
         (k,) = [k for k in plan["kernels"] if k["kind"] == "gemm"]
+        assert len(k["nodes"]) == (4 if epilogue else 1) and len(plan["kernels"]) == 1
         assert len(k["inputs"]) == 3  # x, weight.T, bias (passed even when beta = 0)
         executor = Executor(plan, torch.device("cpu"))
         roots = {"x": x, "weight": model.weight.detach(), "bias": model.bias.detach()}

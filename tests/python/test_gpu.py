@@ -139,6 +139,33 @@ def test_linear_gemm_kernel_matches_eager(gemm_on, dtype, m, n, k):
         assert _gemm_kernels(fast), "an f32 linear runs as a GEMM kernel"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("m,n,k", [(2, 4, 2), (130, 66, 36), (1024, 512, 256)])
+def test_gemm_epilogue_matches_eager(gemm_on, dtype, m, n, k):
+    """linear -> sigmoid * 2 + residual of itself, and linear -> relu * 0.5 -> clamp:
+    one kernel each, the epilogue fused."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(k, n)
+            self.b = torch.nn.Linear(k, n)
+
+        def forward(self, x):
+            y = self.a(x)
+            z = self.b(x)
+            return torch.sigmoid(y) * 2.0 + y, torch.clamp(torch.relu(z) * 0.5, max=0.75)
+    torch.manual_seed(0)
+    model = M().to(dtype).cuda()
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        got, want = fast(x), model(x)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+    assert len(_gemm_kernels(fast)) == 2 and all(len(k["nodes"]) > 1 for k in _gemm_kernels(fast))
+
+
 def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
     """3xTF32 keeps fp32 accuracy: max abs error against an fp64 reference is
     at most twice eager fp32's (both printed)."""

@@ -22,11 +22,13 @@ std::vector<GemmTile> gemm_tiles(DType t);
 // relative efficiency (big tiles reuse more of what they load).
 GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 
-// A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the single
-// matmul node of `group`: f32 operands use 3xTF32 (each operand split into a
-// TF32 high part and residual, three MMAs: fp32 accuracy on tensor cores),
-// f16/bf16 accumulate in f32. Parameters: the result, A, B, then addmm's bias
-// (read unless beta = 0). `id` makes the kernel name unique.
+// A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the
+// matmul node that starts `group`: f32 operands use 3xTF32 (each operand split
+// into a TF32 high part and residual, three MMAs: fp32 accuracy on tensor
+// cores), f16/bf16 accumulate in f32. The epilogue computes alpha * acc +
+// beta * bias, rounds it to the dtype, applies the group's pointwise nodes per
+// element and writes only the group's output. Parameters: the output, A, B,
+// then addmm's bias (read unless beta = 0). `id` makes the kernel name unique.
 KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
 
 }  // namespace ff::codegen

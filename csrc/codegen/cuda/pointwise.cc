@@ -585,4 +585,11 @@ KernelSource generate_pointwise(const fusion::PointwiseGroup& g, int id) {
   return ks;
 }
 
+void emit_pointwise_body(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
+                         std::unordered_map<const Value*, std::string>& expr_of) {
+  fusion::PointwiseGroup g;
+  g.nodes = nodes;
+  emit_body(os, g, indent, {}, expr_of);
+}
+
 }  // namespace ff::codegen

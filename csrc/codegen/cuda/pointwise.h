@@ -1,5 +1,7 @@
 #pragma once
+#include <sstream>
 #include <string>
+#include <unordered_map>
 
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/partition.h"
@@ -13,5 +15,12 @@ namespace ff::codegen {
 // innermost dim (and pointers are aligned, checked at run time), 32-bit index
 // math unless offsets need 64 bits. `id` makes the kernel name unique.
 KernelSource generate_pointwise(const fusion::PointwiseGroup& group, int id);
+
+// The per-element body of `nodes` (pointwise, no scalar inputs): one `const`
+// temporary each in its compute type, rounded where the result dtype is
+// 16-bit (as eager stores it). `expr_of` maps the values they read to
+// expressions and receives each node's result. Used by GEMM epilogues.
+void emit_pointwise_body(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
+                         std::unordered_map<const Value*, std::string>& expr_of);
 
 }  // namespace ff::codegen
