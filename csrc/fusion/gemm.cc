@@ -38,6 +38,15 @@ int64_t gcd(int64_t a, int64_t b) {
 
 }  // namespace
 
+// The largest vector width up to `max_vec` dividing every value of `vs`.
+int vector_width(std::initializer_list<int64_t> vs, int max_vec) {
+  int64_t g = 0;
+  for (int64_t v : vs) g = gcd(v, g);
+  int w = 1;
+  while (w < max_vec && g % (w * 2) == 0) w *= 2;
+  return w;
+}
+
 std::optional<GemmSpec> match_gemm(const Node& n) {
   if (n.op != Op::Mm && n.op != Op::Addmm && n.op != Op::Bmm) return std::nullopt;
   const bool addmm = n.op == Op::Addmm;
@@ -72,7 +81,7 @@ std::optional<GemmSpec> match_gemm(const Node& n) {
     if (s.beta != 0.0) {
       const Shape& cs = c->type.shape;
       const Shape& st = c->type.strides;
-      s.has_source = true;
+      s.source = GemmSpec::Source::Bias;
       if (cs.size() == 1 && cs[0] == s.n && (s.n == 1 || st[0] == 1)) {
         s.ldc = 0;  // per-column bias: every row reads the same vector
       } else if (cs.size() == 2 && cs[0] == 1 && cs[1] == s.n && (s.n == 1 || st[1] == 1)) {
@@ -89,15 +98,41 @@ std::optional<GemmSpec> match_gemm(const Node& n) {
 
   // One vector width for every access: it must divide each leading dimension,
   // batch stride and the extent along each operand's unit-stride dim.
-  int64_t g = 0;
-  for (int64_t v : {s.a.ld, s.a.batch_stride, s.a.row_major ? s.k : s.m, s.b.ld, s.b.batch_stride,
-                    s.b.row_major ? s.n : s.k, s.n, s.m * s.n, s.ldc})
-    g = gcd(v, g);
-  const int max_vec = 16 / dtype_size(s.dtype);
-  s.alignment = 1;
-  while (s.alignment < max_vec && g % (s.alignment * 2) == 0) s.alignment *= 2;
+  s.alignment = vector_width({s.a.ld, s.a.batch_stride, s.a.row_major ? s.k : s.m, s.b.ld, s.b.batch_stride,
+                              s.b.row_major ? s.n : s.k, s.n, s.m * s.n, s.ldc},
+                             16 / dtype_size(s.dtype));
   if (s.alignment * dtype_size(s.dtype) < 4) return std::nullopt;  // cp.async copies 4 bytes at least
   return s;
+}
+
+bool use_as_source(GemmSpec& s, const Value& x) {
+  if (s.source != GemmSpec::Source::None || x.type.dtype != s.dtype) return false;
+  const Shape& shape = x.type.shape;
+  const Shape& st = x.type.strides;
+  const size_t r = shape.size();
+  const size_t out_rank = s.batch > 1 ? 3 : 2;
+  if (r == 0 || r > 3) return false;
+  int64_t ldc = 0, batch_stride = 0;
+  // Right-aligned dims of x against [batch, m, n]; missing leading dims broadcast.
+  auto dim = [&](size_t from_right) -> int64_t { return from_right < r ? shape[r - 1 - from_right] : 1; };
+  auto stride = [&](size_t from_right) -> int64_t { return from_right < r ? st[r - 1 - from_right] : 0; };
+  if (r > out_rank && shape[0] != 1) return false;
+  if (dim(0) != s.n || (s.n > 1 && stride(0) != 1)) return false;
+  if (dim(1) == s.m && s.m > 1) {
+    ldc = stride(1);
+    if (ldc < s.n || ldc * s.m > kMaxIndex) return false;
+  } else if (dim(1) != 1) {
+    return false;
+  }
+  if (out_rank == 3 && dim(2) == s.batch && s.batch > 1) batch_stride = stride(2);
+  else if (dim(2) != 1) return false;
+  const int w = vector_width({ldc, batch_stride, s.alignment}, s.alignment);
+  if (w * dtype_size(s.dtype) < 4) return false;
+  s.alignment = w;
+  s.ldc = ldc;
+  s.batch_stride_c = batch_stride;
+  s.source = GemmSpec::Source::EpilogueInput;
+  return true;
 }
 
 }  // namespace ff::fusion

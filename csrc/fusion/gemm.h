@@ -20,8 +20,12 @@ struct GemmSpec {
   DType dtype = DType::f32;  // of A, B, the source and the result (accumulation is f32)
   int64_t batch = 1, m = 0, n = 0, k = 0;
   GemmOperand a, b;
-  bool has_source = false;   // addmm's bias with beta != 0
+  // The GEMM's source operand: addmm's bias (beta != 0), which enters
+  // v = alpha * acc + beta * bias, or one tensor the epilogue reads besides the
+  // matmul's result (a residual, a per-column vector), read element by element.
+  enum class Source { None, Bias, EpilogueInput } source = Source::None;
   int64_t ldc = 0;           // 0: one row broadcast to every row
+  int64_t batch_stride_c = 0;
   double alpha = 1.0, beta = 0.0;
   // Elements per vector access, the same for every operand: the largest power
   // of two up to 16 bytes that divides every leading dimension, batch stride
@@ -35,5 +39,11 @@ struct GemmSpec {
 // index overflow, more than 65535 batches, an empty problem, 16-bit operands
 // with an odd leading dimension or extent: accesses below 4 bytes).
 std::optional<GemmSpec> match_gemm(const Node& n);
+
+// Makes `x` the source of a GEMM that has none, if it is laid out as one: the
+// result's shape (batch dim 1 broadcasting allowed) or a per-column vector
+// broadcast to it, unit-stride along N, of the result's dtype, keeping
+// accesses of 4 bytes at least. False (spec unchanged) otherwise.
+bool use_as_source(GemmSpec& spec, const Value& x);
 
 }  // namespace ff::fusion

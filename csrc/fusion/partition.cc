@@ -62,7 +62,7 @@ class Partitioner {
       auto spec = match_gemm(*n);
       if (!spec) continue;
       std::vector<Node*> members{n.get()};
-      if (auto ep = epilogue_group(n.get())) {
+      if (auto ep = epilogue_group(n.get(), *spec)) {
         members.insert(members.end(), groups_[*ep].begin(), groups_[*ep].end());
         absorbed[*ep] = true;
       }
@@ -84,9 +84,10 @@ class Partitioner {
   }
 
   // The pointwise group that can be `mm`'s epilogue: it holds every user of
-  // the matmul's result (which is no graph output), reads no other value and
-  // has one output of the result's type.
-  std::optional<size_t> epilogue_group(const Node* mm) const {
+  // the matmul's result (which is no graph output), has one output of the
+  // result's type and reads no other value, except one that the GEMM can take
+  // as its source operand (then `spec` is updated to read it).
+  std::optional<size_t> epilogue_group(const Node* mm, GemmSpec& spec) const {
     const Value* r = mm->result();
     if (feeds_graph_output(mm) || users(mm).empty()) return std::nullopt;
     auto first = group_of_.find(users(mm).front());
@@ -98,10 +99,18 @@ class Partitioner {
     }
     if (gemm_of_.count(gi)) return std::nullopt;
     const PointwiseGroup pg = describe(groups_[gi]);
-    if (pg.inputs.size() != 1 || pg.inputs[0] != r || pg.outputs.size() != 1) return std::nullopt;
-    if (!(pg.outputs[0]->type == r->type)) return std::nullopt;
+    if (pg.outputs.size() != 1 || !(pg.outputs[0]->type == r->type)) return std::nullopt;
     for (const Node* m : pg.nodes)
       if (m->result()->type.shape != r->type.shape) return std::nullopt;
+    std::vector<const Value*> others;
+    for (const Value* v : pg.inputs)
+      if (v != r) others.push_back(v);
+    if (others.size() > 1) return std::nullopt;
+    if (others.size() == 1) {
+      GemmSpec with = spec;
+      if (!use_as_source(with, *others[0])) return std::nullopt;
+      spec = with;
+    }
     return gi;
   }
 

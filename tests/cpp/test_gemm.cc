@@ -37,7 +37,7 @@ TEST(Gemm, LinearIsRowMajorTimesColumnMajorWithBroadcastBias) {
   EXPECT_EQ(s->a.ld, 8192);
   EXPECT_FALSE(s->b.row_major);  // W.T: the weight's rows are B's columns
   EXPECT_EQ(s->b.ld, 8192);
-  EXPECT_TRUE(s->has_source);
+  EXPECT_EQ(s->source, fusion::GemmSpec::Source::Bias);
   EXPECT_EQ(s->ldc, 0);  // one bias row for every output row
   EXPECT_EQ(s->alignment, 4);
 }
@@ -53,7 +53,7 @@ TEST(Gemm, BatchedWithBroadcastBatchAndOddSizes) {
   EXPECT_EQ(s->a.batch_stride, 84);
   EXPECT_EQ(s->b.batch_stride, 0);
   EXPECT_EQ(s->alignment, 1);  // N = 5
-  EXPECT_FALSE(s->has_source);
+  EXPECT_EQ(s->source, fusion::GemmSpec::Source::None);
 }
 
 TEST(Gemm, UnsupportedLayoutsAndDtypesStayLibraryCalls) {
@@ -112,7 +112,7 @@ TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
   EXPECT_NE(k.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
   EXPECT_NE(k.source.find("cutlass::layout::ColumnMajor"), std::string::npos);
   EXPECT_NE(k.source.find("ff_sigmoid(v)"), std::string::npos) << k.source;
-  EXPECT_NE(k.source.find("{const_cast<Element*>(c), 0}"), std::string::npos);  // bias row broadcast
+  EXPECT_NE(k.source.find("{const_cast<Element*>(bias), 0}"), std::string::npos);  // bias row broadcast
   EXPECT_EQ(k.inputs, (std::vector<std::string>{"x", "0", "b"}));
   EXPECT_EQ(k.outputs, (std::vector<std::string>{"4"}));
   EXPECT_EQ(k.grid[0], 1);  // 64x16 fits one 64x64 tile
@@ -120,17 +120,58 @@ TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
   EXPECT_EQ(k.align_bytes, 16);
 }
 
-TEST(Gemm, EpilogueNeedingOtherTensorsOrTheRawResultStaysSeparate) {
-  // A residual of another tensor: the GEMM writes %1, a pointwise kernel follows.
-  auto g = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16], %r: f32[64,16]) {
+TEST(Gemm, OneMoreTensorOfTheResultsLayoutBecomesTheSource) {
+  // mm -> relu -> + residual: the residual is the GEMM's source operand.
+  const std::string text = R"(graph @g(%x: f32[64,32], %w: f32[32,16], %r: f32[64,16]) {
   %0 = mm(%x, %w) : f32[64,16]
   %1 = relu(%0) : f32[64,16]
   %2 = add(%1, %r) : f32[64,16]
   return %2
-})");
+})";
+  auto g = parse(text);
   verify(*g);
   auto p = fusion::partition(*g, {true});
-  ASSERT_EQ(p.groups.size(), 2u);
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].gemm.source, fusion::GemmSpec::Source::EpilogueInput);
+  EXPECT_EQ(p.groups[0].gemm.ldc, 16);
+  CompileOptions opts;
+  opts.gemm_kernels = true;
+  auto cg = compile_graph(text, opts);
+  ASSERT_EQ(cg.kernels.size(), 1u);
+  EXPECT_EQ(cg.kernels[0].inputs, (std::vector<std::string>{"x", "w", "r"}));
+  EXPECT_NE(cg.kernels[0].source.find("apply(alpha_ * acc[i], float(src[i]))"), std::string::npos);
+  EXPECT_NE(cg.kernels[0].source.find("(t0 + s)"), std::string::npos) << cg.kernels[0].source;
+
+  // bmm -> + per-column bias: the bias row is broadcast (ldc 0) to every batch.
+  auto g2 = parse(R"(graph @g(%a: f32[4,8,32], %b: f32[4,32,16], %bias: f32[16]) {
+  %0 = bmm(%a, %b) : f32[4,8,16]
+  %1 = add(%0, %bias) : f32[4,8,16]
+  return %1
+})");
+  verify(*g2);
+  auto p2 = fusion::partition(*g2, {true});
+  ASSERT_EQ(p2.groups.size(), 1u);
+  EXPECT_EQ(p2.groups[0].gemm.ldc, 0);
+  EXPECT_EQ(p2.groups[0].gemm.batch_stride_c, 0);
+}
+
+TEST(Gemm, EpilogueNeedingMoreThanOneSourceOrTheRawResultStaysSeparate) {
+  // addmm's bias already is the source: a residual stays a separate kernel.
+  auto g = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16], %b: f32[16], %r: f32[64,16]) {
+  %0 = addmm(%b, %x, %w) : f32[64,16]
+  %1 = add(%0, %r) : f32[64,16]
+  return %1
+})");
+  verify(*g);
+  EXPECT_EQ(fusion::partition(*g, {true}).groups.size(), 2u);
+  // A per-row vector is no source layout.
+  auto g1 = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16], %r: f32[64,1]) {
+  %0 = mm(%x, %w) : f32[64,16]
+  %1 = mul(%0, %r) : f32[64,16]
+  return %1
+})");
+  verify(*g1);
+  EXPECT_EQ(fusion::partition(*g1, {true}).groups.size(), 2u);
   // The result is also returned: it must be written, so nothing is fused into the GEMM.
   auto g2 = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16]) {
   %0 = mm(%x, %w) : f32[64,16]

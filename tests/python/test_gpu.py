@@ -166,6 +166,26 @@ def test_gemm_epilogue_matches_eager(gemm_on, dtype, m, n, k):
     assert len(_gemm_kernels(fast)) == 2 and all(len(k["nodes"]) > 1 for k in _gemm_kernels(fast))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_gemm_epilogue_reading_a_residual_or_bias_vector(gemm_on, dtype):
+    """The epilogue's one extra tensor (a residual, a per-column bias of a bmm)
+    is read through the GEMM's source operand."""
+    class M(torch.nn.Module):
+        def forward(self, x, w, r, a, b, bias):
+            return torch.relu(x @ w) + r, torch.bmm(a, b.transpose(1, 2)) + bias
+    torch.manual_seed(0)
+    args = [torch.randn(*s, device="cuda", dtype=dtype) for s in
+            [(130, 36), (36, 66), (130, 66), (3, 33, 20), (3, 18, 20), (18,)]]
+    fast = fuseforge.optimize(M())
+    with torch.no_grad():
+        got, want = fast(*args), M()(*args)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+    kernels = fast.specializations()[0].plan["kernels"]
+    assert len(kernels) == 2 and all(k["kind"] == "gemm" and len(k["nodes"]) > 1 for k in kernels), kernels
+
+
 def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
     """3xTF32 keeps fp32 accuracy: max abs error against an fp64 reference is
     at most twice eager fp32's (both printed)."""

@@ -61,8 +61,9 @@ def test_matmuls_become_gemm_kernels():
 @pytest.mark.parametrize("m,n,k", [(3, 5, 1), (33, 17, 7), (130, 66, 36)])
 def test_odd_shape_gemm_kernels_compile(dtype, m, n, k):
     """Sizes that are not multiples of the tile nor of the vector width (K=1
-    included) pick narrower accesses; every layout combination compiles."""
-    text = f"""graph @g(%a: {dtype}[{m},{k}], %w: {dtype}[{n},{k}] param, %bias: {dtype}[{n}] param, %b: {dtype}[2,{k},{n}]) {{
+    included) pick narrower accesses; every layout combination compiles, the
+    last with an epilogue reading a residual tensor."""
+    text = f"""graph @g(%a: {dtype}[{m},{k}], %w: {dtype}[{n},{k}] param, %bias: {dtype}[{n}] param, %b: {dtype}[2,{k},{n}], %r: {dtype}[2,{n},{n}]) {{
   %0 = permute(%w) {{dims=[1, 0]}} : {dtype}[{k},{n}]{{1,{k}}}
   %1 = addmm(%bias, %a, %0) : {dtype}[{m},{n}]
   %2 = permute(%a) {{dims=[1, 0]}} : {dtype}[{k},{m}]{{1,{k}}}
@@ -70,12 +71,15 @@ def test_odd_shape_gemm_kernels_compile(dtype, m, n, k):
   %4 = expand(%3) : {dtype}[2,{k},{n}]{{0,{n},1}}
   %5 = permute(%4) {{dims=[0, 2, 1]}} : {dtype}[2,{n},{k}]{{0,1,{n}}}
   %6 = bmm(%5, %b) : {dtype}[2,{n},{n}]
-  return %6
+  %7 = sigmoid(%6) : {dtype}[2,{n},{n}]
+  %8 = add(%7, %r) : {dtype}[2,{n},{n}]
+  return %8
 }}"""
     plan = core.compile_graph(text, gemm=True)
     gemms = [g for g in plan["kernels"] if g["kind"] == "gemm"]
     # 16-bit operands need 4-byte accesses: odd extents stay ATen calls.
     assert len(gemms) == (3 if dtype == "f32" or (m % 2 == 0 and n % 2 == 0 and k % 2 == 0) else 0), plan["ir_after"]
+    assert not gemms or any(len(g["nodes"]) == 3 and "source" in g["source"] for g in gemms)  # bmm + epilogue
     for g in gemms:
         is_cubin, size, log = core.nvrtc_compile(g["source"], g["name"], 90, cutlass=True)
         assert is_cubin and size > 0, (g["name"], log)

@@ -1,5 +1,6 @@
 #include "codegen/cuda/gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -85,6 +86,17 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
   ks.outputs = {group.outputs[0]->name};
   ks.inputs = {node.input(addmm ? 1 : 0)->name, node.input(addmm ? 2 : 1)->name};
   if (addmm) ks.inputs.push_back(node.input(0)->name);  // passed even when beta = 0 (the ATen fallback reads it)
+  using Source = fusion::GemmSpec::Source;
+  const Value* source_input = nullptr;  // Source::EpilogueInput: the tensor the epilogue reads
+  if (s.source == Source::EpilogueInput) {
+    for (const Node* n : epilogue)
+      for (const Operand& o : n->operands)
+        if (o.is_value() && o.value != node.result() &&
+            std::find(group.nodes.begin(), group.nodes.end(), o.value->producer) == group.nodes.end())
+          source_input = o.value;
+    if (source_input == nullptr) throw IRError("gemm codegen: the epilogue reads no source tensor");
+    ks.inputs.push_back(source_input->name);
+  }
   ks.cutlass = true;
   ks.block = 128;  // four warps: every candidate tile is 2x2 warp tiles
   ks.unroll = 1;
@@ -114,6 +126,7 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
   // The epilogue: alpha * acc + beta * source (addmm's bias), rounded to the
   // matmul's dtype as eager stores it, then the fused pointwise nodes.
   std::unordered_map<const Value*, std::string> expr_of{{node.result(), "v"}};
+  if (source_input) expr_of[source_input] = "s";
   std::ostringstream body;
   emit_pointwise_body(body, epilogue, "    ", expr_of);
   const std::string round = s.dtype == DType::f16 ? "ff_round_f16(v)" : s.dtype == DType::bf16 ? "ff_round_bf16(v)" : "v";
@@ -137,17 +150,20 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
      << "  CUTLASS_HOST_DEVICE explicit EpilogueOp(Params const& p) : alpha_(p.alpha), beta_(p.beta) {}\n"
      << "  CUTLASS_HOST_DEVICE bool is_source_needed() const { return beta_ != 0.0f; }\n"
      << "  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {}\n"
-     << "  CUTLASS_DEVICE static float apply(float v) {\n"
+     << "  CUTLASS_DEVICE static float apply(float v, float s) {\n"
      << "    v = " << round << ";\n"
      << body.str()
      << "    return " << expr_of.at(group.outputs[0]) << ";\n  }\n"
      << "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& acc, FragmentSource const& src) const {\n"
      << "    FragmentOutput out;\n    CUTLASS_PRAGMA_UNROLL\n"
-     << "    for (int i = 0; i < kCount; ++i) out[i] = Element(apply(fmaf(alpha_, acc[i], beta_ * float(src[i]))));\n"
+     << "    for (int i = 0; i < kCount; ++i) out[i] = Element("
+     << (s.source == Source::EpilogueInput ? "apply(alpha_ * acc[i], float(src[i]))"
+                                            : "apply(fmaf(alpha_, acc[i], beta_ * float(src[i])), 0.0f)")
+     << ");\n"
      << "    return out;\n  }\n"
      << "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& acc) const {\n"
      << "    FragmentOutput out;\n    CUTLASS_PRAGMA_UNROLL\n"
-     << "    for (int i = 0; i < kCount; ++i) out[i] = Element(apply(alpha_ * acc[i]));\n"
+     << "    for (int i = 0; i < kCount; ++i) out[i] = Element(apply(alpha_ * acc[i], 0.0f));\n"
      << "    return out;\n  }\n};\n"
      << "using Swizzle = cutlass::gemm::threadblock::GemmBatchedIdentityThreadblockSwizzle;\n"
      << "using Default = cutlass::gemm::kernel::DefaultGemm<\n"
@@ -164,17 +180,22 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
      << "static_assert(Gemm::kThreadCount == " << ks.block << ", \"block size\");\n"
      << "}  // namespace\n\n";
   os << "extern \"C\" __global__ void __launch_bounds__(" << ks.block << ") " << ks.name
-     << "(Element* out, const Element* a, const Element* b" << (addmm ? ", const Element* c" : "") << ") {\n"
+     << "(Element* out, const Element* a, const Element* b" << (addmm ? ", const Element* bias" : "")
+     << (source_input ? ", const Element* source" : "") << ") {\n"
      << "  extern __shared__ __align__(16) unsigned char smem[];\n"
      << "  const cutlass::gemm::GemmCoord problem(" << s.m << ", " << s.n << ", " << s.k << ");\n"
      << "  const Gemm::Params params(problem, cutlass::gemm::GemmCoord(" << ks.grid[0] << ", " << ks.grid[1]
      << ", 1),\n"
      << "      {const_cast<Element*>(a), " << s.a.ld << "}, " << s.a.batch_stride << "LL,\n"
      << "      {const_cast<Element*>(b), " << s.b.ld << "}, " << s.b.batch_stride << "LL,\n"
-     << "      {" << (s.has_source ? "const_cast<Element*>(c)" : "out") << ", " << (s.has_source ? s.ldc : s.n)
-     << "}, " << (s.has_source ? 0 : s.m * s.n) << "LL,\n"
+     << "      {" << (s.source == Source::Bias ? "const_cast<Element*>(bias)"
+                      : s.source == Source::EpilogueInput ? "const_cast<Element*>(source)" : "out")
+     << ", " << (s.source == Source::None ? s.n : s.ldc) << "}, "
+     << (s.source == Source::None ? s.m * s.n : s.batch_stride_c) << "LL,\n"
      << "      {out, " << s.n << "}, " << s.m * s.n << "LL,\n"
-     << "      {" << float_literal(s.alpha) << ", " << float_literal(s.has_source ? s.beta : 0.0) << "}, " << s.batch
+     << "      {" << float_literal(s.alpha) << ", "
+     << float_literal(s.source == Source::Bias ? s.beta : s.source == Source::EpilogueInput ? 1.0 : 0.0) << "}, "
+     << s.batch
      << ");\n"
      << "  Gemm op;\n"
      << "  op(params, *reinterpret_cast<Gemm::SharedStorage*>(smem));\n"
