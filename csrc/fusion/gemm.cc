@@ -1,5 +1,7 @@
 #include "fusion/gemm.h"
 
+#include <algorithm>
+#include <initializer_list>
 #include <limits>
 
 namespace ff::fusion {
@@ -36,8 +38,6 @@ int64_t gcd(int64_t a, int64_t b) {
   return a;
 }
 
-}  // namespace
-
 // The largest vector width up to `max_vec` dividing every value of `vs`.
 int vector_width(std::initializer_list<int64_t> vs, int max_vec) {
   int64_t g = 0;
@@ -46,6 +46,8 @@ int vector_width(std::initializer_list<int64_t> vs, int max_vec) {
   while (w < max_vec && g % (w * 2) == 0) w *= 2;
   return w;
 }
+
+}  // namespace
 
 std::optional<GemmSpec> match_gemm(const Node& n) {
   if (n.op != Op::Mm && n.op != Op::Addmm && n.op != Op::Bmm) return std::nullopt;

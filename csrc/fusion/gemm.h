@@ -1,9 +1,10 @@
 #pragma once
 // Which matmul nodes run as a generated tensor-core GEMM kernel, and how their
-// operands map onto one: a batched C = alpha * A @ B + beta * source, with A
-// and B each row- or column-major (a transposed view costs nothing) and the
-// source an addmm bias broadcast along rows (leading dimension 0) or a full
-// matrix. Anything else stays a library call.
+// operands map onto one: a batched alpha * A @ B with A and B each row- or
+// column-major (a transposed view costs nothing), plus a source operand (an
+// addmm bias, or a tensor the fused epilogue reads) that is a row broadcast to
+// every row (leading dimension 0) or a full matrix. Anything else stays a
+// library call.
 #include <optional>
 
 #include "ir/graph.h"

@@ -33,8 +33,8 @@ std::string float_literal(double v) {
   return r;
 }
 
-// Share of peak a tile reaches per multiprocessor (measured CUTLASS behaviour:
-// smaller tiles reload operands more often).
+// Assumed share of peak a tile reaches per multiprocessor (smaller tiles reload
+// operands more often); not yet calibrated by timing on a GPU.
 double tile_efficiency(const GemmTile& t) { return t.m * t.n >= 128 * 128 ? 1.0 : t.m * t.n >= 128 * 64 ? 0.85 : 0.65; }
 
 }  // namespace
@@ -51,7 +51,7 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
   GemmTile best = tiles.front();
   double best_cost = INFINITY;
   for (const GemmTile& t : tiles) {
-    // Two resident blocks per multiprocessor (register-bound for every candidate).
+    // Assumes two resident blocks per multiprocessor for every candidate (registers).
     const int64_t blocks = ((s.m + t.m - 1) / t.m) * ((s.n + t.n - 1) / t.n) * s.batch;
     const int64_t waves = (blocks + 2 * sm_count - 1) / (2 * sm_count);
     const double cost = static_cast<double>(waves) * t.m * t.n / tile_efficiency(t);
