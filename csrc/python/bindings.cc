@@ -262,11 +262,14 @@ NB_MODULE(_core, m) {
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
      "gemm: matmuls as generated GEMM kernels (default: FUSEFORGE_GEMM=1 and CUTLASS's headers found)");
 
-  m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass) {
-    auto k = ff::runtime::compile_cached(source, name, arch, kernel_options(cutlass));
+  m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
+                            const std::vector<std::string>& options) {
+    std::vector<std::string> opts = kernel_options(cutlass);
+    opts.insert(opts.end(), options.begin(), options.end());
+    auto k = ff::runtime::compile_cached(source, name, arch, opts);
     return nb::make_tuple(k.is_cubin, k.image.size(), k.log);
-  }, "source"_a, "name"_a, "arch"_a, "cutlass"_a = false,
-     "Compiles with NVRTC (disk-cached); returns (is_cubin, image bytes, log).");
+  }, "source"_a, "name"_a, "arch"_a, "cutlass"_a = false, "options"_a = std::vector<std::string>{},
+     "Compiles with NVRTC (disk-cached; `options` added to the defaults); returns (is_cubin, image bytes, log).");
   m.def("add_cutlass_include_dir", &ff::runtime::add_cutlass_include_dir);
   m.def("cutlass_options", &ff::runtime::cutlass_options);
   m.def("nvrtc_version", &ff::runtime::nvrtc_version);

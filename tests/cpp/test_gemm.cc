@@ -117,6 +117,7 @@ TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
   EXPECT_EQ(k.outputs, (std::vector<std::string>{"4"}));
   EXPECT_EQ(k.grid[0], 1);  // 64x16 fits one 64x64 tile
   EXPECT_EQ(k.shared_bytes, 5 * (64 * 16 + 16 * 64) * 4);  // 64x64x16 tile, 5 stages
+  EXPECT_EQ(k.block, 128);                                  // 2x2 warps of 32x32
   EXPECT_EQ(k.align_bytes, 16);
 }
 
@@ -211,7 +212,12 @@ TEST(Gemm, CostModelPrefersBigTilesUnlessTheyLeaveMultiprocessorsIdle) {
   small.n = 1000;
   const auto t = codegen::choose_gemm_tile(small);
   EXPECT_EQ(t.m * t.n, 64 * 64);  // 16 big tiles would fill 16 of 132 multiprocessors
-  for (const auto& c : codegen::gemm_tiles(DType::f32)) EXPECT_LE(c.shared_bytes(DType::f32), 227 * 1024);
+  for (DType t : {DType::f32, DType::f16})
+    for (const auto& c : codegen::gemm_tiles(t)) {
+      EXPECT_LE(c.shared_bytes(t), 227 * 1024);
+      EXPECT_EQ(c.m % c.warp_m + c.n % c.warp_n, 0);
+      EXPECT_LE(c.threads(), 256);
+    }
 }
 
 }  // namespace

@@ -42,8 +42,10 @@ double tile_efficiency(const GemmTile& t) { return t.m * t.n >= 128 * 128 ? 1.0 
 int GemmTile::shared_bytes(DType t) const { return stages * (m * k + k * n) * dtype_size(t); }
 
 std::vector<GemmTile> gemm_tiles(DType t) {
-  const int k = t == DType::f32 ? 16 : 32;
-  return {{128, 128, k, 64, 64, 4}, {128, 64, k, 64, 32, 4}, {64, 64, k, 32, 32, 5}};
+  // 3xTF32 keeps two operand fragments per value: a 64x64 warp tile spills
+  // registers (ptxas, sm_90), so f32 tiles use 32x64 / 64x32 warp tiles.
+  if (t == DType::f32) return {{128, 128, 16, 32, 64, 4}, {128, 64, 16, 64, 32, 4}, {64, 64, 16, 32, 32, 5}};
+  return {{128, 128, 32, 64, 64, 4}, {128, 64, 32, 64, 32, 4}, {64, 64, 32, 32, 32, 5}};
 }
 
 GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
@@ -51,10 +53,9 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
   GemmTile best = tiles.front();
   double best_cost = INFINITY;
   for (const GemmTile& t : tiles) {
-    // Assumes two resident blocks per multiprocessor for every candidate (registers).
     const int64_t blocks = ((s.m + t.m - 1) / t.m) * ((s.n + t.n - 1) / t.n) * s.batch;
-    const int64_t waves = (blocks + 2 * sm_count - 1) / (2 * sm_count);
-    const double cost = static_cast<double>(waves) * t.m * t.n / tile_efficiency(t);
+    const int64_t per_sm = (blocks + sm_count - 1) / sm_count;
+    const double cost = static_cast<double>(per_sm) * t.m * t.n / tile_efficiency(t);
     if (cost < best_cost) {
       best_cost = cost;
       best = t;
@@ -98,7 +99,7 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
     ks.inputs.push_back(source_input->name);
   }
   ks.cutlass = true;
-  ks.block = 128;  // four warps: every candidate tile is 2x2 warp tiles
+  ks.block = t.threads();
   ks.unroll = 1;
   ks.grid[0] = (s.m + t.m - 1) / t.m;
   ks.grid[1] = (s.n + t.n - 1) / t.n;

@@ -11,6 +11,7 @@ namespace ff::codegen {
 // A CUTLASS threadblock configuration: tile M x N x K, warp tile, pipeline stages.
 struct GemmTile {
   int m, n, k, warp_m, warp_n, stages;
+  int threads() const { return (m / warp_m) * (n / warp_n) * 32; }
   int shared_bytes(DType t) const;  // the mainloop's multistage buffers
 };
 
@@ -18,8 +19,9 @@ struct GemmTile {
 std::vector<GemmTile> gemm_tiles(DType t);
 
 // The candidate the cost model picks for `spec` on a GPU with `sm_count`
-// multiprocessors: fewest estimated tile-waves weighted by each tile's
-// relative efficiency (big tiles reuse more of what they load).
+// multiprocessors: the least work on the busiest multiprocessor (tiles per
+// multiprocessor times tile area), weighted by each tile's relative efficiency
+// (big tiles reuse more of what they load).
 GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 
 // A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the
