@@ -8,6 +8,7 @@ std::unique_ptr<Pass> make_canonicalize();  // canonicalize.cc
 std::unique_ptr<Pass> make_cse();           // cse.cc
 std::unique_ptr<Pass> make_dce();           // dce.cc
 std::unique_ptr<Pass> make_matmul_sum_to_gemv();   // matmul_sum_to_gemv.cc
+std::unique_ptr<Pass> make_scale_matmul_operand();  // scale_matmul_operand.cc
 std::unique_ptr<Pass> make_broadcast_bmm_to_mm();  // broadcast_bmm_to_mm.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
 std::unique_ptr<Pass> make_conv_channels_last();  // conv_channels_last.cc
@@ -22,6 +23,7 @@ const Entry kPasses[] = {
     {"cse", make_cse},
     {"dce", make_dce},
     {"matmul_sum_to_gemv", make_matmul_sum_to_gemv},
+    {"scale_matmul_operand", make_scale_matmul_operand},
     {"broadcast_bmm_to_mm", make_broadcast_bmm_to_mm},
     {"conv_bias_epilogue", make_conv_bias_epilogue},
     {"conv_channels_last", make_conv_channels_last},
@@ -43,6 +45,6 @@ std::vector<std::string> pass_names() {
   return out;
 }
 
-std::vector<std::string> default_pipeline() { return {"canonicalize", "matmul_sum_to_gemv", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_channels_last", "cse", "dce"}; }
+std::vector<std::string> default_pipeline() { return {"canonicalize", "matmul_sum_to_gemv", "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_channels_last", "cse", "dce"}; }
 
 }  // namespace ff::passes
