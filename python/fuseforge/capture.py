@@ -158,22 +158,34 @@ _KEEP_WHOLE = {
 }
 
 
+def _compute_input(x: torch.Tensor) -> torch.Tensor:
+    """Norms compute in f32 for f16/bf16 inputs, as ATen's kernels do."""
+    return x.to(torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _normalize(x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None,
+               bias: torch.Tensor | None) -> torch.Tensor:
+    """(x - mean) * rstd * weight + bias with per-channel (dim 1) weight and
+    bias, in x's compute dtype, rounded to x's dtype; mean and rstd broadcast."""
+    channels = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    out = (_compute_input(x) - mean) * rstd
+    if weight is not None:
+        out = out * weight.reshape(channels)
+    if bias is not None:
+        out = out + bias.reshape(channels)
+    return out.to(x.dtype)
+
+
 def _batch_norm_eval(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                      running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Eval-mode batch norm as per-channel pointwise math, computed in f32 for
-    f16/bf16 inputs as ATen does (torch's own decomposition calls the
-    non-functional `_native_batch_norm_legit`, which export rejects)."""
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    low = x.dtype in (torch.float16, torch.bfloat16)
-    xf = x.to(torch.float32) if low else x
-    out = (xf - running_mean.reshape(shape)) * torch.rsqrt(running_var + eps).reshape(shape)
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
+    """Eval-mode batch norm as per-channel pointwise math (torch's own
+    decomposition calls the non-functional `_native_batch_norm_legit`, which
+    export rejects)."""
+    channels = [1, -1] + [1] * (x.dim() - 2)
+    out = _normalize(x, running_mean.reshape(channels), torch.rsqrt(running_var + eps).reshape(channels), weight, bias)
     empty = x.new_zeros((0,))
-    return (out.to(x.dtype) if low else out), empty, empty
+    return out, empty, empty
 
 
 def _batch_norm_train(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -183,24 +195,16 @@ def _batch_norm_train(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.
     the channels), per-element math that fuses with its neighbours, and the
     running-statistics update (unbiased variance, as ATen)."""
     if not training:
-        out, _, _ = _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps)
-        empty = x.new_zeros((0,))
+        out, empty, _ = _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps)
         return out, empty, empty, running_mean, running_var
-    low = x.dtype in (torch.float16, torch.bfloat16)
-    xf = x.to(torch.float32) if low else x
-    dims = [0] + list(range(2, x.dim()))
-    var, mean = torch.var_mean(xf, dim=dims, correction=0)
+    var, mean = torch.var_mean(_compute_input(x), dim=[0] + list(range(2, x.dim())), correction=0)
     rstd = torch.rsqrt(var + eps)
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    out = (xf - mean.reshape(shape)) * rstd.reshape(shape)
-    if weight is not None:
-        out = out * weight.reshape(shape)
-    if bias is not None:
-        out = out + bias.reshape(shape)
+    channels = [1, -1] + [1] * (x.dim() - 2)
+    out = _normalize(x, mean.reshape(channels), rstd.reshape(channels), weight, bias)
     n = x.numel() // x.shape[1]
     new_mean = running_mean * (1 - momentum) + mean * momentum
     new_var = running_var * (1 - momentum) + var * (n / max(n - 1, 1)) * momentum
-    return (out.to(x.dtype) if low else out), mean, rstd, new_mean, new_var
+    return out, mean, rstd, new_mean, new_var
 
 
 def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, n: int, c: int,
@@ -208,22 +212,14 @@ def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     """Group norm as one statistics pass (var_mean per group) and per-element
     math at the input's shape, so it fuses with its neighbours: the per-group
     statistics are spread to per-channel ones (small tensors), rather than the
-    input reshaped into groups (a reshape would split the fused kernel).
-    f16/bf16 inputs compute in f32 as ATen does."""
-    low = x.dtype in (torch.float16, torch.bfloat16)
-    xf = x.to(torch.float32) if low else x
-    var, mean = torch.var_mean(xf.reshape(n, groups, -1), dim=-1, correction=0, keepdim=True)
+    input reshaped into groups (a reshape would split the fused kernel)."""
+    var, mean = torch.var_mean(_compute_input(x).reshape(n, groups, -1), dim=-1, correction=0, keepdim=True)
     rstd = torch.rsqrt(var + eps)
-    per_channel = [n, c] + [1] * (x.dim() - 2)
 
-    def channels(t: torch.Tensor) -> torch.Tensor:
-        return t.expand(n, groups, c // groups).reshape(per_channel)
-    out = (xf - channels(mean)) * channels(rstd)
-    if weight is not None:
-        out = out * weight.reshape([1, c] + [1] * (x.dim() - 2))
-    if bias is not None:
-        out = out + bias.reshape([1, c] + [1] * (x.dim() - 2))
-    return (out.to(x.dtype) if low else out), mean.reshape(n, groups), rstd.reshape(n, groups)
+    def per_channel(t: torch.Tensor) -> torch.Tensor:
+        return t.expand(n, groups, c // groups).reshape([n, c] + [1] * (x.dim() - 2))
+    out = _normalize(x, per_channel(mean), per_channel(rstd), weight, bias)
+    return out, mean.reshape(n, groups), rstd.reshape(n, groups)
 
 
 _TABLE: dict | None = None
