@@ -7,7 +7,7 @@
 //   %s = <scale chain>(%v)  (then a view to [M] when keepdim is false)
 //
 // since sum_j (a @ b)[i,j] = sum_k a[i,k] * (sum_j b[k,j]). bmm works alike per
-// batch. The scale chain is what sum commutes with: mul/div by a scalar, neg.
+// batch; addmm (a linear layer) adds the bias's sum over the columns. The scale chain is what sum commutes with: mul/div by a scalar, neg.
 // An M x K x N GEMM becomes a K x N reduction and an M x K GEMV.
 //
 // Accuracy: the new sums run in f64 (see rewrite), so the result is at least
@@ -67,7 +67,7 @@ class MatmulSumToGemv : public Pass {
       if (g.users(v).size() != 1 || g.is_graph_output(v)) return std::nullopt;  // the full product is needed
       Node* p = v->producer;
       if (p == nullptr) return std::nullopt;
-      if ((p->op == Op::Mm && rank == 2) || (p->op == Op::Bmm && rank == 3)) {
+      if ((p->op == Op::Mm && rank == 2) || (p->op == Op::Bmm && rank == 3) || (plain_addmm(*p) && rank == 2)) {
         m.matmul = p;
         break;
       }
@@ -75,10 +75,15 @@ class MatmulSumToGemv : public Pass {
       m.chain.insert(m.chain.begin(), p);
       v = p->input(0);
     }
-    const TensorType& a = m.matmul->input(0)->type;
-    const TensorType& b = m.matmul->input(1)->type;
-    if (a.dtype != in.dtype || b.dtype != in.dtype) return std::nullopt;
+    for (const Operand& o : m.matmul->operands)
+      if (!o.is_value() || o.value->type.dtype != in.dtype) return std::nullopt;
     return m;
+  }
+
+  // addmm(bias, a, b) = bias + a @ b (alpha = beta = 1).
+  static bool plain_addmm(const Node& n) {
+    return n.op == Op::Addmm && (!n.has_attr("alpha") || n.attr_float("alpha") == 1.0) &&
+           (!n.has_attr("beta") || n.attr_float("beta") == 1.0);
   }
 
   // mul(x, s), div(x, s) or neg(x) with x the chain value (operand 0) and s rank 0.
@@ -91,10 +96,29 @@ class MatmulSumToGemv : public Pass {
   // The row sums and the GEMV run in f64 (x cast once), then round to the
   // result dtype: each output is then a correctly rounded dot product, at
   // least as accurate as eager's sum of rounded GEMM outputs.
+  // v + (the bias broadcast to [M,N], summed over N), in f64.
+  static Value* add_bias_row_sums(Graph& g, Node* at, Value* bias, Value* v, int64_t columns) {
+    Shape shape = bias->type.shape;
+    const TensorType f64_bias = TensorType::contiguous(DType::f64, shape);
+    Value* sums = nullptr;
+    if (shape.empty() || shape.back() == 1) {  // one value per row, repeated over the N columns
+      Value* wide = g.insert_before(at, Op::Cast, {Operand::of(bias)}, {f64_bias})->result();
+      sums = g.insert_before(at, Op::Mul, {Operand::of(wide), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
+                             {f64_bias})->result();
+    } else {
+      shape.back() = 1;
+      sums = g.insert_before(at, Op::Sum, {Operand::of(bias)}, {TensorType::contiguous(DType::f64, shape)},
+                             {{"dims", std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1}}, {"keepdim", true}})
+                 ->result();
+    }
+    return g.insert_before(at, Op::Add, {Operand::of(v), Operand::of(sums)}, {v->type})->result();
+  }
+
   static void rewrite(Graph& g, const Match& m) {
     Node* at = m.reduce;
-    Value* a = m.matmul->input(0);
-    Value* b = m.matmul->input(1);
+    const bool addmm = m.matmul->op == Op::Addmm;
+    Value* a = m.matmul->input(addmm ? 1 : 0);
+    Value* b = m.matmul->input(addmm ? 2 : 1);
     const DType dt = m.matmul->result()->type.dtype;
     auto f64 = [](Shape s) { return TensorType::contiguous(DType::f64, std::move(s)); };
     Shape row_shape = b->type.shape;
@@ -106,7 +130,9 @@ class MatmulSumToGemv : public Pass {
     if (dt != DType::f64) a = g.insert_before(at, Op::Cast, {Operand::of(a)}, {f64(a->type.shape)})->result();
     Shape out_shape = m.matmul->result()->type.shape;
     out_shape.back() = 1;
-    Value* v = g.insert_before(at, m.matmul->op, {Operand::of(a), Operand::of(rows->result())}, {f64(out_shape)})->result();
+    const Op product = addmm ? Op::Mm : m.matmul->op;
+    Value* v = g.insert_before(at, product, {Operand::of(a), Operand::of(rows->result())}, {f64(out_shape)})->result();
+    if (addmm) v = add_bias_row_sums(g, at, m.matmul->input(0), v, columns);
     if (m.reduce->op == Op::Mean) {
       v = g.insert_before(at, Op::Div, {Operand::of(v), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
                           {f64(out_shape)})->result();
