@@ -27,6 +27,9 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
                               ? codegen::generate_gemm(group, group.gemm, id)
                               : codegen::generate_pointwise(group, id));
     out.kernel_graphs.push_back(print(*fusion::extract_subgraph(group, out.kernels.back().name)));
+    out.kernel_variants.push_back(options.gemm_variants && group.kind == fusion::PointwiseGroup::Kind::Gemm
+                                      ? codegen::gemm_variants(group, group.gemm, id)
+                                      : std::vector<codegen::KernelSource>{});
   }
   return out;
 }

@@ -16,6 +16,7 @@ struct CompileOptions {
   std::vector<std::string> passes;  // empty: passes::default_pipeline()
   bool trace_passes = false;        // record the IR after every pass that changed it
   bool gemm_kernels = false;        // matmuls as generated CUTLASS GEMMs (needs its headers at compile)
+  bool gemm_variants = false;       // also every other candidate tile of each GEMM (for autotuning)
 };
 
 struct CompiledGraph {
@@ -26,6 +27,7 @@ struct CompiledGraph {
   fusion::Partition partition;
   std::vector<codegen::KernelSource> kernels;         // one per partition group
   std::vector<std::string> kernel_graphs;             // IR text of each group as a standalone graph
+  std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (gemm_variants)
 };
 
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options = {});

@@ -117,6 +117,17 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
     d["shared_bytes"] = k.shared_bytes;
     d["align_bytes"] = k.align_bytes;
     d["graph"] = cg.kernel_graphs[i];
+    nb::list variants;  // other tiles of a GEMM, same parameters (autotuning)
+    for (const auto& v : cg.kernel_variants[i]) {
+      nb::dict vd;
+      vd["name"] = v.name;
+      vd["source"] = v.source;
+      vd["block"] = v.block;
+      vd["grid"] = nb::make_tuple(v.grid[0], v.grid[1], v.grid[2]);
+      vd["shared_bytes"] = v.shared_bytes;
+      variants.append(vd);
+    }
+    d["variants"] = variants;
     nb::list nodes;  // the group's nodes, for running it op by op where no kernel can run
     for (const ff::Node* n : cg.partition.groups[i].nodes) nodes.append(node_step(*n));
     d["nodes"] = nodes;
@@ -175,10 +186,12 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
 
 // GEMM kernels are opt-in (FUSEFORGE_GEMM=1) until they have been validated and
 // timed on a GPU; they also need CUTLASS's headers.
-bool gemm_by_default() {
-  const char* env = std::getenv("FUSEFORGE_GEMM");
-  return env != nullptr && std::string(env) == "1" && ff::runtime::cutlass_available();
+bool env_is_one(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == "1";
 }
+
+bool gemm_by_default() { return env_is_one("FUSEFORGE_GEMM") && ff::runtime::cutlass_available(); }
 
 std::vector<std::string> kernel_options(bool cutlass) {
   if (!cutlass) return {};
@@ -258,9 +271,11 @@ NB_MODULE(_core, m) {
     opts.passes = passes;
     opts.trace_passes = trace;
     opts.gemm_kernels = gemm.value_or(gemm_by_default());
+    opts.gemm_variants = opts.gemm_kernels && env_is_one("FUSEFORGE_AUTOTUNE");
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
-     "gemm: matmuls as generated GEMM kernels (default: FUSEFORGE_GEMM=1 and CUTLASS's headers found)");
+     "gemm: matmuls as generated GEMM kernels (default: FUSEFORGE_GEMM=1 and CUTLASS's headers found); "
+     "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
                             const std::vector<std::string>& options) {

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from fuseforge import aten_ops
+from fuseforge import aten_ops, autotune
 from fuseforge._native import core
 
 
@@ -203,8 +203,10 @@ class Executor:
         # alignment (or a kernel that did not compile) runs through ATen.
         align = k["align_bytes"]
         fallback = self._gemm_fallback(k) if k["kind"] == "gemm" else None
+        tune = kernel is not None and bool(k.get("variants")) and autotune.enabled()
 
         def run(env: list) -> None:
+            nonlocal kernel, tune
             outs = [empty_strided(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in outs_meta]
             ins = [env[s] for s in in_slots]
             for j, t in checked:
@@ -214,6 +216,8 @@ class Executor:
             if fallback is not None and (kernel is None or any(p % align for p in pointers)):
                 outs = fallback(ins)
             else:
+                if tune:  # first run: time the candidate tiles on these operands
+                    kernel, tune = self._tuned(k, kernel, dev_index, pointers), False
                 kernel.launch(dev_index, pointers, [float(env[s]) for s in scalar_slots], _raw_stream(dev_index))
             for s, t in zip(out_slots, outs):
                 env[s] = t
@@ -263,6 +267,22 @@ class Executor:
                                          f"(max abs diff {err:.3g})")
                 env[s] = o
         return run
+
+    @staticmethod
+    def _tuned(k: dict, default: Any, dev_index: int, pointers: list[int]) -> Any:
+        """The fastest of a GEMM kernel's candidate tiles (autotune.choose)."""
+        arch = core.device_arch(dev_index)
+        candidates = [(k["name"], default)]
+        for v in k["variants"]:
+            try:
+                candidates.append((v["name"], core.PointwiseKernel(v["source"], v["name"], arch, 0, v["block"], 1,
+                                                                   v["grid"], 1, v["shared_bytes"], True)))
+            except RuntimeError as e:
+                warnings.warn(f"fuseforge: GEMM candidate {v['name']} did not compile; not timed: {str(e)[:500]}")
+        stream = _raw_stream(dev_index)
+        runs = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
+        best = autotune.choose(autotune.key(k["source"], arch), [n for n, _ in candidates], runs)
+        return candidates[best][1]
 
     def _gemm_fallback(self, k: dict) -> Callable[[list], list]:
         """A GEMM kernel's nodes (matmul and epilogue) through ATen, on the

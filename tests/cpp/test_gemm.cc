@@ -107,7 +107,7 @@ TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
   auto cg = compile_graph(text, opts);
   ASSERT_EQ(cg.kernels.size(), 1u);
   const codegen::KernelSource& k = cg.kernels[0];
-  EXPECT_EQ(k.name, "ff_gemm_addmm_sigmoid_mul_add_3xtf32_0");
+  EXPECT_EQ(k.name, "ff_gemm_addmm_sigmoid_mul_add_3xtf32_64x64_0");
   EXPECT_TRUE(k.cutlass);
   EXPECT_NE(k.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
   EXPECT_NE(k.source.find("cutlass::layout::ColumnMajor"), std::string::npos);
@@ -199,6 +199,23 @@ TEST(Gemm, HalfPrecisionAccumulatesInF32WithoutSplitting) {
   EXPECT_NE(k.source.find("cutlass::arch::OpMultiplyAdd>"), std::string::npos);
   EXPECT_EQ(k.source.find("FastF32"), std::string::npos);
   EXPECT_NE(k.source.find("GemmShape<16, 8, 16>"), std::string::npos);
+}
+
+TEST(Gemm, VariantsCoverTheOtherCandidateTiles) {
+  CompileOptions opts;
+  opts.gemm_kernels = true;
+  opts.gemm_variants = true;
+  auto cg = compile_graph(R"(graph @g(%a: f32[4096,512], %b: f32[512,4096]) {
+  %0 = mm(%a, %b) : f32[4096,4096]
+  return %0
+})", opts);
+  ASSERT_EQ(cg.kernel_variants.size(), 1u);
+  ASSERT_EQ(cg.kernel_variants[0].size(), 2u);
+  EXPECT_EQ(cg.kernels[0].name, "ff_gemm_mm_3xtf32_128x128_0");
+  EXPECT_EQ(cg.kernel_variants[0][0].name, "ff_gemm_mm_3xtf32_128x64_0");
+  EXPECT_EQ(cg.kernel_variants[0][1].name, "ff_gemm_mm_3xtf32_64x64_0");
+  EXPECT_EQ(cg.kernel_variants[0][1].grid[0], 64);
+  EXPECT_EQ(cg.kernel_variants[0][0].inputs, cg.kernels[0].inputs);
 }
 
 TEST(Gemm, CostModelPrefersBigTilesUnlessTheyLeaveMultiprocessorsIdle) {

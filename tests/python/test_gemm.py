@@ -57,3 +57,41 @@ def test_fallback_reviews_kernel_inputs_and_matches_aten():
                 ins.append(roots[view["operands"][0][1]])
         (out,) = executor._gemm_fallback(k)(ins)
         torch.testing.assert_close(out, model(x).detach())
+
+
+def test_autotune_times_once_and_caches_the_choice(monkeypatch, tmp_path):
+    from fuseforge import autotune
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
+    timed = []
+
+    def timer(fn):
+        timed.append(fn)
+        return fn()
+
+    names = ["a_128x128", "a_128x64", "a_64x64"]
+    runs = [lambda: 3.0, lambda: 1.0, lambda: 2.0]
+    assert autotune.choose("sm90-k", names, runs, timer) == 1
+    assert len(timed) == 3
+    assert autotune.load() == {"sm90-k": "a_128x64"}
+    assert autotune.choose("sm90-k", names, runs, timer) == 1 and len(timed) == 3  # cached: not timed again
+    # A cached name that is no candidate any more is timed afresh.
+    assert autotune.choose("sm90-k", ["b", "c"], [lambda: 5.0, lambda: 4.0], timer) == 1
+    (tmp_path / "autotune.json").write_text("{not json")
+    assert autotune.load() == {}
+
+
+def test_autotune_plans_list_the_other_tiles(monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(512, 12)
+    monkeypatch.setenv("FUSEFORGE_GEMM", "1")
+    monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
+    (k,) = core.compile_graph(capture(Linear(epilogue=True), [x], name="l").text)["kernels"]
+    assert k["kind"] == "gemm" and len(k["variants"]) == 2
+    names = {k["name"]} | {v["name"] for v in k["variants"]}
+    assert len(names) == 3 and all("3xtf32" in n for n in names)
+    for v in k["variants"]:
+        is_cubin, size, log = core.nvrtc_compile(v["source"], v["name"], 90, cutlass=True)
+        assert is_cubin and size > 0, log
+    monkeypatch.delenv("FUSEFORGE_AUTOTUNE")
+    (k,) = core.compile_graph(capture(Linear(epilogue=True), [x], name="l").text)["kernels"]
+    assert k["variants"] == []

@@ -186,6 +186,22 @@ def test_gemm_epilogue_reading_a_residual_or_bias_vector(gemm_on, dtype):
     assert len(kernels) == 2 and all(k["kind"] == "gemm" and len(k["nodes"]) > 1 for k in kernels), kernels
 
 
+def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch, tmp_path):
+    from fuseforge import autotune
+    monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1000), torch.nn.SiLU()).cuda()
+    x = torch.randn(1000, 512, device="cuda")
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    (k,) = _gemm_kernels(fast)
+    choice = autotune.load()
+    assert len(choice) == 1 and list(choice.values())[0] in {k["name"]} | {v["name"] for v in k["variants"]}
+
+
 def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
     """3xTF32 keeps fp32 accuracy: max abs error against an fp64 reference is
     at most twice eager fp32's (both printed)."""

@@ -64,11 +64,20 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
   return best;
 }
 
-KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id) {
+std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id) {
+  const GemmTile chosen = choose_gemm_tile(s);
+  std::vector<KernelSource> out;
+  for (const GemmTile& t : gemm_tiles(s.dtype))
+    if (t.m != chosen.m || t.n != chosen.n) out.push_back(generate_gemm(group, s, id, &t));
+  return out;
+}
+
+KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id,
+                           const GemmTile* tile) {
   if (group.nodes.empty() || group.outputs.size() != 1) throw IRError("gemm codegen: expected a matmul and one output");
   const Node& node = *group.nodes.front();
   const std::vector<Node*> epilogue(group.nodes.begin() + 1, group.nodes.end());
-  const GemmTile t = choose_gemm_tile(s);
+  const GemmTile t = tile ? *tile : choose_gemm_tile(s);
   const std::string el = cutlass_element(s.dtype);
   const bool f32 = s.dtype == DType::f32;
   const bool addmm = node.op == Op::Addmm;
@@ -83,7 +92,8 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
     }
     if (seen.insert(std::string(op_name(n->op))).second) ks.name += "_" + std::string(op_name(n->op));
   }
-  ks.name += "_" + (f32 ? std::string("3xtf32") : std::string(dtype_name(s.dtype))) + "_" + std::to_string(id);
+  ks.name += "_" + (f32 ? std::string("3xtf32") : std::string(dtype_name(s.dtype))) + "_" + std::to_string(t.m) +
+             "x" + std::to_string(t.n) + "_" + std::to_string(id);
   ks.outputs = {group.outputs[0]->name};
   ks.inputs = {node.input(addmm ? 1 : 0)->name, node.input(addmm ? 2 : 1)->name};
   if (addmm) ks.inputs.push_back(node.input(0)->name);  // passed even when beta = 0 (the ATen fallback reads it)

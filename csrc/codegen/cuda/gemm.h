@@ -33,6 +33,12 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 // spec says so) and writes only the group's output. Parameters: the output, A,
 // B, addmm's bias (read unless beta = 0), the epilogue's source tensor. `id`
 // makes the kernel name unique.
-KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
+// `tile` overrides the cost model's choice (autotuning compiles each
+// candidate); the kernel's name carries its tile.
+KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id,
+                           const GemmTile* tile = nullptr);
+
+// The kernels of `group` for the candidate tiles other than the cost model's.
+std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
 
 }  // namespace ff::codegen

@@ -1,0 +1,87 @@
+"""GEMM tile autotuning (FUSEFORGE_AUTOTUNE=1, with FUSEFORGE_GEMM=1).
+
+The cost model picks each GEMM kernel's tile; with autotuning on, the first
+run of a GEMM kernel also compiles its other candidate tiles, times each once
+on the real operands and keeps the fastest. The choice is cached on disk per
+kernel source (which fixes shape, dtype, layouts and epilogue) and GPU
+architecture, in <cache dir>/autotune.json, so later processes skip the timing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from fuseforge._native import core
+
+
+def enabled() -> bool:
+    return os.environ.get("FUSEFORGE_AUTOTUNE") == "1"
+
+
+def key(source: str, arch: int) -> str:
+    return f"sm{arch}-{hashlib.sha256(source.encode()).hexdigest()[:32]}"
+
+
+def _path() -> Path | None:
+    directory = core.cache_dir()
+    return Path(directory) / "autotune.json" if directory else None
+
+
+def load() -> dict[str, str]:
+    """The cached choices (kernel key -> name of the chosen candidate); {} if none or unreadable."""
+    path = _path()
+    try:
+        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def store(k: str, name: str) -> None:
+    """Records a choice (temporary file, then rename); never fails the run."""
+    path = _path()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = load()
+        data[k] = name
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def cuda_time(fn: Callable[[], None], reps: int = 5) -> float:
+    """Median milliseconds of `fn` over `reps` runs after one warm-up (CUDA events)."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def choose(k: str, names: Sequence[str], runs: Sequence[Callable[[], None]],
+           timer: Callable[[Callable[[], None]], float] = cuda_time) -> int:
+    """Index of the candidate to use: the cached choice for `k` if it names one
+    of `names`, else the fastest under `timer` (then cached)."""
+    cached = load().get(k)
+    if cached in names:
+        return list(names).index(cached)
+    times = [timer(fn) for fn in runs]
+    best = min(range(len(runs)), key=times.__getitem__)
+    store(k, names[best])
+    return best
