@@ -53,9 +53,9 @@ class Partitioner {
   std::unordered_map<const Node*, int> group_of_;
   std::vector<std::vector<Node*>> groups_;
 
-  // Each matmul a GEMM kernel covers becomes a group; a pointwise group that
-  // reads nothing but its result (and holds all its users) joins it as the
-  // epilogue, so the GEMM writes only the epilogue's output.
+  // Each matmul a GEMM kernel covers becomes a group; the pointwise group that
+  // holds all of its result's users joins it as the epilogue where it can
+  // (epilogue_group), so the GEMM writes only the epilogue's output.
   void add_gemm_groups() {
     std::vector<bool> absorbed(groups_.size(), false);
     for (auto& n : g_.nodes()) {

@@ -42,7 +42,8 @@ struct Partition {
 // (b) pulling it in creates no cycle through nodes outside the group.
 // With `gemm_kernels`, each matmul node that match_gemm accepts becomes a
 // GEMM group instead of a library call, taking as its epilogue the pointwise
-// group that reads only its result (and holds all of the result's users).
+// group that holds all of the result's users and reads no other value but one
+// the GEMM can take as its source operand (see use_as_source).
 struct PartitionOptions {
   bool gemm_kernels = false;
 };
