@@ -2,6 +2,7 @@
 
   fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N]
   fuseforge bench DIR_OR_FILES... [--against eager,inductor] [--json OUT] [--plot OUT.png]
+  fuseforge emit PROBLEM.py -o model_new.py
   fuseforge explain PROBLEM.py
 
 On a machine with a CUDA GPU, `run` optimizes the problem's model, checks it
@@ -334,6 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--merge", nargs="+", metavar="JSON",
                        help="instead of running: combine --json reports of parts of a suite into one")
     bench.set_defaults(fn=_lazy("fuseforge.bench", "cmd_bench"))
+    emit = sub.add_parser("emit", help="write a standalone ModelNew file (torch only, CUDA inline)")
+    emit.add_argument("problem")
+    emit.add_argument("-o", "--output", required=True, help="the Python file to write")
+    emit.add_argument("--modes", default="train,eval", help="modes to compile plans for (others run eagerly)")
+    emit.set_defaults(fn=_lazy("fuseforge.emit", "cmd_emit"))
     explain = sub.add_parser("explain", help="print the IR after each pass and the kernel plan")
     explain.add_argument("problem")
     explain.add_argument("--mode", choices=["train", "eval"])

@@ -1,0 +1,180 @@
+"""`fuseforge emit` without a GPU: every problem's file is valid Python whose
+CUDA part compiles with nvcc for sm_90; library steps written as text compute
+what the executor's calls compute; ModelNew keeps Model's state_dict keys and
+runs in a process that never imports fuseforge."""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fuseforge import aten_ops, emit
+from fuseforge.emit_ops import EmitError, step_expr
+from fuseforge.problem import load_problem, problem_name
+
+from conftest import PROBLEMS, ROOT
+
+NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+SEEDS = [p for p in PROBLEMS if p.parent.name == "seeds"]
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("emitted")
+    files = {}
+    for path in PROBLEMS:
+        files[problem_name(path)] = out / f"{problem_name(path)}.py"
+        files[problem_name(path)].write_text(emit.emit_problem(path))
+    return files
+
+
+def _source(text, var):
+    return re.search(rf"{var} = r'''(.*?)'''", text, re.S).group(1)
+
+
+@pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
+def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
+    # One translation unit for all problems (one nvcc run): each in its own namespace.
+    parts = ["#include <cuda_runtime.h>"]
+    for name, path in emitted.items():
+        text = path.read_text()
+        compile(text, str(path), "exec")
+        cu = _source(text, "_FF_CUDA_SOURCE").replace("#include <cuda_runtime.h>", "")
+        parts.append(f"namespace p_{name} {{\n{cu}\n}}")
+    src = tmp_path / "all.cu"
+    src.write_text("\n".join(parts))
+    r = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "all.cubin"), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_seed_host_wrappers_compile_against_torch_headers(emitted, tmp_path):
+    from torch.utils.cpp_extension import include_paths
+    includes = ["#include <torch/extension.h>", "#include <ATen/cuda/CUDAContext.h>",
+                "#include <c10/cuda/CUDAGuard.h>", "#include <cuda_runtime.h>", "#include <vector>"]
+    parts = list(includes)
+    for path in SEEDS:
+        cpp = _source(emitted[problem_name(path)].read_text(), "_FF_CPP_SOURCE")
+        for inc in includes:
+            cpp = cpp.replace(inc, "")
+        parts.append(f"namespace p_{problem_name(path)} {{\n{cpp}\n}}")
+    src = tmp_path / "hosts.cpp"
+    src.write_text("\n".join(parts))
+    import sysconfig
+    flags = [f"-I{p}" for p in include_paths(device_type="cuda")] + [
+        "-I/usr/local/cuda/include", f"-I{sysconfig.get_paths()['include']}"]
+    r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", *flags, str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def _random(t):
+    dtype, shape, strides = aten_ops.DTYPES[t[0]], t[1], t[2]
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(0, 5, shape, dtype=dtype)
+    size = 1 + sum((n - 1) * st for n, st in zip(shape, strides))  # strides may be 0 (expanded)
+    base = (torch.rand(size, dtype=torch.float64) + 0.5).to(dtype)  # positive: var, rsqrt, log stay finite
+    return base.as_strided(shape, strides)
+
+
+def _cheap(plan, step):
+    """Small enough to run on the CPU in CI (big GEMMs and convolutions are skipped)."""
+    from fuseforge.roofline import _step_flops
+    names = [v for kind, v in step["operands"] if kind == "value"] + step["results"]
+    return sum(math.prod(plan["values"][n][1]) for n in names) <= 1 << 23 and _step_flops(plan, step) <= 1 << 31
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
+def test_library_steps_as_text_match_the_executor(path):
+    from fuseforge._native import core
+    from fuseforge.capture import capture
+    mod = load_problem(path)
+    torch.manual_seed(0)
+    model = mod.Model(*mod.get_init_inputs())
+    for mode in ("train", "eval"):
+        model.train(mode == "train")
+        plan = core.compile_graph(capture(model, mod.get_inputs(), name="M").text)
+        for step in plan["steps"]:
+            if step["kind"] != "node" or "dropout" in step["attrs"].get("target", "") or not _cheap(plan, step):
+                continue  # random, or too slow here
+            values = [(kind, v) for kind, v in step["operands"]]
+            env = {v: _random(plan["values"][v]) for kind, v in values if kind == "value"}
+            operands = [env[v] if kind == "value" else v for kind, v in values]
+            want = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], torch.device("cpu"))(operands)
+            names = {v: f"a{i}" for i, (kind, v) in enumerate(values) if kind == "value"}
+            text = step_expr(step, [names[v] if kind == "value" else repr(v) for kind, v in values],
+                             [plan["values"][v] if kind == "value" else None for kind, v in values], set())
+            scope = {"torch": torch, "dev": torch.device("cpu"), **{names[v]: env[v] for v in names},
+                     "_functional_batch_norm": aten_ops._functional_batch_norm}
+            got = eval(text, scope)
+            want = list(want) if isinstance(want, (tuple, list)) else [want]
+            got = list(got) if isinstance(got, (tuple, list)) else [got]
+            assert len(got) >= len(step["results"]), text
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=text)
+
+
+def test_unknown_step_kind_and_op_fail_clearly(monkeypatch):
+    from fuseforge._native import core
+    real = core.compile_graph
+
+    def with_new_step(text, **kw):
+        plan = real(text, **kw)
+        plan["steps"].append({"kind": "gemm", "kernel": 0})
+        return plan
+    monkeypatch.setattr(core, "compile_graph", with_new_step)
+    with pytest.raises(EmitError, match="unknown plan step kind 'gemm'"):
+        emit.emit_problem(SEEDS[0])
+    step = {"op": "fancy_new_op", "attrs": {}, "result_types": [("f32", [2], [1])], "text": "%1 = fancy_new_op(%0)"}
+    with pytest.raises(EmitError, match="no Python form for IR op 'fancy_new_op'"):
+        step_expr(step, ["a0"], [("f32", [2], [1])], set())
+
+
+def test_imports_beyond_torch_are_refused(tmp_path):
+    bad = tmp_path / "uses_numpy.py"
+    bad.write_text(SEEDS[0].read_text().replace("import torch\n", "import torch\nimport numpy\n", 1))
+    with pytest.raises(EmitError, match="may import only torch"):
+        emit.emit_problem(bad)
+
+
+def test_model_new_keeps_state_dict_and_runs_without_fuseforge(emitted, tmp_path):
+    path = emitted["gemm_scale_batchnorm"]
+    script = f"""
+import json, sys, warnings, runpy, torch
+ns = runpy.run_path({str(path)!r})
+model = ns["Model"](*ns["get_init_inputs"]())
+new = ns["ModelNew"](*ns["get_init_inputs"]())
+new.load_state_dict(model.state_dict())
+x = torch.randn(8, 4096)  # a CPU input of another shape: Model.forward, with a warning
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    with torch.no_grad():
+        same = torch.equal(new(x), model(x))
+print(json.dumps({{"keys": list(new.state_dict()) == list(model.state_dict()), "same": same,
+                  "warned": any("ModelNew" in str(m.message) for m in w),
+                  "fuseforge": any(m.startswith("fuseforge") for m in sys.modules)}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # fuseforge not importable there
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"keys": True, "same": True, "warned": True,
+                                                            "fuseforge": False}
+
+
+def test_cli_emit_writes_the_file(tmp_path):
+    from fuseforge import cli
+    out = tmp_path / "model_new.py"
+    assert cli.main(["emit", str(SEEDS[-1]), "-o", str(out)]) == 0
+    assert "class ModelNew(Model)" in out.read_text()
+    assert cli.main(["emit", str(SEEDS[-1]), "-o", str(out), "--modes", "test"]) == 2
+
+
+def test_check_emitted_tool_exists():
+    assert (ROOT / "tools" / "check_emitted.py").is_file()
