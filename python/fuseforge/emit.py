@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from fuseforge.emit_ops import EmitError, dtype_text, helper_source, literal, step_expr
+from fuseforge.emit_ops import EmitError, dtype_text, literal, step_expr
 from fuseforge.problem import load_problem, problem_name
 
 __all__ = ["EmitError", "emit_problem", "cuda_sources", "cmd_emit"]
@@ -124,9 +124,19 @@ def _capture_modes(model: torch.nn.Module, inputs: list, modes: Sequence[str], n
 
 # ---------------------------------------------------------------- CUDA and C++
 
+#: Kernel kinds emit writes out: generated pointwise kernels, self-contained
+#: sources launched with (grid, block, shared bytes) from the plan.
+KERNEL_KINDS = ("pointwise",)
+
+
 def _kernel_cuda(fn: str, k: dict) -> str:
     """A kernel in namespace `<fn>_cuda` with its launcher (C++ linkage, so equal
     kernel names of different plans do not clash)."""
+    kind = k.get("kind", "pointwise")
+    if kind not in KERNEL_KINDS:
+        raise EmitError(f"fuseforge emit: kernel {k['name']} is a {kind!r} kernel; emit writes only "
+                        f"{', '.join(KERNEL_KINDS)} kernels so far (GEMM kernels are opt-in: emit without "
+                        "FUSEFORGE_GEMM=1)")
     source = k["source"].replace('extern "C" __global__', "__global__")
     grid = list(k["grid"])
     if not grid or grid[0] <= 0:  # as the runtime: enough blocks for one pass of the grid-stride loop
@@ -232,7 +242,7 @@ def _const_code(name: str, t: torch.Tensor) -> str:
     return f"torch.tensor({t.tolist()!r}, dtype={t.dtype}).reshape({list(t.shape)})"
 
 
-def _forward_code(mp: _ModePlan, kernel_fns: dict[int, str], helpers: set[str]) -> str:
+def _forward_code(mp: _ModePlan, kernel_fns: dict[int, str]) -> str:
     """`_ff_forward_<mode>(self, args)`: the plan as straight-line torch code."""
     cap, plan = mp.captured, mp.plan
     values = plan["values"]
@@ -274,7 +284,7 @@ def _forward_code(mp: _ModePlan, kernel_fns: dict[int, str], helpers: set[str]) 
         else:
             operands = [var[v] if kind == "value" else literal(v) for kind, v in step["operands"]]
             types = [values[v] if kind == "value" else None for kind, v in step["operands"]]
-            expr = step_expr(step, operands, types, helpers)
+            expr = step_expr(step, operands, types)
             results = [var[n] for n in step["results"]]
             if step["op"] == "opaque" and len(results) == 1:
                 body.append(f"{results[0]} = _ff_first({expr})")
@@ -381,8 +391,7 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval")) -> 
         raise EmitError(f"{path}: no mode in {list(modes)} could be captured; nothing to emit")
     cu, cpp, functions = cuda_sources(plans)
     fns = _kernel_names(plans)
-    helpers: set[str] = set()
-    forwards = [_forward_code(mp, {j: fns[(i, j)] for j in range(len(mp.plan["kernels"]))}, helpers)
+    forwards = [_forward_code(mp, {j: fns[(i, j)] for j in range(len(mp.plan["kernels"]))})
                 for i, mp in enumerate(plans)]
     digest = hashlib.sha1((cu + cpp).encode()).hexdigest()[:12]
     table = ", ".join(f"{m!r}: (_ff_forward_{p.mode}, _ff_guard_{p.mode})" for p in plans for m in p.modes)
@@ -402,7 +411,6 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval")) -> 
            f"_FF_CUDA_SOURCE = r'''{cu}'''",
            f"_FF_CPP_SOURCE = r'''{cpp}'''",
            _SUPPORT]
-    out += [helper_source(h) + "\n" for h in sorted(helpers)]
     out += ["\n" + f for f in forwards]
     out.append(f"\n_FF_PLANS = {{{table}}}\n")
     out.append(_MODEL_NEW.format(modes=", ".join(m for p in plans for m in p.modes) or "no mode"))

@@ -8,8 +8,8 @@ text (variable names or literals); `in_types` gives their plan types.
 from __future__ import annotations
 
 import ast
-import inspect
 import math
+import re
 from typing import Any, Callable, Sequence
 
 from fuseforge import aten_ops
@@ -44,16 +44,7 @@ def _keep(attrs: dict) -> bool:
     return bool(attrs.get("keepdim", False))
 
 
-#: Helpers the emitted file defines when a step needs them (their source is copied).
-HELPERS: dict[str, Callable] = {"_functional_batch_norm": aten_ops._functional_batch_norm}
-
-
-def helper_source(name: str) -> str:
-    """The source of a helper for the emitted file."""
-    return inspect.getsource(HELPERS[name])
-
-
-def _opaque(attrs: dict, a: list[str], helpers: set[str]) -> str:
+def _opaque(attrs: dict, a: list[str]) -> str:
     """An opaque node: its captured argument text with `$i` replaced by the
     operands and devices by the emitted module's `dev`."""
     target = attrs["target"]
@@ -82,24 +73,19 @@ def _opaque(attrs: dict, a: list[str], helpers: set[str]) -> str:
             raise EmitError(f"unexpected attribute {ast.unparse(n)} in opaque arguments of {target}")
 
     def rewrite(text: str) -> str:
-        import re
         tree = ast.parse(re.sub(r"\$(\d+)", lambda m: f"__ff_t{m.group(1)}", text), mode="eval")
         return ast.unparse(Rewrite().visit(tree).body)
 
     args = rewrite(attrs.get("args", "[]"))
     kwargs = rewrite(attrs["kwargs"]) if attrs.get("kwargs") else "{}"
-    if target == "aten._native_batch_norm_legit_functional.default":
-        # As aten_ops: cuDNN where eager's nn.BatchNorm would take it.
-        helpers.add("_functional_batch_norm")
-        return f"_functional_batch_norm(*{args}, **{kwargs})"
     return f"torch.ops.{target}(*{args}, **{kwargs})"
 
 
-def step_expr(step: dict, a: Sequence[str], in_types: Sequence[Type | None], helpers: set[str]) -> str:
+def step_expr(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) -> str:
     """Source of an expression computing one library step (a tensor, or a
     tuple for an op with several results). `a`: operand texts; `in_types`:
-    their plan types (None for literals); helpers the expression uses are
-    added to `helpers`. Raises EmitError for an op it does not know."""
+    their plan types (None for literals). Raises EmitError for an op it does
+    not know."""
     op, at = step["op"], step["attrs"]
     a = list(a)
     rt = step["result_types"][0]
@@ -112,7 +98,7 @@ def step_expr(step: dict, a: Sequence[str], in_types: Sequence[Type | None], hel
     if op == "expand":
         return f"{a[0]}.expand({shape})"
     if op == "opaque":
-        return _opaque(at, a, helpers)
+        return _opaque(at, a)
     table: dict[str, Callable[[], str]] = {
         "mm": lambda: f"torch.mm({a[0]}, {a[1]})",
         "bmm": lambda: f"torch.bmm({a[0]}, {a[1]})",

@@ -110,9 +110,8 @@ def test_library_steps_as_text_match_the_executor(path):
             want = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], torch.device("cpu"))(operands)
             names = {v: f"a{i}" for i, (kind, v) in enumerate(values) if kind == "value"}
             text = step_expr(step, [names[v] if kind == "value" else repr(v) for kind, v in values],
-                             [plan["values"][v] if kind == "value" else None for kind, v in values], set())
-            scope = {"torch": torch, "dev": torch.device("cpu"), **{names[v]: env[v] for v in names},
-                     "_functional_batch_norm": aten_ops._functional_batch_norm}
+                             [plan["values"][v] if kind == "value" else None for kind, v in values])
+            scope = {"torch": torch, "dev": torch.device("cpu"), **{names[v]: env[v] for v in names}}
             got = eval(text, scope)
             want = list(want) if isinstance(want, (tuple, list)) else [want]
             got = list(got) if isinstance(got, (tuple, list)) else [got]
@@ -132,9 +131,18 @@ def test_unknown_step_kind_and_op_fail_clearly(monkeypatch):
     monkeypatch.setattr(core, "compile_graph", with_new_step)
     with pytest.raises(EmitError, match="unknown plan step kind 'gemm'"):
         emit.emit_problem(SEEDS[0])
+
+    def with_gemm_kernel(text, **kw):
+        plan = real(text, **kw)
+        for k in plan["kernels"]:
+            k["kind"] = "gemm"
+        return plan
+    monkeypatch.setattr(core, "compile_graph", with_gemm_kernel)
+    with pytest.raises(EmitError, match="'gemm' kernel"):
+        emit.emit_problem(next(p for p in SEEDS if p.stem == "matrix_scalar_multiplication"))
     step = {"op": "fancy_new_op", "attrs": {}, "result_types": [("f32", [2], [1])], "text": "%1 = fancy_new_op(%0)"}
     with pytest.raises(EmitError, match="no Python form for IR op 'fancy_new_op'"):
-        step_expr(step, ["a0"], [("f32", [2], [1])], set())
+        step_expr(step, ["a0"], [("f32", [2], [1])])
 
 
 def test_imports_beyond_torch_are_refused(tmp_path):
