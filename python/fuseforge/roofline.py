@@ -70,8 +70,12 @@ def _step_flops(plan: dict, step: dict) -> int:
 
 
 def plan_flops(plan: dict, ops: tuple[str, ...]) -> int:
-    """FLOPs of the plan's library steps whose op is in `ops`."""
-    return sum(_step_flops(plan, s) for s in plan["steps"] if s["kind"] == "node" and s["op"] in ops)
+    """FLOPs of the plan's nodes whose op is in `ops`: library steps, and the
+    nodes of generated kernels (a GEMM kernel holds its matmul)."""
+    nodes = []
+    for s in plan["steps"]:
+        nodes += plan["kernels"][s["kernel"]].get("nodes", []) if s["kind"] == "kernel" else [s]
+    return sum(_step_flops(plan, n) for n in nodes if n.get("op") in ops)
 
 
 def peaks(device_name: str) -> tuple[float, float, float] | None:
