@@ -108,7 +108,7 @@ def step_expr(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) -> 
         "amax": lambda: f"torch.amax({a[0]}, dim={_dims(at, rank)}, keepdim={keep})",
         "amin": lambda: f"torch.amin({a[0]}, dim={_dims(at, rank)}, keepdim={keep})",
         "any": lambda: f"torch.any({a[0]}, dim={_dims(at, rank)}, keepdim={keep})",
-        "prod": lambda: "".join(f"torch.prod(" for _ in _dims(at, rank)) + a[0] + "".join(
+        "prod": lambda: "".join("torch.prod(" for _ in _dims(at, rank)) + a[0] + "".join(
             f", dim={d}, keepdim={keep}, dtype={dt})" for d in sorted(_dims(at, rank), reverse=True)),
         "var": lambda: f"torch.var({a[0]}, dim={_dims(at, rank)}, correction={at.get('correction', 1)!r}, keepdim={keep})",
         "argmax": lambda: f"torch.argmax({a[0]}, dim={at.get('dim')!r}, keepdim={keep})",

@@ -2,7 +2,6 @@
 hangs in subprocesses, the JSON report, summaries and clear errors."""
 import json
 import sys
-import textwrap
 from types import SimpleNamespace
 
 import pytest
