@@ -80,6 +80,7 @@
 #include <unordered_map>
 
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff::passes {
 
@@ -98,7 +99,6 @@ bool is_view_op(Op op) {
 }
 
 bool is_float(DType t) { return is_floating(t); }
-bool reassociates(DType t) { return t == DType::f32 || t == DType::f64; }
 
 // Is `v` exactly a value of dtype `t` (finite, and non-zero unless allow_zero)?
 bool representable(double v, DType t, bool allow_zero = false) {
@@ -115,12 +115,6 @@ double min_normal(DType t) {
     case DType::f32: return static_cast<double>(std::numeric_limits<float>::min());
     default: return std::numeric_limits<double>::min();
   }
-}
-
-bool is_pow2(double v) {
-  if (!std::isfinite(v) || v == 0.0) return false;
-  int e;
-  return std::fabs(std::frexp(v, &e)) == 0.5;
 }
 
 // The value a literal operand takes next to a tensor of dtype `t`.

@@ -17,15 +17,11 @@
 #include <algorithm>
 
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff::passes {
 
 namespace {
-
-bool is_float32_or_64(DType t) { return t == DType::f32 || t == DType::f64; }
-
-// A rank-0 operand (literal or 0-d tensor): the scale in a scale chain.
-bool is_scalar_operand(const Operand& o) { return !o.is_value() || o.value->type.shape.empty(); }
 
 class MatmulSumToGemv : public Pass {
  public:
@@ -57,7 +53,7 @@ class MatmulSumToGemv : public Pass {
   static std::optional<Match> match(const Graph& g, Node& reduce) {
     if ((reduce.op != Op::Sum && reduce.op != Op::Mean) || !reduce.operands[0].is_value()) return std::nullopt;
     const TensorType& in = reduce.input(0)->type;
-    if (!is_float32_or_64(in.dtype) || reduce.result()->type.dtype != in.dtype) return std::nullopt;
+    if (!reassociates(in.dtype) || reduce.result()->type.dtype != in.dtype) return std::nullopt;
     const int64_t rank = static_cast<int64_t>(in.shape.size());
     const auto& dims = reduce.attr_ints("dims");
     if (dims.size() != 1 || normalize_dim(dims[0], rank) != rank - 1) return std::nullopt;
@@ -90,7 +86,7 @@ class MatmulSumToGemv : public Pass {
   static bool scale_of(const Node& n) {
     if (!n.operands[0].is_value() || n.result()->type.dtype != n.input(0)->type.dtype) return false;
     if (n.op == Op::Neg) return true;
-    return (n.op == Op::Mul || n.op == Op::Div) && n.operands.size() == 2 && is_scalar_operand(n.operands[1]);
+    return (n.op == Op::Mul || n.op == Op::Div) && n.operands.size() == 2 && is_rank0(n.operands[1]);
   }
 
   // The row sums and the GEMV run in f64 (x cast once), then round to the

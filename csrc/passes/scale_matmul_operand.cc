@@ -14,9 +14,9 @@
 // moved (a rounding-level change, as canonicalize's reassociation); for
 // f16/bf16 only a power-of-two literal, where both forms are exact.
 #include <algorithm>
-#include <cmath>
 
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff::passes {
 
@@ -54,7 +54,7 @@ class ScaleMatmulOperand : public Pass {
   static Node* movable(const Graph& g, const Node& n) {
     if ((n.op != Op::Mul && n.op != Op::Div) || n.operands.size() != 2 || !n.operands[0].is_value()) return nullptr;
     const Operand& c = n.operands[1];
-    if (c.is_value() && !c.value->type.shape.empty()) return nullptr;
+    if (!is_rank0(c)) return nullptr;
     if (!(n.result()->type == n.input(0)->type)) return nullptr;  // the scale's readers can take its input instead
     Value* y = n.input(0);
     while (true) {
@@ -67,15 +67,14 @@ class ScaleMatmulOperand : public Pass {
     }
     Node* mm = y->producer;
     const DType dt = y->type.dtype;
-    if (dt != DType::f32 && dt != DType::f64 && !(is_floating(dt) && exact_scale(c))) return nullptr;
+    if (!reassociates(dt) && !(is_floating(dt) && exact_scale(c))) return nullptr;
     return numel(mm->input(smaller_operand(*mm))->type.shape) < numel(y->type.shape) ? mm : nullptr;
   }
 
   static bool exact_scale(const Operand& c) {
     if (c.is_value()) return false;
-    const double v = c.literal.as_double();
-    int e = 0;
-    return std::isfinite(v) && std::fabs(std::frexp(v, &e)) == 0.5 && std::fabs(v) >= 1.0 / 1024 && std::fabs(v) <= 1024;
+    const double v = std::fabs(c.literal.as_double());
+    return is_pow2(v) && v >= 1.0 / 1024 && v <= 1024;
   }
 
   static size_t smaller_operand(const Node& mm) {
