@@ -100,6 +100,14 @@ def _same_layout(x: torch.Tensor, t: ValueType) -> bool:
     return all(n == 1 or a == b for n, a, b in zip(t.shape, x.stride(), t.strides))
 
 
+def _run_nodes(calls: list[tuple[aten_ops.Call, list, str]], local: dict[str, Any], outputs: list[str]) -> list:
+    """Runs (call, operands, result) triples over the named values in `local`;
+    returns the values named `outputs`."""
+    for call, operands, result in calls:
+        local[result] = call([local[v] if kind == "value" else v for kind, v in operands])
+    return [local[n] for n in outputs]
+
+
 class _Slots:
     """Numbers each value name, and computes after which step each slot dies."""
 
@@ -181,13 +189,12 @@ class Executor:
     def _kernel_step(self, index: int, k: dict, slots: _Slots) -> Callable[[list], None]:
         out_slots = [slots(n) for n in k["outputs"]]
         out_types = [self.types[n] for n in k["outputs"]]
-        in_slots = [slots(n) for n in k["inputs"]]
         scalar_slots = [slots(n) for n in k["scalars"]]
         device = self.device
         if device.type != "cuda":
             if k["kind"] == "gemm":  # no CPU stand-in for a GEMM kernel: its ATen op
                 return self._library_kernel(k, out_slots)
-            return self._interpreted_kernel(k, out_slots, out_types, in_slots + scalar_slots)
+            return self._interpreted_kernel(k, out_slots, out_types, [slots(n) for n in k["inputs"]] + scalar_slots)
         kernel = self.kernels[index]
         dev_index = device.index or 0
         outs_meta = [(t.shape, t.strides, t.dtype) for t in out_types]
@@ -288,16 +295,13 @@ class Executor:
         """A GEMM kernel's nodes (matmul and epilogue) through ATen, on the
         tensors the kernel would read (a view only kernels read arrives as its
         source: re-viewed here with the captured strides)."""
-        calls = [(aten_ops.make_call(n["op"], n["attrs"], n["result_types"], self.device), n["operands"],
-                  n["results"][0]) for n in k["nodes"]]
+        calls = self._node_calls(k)
         types = [self.types[n] for n in k["inputs"]]
         names = k["inputs"]
 
         def run(ins: list) -> list:
             local = {n: x.as_strided(t.shape, t.strides) for n, x, t in zip(names, ins, types)}
-            for call, operands, result in calls:
-                local[result] = call([local[v] if kind == "value" else v for kind, v in operands])
-            return [local[n] for n in k["outputs"]]
+            return _run_nodes(calls, local, k["outputs"])
         return run
 
     def _library_kernel(self, k: dict, out_slots: list[int]) -> Callable[[list], None]:
@@ -311,19 +315,18 @@ class Executor:
 
     def _op_by_op(self, k: dict) -> Callable[[list], list]:
         """Runs a group's nodes one ATen call at a time; returns its outputs."""
-        names = {n: i for i, n in enumerate(k["inputs"] + k["scalars"])}
-        in_slots = [self._slot_of[n] for n in k["inputs"] + k["scalars"]]
-        calls = []
-        for step in k["nodes"]:
-            call = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], self.device)
-            calls.append((call, step["operands"], step["results"][0]))
+        names = k["inputs"] + k["scalars"]
+        in_slots = [self._slot_of[n] for n in names]
+        calls = self._node_calls(k)
 
         def run(env: list) -> list:
-            local = {n: env[s] for n, s in zip(names, in_slots)}
-            for call, operands, result in calls:
-                local[result] = call([local[v] if kind == "value" else v for kind, v in operands])
-            return [local[n] for n in k["outputs"]]
+            return _run_nodes(calls, {n: env[s] for n, s in zip(names, in_slots)}, k["outputs"])
         return run
+
+    def _node_calls(self, k: dict) -> list[tuple[aten_ops.Call, list, str]]:
+        """A kernel's nodes as (ATen call, operands, result name)."""
+        return [(aten_ops.make_call(n["op"], n["attrs"], n["result_types"], self.device), n["operands"],
+                 n["results"][0]) for n in k["nodes"]]
 
     def _library_step(self, step: dict, slots: _Slots) -> Callable[[list], None]:
         call = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], self.device)
