@@ -31,7 +31,7 @@ class Partitioner {
       if (!fusible(n) || group_of_.count(n)) continue;
       grow(n);
     }
-    if (options_.gemm_kernels) add_gemm_groups();
+    if (!options_.gemm_dtypes.empty()) add_gemm_groups();
     Partition p;
     for (size_t i = 0; i < groups_.size(); ++i) {
       p.groups.push_back(describe(groups_[i]));
@@ -60,7 +60,9 @@ class Partitioner {
     std::vector<bool> absorbed(groups_.size(), false);
     for (auto& n : g_.nodes()) {
       auto spec = match_gemm(*n);
-      if (!spec) continue;
+      if (!spec || std::find(options_.gemm_dtypes.begin(), options_.gemm_dtypes.end(), spec->dtype) ==
+                       options_.gemm_dtypes.end())
+        continue;
       std::vector<Node*> members{n.get()};
       if (auto ep = epilogue_group(n.get(), *spec)) {
         members.insert(members.end(), groups_[*ep].begin(), groups_[*ep].end());

@@ -40,12 +40,12 @@ struct Partition {
 // (a) the producer has the group's shape, or it broadcasts to it and every
 // user of it is in the group (then it is recomputed per element), and
 // (b) pulling it in creates no cycle through nodes outside the group.
-// With `gemm_kernels`, each matmul node that match_gemm accepts becomes a
-// GEMM group instead of a library call, taking as its epilogue the pointwise
+// Each matmul node of a dtype in `gemm_dtypes` that match_gemm accepts becomes
+// a GEMM group instead of a library call, taking as its epilogue the pointwise
 // group that holds all of the result's users and reads no other value but one
 // the GEMM can take as its source operand (see use_as_source).
 struct PartitionOptions {
-  bool gemm_kernels = false;
+  std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
 };
 Partition partition(const Graph& g, const PartitionOptions& options = {});
 

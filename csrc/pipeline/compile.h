@@ -15,7 +15,7 @@ namespace ff {
 struct CompileOptions {
   std::vector<std::string> passes;  // empty: passes::default_pipeline()
   bool trace_passes = false;        // record the IR after every pass that changed it
-  bool gemm_kernels = false;        // matmuls as generated CUTLASS GEMMs (needs its headers at compile)
+  std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated CUTLASS GEMMs (needs its headers)
   bool gemm_variants = false;       // also every other candidate tile of each GEMM (for autotuning)
 };
 

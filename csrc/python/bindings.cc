@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 
 #include "interp/interpreter.h"
 #include "ir/graph.h"
@@ -184,14 +185,24 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
   return out;
 }
 
-// GEMM kernels are opt-in (FUSEFORGE_GEMM=1) until they have been validated and
-// timed on a GPU; they also need CUTLASS's headers.
 bool env_is_one(const char* name) {
   const char* env = std::getenv(name);
   return env != nullptr && std::string(env) == "1";
 }
 
-bool gemm_by_default() { return env_is_one("FUSEFORGE_GEMM") && ff::runtime::cutlass_available(); }
+// Which matmuls run as generated GEMM kernels (they need CUTLASS's headers).
+// Default: f32 only. Eager runs f32 matmuls on the SIMT cores and our 3xTF32
+// tensor-core kernels measured 1.1-1.4x faster and more accurate on an H100;
+// for f16/bf16 cuBLAS's Hopper (wgmma) kernels beat our mma.sync ones (0.57x).
+// FUSEFORGE_GEMM=1 (or "all") turns them on for every dtype, =0 off.
+std::vector<ff::DType> gemm_dtypes(std::optional<bool> all) {
+  const char* env = std::getenv("FUSEFORGE_GEMM");
+  const std::string policy = all ? (*all ? "all" : "0") : (env != nullptr ? env : "");
+  if (policy == "0" || (!all && !ff::runtime::cutlass_available())) return {};
+  if (policy == "1" || policy == "all") return {ff::DType::f32, ff::DType::f16, ff::DType::bf16};
+  if (policy.empty() || policy == "f32" || policy == "auto") return {ff::DType::f32};
+  throw std::invalid_argument("fuseforge: FUSEFORGE_GEMM is '" + policy + "'; expected 0, f32 (the default) or 1");
+}
 
 std::vector<std::string> kernel_options(bool cutlass) {
   if (!cutlass) return {};
@@ -270,11 +281,12 @@ NB_MODULE(_core, m) {
     ff::CompileOptions opts;
     opts.passes = passes;
     opts.trace_passes = trace;
-    opts.gemm_kernels = gemm.value_or(gemm_by_default());
-    opts.gemm_variants = opts.gemm_kernels && env_is_one("FUSEFORGE_AUTOTUNE");
+    opts.gemm_dtypes = gemm_dtypes(gemm);
+    opts.gemm_variants = !opts.gemm_dtypes.empty() && env_is_one("FUSEFORGE_AUTOTUNE");
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
-     "gemm: matmuls as generated GEMM kernels (default: FUSEFORGE_GEMM=1 and CUTLASS's headers found); "
+     "gemm: True: matmuls of every dtype as generated GEMM kernels, False: none; default: FUSEFORGE_GEMM "
+     "(unset: f32 ones only; 1: all; 0: none), none without CUTLASS's headers. "
      "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,

@@ -5,8 +5,8 @@ machines without a GPU. PyTorch's CUDA wheels ship NVRTC under
 site-packages/nvidia/...; those folders are registered before anything compiles.
 GEMM kernels include CUTLASS's headers (from the pinned nvidia-cutlass wheel,
 requirements-headers.txt) and libcu++'s cuda/std ones (CUDA toolkit or wheel);
-without both, matmuls run as library calls. GEMM kernels are opt-in for now:
-FUSEFORGE_GEMM=1.
+without both, matmuls run as library calls. By default only f32 matmuls become
+GEMM kernels (FUSEFORGE_GEMM=1: every dtype; =0: none).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GEMM tile autotuning (FUSEFORGE_AUTOTUNE=1, with FUSEFORGE_GEMM=1).
+"""GEMM tile autotuning (FUSEFORGE_AUTOTUNE=1).
 
 The cost model picks each GEMM kernel's tile; with autotuning on, the first
 run of a GEMM kernel also compiles its other candidate tiles, times each once

@@ -7,6 +7,13 @@ per-problem figures are those of `fuseforge run` (correctness vs eager and
 fp64 over several seeds; eager, inductor and fuseforge timed in one process
 with cold L2, CUDA events, warm-up and median; see fuseforge.timing), plus
 cold and cached compile times and a roofline estimate (fuseforge.roofline).
+
+With `--jobs N` (N > 1, GPU only) compiling and timing are split: first up to
+N problems at a time run `fuseforge run --compile-only`, which measures the
+compile times (each process with its own empty cache, so cold is cold), keeps
+the kernels in the disk cache and compiles inductor once, filling its caches;
+then each problem is checked and timed alone, one after another, so no two
+timings overlap.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -61,12 +69,13 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_problem(path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """One problem's row from `fuseforge run` in a subprocess; on a crash or a
-    timeout, a row with correct=False and the reason in `error`."""
+def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-times") -> dict[str, Any]:
+    """One problem's row from `fuseforge run PATH <phase>` in a subprocess
+    (phase: --compile-times, --compile-only, or "" for check and timing only);
+    on a crash or a timeout, a row with correct=False and the reason in `error`."""
     with tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp:
         out = os.path.join(tmp, "row.json")
-        cmd = [sys.executable, "-m", "fuseforge.cli", "run", str(path), "--json", out, "--compile-times",
+        cmd = [sys.executable, "-m", "fuseforge.cli", "run", str(path), "--json", out, *([phase] if phase else []),
                "--against", args.against, "--seeds", str(args.seeds), "--precision", args.precision]
         if args.mode:
             cmd += ["--mode", args.mode]
@@ -233,22 +242,43 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "torch": torch.__version__, "precision": args.precision, "mode": args.mode or "model default",
         "against": args.against, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["fuseforge bench", *args.paths, "--against", args.against, "--precision", args.precision,
-                             *(["--mode", args.mode] if args.mode else []), "--seeds", str(args.seeds)]),
+                             *(["--mode", args.mode] if args.mode else []), "--seeds", str(args.seeds),
+                             "--jobs", str(args.jobs)]),
         "problems": {},
     }
+    compiled: dict[Path, dict[str, Any]] = {}
     with Progress(console=console, transient=True) as progress:
+        if args.jobs > 1 and torch.cuda.is_available():
+            task = progress.add_task(f"compiling, {args.jobs} at a time", total=len(problems))
+            with ThreadPoolExecutor(args.jobs) as pool:
+                for path, row in zip(problems, pool.map(lambda p: run_problem(p, args, "--compile-only"), problems)):
+                    compiled[path] = row
+                    progress.advance(task)
         task = progress.add_task("bench", total=len(problems))
         for path in problems:
             name = problem_name(path)
             progress.update(task, description=f"{name}")
-            row = run_problem(path, args)
+            first = compiled.get(path)
+            if first is not None and "error" in first:
+                row = first  # it did not compile: nothing to check or time
+            else:
+                row = run_problem(path, args, "" if first is not None else "--compile-times")
+                if first is not None:
+                    row.update({k: first[k] for k in ("compile_s_cold", "compile_s_warm") if k in first})
             row.pop("problem", None)
             row["file"] = str(path)
             for key in PROBLEM_KEYS:
                 row.setdefault(key, None)
             report["problems"][name] = row
+            if args.json:  # after every problem, so a suite cut short keeps what it measured
+                _write_json({**report, "summary": summarize(report["problems"])}, args.json)
             progress.advance(task)
     return _finish(report, args)
+
+
+def _write_json(report: dict[str, Any], path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2, default=str)
 
 
 def _finish(report: dict[str, Any], args: argparse.Namespace) -> int:
@@ -256,8 +286,7 @@ def _finish(report: dict[str, Any], args: argparse.Namespace) -> int:
     # Without a terminal (CI logs, the GPU machine) rich assumes 80 columns: too narrow.
     console.print(render_table(report), width=None if console.is_terminal else 200)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2, default=str)
+        _write_json(report, args.json)
         console.print(f"wrote {args.json}")
     if args.plot:
         write_plot(report, args.plot)

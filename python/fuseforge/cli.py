@@ -128,12 +128,15 @@ def check_correctness(mod: Any, model: torch.nn.Module, seeds: int, device: str,
     return result
 
 
-def compile_times(mod: Any, model: torch.nn.Module, precision: str = "fp32") -> dict:
+def compile_times(mod: Any, model: torch.nn.Module, precision: str = "fp32", keep: bool = False) -> dict:
     """Seconds of the first optimized call (capture, passes, NVRTC, module
     load), once with an empty kernel cache (compile_s_cold) and once more in a
     new OptimizedModule with the disk cache that the first filled and this
     process's in-memory kernels forgotten (compile_s_warm). Eager runs once
-    before, so CUDA and library initialization are not counted."""
+    before, so CUDA and library initialization are not counted. `keep` copies
+    the kernels compiled into the real disk cache, so later runs find them."""
+    import shutil
+
     import fuseforge
     from fuseforge._native import core
     inputs = _inputs(mod, 1234, "cuda")
@@ -156,6 +159,9 @@ def compile_times(mod: Any, model: torch.nn.Module, precision: str = "fp32") -> 
                 os.environ.pop("FUSEFORGE_CACHE_DIR", None)
             else:
                 os.environ["FUSEFORGE_CACHE_DIR"] = saved
+        if keep and core.cache_dir():
+            shutil.copytree(cache, core.cache_dir(), dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("autotune.json"))
     return out
 
 
@@ -196,9 +202,14 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         task = progress.add_task(f"{name}: checking", total=2)
         row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
                "torch": torch.__version__, "precision": args.precision}
-        if args.compile_times:
+        if args.compile_times or args.compile_only:
             progress.update(task, description=f"{name}: compile times")
-            row.update(compile_times(mod, model, args.precision))
+            row.update(compile_times(mod, model, args.precision, keep=args.compile_only))
+        if args.compile_only:
+            if "inductor" in args.against.split(","):  # fills inductor's own disk caches
+                with torch.no_grad():
+                    torch.compile(copy.deepcopy(model))(*_inputs(mod, 1234, "cuda"))
+            return row
         progress.update(task, description=f"{name}: checking")
         row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision))
         progress.update(task, advance=1, description=f"{name}: timing")
@@ -269,11 +280,13 @@ def _run_cpu(args: argparse.Namespace) -> dict:
 def cmd_run(args: argparse.Namespace) -> int:
     from fuseforge.module import check_precision
     check_precision(args.precision)
+    if args.compile_only and not torch.cuda.is_available():
+        raise ValueError("--compile-only needs a CUDA GPU (it times the first optimized call)")
     row = _run_gpu(args) if torch.cuda.is_available() else _run_cpu(args)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(row, f, indent=2, default=str)
-    return 0 if row["correct"] else 1
+    return 0 if args.compile_only or row["correct"] else 1
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -321,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="numerics policy (only fp32 is implemented; others fail with a clear error)")
     run.add_argument("--compile-times", action="store_true",
                      help="also measure the first call's seconds with an empty and with a filled kernel cache (GPU)")
+    run.add_argument("--compile-only", action="store_true",
+                     help="only measure compile times, keep the kernels in the disk cache and, with inductor among "
+                          "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)")
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
     bench = sub.add_parser("bench", help="run many problem files, each in its own process, and tabulate them")
@@ -330,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     bench.add_argument("--seeds", type=int, default=3, help="random inputs to check per problem")
     bench.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it is killed")
+    bench.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                       help="problems compiled at a time before the one-by-one check and timing (GPU; 1: one "
+                            "process per problem does both)")
     bench.add_argument("--json", help="write every figure to this file")
     bench.add_argument("--plot", help="write a speedup plot (PNG; needs matplotlib)")
     bench.add_argument("--merge", nargs="+", metavar="JSON",

@@ -111,7 +111,8 @@ def _capture_modes(model: torch.nn.Module, inputs: list, modes: Sequence[str], n
             print(f"fuseforge emit: {mode} mode cannot be captured ({e}); ModelNew runs Model.forward in it",
                   file=sys.stderr)
             continue
-        plan = core.compile_graph(captured.text)
+        # Emitted files import only torch and carry no CUTLASS headers: matmuls stay torch calls there.
+        plan = core.compile_graph(captured.text, gemm=False)
         same = next((p for p in plans if p.plan["ir_after"] == plan["ir_after"]
                      and p.captured.input_bindings == captured.input_bindings
                      and p.captured.mutations == captured.mutations), None)
@@ -135,8 +136,7 @@ def _kernel_cuda(fn: str, k: dict) -> str:
     kind = k.get("kind", "pointwise")
     if kind not in KERNEL_KINDS:
         raise EmitError(f"fuseforge emit: kernel {k['name']} is a {kind!r} kernel; emit writes only "
-                        f"{', '.join(KERNEL_KINDS)} kernels so far (GEMM kernels are opt-in: emit without "
-                        "FUSEFORGE_GEMM=1)")
+                        f"{', '.join(KERNEL_KINDS)} kernels")
     source = k["source"].replace('extern "C" __global__', "__global__")
     grid = list(k["grid"])
     if not grid or grid[0] <= 0:  # as the runtime: enough blocks for one pass of the grid-stride loop

@@ -11,6 +11,8 @@
 namespace ff {
 namespace {
 
+const fusion::PartitionOptions kAllGemm{{DType::f32, DType::f16, DType::bf16}};
+
 const Node& only_matmul(const Graph& g) {
   for (auto& n : g.nodes())
     if (op_kind(n->op) == OpKind::Matmul) return *n;
@@ -95,7 +97,10 @@ TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
   auto g = parse(text);
   verify(*g);
   for (auto& grp : fusion::partition(*g).groups) EXPECT_EQ(grp.kind, fusion::PointwiseGroup::Kind::Pointwise);
-  auto p = fusion::partition(*g, {true});
+  // Only matmuls of the listed dtypes become GEMM groups.
+  for (auto& grp : fusion::partition(*g, {{DType::f16, DType::bf16}}).groups)
+    EXPECT_EQ(grp.kind, fusion::PointwiseGroup::Kind::Pointwise);
+  auto p = fusion::partition(*g, kAllGemm);
   ASSERT_EQ(p.groups.size(), 1u);
   EXPECT_EQ(p.groups[0].kind, fusion::PointwiseGroup::Kind::Gemm);
   EXPECT_EQ(p.groups[0].nodes.size(), 4u);  // addmm + sigmoid, mul, add
@@ -103,7 +108,7 @@ TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
   EXPECT_EQ(p.groups[0].outputs[0]->name, "4");  // the GEMM writes only the epilogue's result
 
   CompileOptions opts;
-  opts.gemm_kernels = true;
+  opts.gemm_dtypes = kAllGemm.gemm_dtypes;
   auto cg = compile_graph(text, opts);
   ASSERT_EQ(cg.kernels.size(), 1u);
   const codegen::KernelSource& k = cg.kernels[0];
@@ -131,12 +136,12 @@ TEST(Gemm, OneMoreTensorOfTheResultsLayoutBecomesTheSource) {
 })";
   auto g = parse(text);
   verify(*g);
-  auto p = fusion::partition(*g, {true});
+  auto p = fusion::partition(*g, kAllGemm);
   ASSERT_EQ(p.groups.size(), 1u);
   EXPECT_EQ(p.groups[0].gemm.source, fusion::GemmSpec::Source::EpilogueInput);
   EXPECT_EQ(p.groups[0].gemm.ldc, 16);
   CompileOptions opts;
-  opts.gemm_kernels = true;
+  opts.gemm_dtypes = kAllGemm.gemm_dtypes;
   auto cg = compile_graph(text, opts);
   ASSERT_EQ(cg.kernels.size(), 1u);
   EXPECT_EQ(cg.kernels[0].inputs, (std::vector<std::string>{"x", "w", "r"}));
@@ -150,7 +155,7 @@ TEST(Gemm, OneMoreTensorOfTheResultsLayoutBecomesTheSource) {
   return %1
 })");
   verify(*g2);
-  auto p2 = fusion::partition(*g2, {true});
+  auto p2 = fusion::partition(*g2, kAllGemm);
   ASSERT_EQ(p2.groups.size(), 1u);
   EXPECT_EQ(p2.groups[0].gemm.ldc, 0);
   EXPECT_EQ(p2.groups[0].gemm.batch_stride_c, 0);
@@ -164,7 +169,7 @@ TEST(Gemm, EpilogueNeedingMoreThanOneSourceOrTheRawResultStaysSeparate) {
   return %1
 })");
   verify(*g);
-  EXPECT_EQ(fusion::partition(*g, {true}).groups.size(), 2u);
+  EXPECT_EQ(fusion::partition(*g, kAllGemm).groups.size(), 2u);
   // A per-row vector is no source layout.
   auto g1 = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16], %r: f32[64,1]) {
   %0 = mm(%x, %w) : f32[64,16]
@@ -172,7 +177,7 @@ TEST(Gemm, EpilogueNeedingMoreThanOneSourceOrTheRawResultStaysSeparate) {
   return %1
 })");
   verify(*g1);
-  EXPECT_EQ(fusion::partition(*g1, {true}).groups.size(), 2u);
+  EXPECT_EQ(fusion::partition(*g1, kAllGemm).groups.size(), 2u);
   // The result is also returned: it must be written, so nothing is fused into the GEMM.
   auto g2 = parse(R"(graph @g(%x: f32[64,32], %w: f32[32,16]) {
   %0 = mm(%x, %w) : f32[64,16]
@@ -180,7 +185,7 @@ TEST(Gemm, EpilogueNeedingMoreThanOneSourceOrTheRawResultStaysSeparate) {
   return %1, %0
 })");
   verify(*g2);
-  auto p2 = fusion::partition(*g2, {true});
+  auto p2 = fusion::partition(*g2, kAllGemm);
   ASSERT_EQ(p2.groups.size(), 2u);
   for (auto& grp : p2.groups)
     if (grp.kind == fusion::PointwiseGroup::Kind::Gemm) EXPECT_EQ(grp.nodes.size(), 1u);
@@ -188,7 +193,7 @@ TEST(Gemm, EpilogueNeedingMoreThanOneSourceOrTheRawResultStaysSeparate) {
 
 TEST(Gemm, HalfPrecisionAccumulatesInF32WithoutSplitting) {
   CompileOptions opts;
-  opts.gemm_kernels = true;
+  opts.gemm_dtypes = kAllGemm.gemm_dtypes;
   auto cg = compile_graph(R"(graph @g(%a: f16[256,64], %b: f16[64,128]) {
   %0 = mm(%a, %b) : f16[256,128]
   return %0
@@ -203,7 +208,7 @@ TEST(Gemm, HalfPrecisionAccumulatesInF32WithoutSplitting) {
 
 TEST(Gemm, VariantsCoverTheOtherCandidateTiles) {
   CompileOptions opts;
-  opts.gemm_kernels = true;
+  opts.gemm_dtypes = kAllGemm.gemm_dtypes;
   opts.gemm_variants = true;
   auto cg = compile_graph(R"(graph @g(%a: f32[4096,512], %b: f32[512,4096]) {
   %0 = mm(%a, %b) : f32[4096,4096]

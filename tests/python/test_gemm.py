@@ -1,6 +1,7 @@
 """GEMM kernel plans on the CPU: opt-in switch, epilogue fusion, and the ATen
 fallback a GEMM step takes on the GPU for misaligned views or a kernel that
 did not compile."""
+import pytest
 import torch
 
 from fuseforge._native import core
@@ -25,13 +26,25 @@ def _plan(model, x, gemm):
     return core.compile_graph(capture(model, [x], name="linear").text, gemm=gemm)
 
 
-def test_gemm_kernels_are_opt_in(monkeypatch):
+def _gemms(model, x):
+    return [k for k in core.compile_graph(capture(model, [x], name="l").text)["kernels"] if k["kind"] == "gemm"]
+
+
+def test_gemm_kernels_default_to_f32_only(monkeypatch):
+    """f32 matmuls become GEMM kernels by default; f16 ones only with
+    FUSEFORGE_GEMM=1; FUSEFORGE_GEMM=0 turns them all off; a typo is an error."""
     torch.manual_seed(0)
     x = torch.randn(5, 12)
     monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
-    assert not [k for k in core.compile_graph(capture(Linear(), [x], name="l").text)["kernels"] if k["kind"] == "gemm"]
+    assert _gemms(Linear(), x)
+    assert not _gemms(Linear().half(), x.half())
     monkeypatch.setenv("FUSEFORGE_GEMM", "1")
-    assert [k for k in core.compile_graph(capture(Linear(), [x], name="l").text)["kernels"] if k["kind"] == "gemm"]
+    assert _gemms(Linear().half(), x.half())
+    monkeypatch.setenv("FUSEFORGE_GEMM", "0")
+    assert not _gemms(Linear(), x)
+    monkeypatch.setenv("FUSEFORGE_GEMM", "yes")
+    with pytest.raises(ValueError, match="FUSEFORGE_GEMM is 'yes'"):
+        _gemms(Linear(), x)
 
 
 def test_fallback_reviews_kernel_inputs_and_matches_aten():
