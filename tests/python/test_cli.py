@@ -38,3 +38,11 @@ def test_cpu_run_checks_a_rewritten_sum_against_fp64(tmp_path):
     row = json.loads(out.read_text())
     # The sum over the GEMM became a GEMV in f64: closer to fp64 than eager.
     assert row["correct"] and row["max_err_vs_fp64"] <= row["eager_err_vs_fp64"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error given without a GPU")
+def test_compile_only_without_a_gpu_is_a_clear_error(tmp_path, capsys):
+    path = tmp_path / "p.py"
+    path.write_text(PROBLEM)
+    assert cli.main(["run", str(path), "--compile-only"]) == 2
+    assert "--compile-only needs a CUDA GPU" in capsys.readouterr().out
