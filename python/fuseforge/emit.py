@@ -158,6 +158,11 @@ def _ints(v: Sequence[int]) -> str:
     return "{" + ", ".join(str(int(x)) for x in v) + "}"
 
 
+def _layout_consts(tag: str, shape: Sequence[int], strides: Sequence[int]) -> str:
+    """The captured sizes and strides of one kernel operand, as C++ constants k<tag>Sizes/k<tag>Strides."""
+    return f"  static const std::vector<int64_t> k{tag}Sizes{_ints(shape)}, k{tag}Strides{_ints(strides)};"
+
+
 def _kernel_host(fn: str, k: dict, values: dict) -> str:
     """The C++ wrapper Python calls: (inputs, scalars) -> outputs."""
     n_in, n_s = len(k["inputs"]), len(k["scalars"])
@@ -172,13 +177,13 @@ def _kernel_host(fn: str, k: dict, values: dict) -> str:
     pointers = []
     for i, name in enumerate(k["outputs"]):
         d, shape, strides = values[name]
-        lines.append(f"  static const std::vector<int64_t> kOut{i}Sizes{_ints(shape)}, kOut{i}Strides{_ints(strides)};")
+        lines.append(_layout_consts(f"Out{i}", shape, strides))
         lines.append(f"  at::Tensor out{i} = at::empty_strided(kOut{i}Sizes, kOut{i}Strides, "
                      f"at::TensorOptions().dtype({_AT_DTYPES[d]}).device(device));")
         pointers.append(f"out{i}.data_ptr()")
     for i, name in enumerate(k["inputs"]):
         d, shape, strides = values[name]
-        lines.append(f"  static const std::vector<int64_t> kIn{i}Sizes{_ints(shape)}, kIn{i}Strides{_ints(strides)};")
+        lines.append(_layout_consts(f"In{i}", shape, strides))
         lines.append(f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {_AT_DTYPES[d]}, "
                      f"kName, {i});")
         pointers.append(f"in{i}.data_ptr()")
