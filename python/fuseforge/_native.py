@@ -10,12 +10,12 @@ GEMM kernels (FUSEFORGE_GEMM=1: every dtype; =0: none).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 from fuseforge import _core  # noqa: F401  (re-exported)
+from fuseforge.cutlass_headers import cutlass_include_dir
 
 
 def _library_dirs() -> list[str]:
@@ -43,18 +43,15 @@ def _cutlass_include_dirs() -> list[str]:
     """CUTLASS's include/ and the folders that hold cuda/std/ (CUDA 13 keeps it
     under include/cccl/, which CUTLASS also names as cccl/cuda/std/...); [] when
     either is missing."""
-    spec = importlib.util.find_spec("cutlass_library")  # finds without importing
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    cutlass = Path(next(iter(spec.submodule_search_locations))) / "source" / "include"
-    if not (cutlass / "cutlass" / "cutlass.h").is_file():
+    cutlass = cutlass_include_dir()
+    if cutlass is None:
         return []
     roots = [os.path.join(os.environ[e], "include") for e in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(e)]
     roots.append("/usr/local/cuda/include")
     for base in map(Path, sys.path):
         roots += [str(p) for p in sorted((base / "nvidia").glob("*/include"))]
     for root in roots:
-        dirs = [str(cutlass)]
+        dirs = [cutlass]
         if (Path(root) / "cuda" / "std" / "cstdint").is_file():
             dirs.append(root)
         if (Path(root) / "cccl" / "cuda" / "std" / "cstdint").is_file():

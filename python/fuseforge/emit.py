@@ -4,13 +4,17 @@ The emitted file imports torch (and whatever standard-library modules the
 problem file itself imports), never fuseforge. It holds, in this order:
 
 - the problem file's source, verbatim (so `Model` is defined exactly as given);
-- the generated CUDA kernels, each in its own C++ namespace with a launcher
-  (`cudaLaunchKernel` with the plan's grid and block), and a C++ host wrapper
-  per kernel that checks the inputs' device, dtype and shape, copies an input
-  into the kernel's specialized layout if its strides differ, allocates the
+- the generated CUDA kernels (pointwise ones, and GEMM kernels with their
+  fused epilogues, which include CUTLASS's headers), each in its own C++
+  namespace with a launcher (`cudaLaunchKernel` with the plan's grid, block and
+  shared memory), and a C++ host wrapper per kernel that checks the inputs'
+  device, dtype and shape, copies an input into the kernel's specialized layout
+  if its strides (or, for a GEMM kernel, its alignment) differ, allocates the
   outputs, launches on `at::cuda::getCurrentCUDAStream()` and checks the
   launch; both built with `torch.utils.cpp_extension.load_inline` at the
-  first fused call (torch caches the build by the sources' hash);
+  first fused call (torch caches the build by the sources' hash). A file with
+  GEMM kernels finds CUTLASS's headers in the nvidia-cutlass wheel, as
+  fuseforge does; without them its ModelNew runs Model.forward and warns;
 - `class ModelNew(Model)`: the same constructor, parameters, buffers and
   state_dict keys as `Model`. Its forward runs the plan of the current mode
   (one plan per mode in `--modes`, captured here with the problem's inputs):
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import inspect
 import re
 import sys
 from dataclasses import dataclass
@@ -36,6 +41,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
+from fuseforge.cutlass_headers import cutlass_include_dir
 from fuseforge.emit_ops import EmitError, dtype_text, literal, step_expr
 from fuseforge.problem import load_problem, problem_name
 
@@ -53,16 +59,16 @@ _CPP_PRELUDE = r"""
 namespace {
 // A kernel input, checked; copied into the layout the kernel's index math is
 // specialized to if its strides differ on a dim of size > 1.
+// A GEMM kernel also needs its pointers aligned to its vector accesses (`align`).
 at::Tensor ff_input(const at::Tensor& x, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                    at::ScalarType dtype, const char* kernel, size_t i) {
+                    at::ScalarType dtype, const char* kernel, size_t i, size_t align = 1) {
   TORCH_CHECK(x.is_cuda(), kernel, ": input ", i, " must be a CUDA tensor");
   TORCH_CHECK(x.scalar_type() == dtype, kernel, ": input ", i, " has dtype ", x.scalar_type(), ", expected ", dtype);
   TORCH_CHECK(x.sizes() == at::IntArrayRef(sizes), kernel, ": input ", i, " has shape ", x.sizes(), ", expected ",
               at::IntArrayRef(sizes));
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] != 1 && x.stride(d) != strides[d]) return at::empty_strided(sizes, strides, x.options()).copy_(x);
-  }
-  return x;
+  bool copy = reinterpret_cast<uintptr_t>(x.data_ptr()) % align != 0;
+  for (size_t d = 0; d < sizes.size(); ++d) copy = copy || (sizes[d] != 1 && x.stride(d) != strides[d]);
+  return copy ? at::empty_strided(sizes, strides, x.options()).copy_(x) : x;
 }
 }  // namespace
 """
@@ -111,8 +117,8 @@ def _capture_modes(model: torch.nn.Module, inputs: list, modes: Sequence[str], n
             print(f"fuseforge emit: {mode} mode cannot be captured ({e}); ModelNew runs Model.forward in it",
                   file=sys.stderr)
             continue
-        # Emitted files import only torch and carry no CUTLASS headers: matmuls stay torch calls there.
-        plan = core.compile_graph(captured.text, gemm=False)
+        # The in-process plan: GEMM kernels as the FUSEFORGE_GEMM policy says.
+        plan = core.compile_graph(captured.text)
         same = next((p for p in plans if p.plan["ir_after"] == plan["ir_after"]
                      and p.captured.input_bindings == captured.input_bindings
                      and p.captured.mutations == captured.mutations), None)
@@ -125,9 +131,19 @@ def _capture_modes(model: torch.nn.Module, inputs: list, modes: Sequence[str], n
 
 # ---------------------------------------------------------------- CUDA and C++
 
-#: Kernel kinds emit writes out: generated pointwise kernels, self-contained
-#: sources launched with (grid, block, shared bytes) from the plan.
-KERNEL_KINDS = ("pointwise",)
+#: Kernel kinds emit writes out, each a source launched with (grid, block,
+#: shared bytes) from the plan: pointwise kernels (self-contained) and GEMM
+#: kernels (which include CUTLASS's headers).
+KERNEL_KINDS = ("pointwise", "gemm")
+
+#: Dynamic shared memory a kernel may use without opting in.
+_DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+def _split_includes(source: str) -> tuple[list[str], str]:
+    """(#include lines, the rest): includes go to the file's top, outside the kernel's namespace."""
+    lines = source.splitlines()
+    return [ln for ln in lines if ln.startswith("#include")], "\n".join(ln for ln in lines if not ln.startswith("#include"))
 
 
 def _kernel_cuda(fn: str, k: dict) -> str:
@@ -137,18 +153,24 @@ def _kernel_cuda(fn: str, k: dict) -> str:
     if kind not in KERNEL_KINDS:
         raise EmitError(f"fuseforge emit: kernel {k['name']} is a {kind!r} kernel; emit writes only "
                         f"{', '.join(KERNEL_KINDS)} kernels")
-    source = k["source"].replace('extern "C" __global__', "__global__")
+    _, source = _split_includes(k["source"].replace('extern "C" __global__', "__global__"))
     grid = list(k["grid"])
     if not grid or grid[0] <= 0:  # as the runtime: enough blocks for one pass of the grid-stride loop
         per_block = k["block"] * k["unroll"]
         grid = [min((k["items"] + per_block - 1) // per_block, 0x7FFFFFFF), 1, 1]
+    shared = k.get("shared_bytes", 0)
+    kernel = f"reinterpret_cast<const void*>(&{k['name']})"
+    opt_in = "" if shared <= _DEFAULT_SHARED_LIMIT else f"""
+  // More than 48 KiB of dynamic shared memory needs an opt-in (per device, so at every launch).
+  const cudaError_t attr = cudaFuncSetAttribute({kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, {shared});
+  if (attr != cudaSuccess) return attr;"""
     return f"""
 namespace {fn}_cuda {{
 {source}
 cudaError_t launch(void** args, cudaStream_t stream) {{
   const dim3 grid({grid[0]}, {grid[1]}, {grid[2]}), block({k["block"]}, {k["block_y"]}, 1);
-  if (grid.x == 0) return cudaSuccess;  // empty tensors
-  return cudaLaunchKernel(reinterpret_cast<const void*>(&{k["name"]}), grid, block, args, {k.get("shared_bytes", 0)}, stream);
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;  // empty tensors{opt_in}
+  return cudaLaunchKernel({kernel}, grid, block, args, {shared}, stream);
 }}
 }}  // namespace {fn}_cuda
 """
@@ -181,11 +203,12 @@ def _kernel_host(fn: str, k: dict, values: dict) -> str:
         lines.append(f"  at::Tensor out{i} = at::empty_strided(kOut{i}Sizes, kOut{i}Strides, "
                      f"at::TensorOptions().dtype({_AT_DTYPES[d]}).device(device));")
         pointers.append(f"out{i}.data_ptr()")
+    align = f", {k['align_bytes']}" if k.get("kind") == "gemm" else ""
     for i, name in enumerate(k["inputs"]):
         d, shape, strides = values[name]
         lines.append(_layout_consts(f"In{i}", shape, strides))
         lines.append(f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {_AT_DTYPES[d]}, "
-                     f"kName, {i});")
+                     f"kName, {i}{align});")
         pointers.append(f"in{i}.data_ptr()")
     args = [f"&p[{i}]" for i in range(len(pointers))]
     lines.append(f"  void* p[] = {{{', '.join(pointers)}}};")
@@ -207,13 +230,14 @@ def _kernel_names(plans: list[_ModePlan]) -> dict[tuple[int, int], str]:
 def cuda_sources(plans: list[_ModePlan]) -> tuple[str, str, list[str]]:
     """(CUDA source: kernels + launchers, C++ source: host wrappers, wrapper names)."""
     names = _kernel_names(plans)
-    cu = ["#include <cuda_runtime.h>\n"]
-    cpp = [_CPP_PRELUDE]
+    includes = {"#include <cuda_runtime.h>": None}
+    cu, cpp = [], [_CPP_PRELUDE]
     for (i, j), fn in names.items():
         k = plans[i].plan["kernels"][j]
+        includes.update(dict.fromkeys(_split_includes(k["source"])[0]))
         cu.append(_kernel_cuda(fn, k))
         cpp.append(_kernel_host(fn, k, plans[i].plan["values"]))
-    return "".join(cu), "\n".join(cpp), list(names.values())
+    return "\n".join(includes) + "\n" + "".join(cu), "\n".join(cpp), list(names.values())
 
 
 # ---------------------------------------------------------------- Python
@@ -342,6 +366,10 @@ class ModelNew(Model):
             _ff_warn_once(mode, mode + " mode has no fused plan in this file: running Model.forward")
             return super().forward(*args)
         fused, guard = plan
+        if _FF_NEEDS_CUTLASS and _FF_CUTLASS_INCLUDE is None:
+            _ff_warn_once("cutlass", "its GEMM kernels need CUTLASS's headers (pip install --no-deps "
+                                     "nvidia-cutlass==4.2.0.0): running Model.forward")
+            return super().forward(*args)
         if torch.is_grad_enabled() and (any(p.requires_grad for p in self.parameters())
                                         or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
             _ff_warn_once("grad", "gradients are required: running Model.forward so that autograd works "
@@ -366,8 +394,9 @@ def _ff_extension():
     global _FF_EXT
     if _FF_EXT is None:
         from torch.utils.cpp_extension import load_inline
+        flags = ["-std=c++17"] + (["-I" + _FF_CUTLASS_INCLUDE] if _FF_CUTLASS_INCLUDE else [])
         _FF_EXT = load_inline(name=_FF_EXT_NAME, cpp_sources=_FF_CPP_SOURCE, cuda_sources=_FF_CUDA_SOURCE,
-                              functions=_FF_FUNCTIONS, extra_cuda_cflags=["-std=c++17"])
+                              functions=_FF_FUNCTIONS, extra_cuda_cflags=flags)
     return _FF_EXT
 
 
@@ -380,6 +409,14 @@ def _ff_warn_once(key, message):
         _FF_WARNED.add(key)
         warnings.warn("ModelNew: " + message, stacklevel=3)
 '''
+
+
+def _cutlass_code(needed: bool) -> list[str]:
+    """Where the file's GEMM kernels find CUTLASS's headers (found when the file is imported)."""
+    if not needed:
+        return ["_FF_NEEDS_CUTLASS = False", "_FF_CUTLASS_INCLUDE = None"]
+    return ["_FF_NEEDS_CUTLASS = True", "", "", inspect.getsource(cutlass_include_dir).rstrip(), "", "",
+            "_FF_CUTLASS_INCLUDE = cutlass_include_dir()"]
 
 
 def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval")) -> str:
@@ -415,6 +452,7 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval")) -> 
            f"_FF_FUNCTIONS = {functions!r}",
            f"_FF_CUDA_SOURCE = r'''{cu}'''",
            f"_FF_CPP_SOURCE = r'''{cpp}'''",
+           *_cutlass_code(any(k["kind"] == "gemm" for p in plans for k in p.plan["kernels"])),
            _SUPPORT]
     out += ["\n" + f for f in forwards]
     out.append(f"\n_FF_PLANS = {{{table}}}\n")

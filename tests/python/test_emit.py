@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fuseforge import aten_ops, emit
+from fuseforge.cutlass_headers import cutlass_include_dir
 from fuseforge.emit_ops import EmitError, step_expr
 from fuseforge.problem import load_problem, problem_name
 
@@ -39,16 +40,24 @@ def _source(text, var):
 
 @pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
 def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
-    # One translation unit for all problems (one nvcc run): each in its own namespace.
-    parts = ["#include <cuda_runtime.h>"]
+    # One translation unit for all problems (one nvcc run): each in its own
+    # namespace, the files' #include lines (CUTLASS's for GEMM kernels) first.
+    includes, parts = {}, []
     for name, path in emitted.items():
         text = path.read_text()
         compile(text, str(path), "exec")
-        cu = _source(text, "_FF_CUDA_SOURCE").replace("#include <cuda_runtime.h>", "")
-        parts.append(f"namespace p_{name} {{\n{cu}\n}}")
+        lines = _source(text, "_FF_CUDA_SOURCE").splitlines()
+        includes.update(dict.fromkeys(ln for ln in lines if ln.startswith("#include")))
+        body = "\n".join(ln for ln in lines if not ln.startswith("#include"))
+        parts.append(f"namespace p_{name} {{\n{body}\n}}")
+    assert any("cutlass" in inc for inc in includes), "no problem emitted a GEMM kernel"
+    parts.insert(0, "\n".join(includes))
     src = tmp_path / "all.cu"
     src.write_text("\n".join(parts))
-    r = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "all.cubin"), str(src)],
+    # The flags load_inline gives nvcc, and the CUTLASS include the emitted files add.
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+    flags = [*COMMON_NVCC_FLAGS, "-std=c++17", f"-I{cutlass_include_dir()}"]
+    r = subprocess.run([NVCC, "-arch=sm_90", *flags, "-cubin", "-o", str(tmp_path / "all.cubin"), str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -132,13 +141,13 @@ def test_unknown_step_kind_and_op_fail_clearly(monkeypatch):
     with pytest.raises(EmitError, match="unknown plan step kind 'gemm'"):
         emit.emit_problem(SEEDS[0])
 
-    def with_gemm_kernel(text, **kw):
+    def with_scan_kernel(text, **kw):
         plan = real(text, **kw)
         for k in plan["kernels"]:
-            k["kind"] = "gemm"
+            k["kind"] = "scan"
         return plan
-    monkeypatch.setattr(core, "compile_graph", with_gemm_kernel)
-    with pytest.raises(EmitError, match="'gemm' kernel"):
+    monkeypatch.setattr(core, "compile_graph", with_scan_kernel)
+    with pytest.raises(EmitError, match="'scan' kernel"):
         emit.emit_problem(next(p for p in SEEDS if p.stem == "matrix_scalar_multiplication"))
     step = {"op": "fancy_new_op", "attrs": {}, "result_types": [("f32", [2], [1])], "text": "%1 = fancy_new_op(%0)"}
     with pytest.raises(EmitError, match="no Python form for IR op 'fancy_new_op'"):
@@ -174,6 +183,28 @@ print(json.dumps({{"keys": list(new.state_dict()) == list(model.state_dict()), "
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"keys": True, "same": True, "warned": True,
                                                             "fuseforge": False}
+
+
+def test_gemm_kernels_are_emitted_and_need_cutlass(emitted):
+    import importlib.util
+    import warnings
+    assert "_FF_NEEDS_CUTLASS = False" in emitted["matrix_scalar_multiplication"].read_text()
+    path = emitted["gemm_sigmoid_scaling_residual_add"]
+    text = path.read_text()
+    assert "#include <cutlass/gemm/kernel/gemm_batched.h>" in text and "_FF_NEEDS_CUTLASS = True" in text
+    assert "cudaFuncAttributeMaxDynamicSharedMemorySize" in text  # its tile needs > 48 KiB
+    spec = importlib.util.spec_from_file_location("emitted_gemm_sigmoid", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._FF_CUTLASS_INCLUDE == cutlass_include_dir() is not None
+    mod._FF_CUTLASS_INCLUDE = None  # as on a machine without the nvidia-cutlass wheel
+    model = mod.ModelNew(64, 32, 2.0)
+    x = torch.randn(8, 64)
+    with warnings.catch_warnings(record=True) as w, torch.no_grad():
+        warnings.simplefilter("always")
+        out = model(x)
+    assert any("CUTLASS" in str(m.message) for m in w)
+    torch.testing.assert_close(out, mod.Model.forward(model, x), rtol=0, atol=0)
 
 
 def test_cli_emit_writes_the_file(tmp_path):
