@@ -1,33 +1,32 @@
 """GEMM throughput of fuseforge's generated kernels against eager (cuBLAS) on
-the matmul shapes of the problems: TFLOP/s and fraction of the H100's dense
-tensor-core peak (TF32 for f32 inputs computed as 3xTF32, f16/bf16 otherwise),
-plus max abs error against fp64 for both. 3xTF32 issues three TF32 MMAs per
-product, so a third of the TF32 peak is its ceiling. Usage: python tools/gemm_roofline.py"""
+the matmul shapes of the problems: TFLOP/s and fraction of the precision's
+dense tensor-core peak (fuseforge.roofline: a third of TF32's for f32, whose
+3xTF32 issues three TF32 MMAs per product; FP16's for f16/bf16), plus max abs
+error against fp64 for both. Usage: python tools/gemm_roofline.py"""
 from __future__ import annotations
 
 import os
 
 import torch
 
-os.environ.setdefault("FUSEFORGE_GEMM", "1")  # GEMM kernels are opt-in
+os.environ.setdefault("FUSEFORGE_GEMM", "1")  # f16/bf16 GEMM kernels are opt-in
 
 import fuseforge
+from fuseforge.roofline import roofline
 from fuseforge.timing import time_cuda
-
-#: Dense tensor-core peaks of an H100 SXM (TFLOP/s): TF32 and FP16/BF16.
-PEAK = {torch.float32: 494.7, torch.float16: 989.4, torch.bfloat16: 989.4}
 
 #: (name, batch, M, N, K, dtype, weight transposed): the matmuls of the problem files.
 SHAPES = [
     ("gemm_sigmoid / divide_sum", 1, 1024, 8192, 8192, torch.float32, True),
     ("gemm_scale_batchnorm", 1, 16384, 4096, 4096, torch.float32, True),
     ("mlp_residual up", 1, 4096, 8192, 2048, torch.float32, True),
-    ("linear_gelu_layernorm", 1, 8192, 4096, 1024, torch.float32, True),
-    ("linear_swish_sum", 1, 2048, 4096, 1024, torch.float32, True),
+    ("mlp_residual down", 1, 4096, 2048, 8192, torch.float32, True),
+    ("linear_gelu_layernorm", 1, 8192, 4096, 2048, torch.float32, True),
+    ("linear_swish_sum", 1, 2048, 4096, 4096, torch.float32, True),
     ("bmm_transposed_bias", 64, 512, 768, 1024, torch.float32, True),
     ("attention QK^T", 256, 1024, 1024, 64, torch.float32, True),
     ("attention PV", 256, 1024, 64, 1024, torch.float32, False),
-    ("linear_relu_half", 1, 8192, 4096, 1024, torch.float16, True),
+    ("linear_relu_half", 1, 8192, 4096, 4096, torch.float16, True),
 ]
 
 
@@ -54,15 +53,15 @@ def main() -> None:
         with torch.no_grad():
             out, ref = fast(a, b), model(a, b)
             ref64 = model(a.double(), b.double())
-            kernels = [kk["name"] for kk in fast.specializations()[0].plan["kernels"] if kk["kind"] == "gemm"]
+            plan = fast.specializations()[0].plan
+            kernels = [kk["name"] for kk in plan["kernels"] if kk["kind"] == "gemm"]
             t_ff = time_cuda(lambda: fast(a, b))
             t_eager = time_cuda(lambda: model(a, b))
-        flops = 2.0 * batch * m * n * k
-        tflops = flops / t_ff / 1e9
+        roof = roofline(plan, torch.cuda.get_device_name(), t_ff)
         err_ff = float((out.double() - ref64).abs().max())
         err_eager = float((ref.double() - ref64).abs().max())
-        print(f"{name:28} {str(dtype)[6:]:9} {t_eager:9.3f} {t_ff:8.3f} {t_eager / t_ff:8.2f} {tflops:11.1f} "
-              f"{tflops / PEAK[dtype]:8.1%} {err_ff:9.2e} {err_eager:9.2e} {','.join(kernels) or 'ATen'}")
+        print(f"{name:28} {str(dtype)[6:]:9} {t_eager:9.3f} {t_ff:8.3f} {t_eager / t_ff:8.2f} {roof['tflops']:11.1f} "
+              f"{roof['tensor_peak_fraction'] or 0:8.1%} {err_ff:9.2e} {err_eager:9.2e} {','.join(kernels) or 'ATen'}")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from rich.table import Table
 
 from fuseforge.cli import console
 from fuseforge.problem import problem_name
+from fuseforge.roofline import ROOFLINE_LEGEND, roofline_cells
 
 #: Keys every problem's entry has in the JSON report (None where not measured).
 PROBLEM_KEYS = ("correct", "max_err_vs_eager", "max_err_vs_fp64", "eager_ms", "inductor_ms", "fuseforge_ms",
@@ -131,16 +132,14 @@ def render_table(report: dict[str, Any]) -> Table:
     table = Table(title=f"fuseforge bench — {report['device']}, torch {report['torch']}, "
                         f"{report['precision']}, mode {report['mode']}")
     for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64", "eager ms", "inductor ms",
-                "fuseforge ms", "× eager", "× inductor", "compile s", "cached s", "roofline"):
+                "fuseforge ms", "× eager", "× inductor", "compile s", "cached s", "TFLOP/s", "roofline"):
         table.add_column(col, justify="left" if col in ("problem", "mode", "correct") else "right")
     for name, r in report["problems"].items():
         correct = "yes" if r.get("correct") else ("[red]NO[/red]" if "error" not in r else "[red]FAILED[/red]")
-        roof = r.get("roofline_fraction")
         table.add_row(name, r.get("mode", "—"), correct, _f(r, "max_err_vs_eager", ".1e"), _f(r, "max_err_vs_fp64", ".1e"),
                       _f(r, "eager_ms", ".3f"), _f(r, "inductor_ms", ".3f"), _f(r, "fuseforge_ms", ".3f"),
                       _f(r, "speedup_vs_eager", ".2f"), _f(r, "speedup_vs_inductor", ".2f"),
-                      _f(r, "compile_s_cold", ".2f"), _f(r, "compile_s_warm", ".2f"),
-                      f"{roof:.0%}" if roof is not None else "—")
+                      _f(r, "compile_s_cold", ".2f"), _f(r, "compile_s_warm", ".2f"), *roofline_cells(r))
     s = report["summary"]
     parts = [f"{s['correct']}/{s['problems']} correct"]
     for ref in ("eager", "inductor"):
@@ -148,8 +147,7 @@ def render_table(report: dict[str, Any]) -> Table:
             g = s[f"geomean_speedup_vs_{ref}"]
             parts.append(f"vs {ref}: geomean {g:.2f}× (correct ones), fast_1 {s[f'fast_1_vs_{ref}']}/{s[f'timed_vs_{ref}']}"
                          if g else f"vs {ref}: no correct timing")
-    table.caption = " · ".join(parts) + "\nroofline: ideal time from plan bytes and matmul/conv FLOPs at datasheet " \
-                                        "peaks ÷ fuseforge time (fuseforge/roofline.py)"
+    table.caption = " · ".join(parts) + "\n" + ROOFLINE_LEGEND
     for name, r in report["problems"].items():
         if "error" in r:
             table.caption += f"\n[red]{name}: {r['error']}[/red]"

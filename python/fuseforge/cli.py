@@ -28,6 +28,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from fuseforge.roofline import ROOFLINE_LEGEND, roofline_cells
+
 console = Console()
 
 #: Architecture kernels are compiled for when no GPU is present (H100).
@@ -182,7 +184,7 @@ def time_all(mod: Any, model: torch.nn.Module, against: list[str], precision: st
         out["fuseforge_ms"] = time_cuda(lambda: fast(*inputs))
         specs = fast.specializations()
         if specs:  # none when the model could not be captured and ran eagerly
-            out.update(roofline(specs[0].plan, torch.cuda.get_device_name(), out["fuseforge_ms"]))
+            out.update(roofline(specs[0].plan, torch.cuda.get_device_name(), out["fuseforge_ms"], precision))
         if "eager" in against:
             out["eager_ms"] = time_cuda(lambda: model(*inputs))
         if "inductor" in against:
@@ -217,12 +219,13 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         progress.update(task, advance=1)
     table = Table(title=f"fuseforge run — {row['device']}")
     for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64 (eager's)", "eager ms",
-                "inductor ms", "fuseforge ms", "× eager", "× inductor"):
-        table.add_column(col, justify="right" if "ms" in col or "×" in col else "left")
-    fmt = lambda k: f"{row[k]:.3f}" if k in row else "—"  # noqa: E731
+                "inductor ms", "fuseforge ms", "× eager", "× inductor", "TFLOP/s", "roofline"):
+        table.add_column(col, justify="left" if col in ("problem", "mode", "correct") else "right")
+    fmt = lambda k: f"{row[k]:.3f}" if row.get(k) is not None else "—"  # noqa: E731
     table.add_row(name, row["mode"], "yes" if row["correct"] else "[red]NO[/red]", f"{row['max_err_vs_eager']:.2e}",
                   f"{row['max_err_vs_fp64']:.2e} ({row['eager_err_vs_fp64']:.2e})", fmt("eager_ms"), fmt("inductor_ms"),
-                  fmt("fuseforge_ms"), fmt("speedup_vs_eager"), fmt("speedup_vs_inductor"))
+                  fmt("fuseforge_ms"), fmt("speedup_vs_eager"), fmt("speedup_vs_inductor"), *roofline_cells(row))
+    table.caption = ROOFLINE_LEGEND
     console.print(table)
     return row
 

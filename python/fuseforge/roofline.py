@@ -1,4 +1,4 @@
-"""A simple roofline estimate of a compiled plan, for `fuseforge bench`.
+"""A simple roofline estimate of a compiled plan, for `fuseforge run` and `bench`.
 
 The estimate, stated so that nobody mistakes it for more:
 
@@ -6,30 +6,44 @@ The estimate, stated so that nobody mistakes it for more:
   inputs (user inputs, parameters, buffers, constants), its outputs and its
   buffer updates. Intermediates are not counted: a perfect fusion would keep
   them on chip, so this is a lower bound on DRAM traffic.
-- FLOPs: 2·M·N·K for each mm/addmm/bmm step and 2·(output elements)·(input
-  channels per group)·(kernel elements) for each convolution step (for a
-  transposed convolution the input plays the output's role). Pointwise and
-  reduction work is not counted (it is far below the memory bound).
-- ideal time = max(bytes / peak DRAM bandwidth, matmul FLOPs / peak fp32
-  rate + convolution FLOPs / peak TF32 tensor-core rate): fp32 matmuls run
-  without TF32 by default, while cuDNN convolutions use TF32 as eager does
-  (torch.backends.cudnn.allow_tf32 defaults to True);
-  fraction = ideal time / measured time (1.0 = at the roofline).
+- FLOPs: 2·M·N·K for each mm/addmm/bmm and 2·(output elements)·(input
+  channels per group)·(kernel elements) for each convolution (for a
+  transposed convolution the input plays the output's role), whether a
+  library step or inside a GEMM kernel. Pointwise and reduction work is not
+  counted (it is far below the memory bound).
+- each op's FLOPs count against the dense tensor-core peak of the precision
+  it is computed at (`op_peak`): f16/bf16 at the FP16 peak; f32 matmuls
+  under the fp32 policy at a third of the TF32 peak (3xTF32: three TF32 MMAs
+  per product, the fp32-accurate ceiling), under `tf32` at the TF32 peak;
+  f32 convolutions at the TF32 peak (cuDNN uses TF32 as eager does:
+  torch.backends.cudnn.allow_tf32 defaults to True).
+- compute time = sum of FLOPs / peak; ideal time = max(bytes / peak DRAM
+  bandwidth, compute time); roofline fraction = ideal time / measured time
+  (1.0 = at the roofline); tensor_peak_fraction = compute time / measured
+  time; tflops = FLOPs / measured time.
 
 Peaks are the vendor's datasheet figures for the devices listed in PEAKS;
-for any other device the fraction is not reported (None).
+for any other device the fractions are not reported (None).
 """
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
-#: device-name substring -> (DRAM bytes/s, fp32 FLOP/s without tensor cores,
-#: dense TF32 tensor-core FLOP/s): datasheet figures.
-PEAKS: dict[str, tuple[float, float, float]] = {
-    "H100 80GB HBM3": (3.35e12, 67e12, 495e12),   # H100 SXM5
-    "H100 PCIe": (2.0e12, 51e12, 378e12),
-    "H200": (4.8e12, 67e12, 495e12),
+
+class Peaks(NamedTuple):
+    """Datasheet figures of one device: DRAM bytes/s and dense FLOP/s."""
+    dram: float
+    fp32: float   # without tensor cores
+    tf32: float   # tensor cores
+    fp16: float   # tensor cores, f16 and bf16
+
+
+#: device-name substring -> its datasheet peaks.
+PEAKS: dict[str, Peaks] = {
+    "H100 80GB HBM3": Peaks(3.35e12, 67e12, 495e12, 989e12),   # H100 SXM5
+    "H100 PCIe": Peaks(2.0e12, 51e12, 378e12, 756e12),
+    "H200": Peaks(4.8e12, 67e12, 495e12, 989e12),
 }
 
 _ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
@@ -69,32 +83,67 @@ def _step_flops(plan: dict, step: dict) -> int:
     return 0
 
 
-def plan_flops(plan: dict, ops: tuple[str, ...]) -> int:
-    """FLOPs of the plan's nodes whose op is in `ops`: library steps, and the
-    nodes of generated kernels (a GEMM kernel holds its matmul)."""
-    nodes = []
-    for s in plan["steps"]:
-        nodes += plan["kernels"][s["kernel"]].get("nodes", []) if s["kind"] == "kernel" else [s]
-    return sum(_step_flops(plan, n) for n in nodes if n.get("op") in ops)
+#: The ops whose FLOPs count.
+_FLOP_OPS = ("mm", "addmm", "bmm", "convolution")
 
 
-def peaks(device_name: str) -> tuple[float, float, float] | None:
-    """(DRAM bytes/s, fp32 FLOP/s, TF32 FLOP/s) of a known device, else None."""
+def plan_flops(plan: dict, ops: tuple[str, ...] = _FLOP_OPS) -> int:
+    """FLOPs of the plan's nodes whose op is in `ops`."""
+    return sum(_step_flops(plan, n) for n in _flop_nodes(plan) if n.get("op") in ops)
+
+
+def peaks(device_name: str) -> Peaks | None:
+    """The datasheet peaks of a known device, else None."""
     for key, value in PEAKS.items():
         if key in device_name:
             return value
     return None
 
 
-def roofline(plan: dict, device_name: str, ms: float) -> dict[str, Any]:
-    """bytes, flops, ideal_ms and roofline_fraction (None for an unknown device)."""
+def op_peak(op: str, dtype: str, p: Peaks, precision: str = "fp32") -> float:
+    """FLOP/s ceiling of a matmul or convolution computed in `dtype` under the
+    `precision` policy (see the module docstring)."""
+    if dtype in ("f16", "bf16"):
+        return p.fp16
+    if dtype != "f32":
+        return p.fp32
+    if op == "convolution" or precision == "tf32":
+        return p.tf32
+    return p.tf32 / 3
+
+
+def _flop_nodes(plan: dict) -> list[dict]:
+    """Library steps and the nodes of generated kernels (a GEMM kernel holds its matmul)."""
+    nodes = []
+    for s in plan["steps"]:
+        nodes += plan["kernels"][s["kernel"]].get("nodes", []) if s["kind"] == "kernel" else [s]
+    return nodes
+
+
+def roofline(plan: dict, device_name: str, ms: float, precision: str = "fp32") -> dict[str, Any]:
+    """bytes, flops, tflops (achieved), ideal_ms, roofline_fraction and
+    tensor_peak_fraction (None for an unknown device, or without FLOPs)."""
     nbytes = plan_bytes(plan)
-    mm_flops, conv_flops = plan_flops(plan, ("mm", "addmm", "bmm")), plan_flops(plan, ("convolution",))
-    result: dict[str, Any] = {"bytes": nbytes, "flops": mm_flops + conv_flops, "ideal_ms": None,
-                              "roofline_fraction": None}
+    counted = [(n, _step_flops(plan, n)) for n in _flop_nodes(plan) if n.get("op") in _FLOP_OPS]
+    flops = sum(f for _, f in counted)
+    result: dict[str, Any] = {"bytes": nbytes, "flops": flops, "tflops": flops / ms / 1e9 if flops and ms > 0 else None,
+                              "ideal_ms": None, "roofline_fraction": None, "tensor_peak_fraction": None}
     p = peaks(device_name)
     if p is not None and ms > 0:
-        ideal_s = max(nbytes / p[0], mm_flops / p[1] + conv_flops / p[2])
+        compute_s = sum(f / op_peak(n["op"], n["result_types"][0][0], p, precision) for n, f in counted)
+        ideal_s = max(nbytes / p.dram, compute_s)
         result["ideal_ms"] = ideal_s * 1e3
         result["roofline_fraction"] = ideal_s * 1e3 / ms
+        result["tensor_peak_fraction"] = compute_s * 1e3 / ms if flops else None
     return result
+
+
+#: What the TFLOP/s and roofline columns of `run` and `bench` mean.
+ROOFLINE_LEGEND = ("TFLOP/s: matmul/conv FLOPs ÷ fuseforge time · roofline: ideal time (plan bytes at the DRAM peak, "
+                   "FLOPs at their precision's tensor-core peak) ÷ fuseforge time (fuseforge/roofline.py)")
+
+
+def roofline_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """A result row's TFLOP/s and roofline table cells ('—' where unknown)."""
+    tflops, fraction = row.get("tflops"), row.get("roofline_fraction")
+    return (f"{tflops:.1f}" if tflops is not None else "—", f"{fraction:.0%}" if fraction is not None else "—")

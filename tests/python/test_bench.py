@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from fuseforge import bench, cli
-from fuseforge.roofline import plan_bytes, plan_flops, roofline
+from fuseforge.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
 from conftest import PROBLEMS, ROOT
 
@@ -119,11 +119,20 @@ def test_roofline_counts_io_bytes_and_matmul_flops():
                   {"kind": "node", "op": "mm", "operands": [("value", "x"), ("value", "wt")],
                    "result_types": [("f32", [64, 16], [16, 1])], "attrs": {}}],
     }
+    flops = 2 * 64 * 16 * 32
     assert plan_bytes(plan) == 4 * (64 * 32 + 16 * 32 + 64 * 16)
-    assert plan_flops(plan, ("mm",)) == 2 * 64 * 16 * 32
-    r = roofline(plan, "NVIDIA H100 80GB HBM3", 1.0)
-    assert r["roofline_fraction"] == pytest.approx(max(plan_bytes(plan) / 3.35e12, 2 * 64 * 16 * 32 / 67e12) * 1e3)
+    assert plan_flops(plan, ("mm",)) == flops
+    r = roofline(plan, "NVIDIA H100 80GB HBM3", 1e-6)
+    assert r["tflops"] == pytest.approx(flops / 1e-6 / 1e9)
+    assert r["tensor_peak_fraction"] == pytest.approx(flops / (495e12 / 3) * 1e3 / 1e-6)  # f32: 3xTF32 ceiling
+    assert r["roofline_fraction"] == pytest.approx(max(plan_bytes(plan) / 3.35e12, flops / (495e12 / 3)) * 1e3 / 1e-6)
+    r = roofline(plan, "NVIDIA H100 80GB HBM3", 1e-6, precision="tf32")
+    assert r["tensor_peak_fraction"] == pytest.approx(flops / 495e12 * 1e3 / 1e-6)
+    half = json.loads(json.dumps(plan).replace('"f32"', '"f16"'))
+    assert roofline(half, "NVIDIA H100 80GB HBM3", 1e-6)["tensor_peak_fraction"] == pytest.approx(
+        flops / 989e12 * 1e3 / 1e-6)
     assert roofline(plan, "some other GPU", 1.0)["roofline_fraction"] is None
+    assert roofline_cells(roofline(plan, "NVIDIA H100 80GB HBM3", 1e-3)) == (f"{flops / 1e-3 / 1e9:.1f}", "0%")
 
 
 def test_merge_combines_parts_and_refuses_mismatches(tmp_path):
