@@ -2,9 +2,12 @@
 the matmul shapes of the problems: TFLOP/s and fraction of the precision's
 dense tensor-core peak (fuseforge.roofline: a third of TF32's for f32, whose
 3xTF32 issues three TF32 MMAs per product; FP16's for f16/bf16), plus max abs
-error against fp64 for both. Usage: python tools/gemm_roofline.py"""
+error against fp64 for both. `--precision tf32`: the f32 shapes under the
+opt-in TF32 policy, eager (cuBLAS) with TF32 too.
+Usage: python tools/gemm_roofline.py [--precision fp32|tf32]"""
 from __future__ import annotations
 
+import argparse
 import os
 
 import torch
@@ -12,6 +15,7 @@ import torch
 os.environ.setdefault("FUSEFORGE_GEMM", "1")  # f16/bf16 GEMM kernels are opt-in
 
 import fuseforge
+from fuseforge.module import precision_context
 from fuseforge.roofline import roofline
 from fuseforge.timing import time_cuda
 
@@ -40,24 +44,29 @@ class MatMul(torch.nn.Module):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32"])
+    precision = parser.parse_args().precision
     print(f"{'shape':28} {'dtype':9} {'eager ms':>9} {'ff ms':>8} {'x eager':>8} {'ff TFLOP/s':>11} {'of peak':>8} "
           f"{'err ff':>9} {'err eager':>9} kernel")
     for name, batch, m, n, k, dtype, transposed in SHAPES:
+        if precision == "tf32" and dtype != torch.float32:
+            continue
         torch.manual_seed(0)
         a = torch.randn(batch, m, k, device="cuda", dtype=dtype).squeeze(0)
         b = torch.randn(batch, n, k, device="cuda", dtype=dtype) if transposed else \
             torch.randn(batch, k, n, device="cuda", dtype=dtype)
         b = b.squeeze(0)
         model = MatMul(transposed)
-        fast = fuseforge.optimize(model)
-        with torch.no_grad():
+        fast = fuseforge.optimize(model, precision=precision)
+        with torch.no_grad(), precision_context(precision):
             out, ref = fast(a, b), model(a, b)
-            ref64 = model(a.double(), b.double())
+            ref64 = model(a.double(), b.double())  # f64: no TF32
             plan = fast.specializations()[0].plan
             kernels = [kk["name"] for kk in plan["kernels"] if kk["kind"] == "gemm"]
             t_ff = time_cuda(lambda: fast(a, b))
             t_eager = time_cuda(lambda: model(a, b))
-        roof = roofline(plan, torch.cuda.get_device_name(), t_ff)
+        roof = roofline(plan, torch.cuda.get_device_name(), t_ff, precision)
         err_ff = float((out.double() - ref64).abs().max())
         err_eager = float((ref.double() - ref64).abs().max())
         print(f"{name:28} {str(dtype)[6:]:9} {t_eager:9.3f} {t_ff:8.3f} {t_eager / t_ff:8.2f} {roof['tflops']:11.1f} "

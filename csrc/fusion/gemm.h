@@ -32,6 +32,9 @@ struct GemmSpec {
   // of two up to 16 bytes that divides every leading dimension, batch stride
   // and unit-stride extent. Pointers must be aligned to it (checked at launch).
   int alignment = 1;
+  // f32 only: one TF32 MMA per product (the opt-in "tf32" precision) instead
+  // of 3xTF32's three (fp32 accuracy, the default).
+  bool tf32 = false;
 };
 
 // The GEMM a mm/addmm/bmm node computes, or nullopt when no GEMM kernel covers

@@ -63,6 +63,7 @@ class Partitioner {
       if (!spec || std::find(options_.gemm_dtypes.begin(), options_.gemm_dtypes.end(), spec->dtype) ==
                        options_.gemm_dtypes.end())
         continue;
+      spec->tf32 = options_.tf32 && spec->dtype == DType::f32;
       std::vector<Node*> members{n.get()};
       if (auto ep = epilogue_group(n.get(), *spec)) {
         members.insert(members.end(), groups_[*ep].begin(), groups_[*ep].end());

@@ -46,6 +46,7 @@ struct Partition {
 // the GEMM can take as its source operand (see use_as_source).
 struct PartitionOptions {
   std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
+  bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
 };
 Partition partition(const Graph& g, const PartitionOptions& options = {});
 

@@ -19,7 +19,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   if (options.trace_passes) pm.run(*out.graph, 4, trace);
   else pm.run(*out.graph);
   out.ir_after = print(*out.graph);
-  out.partition = fusion::partition(*out.graph, {options.gemm_dtypes});
+  out.partition = fusion::partition(*out.graph, {options.gemm_dtypes, options.tf32});
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const auto& group = out.partition.groups[i];
     const int id = static_cast<int>(i);

@@ -17,6 +17,7 @@ struct CompileOptions {
   bool trace_passes = false;        // record the IR after every pass that changed it
   std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated CUTLASS GEMMs (needs its headers)
   bool gemm_variants = false;       // also every other candidate tile of each GEMM (for autotuning)
+  bool tf32 = false;                // f32 GEMM kernels in plain TF32 (opt-in precision), not 3xTF32
 };
 
 struct CompiledGraph {

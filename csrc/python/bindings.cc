@@ -191,16 +191,17 @@ bool env_is_one(const char* name) {
 }
 
 // Which matmuls run as generated GEMM kernels (they need CUTLASS's headers).
-// Default: f32 only. Eager runs f32 matmuls on the SIMT cores and our 3xTF32
-// tensor-core kernels measured 1.1-1.4x faster and more accurate on an H100;
-// for f16/bf16 cuBLAS's Hopper (wgmma) kernels beat our mma.sync ones (0.57x).
+// Default: f32 only, at the fp32 precision. Eager runs f32 matmuls on the SIMT
+// cores and our 3xTF32 tensor-core kernels measured 1.1-1.4x faster and more
+// accurate on an H100; for f16/bf16 (and f32 in plain TF32, `tf32`) cuBLAS's
+// Hopper (wgmma) kernels beat our mma.sync ones (f16: 0.57x).
 // FUSEFORGE_GEMM=1 (or "all") turns them on for every dtype, =0 off.
-std::vector<ff::DType> gemm_dtypes(std::optional<bool> all) {
+std::vector<ff::DType> gemm_dtypes(std::optional<bool> all, bool tf32) {
   const char* env = std::getenv("FUSEFORGE_GEMM");
   const std::string policy = all ? (*all ? "all" : "0") : (env != nullptr ? env : "");
   if (policy == "0" || (!all && !ff::runtime::cutlass_available())) return {};
   if (policy == "1" || policy == "all") return {ff::DType::f32, ff::DType::f16, ff::DType::bf16};
-  if (policy.empty() || policy == "f32" || policy == "auto") return {ff::DType::f32};
+  if (policy.empty() || policy == "f32" || policy == "auto") return tf32 ? std::vector<ff::DType>{} : std::vector{ff::DType::f32};
   throw std::invalid_argument("fuseforge: FUSEFORGE_GEMM is '" + policy + "'; expected 0, f32 (the default) or 1");
 }
 
@@ -277,16 +278,21 @@ NB_MODULE(_core, m) {
   m.def("interpret", &interpret, "text"_a, "inputs"_a,
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
   m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace,
-                            std::optional<bool> gemm) {
+                            std::optional<bool> gemm, const std::string& precision) {
+    if (precision != "fp32" && precision != "tf32")
+      throw std::invalid_argument("fuseforge: precision '" + precision + "' has no code path; expected fp32 or tf32");
     ff::CompileOptions opts;
     opts.passes = passes;
     opts.trace_passes = trace;
-    opts.gemm_dtypes = gemm_dtypes(gemm);
+    opts.tf32 = precision == "tf32";
+    opts.gemm_dtypes = gemm_dtypes(gemm, opts.tf32);
     opts.gemm_variants = !opts.gemm_dtypes.empty() && env_is_one("FUSEFORGE_AUTOTUNE");
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
+     "precision"_a = "fp32",
      "gemm: True: matmuls of every dtype as generated GEMM kernels, False: none; default: FUSEFORGE_GEMM "
-     "(unset: f32 ones only; 1: all; 0: none), none without CUTLASS's headers. "
+     "(unset: f32 ones only, and none under tf32; 1: all; 0: none), none without CUTLASS's headers. "
+     "precision: fp32 (f32 GEMM kernels in 3xTF32) or tf32 (plain TF32, opt-in). "
      "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,

@@ -1,11 +1,12 @@
 """OptimizedModule: the drop-in replacement that `fuseforge.optimize` returns."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -70,13 +71,35 @@ def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
 
 
 #: Precision policies with a code path; `check_precision` rejects the others.
-PRECISIONS = ("fp32",)
+#: "fp32" (the default) keeps fp32 accuracy: f32 matmuls run as 3xTF32 GEMM
+#: kernels. "tf32" (opt-in, faster, about 1e-3 relative error) computes f32
+#: matmuls in plain TF32: cuBLAS's TF32 kernels, or TF32 GEMM kernels with
+#: FUSEFORGE_GEMM=1. Convolutions use TF32 under both, as eager does.
+PRECISIONS = ("fp32", "tf32")
 
 
 def check_precision(precision: str) -> None:
     """Raises ValueError naming the available policies if `precision` has none."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not available yet; available: {', '.join(PRECISIONS)}")
+
+
+@contextlib.contextmanager
+def precision_context(precision: str) -> Iterator[None]:
+    """Within it, library f32 matmuls follow `precision` (TF32 allowed under
+    "tf32"; nothing changes under "fp32"). Used around fused forwards and, by
+    `fuseforge run`/`bench`, around the eager and inductor baselines, so that
+    all three compute the same work."""
+    check_precision(precision)
+    if precision != "tf32":
+        yield
+        return
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
 
 
 class _NoBackward(torch.autograd.Function):
@@ -182,7 +205,7 @@ class OptimizedModule(nn.Module):
     def _specialize(self, args: Sequence[Any], device: torch.device) -> Specialization:
         self._ff_model.training = self.training
         captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
-        plan = core.compile_graph(captured.text)
+        plan = core.compile_graph(captured.text, precision=self.precision)
         executor = Executor(plan, device)
         getters = []
         for b in captured.input_bindings:
@@ -197,7 +220,7 @@ class OptimizedModule(nn.Module):
         return Specialization(captured, plan, executor, getters, state_meta, targets)
 
     def _run(self, spec: Specialization, inputs: list) -> Any:
-        with torch.no_grad():
+        with torch.no_grad(), precision_context(self.precision):
             outputs, new_buffers = spec.executor(inputs)
             for (mod, name), value in zip(spec.mutation_targets, new_buffers):
                 getattr(mod, name).copy_(value)
@@ -216,7 +239,8 @@ def optimize(model: nn.Module, example_inputs: Sequence[Any] | None = None, *,
 
     `example_inputs`, if given, are used to compile right away (on CUDA
     inputs); otherwise compilation happens at the first call. `precision`
-    "fp32" (the default) keeps fp32 accuracy.
+    "fp32" (the default) keeps fp32 accuracy; "tf32" is the faster opt-in
+    policy (see PRECISIONS).
     """
     opt = OptimizedModule(model, precision=precision)
     if example_inputs is not None:

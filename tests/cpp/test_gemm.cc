@@ -206,6 +206,30 @@ TEST(Gemm, HalfPrecisionAccumulatesInF32WithoutSplitting) {
   EXPECT_NE(k.source.find("GemmShape<16, 8, 16>"), std::string::npos);
 }
 
+TEST(Gemm, Tf32PrecisionUsesOneTf32MmaAndItsOwnTiles) {
+  const std::string text = R"(graph @g(%a: f32[4096,512], %b: f32[512,4096], %h: f16[256,64], %hb: f16[64,128]) {
+  %0 = mm(%a, %b) : f32[4096,4096]
+  %1 = mm(%h, %hb) : f16[256,128]
+  return %0, %1
+})";
+  CompileOptions opts;
+  opts.gemm_dtypes = kAllGemm.gemm_dtypes;
+  opts.tf32 = true;
+  auto cg = compile_graph(text, opts);
+  ASSERT_EQ(cg.kernels.size(), 2u);
+  const auto& k = cg.kernels[0];
+  EXPECT_EQ(k.name, "ff_gemm_mm_tf32_128x128_0");
+  EXPECT_EQ(k.source.find("FastF32"), std::string::npos);
+  EXPECT_NE(k.source.find("cutlass::arch::OpMultiplyAdd>"), std::string::npos);
+  EXPECT_NE(k.source.find("GemmShape<16, 8, 8>"), std::string::npos);  // TF32 MMA shape
+  EXPECT_EQ(k.shared_bytes, 4 * (128 * 32 + 32 * 128) * 4);           // 64x64 warp tiles fit without splitting
+  EXPECT_EQ(k.block, 128);
+  EXPECT_FALSE(cg.partition.groups[1].gemm.tf32);  // only f32 matmuls change math
+  EXPECT_EQ(cg.kernels[1].name.find("tf32"), std::string::npos);
+  opts.tf32 = false;
+  EXPECT_EQ(compile_graph(text, opts).kernels[0].name, "ff_gemm_mm_3xtf32_128x128_0");
+}
+
 TEST(Gemm, VariantsCoverTheOtherCandidateTiles) {
   CompileOptions opts;
   opts.gemm_dtypes = kAllGemm.gemm_dtypes;
@@ -235,10 +259,15 @@ TEST(Gemm, CostModelPrefersBigTilesUnlessTheyLeaveMultiprocessorsIdle) {
   const auto t = codegen::choose_gemm_tile(small);
   EXPECT_EQ(t.m * t.n, 64 * 64);  // 16 big tiles would fill 16 of 132 multiprocessors
   for (DType t : {DType::f32, DType::f16})
-    for (const auto& c : codegen::gemm_tiles(t)) {
-      EXPECT_LE(c.shared_bytes(t), 227 * 1024);
+    for (bool tf32 : {false, true}) {
+      fusion::GemmSpec s;
+      s.dtype = t;
+      s.tf32 = tf32;
+      for (const auto& c : codegen::gemm_tiles(s)) {
+        EXPECT_LE(c.shared_bytes(t), 227 * 1024);
       EXPECT_EQ(c.m % c.warp_m + c.n % c.warp_n, 0);
-      EXPECT_LE(c.threads(), 256);
+        EXPECT_LE(c.threads(), 256);
+      }
     }
 }
 

@@ -103,7 +103,7 @@ def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, m
     good = _problem(tmp_path, "tiny")
     assert cli.main(["bench", str(good), "--precision", "bf16"]) == 2
     assert "precision 'bf16' is not available" in capsys.readouterr().out
-    assert cli.main(["run", str(good), "--precision", "tf32"]) == 2
+    assert cli.main(["run", str(good), "--precision", "bf16"]) == 2
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli.main(["bench", str(good), "--plot", str(tmp_path / "p.png")]) == 2
     assert "--plot needs matplotlib" in capsys.readouterr().out

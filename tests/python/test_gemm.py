@@ -108,3 +108,26 @@ def test_autotune_plans_list_the_other_tiles(monkeypatch):
     monkeypatch.delenv("FUSEFORGE_AUTOTUNE")
     (k,) = core.compile_graph(capture(Linear(epilogue=True), [x], name="l").text)["kernels"]
     assert k["variants"] == []
+
+
+def test_tf32_precision_changes_only_f32_gemm_math(monkeypatch):
+    """Under precision="tf32" f32 matmuls stay cuBLAS calls by default (TF32
+    there) and become plain-TF32 kernels with gemm=True; an unknown precision
+    is a clear error, and precision_context restores the global setting."""
+    from fuseforge.module import optimize, precision_context
+    monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
+    x = torch.randn(5, 12)
+    text = capture(Linear(), [x], name="l").text
+    assert not [k for k in core.compile_graph(text, precision="tf32")["kernels"] if k["kind"] == "gemm"]
+    (k,) = [k for k in core.compile_graph(text, gemm=True, precision="tf32")["kernels"] if k["kind"] == "gemm"]
+    assert "_tf32_" in k["name"] and "FastF32" not in k["source"]
+    with pytest.raises(ValueError, match="precision 'bf16' has no code path"):
+        core.compile_graph(text, precision="bf16")
+    with pytest.raises(ValueError, match="precision 'bf16' is not available"):
+        optimize(Linear(), precision="bf16")
+    before = torch.get_float32_matmul_precision()
+    with pytest.raises(RuntimeError, match="inside"):
+        with precision_context("tf32"):
+            assert torch.backends.cuda.matmul.allow_tf32
+            raise RuntimeError("inside")
+    assert torch.get_float32_matmul_precision() == before

@@ -256,3 +256,40 @@ def test_gemm_problems_with_gemm_kernels(gemm_on, path):
     print(f"{path.stem}: err vs fp64 {result['max_err_vs_fp64']:.3g} (eager {result['eager_err_vs_fp64']:.3g})")
     assert result["correct"], result
     torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("gemm", [None, "1"], ids=["cublas", "kernels"])
+def test_tf32_precision_matches_eager_at_tf32(monkeypatch, gemm):
+    """precision="tf32" (opt-in): f32 matmuls in plain TF32, through cuBLAS by
+    default or as TF32 GEMM kernels with FUSEFORGE_GEMM=1; error vs fp64 at
+    most twice eager-with-TF32's, and TF32-sized (the fast path really runs).
+    The global matmul precision is restored after each call."""
+    from fuseforge.module import precision_context
+    if gemm is None:
+        monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
+    else:
+        monkeypatch.setenv("FUSEFORGE_GEMM", gemm)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4096, 1024).cuda()
+    x = torch.randn(512, 4096, device="cuda")
+    fast = fuseforge.optimize(model, precision="tf32")
+    with torch.no_grad():
+        out = fast(x)
+        assert torch.get_float32_matmul_precision() == "highest"
+        fp32 = model(x)
+        with precision_context("tf32"):
+            tf32 = model(x)
+        ref64 = torch.nn.functional.linear(x.double(), model.weight.double(), model.bias.double())
+    kernels = _gemm_kernels(fast)
+    assert bool(kernels) == (gemm == "1") and all("_tf32_" in k["name"] for k in kernels), kernels
+    ours, eager_tf32, eager_fp32 = _err64(out, ref64), _err64(tf32, ref64), _err64(fp32, ref64)
+    print(f"tf32 ({'kernels' if kernels else 'cuBLAS'}): error vs fp64 {ours:.3g}, eager tf32 {eager_tf32:.3g}, "
+          f"eager fp32 {eager_fp32:.3g}")
+    assert ours <= 2 * eager_tf32 and ours > 5 * eager_fp32, (ours, eager_tf32, eager_fp32)
+
+
+def test_tf32_problem_passes_the_check_at_its_precision():
+    path = next(p for p in PROBLEMS if p.stem == "gemm_sigmoid_scaling_residual_add")
+    mod, model = _build(str(path), None, "cuda")
+    result = check_correctness(mod, model, seeds=1, device="cuda", precision="tf32")
+    assert result["correct"] and result["eager_err_vs_fp64"] > 1e-3, result

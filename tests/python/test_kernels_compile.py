@@ -86,18 +86,21 @@ def test_odd_shape_gemm_kernels_compile(dtype, m, n, k):
         assert is_cubin and size > 0, (g["name"], log)
 
 
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("math", ["f32", "tf32", "bf16"])
 @pytest.mark.parametrize("m,n", [(4096, 4096), (1024, 1024), (256, 256)])  # tiles 128x128, 128x64, 64x64
-def test_gemm_tiles_do_not_spill_registers(monkeypatch, dtype, m, n):
+def test_gemm_tiles_do_not_spill_registers(monkeypatch, math, m, n):
     """Each candidate tile (picked by the cost model for these shapes) fits the
-    register file: ptxas reports no spills for sm_90."""
+    register file: ptxas reports no spills for sm_90 (f32: 3xTF32; tf32: f32
+    operands under the tf32 precision)."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
+    dtype = "f32" if math == "tf32" else math
     text = f"""graph @g(%a: {dtype}[{m},512], %w: {dtype}[{n},512] param, %bias: {dtype}[{n}] param) {{
   %0 = permute(%w) {{dims=[1, 0]}} : {dtype}[512,{n}]{{1,512}}
   %1 = addmm(%bias, %a, %0) : {dtype}[{m},{n}]
   %2 = gelu(%1) : {dtype}[{m},{n}]
   return %2
 }}"""
-    (k,) = core.compile_graph(text, gemm=True)["kernels"]
+    (k,) = core.compile_graph(text, gemm=True, precision="fp32" if math != "tf32" else "tf32")["kernels"]
+    assert ("_tf32_" in k["name"]) == (math == "tf32")
     is_cubin, size, log = core.nvrtc_compile(k["source"], k["name"], 90, cutlass=True, options=["-Xptxas=-v"])
     assert is_cubin and " 0 bytes spill stores" in log, (k["name"], log)

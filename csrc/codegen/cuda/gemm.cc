@@ -41,15 +41,16 @@ double tile_efficiency(const GemmTile& t) { return t.m * t.n >= 128 * 128 ? 1.0 
 
 int GemmTile::shared_bytes(DType t) const { return stages * (m * k + k * n) * dtype_size(t); }
 
-std::vector<GemmTile> gemm_tiles(DType t) {
+std::vector<GemmTile> gemm_tiles(const fusion::GemmSpec& s) {
   // 3xTF32 keeps two operand fragments per value: a 64x64 warp tile spills
-  // registers (ptxas, sm_90), so f32 tiles use 32x64 / 64x32 warp tiles.
-  if (t == DType::f32) return {{128, 128, 16, 32, 64, 4}, {128, 64, 16, 64, 32, 4}, {64, 64, 16, 32, 32, 5}};
+  // registers (ptxas, sm_90), so its tiles use 32x64 / 64x32 warp tiles.
+  if (s.dtype == DType::f32 && !s.tf32)
+    return {{128, 128, 16, 32, 64, 4}, {128, 64, 16, 64, 32, 4}, {64, 64, 16, 32, 32, 5}};
   return {{128, 128, 32, 64, 64, 4}, {128, 64, 32, 64, 32, 4}, {64, 64, 32, 32, 32, 5}};
 }
 
 GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
-  const std::vector<GemmTile> tiles = gemm_tiles(s.dtype);
+  const std::vector<GemmTile> tiles = gemm_tiles(s);
   GemmTile best = tiles.front();
   double best_cost = INFINITY;
   for (const GemmTile& t : tiles) {
@@ -67,7 +68,7 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
 std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id) {
   const GemmTile chosen = choose_gemm_tile(s);
   std::vector<KernelSource> out;
-  for (const GemmTile& t : gemm_tiles(s.dtype))
+  for (const GemmTile& t : gemm_tiles(s))
     if (t.m != chosen.m || t.n != chosen.n) out.push_back(generate_gemm(group, s, id, &t));
   return out;
 }
@@ -80,6 +81,7 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
   const GemmTile t = tile ? *tile : choose_gemm_tile(s);
   const std::string el = cutlass_element(s.dtype);
   const bool f32 = s.dtype == DType::f32;
+  const bool split = f32 && !s.tf32;  // 3xTF32
   const bool addmm = node.op == Op::Addmm;
 
   KernelSource ks;
@@ -92,8 +94,8 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
     }
     if (seen.insert(std::string(op_name(n->op))).second) ks.name += "_" + std::string(op_name(n->op));
   }
-  ks.name += "_" + (f32 ? std::string("3xtf32") : std::string(dtype_name(s.dtype))) + "_" + std::to_string(t.m) +
-             "x" + std::to_string(t.n) + "_" + std::to_string(id);
+  const std::string math = split ? "3xtf32" : f32 ? "tf32" : std::string(dtype_name(s.dtype));
+  ks.name += "_" + math + "_" + std::to_string(t.m) + "x" + std::to_string(t.n) + "_" + std::to_string(id);
   ks.outputs = {group.outputs[0]->name};
   ks.inputs = {node.input(addmm ? 1 : 0)->name, node.input(addmm ? 2 : 1)->name};
   if (addmm) ks.inputs.push_back(node.input(0)->name);  // passed even when beta = 0 (the ATen fallback reads it)
@@ -124,7 +126,7 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
   for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
   os << "// batch " << s.batch << ", M " << s.m << ", N " << s.n << ", K " << s.k << "; tile " << t.m << "x" << t.n
      << "x" << t.k << ", warp " << t.warp_m << "x" << t.warp_n << ", " << t.stages << " stages, "
-     << (f32 ? "3xTF32 (fp32 accuracy)" : "f32 accumulate") << "\n";
+     << (split ? "3xTF32 (fp32 accuracy)" : f32 ? "TF32 (opt-in precision), f32 accumulate" : "f32 accumulate") << "\n";
   os << "#include <cutlass/cutlass.h>\n"
         "#include <cutlass/numeric_types.h>\n"
         "#include <cutlass/gemm/kernel/default_gemm.h>\n"
@@ -185,7 +187,7 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
      << t.warp_m << ", " << t.warp_n << ", " << t.k << ">, cutlass::gemm::GemmShape<16, 8, " << (f32 ? 8 : 16)
      << ">,\n"
      << "    EpilogueOp, Swizzle, " << t.stages << ", false, "
-     << (f32 ? "cutlass::arch::OpMultiplyAddFastF32" : "cutlass::arch::OpMultiplyAdd") << ">;\n"
+     << (split ? "cutlass::arch::OpMultiplyAddFastF32" : "cutlass::arch::OpMultiplyAdd") << ">;\n"
      << "using Gemm = cutlass::gemm::kernel::GemmBatched<Default::Mma, Default::Epilogue, Swizzle>;\n"
      << "static_assert(sizeof(Gemm::SharedStorage) <= " << ks.shared_bytes << ", \"shared memory size\");\n"
      << "static_assert(Gemm::kThreadCount == " << ks.block << ", \"block size\");\n"

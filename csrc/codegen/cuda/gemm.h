@@ -15,8 +15,8 @@ struct GemmTile {
   int shared_bytes(DType t) const;  // the mainloop's multistage buffers
 };
 
-// The candidate tiles for a dtype, largest first.
-std::vector<GemmTile> gemm_tiles(DType t);
+// The candidate tiles for a GEMM's dtype and math (3xTF32 or not), largest first.
+std::vector<GemmTile> gemm_tiles(const fusion::GemmSpec& spec);
 
 // The candidate the cost model picks for `spec` on a GPU with `sm_count`
 // multiprocessors: the least work on the busiest multiprocessor (tiles per
@@ -27,7 +27,7 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 // A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the
 // matmul node that starts `group`: f32 operands use 3xTF32 (each operand split
 // into a TF32 high part and residual, three MMAs: fp32 accuracy on tensor
-// cores), f16/bf16 accumulate in f32. The epilogue computes alpha * acc
+// cores) or, with spec.tf32, one TF32 MMA; f16/bf16 accumulate in f32. The epilogue computes alpha * acc
 // (+ beta * bias for addmm), rounds it to the dtype, applies the group's
 // pointwise nodes per element (reading the source tensor's element where the
 // spec says so) and writes only the group's output. Parameters: the output, A,
