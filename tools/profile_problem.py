@@ -1,6 +1,7 @@
 """Per-kernel CUDA times of eager, torch.compile and fuseforge for one problem
 (torch.profiler), to see where a gap comes from.
-Usage: profile_problem.py FILE [--no-inductor]"""
+Usage: profile_problem.py FILE [--no-inductor] [--tf32]  (--tf32: all three under
+the opt-in tf32 precision)"""
 import copy
 import sys
 
@@ -8,16 +9,18 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import fuseforge
+from fuseforge.module import precision_context
 from fuseforge.problem import load_problem
 
 mod = load_problem(sys.argv[1])
 torch.manual_seed(0)
 model = mod.Model(*mod.get_init_inputs()).cuda()
 inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
-runs = {"eager": model, "fuseforge": fuseforge.optimize(copy.deepcopy(model))}
+precision = "tf32" if "--tf32" in sys.argv else "fp32"
+runs = {"eager": model, "fuseforge": fuseforge.optimize(copy.deepcopy(model), precision=precision)}
 if "--no-inductor" not in sys.argv:
     runs["inductor"] = torch.compile(copy.deepcopy(model))
-with torch.no_grad():
+with torch.no_grad(), precision_context(precision):
     for name, fn in runs.items():
         for _ in range(3):
             fn(*inputs)

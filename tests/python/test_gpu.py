@@ -289,7 +289,9 @@ def test_tf32_precision_matches_eager_at_tf32(monkeypatch, gemm):
 
 
 def test_tf32_problem_passes_the_check_at_its_precision():
+    """Judged against eager at TF32, whose error vs fp64 is TF32-sized (H100:
+    7.6e-4 here, against 5.9e-5 for eager fp32)."""
     path = next(p for p in PROBLEMS if p.stem == "gemm_sigmoid_scaling_residual_add")
     mod, model = _build(str(path), None, "cuda")
     result = check_correctness(mod, model, seeds=1, device="cuda", precision="tf32")
-    assert result["correct"] and result["eager_err_vs_fp64"] > 1e-3, result
+    assert result["correct"] and result["eager_err_vs_fp64"] > 2e-4, result
