@@ -46,9 +46,8 @@ def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
     for name, path in emitted.items():
         text = path.read_text()
         compile(text, str(path), "exec")
-        lines = _source(text, "_FF_CUDA_SOURCE").splitlines()
-        includes.update(dict.fromkeys(ln for ln in lines if ln.startswith("#include")))
-        body = "\n".join(ln for ln in lines if not ln.startswith("#include"))
+        file_includes, body = emit._split_includes(_source(text, "_FF_CUDA_SOURCE"))
+        includes.update(dict.fromkeys(file_includes))
         parts.append(f"namespace p_{name} {{\n{body}\n}}")
     assert any("cutlass" in inc for inc in includes), "no problem emitted a GEMM kernel"
     parts.insert(0, "\n".join(includes))
