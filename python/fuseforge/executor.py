@@ -325,11 +325,11 @@ class Executor:
 
     def _node_calls(self, k: dict) -> list[tuple[aten_ops.Call, list, str]]:
         """A kernel's nodes as (ATen call, operands, result name)."""
-        return [(aten_ops.make_call(n["op"], n["attrs"], n["result_types"], self.device), n["operands"],
-                 n["results"][0]) for n in k["nodes"]]
+        values = self.plan["values"]
+        return [(aten_ops.make_call(n, values, self.device), n["operands"], n["results"][0]) for n in k["nodes"]]
 
     def _library_step(self, step: dict, slots: _Slots) -> Callable[[list], None]:
-        call = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], self.device)
+        call = aten_ops.make_call(step, self.plan["values"], self.device)
         operands: list[tuple[bool, Any]] = [(True, slots(v)) if kind == "value" else (False, v)
                                             for kind, v in step["operands"]]
         result_slots = [slots(n) for n in step["results"]]

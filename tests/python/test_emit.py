@@ -115,7 +115,7 @@ def test_library_steps_as_text_match_the_executor(path):
             values = [(kind, v) for kind, v in step["operands"]]
             env = {v: _random(plan["values"][v]) for kind, v in values if kind == "value"}
             operands = [env[v] if kind == "value" else v for kind, v in values]
-            want = aten_ops.make_call(step["op"], step["attrs"], step["result_types"], torch.device("cpu"))(operands)
+            want = aten_ops.make_call(step, plan["values"], torch.device("cpu"))(operands)
             names = {v: f"a{i}" for i, (kind, v) in enumerate(values) if kind == "value"}
             text = step_expr(step, [names[v] if kind == "value" else repr(v) for kind, v in values],
                              [plan["values"][v] if kind == "value" else None for kind, v in values])
