@@ -88,6 +88,14 @@ class InputBinding:
         return value
 
 
+def resolve_attribute(module: nn.Module, dotted: str) -> tuple[nn.Module, str]:
+    """(owning submodule, attribute name) of a dotted state name ('0.weight')."""
+    *path, leaf = dotted.split(".")
+    for p in path:
+        module = getattr(module, p)
+    return module, leaf
+
+
 @dataclass
 class CapturedGraph:
     """The IR of one model for one set of input types, and how to call it."""
@@ -107,18 +115,26 @@ class CapturedGraph:
     # ATen targets of the opaque nodes, in graph order (diagnostics)
     opaque_targets: list[str] = field(default_factory=list)
 
-    def graph_inputs(self, model: nn.Module, args: Sequence[Any]) -> list[Any]:
-        """The IR graph's inputs, in order, for a call of `model` with `args`."""
-        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-        values = []
+    def input_getters(self, model: nn.Module, device: Any = None) -> list[tuple[str, Any]]:
+        """Per IR graph input, in order, how to get it at call time:
+        ("arg", fetch(args)) for forward's arguments, ("const", tensor) for a
+        lifted constant (moved to `device` if given), ("state", (module,
+        attribute)) for a parameter or buffer, read live so a replaced one is seen."""
+        getters: list[tuple[str, Any]] = []
         for b in self.input_bindings:
             if b.kind in ("user", "scalar"):
-                values.append(b.fetch_arg(args))
+                getters.append(("arg", b.fetch_arg))
             elif b.kind == "const":
-                values.append(self.constants[b.source])
+                c = self.constants[b.source]
+                getters.append(("const", c.to(device) if device is not None else c))
             else:
-                values.append(state[b.source].detach())
-        return values
+                getters.append(("state", resolve_attribute(model, b.source)))
+        return getters
+
+    def graph_inputs(self, model: nn.Module, args: Sequence[Any]) -> list[Any]:
+        """The IR graph's inputs, in order, for a call of `model` with `args`."""
+        return [src(args) if kind == "arg" else src if kind == "const" else getattr(*src).detach()
+                for kind, src in self.input_getters(model)]
 
     def unflatten_outputs(self, tensors: Sequence[Any]) -> Any:
         """Rebuilds forward's output structure from the values of output_names."""

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fuseforge._native import core
-from fuseforge.capture import CaptureError, CapturedGraph, capture
+from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
 from fuseforge.executor import Executor
 
 log = logging.getLogger("fuseforge")
@@ -27,7 +27,7 @@ class Specialization:
     captured: CapturedGraph
     plan: dict
     executor: Executor
-    getters: list  # per IR input: ("arg", fetch(args)) | ("const", tensor) | ("state", (module, name))
+    getters: list  # CapturedGraph.input_getters: per IR input, how to get it at call time
     state_meta: list  # per "state" getter: (dtype, device, shape, strides) at capture
     mutation_targets: list  # per mutation: (module, buffer name)
 
@@ -116,13 +116,6 @@ class _NoBackward(torch.autograd.Function):
                            "call the original model (or run the optimized one under torch.no_grad()).")
 
 
-def _resolve(module: nn.Module, dotted: str) -> tuple[nn.Module, str]:
-    *path, leaf = dotted.split(".")
-    for p in path:
-        module = getattr(module, p)
-    return module, leaf
-
-
 class OptimizedModule(nn.Module):
     """Runs `model`'s forward through fuseforge-generated kernels.
 
@@ -207,16 +200,9 @@ class OptimizedModule(nn.Module):
         captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
         plan = core.compile_graph(captured.text, precision=self.precision)
         executor = Executor(plan, device)
-        getters = []
-        for b in captured.input_bindings:
-            if b.kind in ("user", "scalar"):
-                getters.append(("arg", b.fetch_arg))
-            elif b.kind == "const":
-                getters.append(("const", captured.constants[b.source].to(device)))
-            else:
-                getters.append(("state", _resolve(self._ff_model, b.source)))
+        getters = captured.input_getters(self._ff_model, device)
         state_meta = [_tensor_meta(getattr(*src)) for kind, src in getters if kind == "state"]
-        targets = [_resolve(self._ff_model, name) for name, _ in captured.mutations]
+        targets = [resolve_attribute(self._ff_model, name) for name, _ in captured.mutations]
         return Specialization(captured, plan, executor, getters, state_meta, targets)
 
     def _run(self, spec: Specialization, inputs: list) -> Any:
