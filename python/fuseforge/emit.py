@@ -42,7 +42,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fuseforge.cutlass_headers import cutlass_include_dir
-from fuseforge.emit_ops import EmitError, dtype_text, literal, step_expr
+from fuseforge.aten_ops import dtype_text
+from fuseforge.emit_ops import EmitError, literal, step_expr
 from fuseforge.problem import load_problem, problem_name
 
 __all__ = ["EmitError", "emit_problem", "cuda_sources", "cmd_emit"]
@@ -146,14 +147,15 @@ def _split_includes(source: str) -> tuple[list[str], str]:
     return [ln for ln in lines if ln.startswith("#include")], "\n".join(ln for ln in lines if not ln.startswith("#include"))
 
 
-def _kernel_cuda(fn: str, k: dict) -> str:
-    """A kernel in namespace `<fn>_cuda` with its launcher (C++ linkage, so equal
-    kernel names of different plans do not clash)."""
+def _kernel_cuda(fn: str, k: dict, source: str) -> str:
+    """A kernel (`source`: its code without the #include lines) in namespace
+    `<fn>_cuda` with its launcher (C++ linkage, so equal kernel names of
+    different plans do not clash)."""
     kind = k.get("kind", "pointwise")
     if kind not in KERNEL_KINDS:
         raise EmitError(f"fuseforge emit: kernel {k['name']} is a {kind!r} kernel; emit writes only "
                         f"{', '.join(KERNEL_KINDS)} kernels")
-    _, source = _split_includes(k["source"].replace('extern "C" __global__', "__global__"))
+    source = source.replace('extern "C" __global__', "__global__")
     grid = list(k["grid"])
     if not grid or grid[0] <= 0:  # as the runtime: enough blocks for one pass of the grid-stride loop
         per_block = k["block"] * k["unroll"]
@@ -234,8 +236,9 @@ def cuda_sources(plans: list[_ModePlan]) -> tuple[str, str, list[str]]:
     cu, cpp = [], [_CPP_PRELUDE]
     for (i, j), fn in names.items():
         k = plans[i].plan["kernels"][j]
-        includes.update(dict.fromkeys(_split_includes(k["source"])[0]))
-        cu.append(_kernel_cuda(fn, k))
+        kernel_includes, body = _split_includes(k["source"])
+        includes.update(dict.fromkeys(kernel_includes))
+        cu.append(_kernel_cuda(fn, k, body))
         cpp.append(_kernel_host(fn, k, plans[i].plan["values"]))
     return "\n".join(includes) + "\n" + "".join(cu), "\n".join(cpp), list(names.values())
 

@@ -12,9 +12,7 @@ import re
 from typing import Any, Sequence
 
 from fuseforge import aten_ops
-from fuseforge.aten_ops import Type, dtype_text
-
-__all__ = ["EmitError", "dtype_text", "literal", "step_expr"]
+from fuseforge.aten_ops import Type
 
 
 class EmitError(ValueError):

@@ -84,16 +84,17 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"precision {precision!r} is not available yet; available: {', '.join(PRECISIONS)}")
 
 
-@contextlib.contextmanager
-def precision_context(precision: str) -> Iterator[None]:
+def precision_context(precision: str) -> contextlib.AbstractContextManager:
     """Within it, library f32 matmuls follow `precision` (TF32 allowed under
     "tf32"; nothing changes under "fp32"). Used around fused forwards and, by
     `fuseforge run`/`bench`, around the eager and inductor baselines, so that
     all three compute the same work."""
     check_precision(precision)
-    if precision != "tf32":
-        yield
-        return
+    return _tf32_matmuls() if precision == "tf32" else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _tf32_matmuls() -> Iterator[None]:
     saved = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")
     try:

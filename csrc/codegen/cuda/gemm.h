@@ -27,12 +27,12 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 // A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the
 // matmul node that starts `group`: f32 operands use 3xTF32 (each operand split
 // into a TF32 high part and residual, three MMAs: fp32 accuracy on tensor
-// cores) or, with spec.tf32, one TF32 MMA; f16/bf16 accumulate in f32. The epilogue computes alpha * acc
-// (+ beta * bias for addmm), rounds it to the dtype, applies the group's
-// pointwise nodes per element (reading the source tensor's element where the
-// spec says so) and writes only the group's output. Parameters: the output, A,
-// B, addmm's bias (read unless beta = 0), the epilogue's source tensor. `id`
-// makes the kernel name unique.
+// cores) or, with spec.tf32, one TF32 MMA; f16/bf16 accumulate in f32. The
+// epilogue computes alpha * acc (+ beta * bias for addmm), rounds it to the
+// dtype, applies the group's pointwise nodes per element (reading the source
+// tensor's element where the spec says so) and writes only the group's output.
+// Parameters: the output, A, B, addmm's bias (read unless beta = 0), the
+// epilogue's source tensor. `id` makes the kernel name unique.
 // `tile` overrides the cost model's choice (autotuning compiles each
 // candidate); the kernel's name carries its tile.
 KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id,
