@@ -153,8 +153,8 @@ void clear_memory_cache() {
 }
 
 CompiledKernel compile_cached(const std::string& source, const std::string& kernel_name, int arch,
-                              const std::vector<std::string>& extra_options) {
-  const CompilePlan plan = plan_compile(arch, extra_options);
+                              const std::vector<std::string>& extra_options, bool sm90a) {
+  const CompilePlan plan = plan_compile(arch, extra_options, sm90a);
   const int version = nvrtc_version();
   std::string key;
   append_field(key, source);
@@ -184,7 +184,7 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
     }
   }
   if (!result) {
-    result = compile_kernel(source, kernel_name, arch, extra_options);
+    result = compile_kernel(source, kernel_name, arch, extra_options, sm90a);
     std::string why;
     if (!dir.empty() && !write_entry(dir, file, result->image, why)) warn_unwritable_once(dir, why);
   }

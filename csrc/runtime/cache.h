@@ -15,7 +15,7 @@
 namespace ff::runtime {
 
 CompiledKernel compile_cached(const std::string& source, const std::string& kernel_name, int arch,
-                              const std::vector<std::string>& extra_options = {});
+                              const std::vector<std::string>& extra_options = {}, bool sm90a = false);
 
 // The directory entries go to (it may not exist yet); empty when no location
 // can be derived (no $HOME).

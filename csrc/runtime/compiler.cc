@@ -97,11 +97,15 @@ int nvrtc_version() {
 
 std::uint64_t nvrtc_compile_count() { return g_compile_count.load(); }
 
-CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options) {
+CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options, bool sm90a) {
   const std::vector<int>& archs = supported_archs();
   CompilePlan plan;
   std::string target;
-  if (std::binary_search(archs.begin(), archs.end(), arch)) {
+  if (sm90a) {
+    if (arch != 90)
+      throw CudaError("fuseforge: a Hopper kernel (wgmma, sm_90a) cannot run on sm_" + std::to_string(arch));
+    target = "-arch=sm_90a";
+  } else if (std::binary_search(archs.begin(), archs.end(), arch)) {
     target = "-arch=sm_" + std::to_string(arch);
   } else {
     auto newest_below = std::upper_bound(archs.begin(), archs.end(), arch);
@@ -121,9 +125,9 @@ CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options
 }
 
 CompiledKernel compile_kernel(const std::string& source, const std::string& kernel_name, int arch,
-                              const std::vector<std::string>& extra_options) {
+                              const std::vector<std::string>& extra_options, bool sm90a) {
   const NvrtcApi& rtc = nvrtc();
-  const CompilePlan plan = plan_compile(arch, extra_options);
+  const CompilePlan plan = plan_compile(arch, extra_options, sm90a);
   std::vector<const char*> argv;
   for (const std::string& opt : plan.options) argv.push_back(opt.c_str());
 

@@ -17,12 +17,14 @@ struct CompiledKernel {
 // flag first) and whether the result is a cubin. A cubin for sm_<arch> when
 // this NVRTC supports it; otherwise PTX for the newest compute_XX <= arch it
 // supports, which the driver JIT-compiles for the newer GPU. Throws CudaError
-// when NVRTC supports no architecture <= arch.
+// when NVRTC supports no architecture <= arch. `sm90a`: the kernel uses
+// Hopper's arch-specific instructions (wgmma): a cubin for sm_90a, and a
+// CudaError for any arch but 90.
 struct CompilePlan {
   std::vector<std::string> options;
   bool is_cubin = true;
 };
-CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options = {});
+CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options = {}, bool sm90a = false);
 
 // Compiles `source` for compute capability `arch` (e.g. 90 for sm_90) with
 // -std=c++17 -default-device -lineinfo (no --use_fast_math: accuracy) plus
@@ -30,7 +32,7 @@ CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options
 // NVRTC's full log; with $FUSEFORGE_DUMP_DIR set, the source is also written
 // to <dir>/<kernel_name>.cu and the message names that path.
 CompiledKernel compile_kernel(const std::string& source, const std::string& kernel_name, int arch,
-                              const std::vector<std::string>& extra_options = {});
+                              const std::vector<std::string>& extra_options = {}, bool sm90a = false);
 
 // Include directories of kernels built on CUTLASS headers (CUTLASS's include/
 // and the CUDA toolkit's, which holds cuda/std), registered by the front end.
