@@ -1,6 +1,7 @@
 #include "pipeline/compile.h"
 
 #include "codegen/cuda/gemm.h"
+#include "codegen/cuda/gemm_sm90.h"
 #include "codegen/cuda/pointwise.h"
 #include "fusion/subgraph.h"
 #include "passes/pass.h"
@@ -23,13 +24,14 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const auto& group = out.partition.groups[i];
     const int id = static_cast<int>(i);
-    out.kernels.push_back(group.kind == fusion::PointwiseGroup::Kind::Gemm
-                              ? codegen::generate_gemm(group, group.gemm, id)
-                              : codegen::generate_pointwise(group, id));
+    const bool gemm = group.kind == fusion::PointwiseGroup::Kind::Gemm;
+    const bool sm90 = gemm && options.arch == 90 && codegen::sm90_gemm_applies(group.gemm);
+    out.kernels.push_back(sm90   ? codegen::generate_gemm_sm90(group, group.gemm, id)
+                          : gemm ? codegen::generate_gemm(group, group.gemm, id)
+                                 : codegen::generate_pointwise(group, id));
     out.kernel_graphs.push_back(print(*fusion::extract_subgraph(group, out.kernels.back().name)));
-    out.kernel_variants.push_back(options.gemm_variants && group.kind == fusion::PointwiseGroup::Kind::Gemm
-                                      ? codegen::gemm_variants(group, group.gemm, id)
-                                      : std::vector<codegen::KernelSource>{});
+    out.kernel_variants.push_back(options.gemm_variants && gemm && !sm90 ? codegen::gemm_variants(group, group.gemm, id)
+                                                                         : std::vector<codegen::KernelSource>{});
   }
   return out;
 }

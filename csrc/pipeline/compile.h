@@ -18,6 +18,7 @@ struct CompileOptions {
   std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated CUTLASS GEMMs (needs its headers)
   bool gemm_variants = false;       // also every other candidate tile of each GEMM (for autotuning)
   bool tf32 = false;                // f32 GEMM kernels in plain TF32 (opt-in precision), not 3xTF32
+  int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
 };
 
 struct CompiledGraph {

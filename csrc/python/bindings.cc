@@ -115,6 +115,7 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
     d["block_y"] = k.block_y;
     d["kind"] = cg.partition.groups[i].kind == ff::fusion::PointwiseGroup::Kind::Gemm ? "gemm" : "pointwise";
     d["cutlass"] = k.cutlass;
+    d["sm90a"] = k.sm90a;
     d["shared_bytes"] = k.shared_bytes;
     d["align_bytes"] = k.align_bytes;
     d["graph"] = cg.kernel_graphs[i];
@@ -217,8 +218,8 @@ std::vector<std::string> kernel_options(bool cutlass) {
 class PointwiseKernel {
  public:
   PointwiseKernel(const std::string& source, const std::string& name, int arch, int64_t items, int block,
-                  int unroll, std::vector<int64_t> grid, int block_y, int shared_bytes, bool cutlass)
-      : kernel_(ff::runtime::compile_cached(source, name, arch, kernel_options(cutlass))),
+                  int unroll, std::vector<int64_t> grid, int block_y, int shared_bytes, bool cutlass, bool sm90a)
+      : kernel_(ff::runtime::compile_cached(source, name, arch, kernel_options(cutlass), sm90a)),
         block_{static_cast<unsigned>(block), static_cast<unsigned>(block_y), 1},
         shared_bytes_(static_cast<unsigned>(shared_bytes)) {
     if (grid.size() == 3 && grid[0] > 0) {
@@ -278,7 +279,7 @@ NB_MODULE(_core, m) {
   m.def("interpret", &interpret, "text"_a, "inputs"_a,
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
   m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace,
-                            std::optional<bool> gemm, const std::string& precision) {
+                            std::optional<bool> gemm, const std::string& precision, int arch) {
     if (precision != "fp32" && precision != "tf32")
       throw std::invalid_argument("fuseforge: precision '" + precision + "' has no code path; expected fp32 or tf32");
     ff::CompileOptions opts;
@@ -287,22 +288,26 @@ NB_MODULE(_core, m) {
     opts.tf32 = precision == "tf32";
     opts.gemm_dtypes = gemm_dtypes(gemm, opts.tf32);
     opts.gemm_variants = !opts.gemm_dtypes.empty() && env_is_one("FUSEFORGE_AUTOTUNE");
+    opts.arch = arch;
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
-     "precision"_a = "fp32",
+     "precision"_a = "fp32", "arch"_a = 0,
      "gemm: True: matmuls of every dtype as generated GEMM kernels, False: none; default: FUSEFORGE_GEMM "
      "(unset: f32 ones only, and none under tf32; 1: all; 0: none), none without CUTLASS's headers. "
      "precision: fp32 (f32 GEMM kernels in 3xTF32) or tf32 (plain TF32, opt-in). "
+     "arch: the target GPU's compute capability (90: Hopper wgmma GEMM kernels where they apply; 0: unknown). "
      "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
-                            const std::vector<std::string>& options) {
+                            const std::vector<std::string>& options, bool sm90a) {
     std::vector<std::string> opts = kernel_options(cutlass);
     opts.insert(opts.end(), options.begin(), options.end());
-    auto k = ff::runtime::compile_cached(source, name, arch, opts);
+    auto k = ff::runtime::compile_cached(source, name, arch, opts, sm90a);
     return nb::make_tuple(k.is_cubin, k.image.size(), k.log);
   }, "source"_a, "name"_a, "arch"_a, "cutlass"_a = false, "options"_a = std::vector<std::string>{},
-     "Compiles with NVRTC (disk-cached; `options` added to the defaults); returns (is_cubin, image bytes, log).");
+     "sm90a"_a = false,
+     "Compiles with NVRTC (disk-cached; `options` added to the defaults; sm90a: for the arch-specific "
+     "sm_90a target); returns (is_cubin, image bytes, log).");
   m.def("add_cutlass_include_dir", &ff::runtime::add_cutlass_include_dir);
   m.def("cutlass_options", &ff::runtime::cutlass_options);
   m.def("nvrtc_version", &ff::runtime::nvrtc_version);
@@ -317,9 +322,9 @@ NB_MODULE(_core, m) {
 
   nb::class_<PointwiseKernel>(m, "PointwiseKernel")
       .def(nb::init<const std::string&, const std::string&, int, int64_t, int, int, std::vector<int64_t>, int, int,
-                    bool>(),
+                    bool, bool>(),
            "source"_a, "name"_a, "arch"_a, "items"_a, "block"_a, "unroll"_a, "grid"_a, "block_y"_a,
-           "shared_bytes"_a = 0, "cutlass"_a = false)
+           "shared_bytes"_a = 0, "cutlass"_a = false, "sm90a"_a = false)
       .def("launch", &PointwiseKernel::launch, "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
       .def_prop_ro("name", &PointwiseKernel::name);
 }

@@ -247,7 +247,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
                   "and checking the optimized plan on the CPU")
     inputs = _inputs(mod, 0, "cpu")
     captured = capture(model, inputs, name=type(model).__name__)
-    plan = core.compile_graph(captured.text, precision=args.precision)
+    plan = core.compile_graph(captured.text, precision=args.precision, arch=CPU_CHECK_ARCH)
     console.rule("IR as captured")
     console.print(plan["ir_before"], markup=False, highlight=False)
     console.rule("IR after passes")
@@ -257,7 +257,8 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("NVRTC", total=len(plan["kernels"]))
         for k in plan["kernels"]:
-            is_cubin, size, _ = core.nvrtc_compile(k["source"], k["name"], CPU_CHECK_ARCH, cutlass=k["cutlass"])
+            is_cubin, size, _ = core.nvrtc_compile(k["source"], k["name"], CPU_CHECK_ARCH, cutlass=k["cutlass"],
+                                                   sm90a=k["sm90a"])
             row["kernels"].append({"name": k["name"], "cubin_bytes": size, "vector_width": k["vector_width"]})
             progress.advance(task)
     table = Table(title="kernels")

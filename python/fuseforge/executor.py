@@ -176,7 +176,7 @@ class Executor:
         here (e.g. headers that do not fit this NVRTC): it runs through ATen."""
         try:
             return core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"],
-                                        k["grid"], k["block_y"], k["shared_bytes"], k["cutlass"])
+                                        k["grid"], k["block_y"], k["shared_bytes"], k["cutlass"], k["sm90a"])
         except RuntimeError as e:
             if k["kind"] != "gemm":
                 raise

@@ -199,7 +199,8 @@ class OptimizedModule(nn.Module):
     def _specialize(self, args: Sequence[Any], device: torch.device) -> Specialization:
         self._ff_model.training = self.training
         captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
-        plan = core.compile_graph(captured.text, precision=self.precision)
+        arch = core.device_arch(device.index or 0) if device.type == "cuda" else 0
+        plan = core.compile_graph(captured.text, precision=self.precision, arch=arch)
         executor = Executor(plan, device)
         getters = captured.input_getters(self._ff_model, device)
         state_meta = [_tensor_meta(getattr(*src)) for kind, src in getters if kind == "state"]

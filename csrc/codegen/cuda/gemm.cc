@@ -73,43 +73,68 @@ std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, con
   return out;
 }
 
-KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id,
-                           const GemmTile* tile) {
+const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& group, const fusion::GemmSpec& s,
+                            const std::string& tag, int id) {
   if (group.nodes.empty() || group.outputs.size() != 1) throw IRError("gemm codegen: expected a matmul and one output");
   const Node& node = *group.nodes.front();
-  const std::vector<Node*> epilogue(group.nodes.begin() + 1, group.nodes.end());
-  const GemmTile t = tile ? *tile : choose_gemm_tile(s);
-  const std::string el = cutlass_element(s.dtype);
-  const bool f32 = s.dtype == DType::f32;
-  const bool split = f32 && !s.tf32;  // 3xTF32
   const bool addmm = node.op == Op::Addmm;
-
-  KernelSource ks;
   ks.name = "ff_gemm_" + std::string(op_name(node.op));
   std::set<std::string> seen;
-  for (const Node* n : epilogue) {
+  for (auto it = group.nodes.begin() + 1; it != group.nodes.end(); ++it) {
     if (seen.size() == 4) {
       ks.name += "_etc";
       break;
     }
-    if (seen.insert(std::string(op_name(n->op))).second) ks.name += "_" + std::string(op_name(n->op));
+    if (seen.insert(std::string(op_name((*it)->op))).second) ks.name += "_" + std::string(op_name((*it)->op));
   }
-  const std::string math = split ? "3xtf32" : f32 ? "tf32" : std::string(dtype_name(s.dtype));
-  ks.name += "_" + math + "_" + std::to_string(t.m) + "x" + std::to_string(t.n) + "_" + std::to_string(id);
+  ks.name += "_" + tag + "_" + std::to_string(id);
   ks.outputs = {group.outputs[0]->name};
   ks.inputs = {node.input(addmm ? 1 : 0)->name, node.input(addmm ? 2 : 1)->name};
   if (addmm) ks.inputs.push_back(node.input(0)->name);  // passed even when beta = 0 (the ATen fallback reads it)
+  if (s.source != fusion::GemmSpec::Source::EpilogueInput) return nullptr;
+  const Value* source_input = nullptr;
+  for (auto it = group.nodes.begin() + 1; it != group.nodes.end(); ++it)
+    for (const Operand& o : (*it)->operands)
+      if (o.is_value() && o.value != node.result() &&
+          std::find(group.nodes.begin(), group.nodes.end(), o.value->producer) == group.nodes.end())
+        source_input = o.value;
+  if (source_input == nullptr) throw IRError("gemm codegen: the epilogue reads no source tensor");
+  ks.inputs.push_back(source_input->name);
+  return source_input;
+}
+
+std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s,
+                                const Value* source_input) {
+  const Node& node = *group.nodes.front();
+  const std::vector<Node*> epilogue(group.nodes.begin() + 1, group.nodes.end());
+  std::unordered_map<const Value*, std::string> expr_of{{node.result(), "v"}};
+  if (source_input) expr_of[source_input] = "s";
+  std::ostringstream body;
+  emit_pointwise_body(body, epilogue, "    ", expr_of);
+  const std::string round = s.dtype == DType::f16 ? "ff_round_f16(v)" : s.dtype == DType::bf16 ? "ff_round_bf16(v)" : "v";
+  std::ostringstream os;
+  os << "  // v: the matmul's value (alpha * acc, + beta * bias for addmm) rounded to its dtype as eager\n"
+     << "  // stores it; s: the source tensor's element. Then the " << epilogue.size() << " fused pointwise op(s).\n"
+     << "  __device__ __forceinline__ static float apply(float v, float s) {\n"
+     << "    v = " << round << ";\n"
+     << body.str() << "    return " << expr_of.at(group.outputs[0]) << ";\n  }\n";
+  return os.str();
+}
+
+KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id,
+                           const GemmTile* tile) {
+  const GemmTile t = tile ? *tile : choose_gemm_tile(s);
+  const std::string el = cutlass_element(s.dtype);
+  const bool f32 = s.dtype == DType::f32;
+  const bool split = f32 && !s.tf32;  // 3xTF32
+  const std::string math = split ? "3xtf32" : f32 ? "tf32" : std::string(dtype_name(s.dtype));
+  KernelSource ks;
+  const Value* source_input =
+      gemm_signature(ks, group, s, math + "_" + std::to_string(t.m) + "x" + std::to_string(t.n), id);
   using Source = fusion::GemmSpec::Source;
-  const Value* source_input = nullptr;  // Source::EpilogueInput: the tensor the epilogue reads
-  if (s.source == Source::EpilogueInput) {
-    for (const Node* n : epilogue)
-      for (const Operand& o : n->operands)
-        if (o.is_value() && o.value != node.result() &&
-            std::find(group.nodes.begin(), group.nodes.end(), o.value->producer) == group.nodes.end())
-          source_input = o.value;
-    if (source_input == nullptr) throw IRError("gemm codegen: the epilogue reads no source tensor");
-    ks.inputs.push_back(source_input->name);
-  }
+  const Node& node = *group.nodes.front();
+  const bool addmm = node.op == Op::Addmm;
+  const size_t n_epilogue = group.nodes.size() - 1;
   ks.cutlass = true;
   ks.block = t.threads();
   ks.unroll = 1;
@@ -136,16 +161,9 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
   os << cuda_prelude();
   if (!f32) os << cuda_half_prelude();
 
-  // The epilogue: alpha * acc + beta * source (addmm's bias), rounded to the
-  // matmul's dtype as eager stores it, then the fused pointwise nodes.
-  std::unordered_map<const Value*, std::string> expr_of{{node.result(), "v"}};
-  if (source_input) expr_of[source_input] = "s";
-  std::ostringstream body;
-  emit_pointwise_body(body, epilogue, "    ", expr_of);
-  const std::string round = s.dtype == DType::f16 ? "ff_round_f16(v)" : s.dtype == DType::bf16 ? "ff_round_bf16(v)" : "v";
   os << "\nnamespace {\n"
      << "using Element = " << el << ";\n"
-     << "// Per element: the matmul's value, then " << epilogue.size() << " fused pointwise op(s).\n"
+     << "// Per element: the matmul's value, then " << n_epilogue << " fused pointwise op(s).\n"
      << "struct EpilogueOp {\n"
      << "  using ElementOutput = Element;\n  using ElementSource = Element;\n  using ElementAccumulator = float;\n"
      << "  using ElementCompute = float;\n  using ElementScalar = float;\n  using ElementC = Element;\n"
@@ -163,10 +181,7 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
      << "  CUTLASS_HOST_DEVICE explicit EpilogueOp(Params const& p) : alpha_(p.alpha), beta_(p.beta) {}\n"
      << "  CUTLASS_HOST_DEVICE bool is_source_needed() const { return beta_ != 0.0f; }\n"
      << "  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {}\n"
-     << "  CUTLASS_DEVICE static float apply(float v, float s) {\n"
-     << "    v = " << round << ";\n"
-     << body.str()
-     << "    return " << expr_of.at(group.outputs[0]) << ";\n  }\n"
+     << gemm_epilogue_apply(group, s, source_input)
      << "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& acc, FragmentSource const& src) const {\n"
      << "    FragmentOutput out;\n    CUTLASS_PRAGMA_UNROLL\n"
      << "    for (int i = 0; i < kCount; ++i) out[i] = Element("

@@ -38,6 +38,18 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id,
                            const GemmTile* tile = nullptr);
 
+// Fills `ks`'s name (the matmul, its fused ops, `tag` for math and tile, `id`)
+// and parameters: the output, A, B, addmm's bias, the epilogue's source
+// tensor. Returns that source tensor (Source::EpilogueInput) or nullptr.
+const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
+                            const std::string& tag, int id);
+
+// A struct member `static float apply(float v, float s)`: the GEMM's value v
+// rounded to its dtype, then the group's fused pointwise nodes (s: the
+// source tensor's element).
+std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
+                                const Value* source_input);
+
 // The kernels of `group` for the candidate tiles other than the cost model's.
 std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
 

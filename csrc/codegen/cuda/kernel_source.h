@@ -28,6 +28,8 @@ struct KernelSource {
   // path, launch with `shared_bytes` of dynamic shared memory, and need every
   // pointer aligned to `align_bytes` (the executor checks before launching).
   bool cutlass = false;
+  // Hopper kernels (gemm_sm90.cc) use wgmma: built for sm_90a, run on sm_90 only.
+  bool sm90a = false;
   int shared_bytes = 0;
   int align_bytes = 0;
 };

@@ -1,0 +1,23 @@
+#pragma once
+// Hopper GEMM kernels: 3xTF32 on wgmma (sm_90a) with the fused epilogue, for
+// f32 matmuls whose operands are both K-contiguous (x @ W.T, q @ k.T). They
+// run about 1.4x the sm80 CUTLASS kernels' rate (gemm.h) at lower error.
+#include "codegen/cuda/kernel_source.h"
+#include "fusion/gemm.h"
+#include "fusion/partition.h"
+
+namespace ff::codegen {
+
+// Whether generate_gemm_sm90 covers `spec`: f32 at the default 3xTF32
+// precision, A row-major and B column-major (both K-contiguous), rows of A
+// and B in 16-byte vectors (K, leading dimensions and batch strides multiples
+// of 4; any M and N), K >= 512 (shorter sums keep the sm80 kernel, whose
+// rounding split is more exact per product).
+bool sm90_gemm_applies(const fusion::GemmSpec& spec);
+
+// The kernel for the matmul group: 128 x 128 tiles of 256 threads, the
+// matmul's value alpha * acc (+ beta * bias for addmm) through the group's
+// pointwise nodes, stored once. Parameters as gemm.h's generate_gemm.
+KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
+
+}  // namespace ff::codegen

@@ -1,0 +1,244 @@
+#include "codegen/cuda/sm90_mainloop.h"
+
+namespace ff::codegen {
+
+std::string_view cuda_sm90_mainloop() {
+  return R"CUDA(
+// ---- fuseforge sm90 3xTF32 GEMM mainloop (wgmma, sm_90a) ----
+// acc = A @ B^T for A (M x K) and B (N x K), both K-contiguous (tf32 wgmma
+// reads only K-major operands), each fp32 value x split into big = x with
+// its low 13 bits ignored (the tensor cores read fp32 bits as tf32 by
+// truncation) and small = x - big (truncated the same way): acc = a_small*b_big + a_big*b_small
+// + a_big*b_big (3xTF32, fp32 accuracy). The tensor cores accumulate PROMOTE
+// 32-deep k-blocks at a time into a scratch accumulator that is then added to
+// the result in fp32 registers: their own accumulation over a long K drops
+// low bits (measured: 6-14x eager's error at K = 2048-8192 without this).
+// A CTA of 256 threads (two warpgroups, 64 rows each) computes a 128 x 128
+// tile. B's tiles go through shared memory in wgmma's 128-byte-swizzled
+// layout, B's residuals beside them; A's through padded rows into registers.
+namespace ff_sm90 {
+
+constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4;
+constexpr int A_LD = BK + 4;  // floats per A row in shared memory: +4 keeps fragment loads conflict-free
+constexpr int B_TILE = BN * BK * 4, A_TILE = BM * A_LD * 4;  // bytes
+constexpr int SMEM_BYTES = 1024 + STAGES * B_TILE + 2 * B_TILE + STAGES * A_TILE;
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator reads/writes across async wgmma.
+__device__ __forceinline__ void reg_fence(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// x minus its tf32 truncation (exact in fp32; the tensor cores truncate it in
+// turn). Two ops: cvt.rna.tf32.f32 is emulated in about five.
+__device__ __forceinline__ unsigned tf32_residual(float x) {
+  return __float_as_uint(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u));
+}
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
+// 1024 bytes apart (the stride byte offset); bits 62-63 = 1 select SW128.
+__device__ __forceinline__ unsigned long long b_desc(unsigned addr) {
+  return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// d (the warpgroup's 64 x 128) += a (this thread's m64k8 fragment) * b (desc).
+__device__ __forceinline__ void wgmma_tf32(float (&d)[64], const unsigned (&a)[4], unsigned long long desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
+      "{%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d));
+}
+
+// Shared memory, as 32-bit shared-window addresses (1024-aligned base).
+struct Smem {
+  unsigned b_raw;    // STAGES B tiles as loaded (their tf32 truncation is b_big)
+  unsigned b_small;  // 2 tiles of B residuals: the tile in use and the next
+  unsigned a_raw;    // STAGES A tiles, padded rows
+};
+
+// Issues the cp.async loads of k-block `kb` into stage slot `slot`: this
+// thread's 16-byte chunks are rows row0 + 32 i (i < 4), column chunk ch. Rows
+// past M or N and columns past K read as zeros (cp.async's zero fill).
+struct TileLoader {
+  const float* a;  // row row0 of A's tile, column ch * 4
+  const float* b;
+  const float* any;  // a valid address for the zero-filled chunks
+  long long lda32, ldb32;  // 32 rows
+  int a_rows, b_rows;      // rows of this thread's chunks that exist: i < a_rows
+  int k, K;
+  unsigned a_dst, b_dst;   // this thread's first chunk in slot 0
+  __device__ void load(const Smem& s, int slot, int kb) const {
+    const int kk = kb * BK;
+    const bool k_ok = k + kk < K;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool a_ok = k_ok && i < a_rows, b_ok = k_ok && i < b_rows;
+      cp_async16(s.a_raw + slot * A_TILE + a_dst + i * 32 * A_LD * 4, a_ok ? a + i * lda32 + kk : any, a_ok);
+      // Rows 32 apart keep the same swizzle phase (row % 8).
+      cp_async16(s.b_raw + slot * B_TILE + b_dst + i * 32 * 128, b_ok ? b + i * ldb32 + kk : any, b_ok);
+    }
+  }
+};
+
+__device__ __forceinline__ float4 lds128(unsigned addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void sts128(unsigned addr, unsigned x, unsigned y, unsigned z, unsigned w) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(x), "r"(y), "r"(z), "r"(w));
+}
+__device__ __forceinline__ float lds32(unsigned addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
+
+// Writes the residuals of the B tile in `slot` to b_small[half].
+__device__ __forceinline__ void split_b(const Smem& s, int slot, int half) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned off = (threadIdx.x + 256 * i) * 16;
+    const float4 x = lds128(s.b_raw + slot * B_TILE + off);
+    sts128(s.b_small + half * B_TILE + off, tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z),
+           tf32_residual(x.w));
+  }
+  fence_proxy_async();  // the tensor cores (async proxy) read what these stores wrote
+}
+
+// This thread's m64k8 A fragments for the 4 k-steps of the tile in `slot`:
+// rows r and r + 8 of its warp's 16, columns t and t + 4 of each 8-step.
+__device__ __forceinline__ void load_a(const Smem& s, int slot, unsigned (&big)[4][4], unsigned (&small)[4][4]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = warp * 16 + (lane >> 2), t = lane & 3;  // warps 0-3: rows 0-63, warps 4-7: rows 64-127
+  const unsigned base = s.a_raw + slot * A_TILE + (r * A_LD + t) * 4;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const float x[4] = {lds32(base + ks * 32), lds32(base + (8 * A_LD + ks * 8) * 4), lds32(base + ks * 32 + 16),
+                        lds32(base + (8 * A_LD + ks * 8 + 4) * 4)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      big[ks][j] = __float_as_uint(x[j]);
+      small[ks][j] = tf32_residual(x[j]);
+    }
+  }
+}
+
+// One 32-deep k-block: 12 wgmmas on this k-block's tiles (A fragments cur_*),
+// and while the tensor cores run them, the next k-block's B residuals and A
+// fragments (next_*) and the cp.async loads of the k-block STAGES-1 ahead.
+// The tensor cores then idle only for the promotion.
+template <int PROMOTE>
+__device__ __forceinline__ void kblock(const Smem& s, const TileLoader& ld, int kb, int nk,
+                                      const unsigned (&cur_big)[4][4], const unsigned (&cur_small)[4][4],
+                                      unsigned (&next_big)[4][4], unsigned (&next_small)[4][4], float (&acc)[64],
+                                      float (&part)[64]) {
+  const int slot = kb % STAGES, half = kb & 1;
+  const bool fresh = kb % PROMOTE == 0;
+  reg_fence(part);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    wgmma_tf32(part, cur_small[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), fresh && ks == 0 ? 0 : 1);
+    wgmma_tf32(part, cur_big[ks], b_desc(s.b_small + half * B_TILE + ks * 32), 1);
+  }
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wgmma_tf32(part, cur_big[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), 1);
+  wgmma_commit();
+  if (kb + 1 < nk) {
+    cp_async_wait<STAGES - 3>();
+    __syncthreads();  // k-block kb+1 landed; every warpgroup is done with kb-1's buffers
+    split_b(s, (kb + 1) % STAGES, half ^ 1);
+    load_a(s, (kb + 1) % STAGES, next_big, next_small);
+  }
+  __syncthreads();  // kb+1's residuals are visible to both warpgroups
+  if (kb + STAGES - 1 < nk) ld.load(s, (kb + STAGES - 1) % STAGES, kb + STAGES - 1);
+  cp_async_commit();
+  wgmma_wait0();
+  reg_fence(part);
+  if (kb % PROMOTE == PROMOTE - 1 || kb == nk - 1) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] += part[i];
+  }
+}
+
+// Calls epilogue(row, col, v0, v1) for this thread's pairs of adjacent
+// columns of the CTA's tile: accumulator element i is row g + 8 * ((i >> 1) & 1)
+// of the warp's 16, column 8 * (i >> 2) + 2 * t + (i & 1) (g = lane / 4,
+// t = lane % 4). Needs K % 4 == 0, lda and ldb multiples of 4, A and B
+// 16-byte aligned, SMEM_BYTES of dynamic shared memory, 256 threads.
+template <int PROMOTE, class Epilogue>
+__device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int M, int N, int K, long long lda,
+                                               long long ldb, const Epilogue& epilogue) {
+  extern __shared__ __align__(16) unsigned char ff_smem[];
+  const unsigned raw = smem_u32(ff_smem), base = (raw + 1023u) & ~1023u;
+  const Smem s{base, base + STAGES * B_TILE, base + (STAGES + 2) * B_TILE};
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int nk = (K + BK - 1) / BK;
+  TileLoader ld;
+  {
+    const int row0 = threadIdx.x >> 3, ch = threadIdx.x & 7;
+    ld.a = a + (m0 + row0) * lda + ch * 4;
+    ld.b = b + (n0 + row0) * ldb + ch * 4;
+    ld.any = a;
+    ld.lda32 = 32 * lda;
+    ld.ldb32 = 32 * ldb;
+    ld.a_rows = (M - m0 - row0 + 31) / 32;
+    ld.b_rows = (N - n0 - row0 + 31) / 32;
+    ld.k = ch * 4;
+    ld.K = K;
+    ld.a_dst = (row0 * A_LD + ch * 4) * 4;
+    ld.b_dst = row0 * 128 + ((ch ^ (row0 & 7)) << 4);  // 128-byte swizzle: chunk ch of row r at ch ^ (r % 8)
+  }
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < nk) ld.load(s, st, st);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  split_b(s, 0, 0);
+  unsigned b0[4][4], s0[4][4], b1[4][4], s1[4][4];
+  load_a(s, 0, b0, s0);
+  __syncthreads();
+  float acc[64], part[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int kb = 0; kb < nk; kb += 2) {  // unrolled by 2: the fragment buffers swap roles
+    kblock<PROMOTE>(s, ld, kb, nk, b0, s0, b1, s1, acc, part);
+    if (kb + 1 < nk) kblock<PROMOTE>(s, ld, kb + 1, nk, b1, s1, b0, s0, acc, part);
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = m0 + warp * 16 + (lane >> 2), col0 = n0 + 2 * (lane & 3);
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) epilogue(row0 + 8 * ((i >> 1) & 1), col0 + 8 * (i >> 2), acc[i], acc[i + 1]);
+}
+
+}  // namespace ff_sm90
+)CUDA";
+}
+
+}  // namespace ff::codegen
