@@ -49,15 +49,17 @@ def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
         file_includes, body = emit._split_includes(_source(text, "_FF_CUDA_SOURCE"))
         includes.update(dict.fromkeys(file_includes))
         parts.append(f"namespace p_{name} {{\n{body}\n}}")
-    assert any("cutlass" in inc for inc in includes), "no problem emitted a GEMM kernel"
+    assert any("cutlass" in inc for inc in includes), "no problem emitted a CUTLASS GEMM kernel"
+    assert "wgmma.mma_async" in "".join(parts), "no problem emitted a Hopper GEMM kernel"
     parts.insert(0, "\n".join(includes))
     src = tmp_path / "all.cu"
     src.write_text("\n".join(parts))
-    # The flags load_inline gives nvcc, and the CUTLASS include the emitted files add.
+    # The flags load_inline gives nvcc, and the CUTLASS include the emitted files add;
+    # the target the files ask for on Hopper (TORCH_CUDA_ARCH_LIST=9.0a: wgmma).
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
     flags = [*COMMON_NVCC_FLAGS, "-std=c++17", f"-I{cutlass_include_dir()}"]
-    r = subprocess.run([NVCC, "-arch=sm_90", *flags, "-cubin", "-o", str(tmp_path / "all.cubin"), str(src)],
-                       capture_output=True, text=True)
+    r = subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", *flags, "-cubin", "-o",
+                        str(tmp_path / "all.cubin"), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -184,11 +186,21 @@ print(json.dumps({{"keys": list(new.state_dict()) == list(model.state_dict()), "
                                                             "fuseforge": False}
 
 
-def test_gemm_kernels_are_emitted_and_need_cutlass(emitted):
+def test_hopper_gemm_kernels_are_emitted_for_sm90a(emitted):
+    text = emitted["gemm_sigmoid_scaling_residual_add"].read_text()
+    assert "wgmma.mma_async" in text and "_FF_NEEDS_SM90A = True" in text
+    assert "_FF_NEEDS_CUTLASS = False" in text and "#include <cutlass" not in text
+    assert 'os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"' in text
+    assert "_FF_NEEDS_SM90A = False" in emitted["matrix_scalar_multiplication"].read_text()
+
+
+def test_gemm_kernels_are_emitted_and_need_cutlass(emitted, tmp_path):
     import importlib.util
     import warnings
     assert "_FF_NEEDS_CUTLASS = False" in emitted["matrix_scalar_multiplication"].read_text()
-    path = emitted["gemm_sigmoid_scaling_residual_add"]
+    seed = next(p for p in SEEDS if problem_name(p) == "gemm_sigmoid_scaling_residual_add")
+    path = tmp_path / "gemm_sigmoid_sm80.py"  # for an Ampere GPU: CUTLASS's sm80 kernels
+    path.write_text(emit.emit_problem(seed, arch=80))
     text = path.read_text()
     assert "#include <cutlass/gemm/kernel/gemm_batched.h>" in text and "_FF_NEEDS_CUTLASS = True" in text
     assert "cudaFuncAttributeMaxDynamicSharedMemorySize" in text  # its tile needs > 48 KiB
