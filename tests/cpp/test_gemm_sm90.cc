@@ -74,9 +74,9 @@ TEST(GemmSm90, CoversKContiguousF32OperandsWithLongSumsOnly) {
   %0 = mm(%x, %w) : f32[256,512]
   return %0
 })")));
-  // K = 256: short sums keep the sm80 kernel (its split rounds each part).
-  EXPECT_FALSE(codegen::sm90_gemm_applies(spec(R"(graph @g(%x: f32[256,256], %w: f32[512,256]) {
-  %0 = permute(%w) {dims=[1, 0]} : f32[256,512]{1,256}
+  // K = 1000: short sums keep the sm80 kernel (its split rounds both parts).
+  EXPECT_FALSE(codegen::sm90_gemm_applies(spec(R"(graph @g(%x: f32[256,1000], %w: f32[512,1000]) {
+  %0 = permute(%w) {dims=[1, 0]} : f32[1000,512]{1,1000}
   %1 = mm(%x, %0) : f32[256,512]
   return %1
 })")));

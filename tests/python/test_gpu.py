@@ -250,10 +250,13 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
 
 
 @hopper
-@pytest.mark.parametrize("m,n,k", [(1, 1, 512), (130, 300, 1028), (257, 129, 4096), (1024, 2048, 8192)])
+@pytest.mark.parametrize("m,n,k", [(1, 8, 1024), (130, 300, 1028), (257, 129, 4096), (1024, 2048, 8192)])
 def test_hopper_gemm_kernel_matches_eager_and_fp64(m, n, k):
     """The wgmma 3xTF32 kernel at ragged sizes (M, N off the 128 tile, K off
-    its 32): eager's 1e-4, and at most twice eager's error against fp64."""
+    its 32): eager's 1e-4, at most twice eager's error against fp64, and no
+    bias toward zero: the errors summed along the result's signs over each
+    row stay within 4x eager's (measured 0.9-2.3x; accumulating 128 of K in
+    the tensor cores before each fp32 promotion gave 10-28x)."""
     torch.manual_seed(0)
     model = torch.nn.Linear(k, n).cuda()
     x = torch.randn(m, k, device="cuda")
@@ -265,8 +268,13 @@ def test_hopper_gemm_kernel_matches_eager_and_fp64(m, n, k):
     assert kernel["sm90a"], kernel["name"]
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     ours, eager = _err64(out, ref64), _err64(ref, ref64)
-    print(f"sm90 linear {m}x{n}x{k}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}")
+
+    def shrink(y):
+        return float(((y.double() - ref64) * ref64.sign()).sum(1).abs().max())
+    print(f"sm90 linear {m}x{n}x{k}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}; "
+          f"bias toward zero fuseforge {shrink(out):.3g}, eager {shrink(ref):.3g}")
     assert ours <= 2 * eager, (ours, eager)
+    assert n < 100 or shrink(out) <= 4 * shrink(ref), (shrink(out), shrink(ref))
 
 
 @hopper

@@ -6,13 +6,17 @@ std::string_view cuda_sm90_mainloop() {
   return R"CUDA(
 // ---- fuseforge sm90 3xTF32 GEMM mainloop (wgmma, sm_90a) ----
 // acc = A @ B^T for A (M x K) and B (N x K), both K-contiguous (tf32 wgmma
-// reads only K-major operands), each fp32 value x split into big = x with
-// its low 13 bits ignored (the tensor cores read fp32 bits as tf32 by
-// truncation) and small = x - big (truncated the same way): acc = a_small*b_big + a_big*b_small
-// + a_big*b_big (3xTF32, fp32 accuracy). The tensor cores accumulate PROMOTE
-// 32-deep k-blocks at a time into a scratch accumulator that is then added to
-// the result in fp32 registers: their own accumulation over a long K drops
-// low bits (measured: 6-14x eager's error at K = 2048-8192 without this).
+// reads only K-major operands). Each fp32 value x is split into a tf32 big
+// part and the residual small = x - big; acc = a_small*b_big + a_big*b_small
+// + a_big*b_big (3xTF32, fp32 accuracy). The tensor cores read fp32 bits as
+// tf32 by truncation, so B's tiles serve as b_big as loaded and only B's
+// residuals are written (rounded to nearest); A's fragments, in registers,
+// take big = x rounded to nearest. Truncating both would drop a_small*b_small,
+// which has the product's sign: a bias toward zero. The tensor cores' own
+// accumulation truncates too (measured on an H100: accumulating all of K
+// there gave 6-14x eager's error; 128 of K at a time, 10-28x eager's bias
+// toward zero in sums of |y|), so each 32-deep k-block goes into a scratch
+// accumulator that is added to the result in fp32 registers.
 // A CTA of 256 threads (two warpgroups, 64 rows each) computes a 128 x 128
 // tile. B's tiles go through shared memory in wgmma's 128-byte-swizzled
 // layout, B's residuals beside them; A's through padded rows into registers.
@@ -39,10 +43,12 @@ __device__ __forceinline__ void reg_fence(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// x minus its tf32 truncation (exact in fp32; the tensor cores truncate it in
-// turn). Two ops: cvt.rna.tf32.f32 is emulated in about five.
+// Rounding to tf32 (nearest, ties away) on the bits: two integer ops where
+// cvt.rna.tf32.f32 is emulated in about five.
+__device__ __forceinline__ unsigned tf32_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+// B's residual: x minus its truncation (what the tensor cores read), rounded.
 __device__ __forceinline__ unsigned tf32_residual(float x) {
-  return __float_as_uint(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u));
+  return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u));
 }
 
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
@@ -74,7 +80,7 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[64], const unsigned (&a)[4
 
 // Shared memory, as 32-bit shared-window addresses (1024-aligned base).
 struct Smem {
-  unsigned b_raw;    // STAGES B tiles as loaded (their tf32 truncation is b_big)
+  unsigned b_raw;    // STAGES B tiles as loaded (the tensor cores read them as b_big)
   unsigned b_small;  // 2 tiles of B residuals: the tile in use and the next
   unsigned a_raw;    // STAGES A tiles, padded rows
 };
@@ -117,7 +123,7 @@ __device__ __forceinline__ float lds32(unsigned addr) {
   return v;
 }
 
-// Writes the residuals of the B tile in `slot` to b_small[half].
+// Writes the (rounded) residuals of the B tile in `slot` to b_small[half].
 __device__ __forceinline__ void split_b(const Smem& s, int slot, int half) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -141,8 +147,9 @@ __device__ __forceinline__ void load_a(const Smem& s, int slot, unsigned (&big)[
                         lds32(base + (8 * A_LD + ks * 8 + 4) * 4)};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      big[ks][j] = __float_as_uint(x[j]);
-      small[ks][j] = tf32_residual(x[j]);
+      big[ks][j] = tf32_round(x[j]);
+      // Exact in fp32; the tensor cores truncate it, unbiased: its sign is independent of x's.
+      small[ks][j] = __float_as_uint(x[j] - __uint_as_float(big[ks][j]));
     }
   }
 }
@@ -151,18 +158,16 @@ __device__ __forceinline__ void load_a(const Smem& s, int slot, unsigned (&big)[
 // and while the tensor cores run them, the next k-block's B residuals and A
 // fragments (next_*) and the cp.async loads of the k-block STAGES-1 ahead.
 // The tensor cores then idle only for the promotion.
-template <int PROMOTE>
 __device__ __forceinline__ void kblock(const Smem& s, const TileLoader& ld, int kb, int nk,
                                       const unsigned (&cur_big)[4][4], const unsigned (&cur_small)[4][4],
                                       unsigned (&next_big)[4][4], unsigned (&next_small)[4][4], float (&acc)[64],
                                       float (&part)[64]) {
   const int slot = kb % STAGES, half = kb & 1;
-  const bool fresh = kb % PROMOTE == 0;
   reg_fence(part);
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
-    wgmma_tf32(part, cur_small[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), fresh && ks == 0 ? 0 : 1);
+    wgmma_tf32(part, cur_small[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), ks == 0 ? 0 : 1);
     wgmma_tf32(part, cur_big[ks], b_desc(s.b_small + half * B_TILE + ks * 32), 1);
   }
 #pragma unroll
@@ -179,10 +184,8 @@ __device__ __forceinline__ void kblock(const Smem& s, const TileLoader& ld, int 
   cp_async_commit();
   wgmma_wait0();
   reg_fence(part);
-  if (kb % PROMOTE == PROMOTE - 1 || kb == nk - 1) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] += part[i];
-  }
+  for (int i = 0; i < 64; ++i) acc[i] += part[i];
 }
 
 // Calls epilogue(row, col, v0, v1) for this thread's pairs of adjacent
@@ -190,7 +193,7 @@ __device__ __forceinline__ void kblock(const Smem& s, const TileLoader& ld, int 
 // of the warp's 16, column 8 * (i >> 2) + 2 * t + (i & 1) (g = lane / 4,
 // t = lane % 4). Needs K % 4 == 0, lda and ldb multiples of 4, A and B
 // 16-byte aligned, SMEM_BYTES of dynamic shared memory, 256 threads.
-template <int PROMOTE, class Epilogue>
+template <class Epilogue>
 __device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int M, int N, int K, long long lda,
                                                long long ldb, const Epilogue& epilogue) {
   extern __shared__ __align__(16) unsigned char ff_smem[];
@@ -228,8 +231,8 @@ __device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int 
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
   for (int kb = 0; kb < nk; kb += 2) {  // unrolled by 2: the fragment buffers swap roles
-    kblock<PROMOTE>(s, ld, kb, nk, b0, s0, b1, s1, acc, part);
-    if (kb + 1 < nk) kblock<PROMOTE>(s, ld, kb + 1, nk, b1, s1, b0, s0, acc, part);
+    kblock(s, ld, kb, nk, b0, s0, b1, s1, acc, part);
+    if (kb + 1 < nk) kblock(s, ld, kb + 1, nk, b1, s1, b0, s0, acc, part);
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row0 = m0 + warp * 16 + (lane >> 2), col0 = n0 + 2 * (lane & 3);
