@@ -86,8 +86,12 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
          : s.source == Source::EpilogueInput ? "source + z * " + std::to_string(s.batch_stride_c) + "LL"
                                              : "nullptr")
      << "};\n"
+     << "  // K as a run-time value: with a constant trip count ptxas serializes the wgmmas\n"
+     << "  // (it injects warpgroup.arrive, info C7519).\n"
+     << "  int k;\n"
+     << "  asm volatile(\"mov.b32 %0, " << s.k << ";\" : \"=r\"(k));\n"
      << "  ff_sm90::gemm_3xtf32(a + z * " << s.a.batch_stride << "LL, b + z * "
-     << s.b.batch_stride << "LL, M, N, " << s.k << ", " << s.a.ld << ", " << s.b.ld << ", epilogue);\n"
+     << s.b.batch_stride << "LL, M, N, k, " << s.a.ld << ", " << s.b.ld << ", epilogue);\n"
      << "#else\n"
      << "  __trap();  // built for a target without wgmma: these kernels need sm_90a\n"
      << "#endif\n"

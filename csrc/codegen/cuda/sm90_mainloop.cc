@@ -230,7 +230,9 @@ __device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int 
   float acc[64], part[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  for (int kb = 0; kb < nk; kb += 2) {  // unrolled by 2: the fragment buffers swap roles
+  // Unrolled by 2 (the fragment buffers swap roles), no further.
+#pragma unroll 1
+  for (int kb = 0; kb < nk; kb += 2) {
     kblock(s, ld, kb, nk, b0, s0, b1, s1, acc, part);
     if (kb + 1 < nk) kblock(s, ld, kb + 1, nk, b1, s1, b0, s0, acc, part);
   }
