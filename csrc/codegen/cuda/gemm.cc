@@ -25,19 +25,19 @@ std::string cutlass_element(DType t) {
 
 std::string layout(bool row_major) { return row_major ? "cutlass::layout::RowMajor" : "cutlass::layout::ColumnMajor"; }
 
-std::string float_literal(double v) {
+// Assumed share of peak a tile reaches per multiprocessor (smaller tiles reload
+// operands more often); not yet calibrated by timing on a GPU.
+double tile_efficiency(const GemmTile& t) { return t.m * t.n >= 128 * 128 ? 1.0 : t.m * t.n >= 128 * 64 ? 0.85 : 0.65; }
+
+}  // namespace
+
+std::string f32_literal(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9gf", static_cast<float>(v));
   std::string r = buf;
   if (r.find_first_of(".e") == std::string::npos) r.insert(r.size() - 1, ".0");
   return r;
 }
-
-// Assumed share of peak a tile reaches per multiprocessor (smaller tiles reload
-// operands more often); not yet calibrated by timing on a GPU.
-double tile_efficiency(const GemmTile& t) { return t.m * t.n >= 128 * 128 ? 1.0 : t.m * t.n >= 128 * 64 ? 0.85 : 0.65; }
-
-}  // namespace
 
 int GemmTile::shared_bytes(DType t) const { return stages * (m * k + k * n) * dtype_size(t); }
 
@@ -221,8 +221,8 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
      << ", " << (s.source == Source::None ? s.n : s.ldc) << "}, "
      << (s.source == Source::None ? s.m * s.n : s.batch_stride_c) << "LL,\n"
      << "      {out, " << s.n << "}, " << s.m * s.n << "LL,\n"
-     << "      {" << float_literal(s.alpha) << ", "
-     << float_literal(s.source == Source::Bias ? s.beta : s.source == Source::EpilogueInput ? 1.0 : 0.0) << "}, "
+     << "      {" << f32_literal(s.alpha) << ", "
+     << f32_literal(s.source == Source::Bias ? s.beta : s.source == Source::EpilogueInput ? 1.0 : 0.0) << "}, "
      << s.batch
      << ");\n"
      << "  Gemm op;\n"

@@ -50,6 +50,9 @@ const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& grou
 std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
                                 const Value* source_input);
 
+// `v` as a CUDA float literal ("0.5f", "2.0f").
+std::string f32_literal(double v);
+
 // The kernels of `group` for the candidate tiles other than the cost model's.
 std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
 

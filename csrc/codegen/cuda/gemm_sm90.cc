@@ -14,15 +14,6 @@ constexpr int kTile = 128;     // ff_sm90::BM and BN
 constexpr int kThreads = 256;  // two warpgroups
 constexpr int kSharedBytes = 1024 + 4 * 16384 + 2 * 16384 + 4 * 18432;  // ff_sm90::SMEM_BYTES
 
-std::string f32_literal(double v) {
-  std::ostringstream os;
-  os.precision(9);
-  os << static_cast<float>(v);
-  std::string r = os.str();
-  if (r.find_first_of(".en") == std::string::npos) r += ".0";
-  return r + "f";
-}
-
 }  // namespace
 
 bool sm90_gemm_applies(const fusion::GemmSpec& s) {
@@ -75,7 +66,9 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
      << "    float* o = out + static_cast<long long>(row) * N + col;\n"
      << (s.n % 2 == 0 ? "    *reinterpret_cast<float2*>(o) = make_float2(value(row, col, v0), value(row, col + 1, v1));\n"
                       : "    o[0] = value(row, col, v0);\n    if (col + 1 < N) o[1] = value(row, col + 1, v1);\n")
-     << "  }\n};\n}  // namespace\n\n";
+     << "  }\n};\n"
+     << "static_assert(ff_sm90::SMEM_BYTES == " << kSharedBytes << ", \"the launch's shared memory\");\n"
+     << "}  // namespace\n\n";
   os << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ", 1) " << ks.name
      << "(float* out, const float* a, const float* b" << (addmm ? ", const float* bias" : "")
      << (source_input ? ", const float* source" : "") << ") {\n"
