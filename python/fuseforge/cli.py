@@ -304,7 +304,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from fuseforge.capture import capture
     mod, model = _build(args.problem, args.mode, "cpu")
     captured = capture(model, _inputs(mod, 0, "cpu"), name=type(model).__name__)
-    plan = core.compile_graph(captured.text, trace=True)
+    # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH).
+    arch = core.device_arch(0) if torch.cuda.is_available() else CPU_CHECK_ARCH
+    plan = core.compile_graph(captured.text, trace=True, arch=arch)
     console.rule("IR as captured")
     console.print(plan["ir_before"], markup=False, highlight=False)
     for pass_name, ir in plan["pass_trace"]:

@@ -46,3 +46,34 @@ def test_compile_only_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     path.write_text(PROBLEM)
     assert cli.main(["run", str(path), "--compile-only"]) == 2
     assert "--compile-only needs a CUDA GPU" in capsys.readouterr().out
+
+
+LINEAR = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(1024, 256)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+
+    def get_inputs():
+        return [torch.randn(64, 1024)]
+
+    def get_init_inputs():
+        return []
+''')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, explain shows that GPU's kernels")
+def test_explain_shows_the_passes_and_the_kernels_of_the_checked_arch(tmp_path, capsys):
+    path = tmp_path / "linear_relu.py"
+    path.write_text(LINEAR)
+    assert cli.main(["explain", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "IR as captured" in out
+    # Without a GPU: the kernels of CPU_CHECK_ARCH (sm_90), so the Hopper GEMM with relu fused.
+    assert "kernel  ff_gemm_addmm_relu_3xtf32_sm90_0  (2 ops fused" in out, out
