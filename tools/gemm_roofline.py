@@ -2,7 +2,9 @@
 the matmul shapes of the problems: TFLOP/s and fraction of the precision's
 dense tensor-core peak (fuseforge.roofline: a third of TF32's for f32, whose
 3xTF32 issues three TF32 MMAs per product; FP16's for f16/bf16), plus max abs
-error against fp64 for both. `--precision tf32`: the f32 shapes under the
+error against fp64 for both and fuseforge's bias toward zero over eager's
+(errors summed along the fp64 result's signs per row, the largest row: a
+truncating accumulation shows up here long before in the max error). `--precision tf32`: the f32 shapes under the
 opt-in TF32 policy, eager (cuBLAS) with TF32 too.
 Usage: python tools/gemm_roofline.py [--precision fp32|tf32]"""
 from __future__ import annotations
@@ -43,12 +45,16 @@ class MatMul(torch.nn.Module):
         return torch.matmul(a, b.transpose(-1, -2) if self.transposed else b)
 
 
+def _bias_toward_zero(y: torch.Tensor, ref64: torch.Tensor) -> float:
+    return float(((y.double() - ref64) * ref64.sign()).sum(-1).abs().max())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32"])
     precision = parser.parse_args().precision
     print(f"{'shape':28} {'dtype':9} {'eager ms':>9} {'ff ms':>8} {'x eager':>8} {'ff TFLOP/s':>11} {'of peak':>8} "
-          f"{'err ff':>9} {'err eager':>9} kernel")
+          f"{'err ff':>9} {'err eager':>9} {'bias/eager':>10} kernel")
     for name, batch, m, n, k, dtype, transposed in SHAPES:
         if precision == "tf32" and dtype != torch.float32:
             continue
@@ -69,8 +75,10 @@ def main() -> None:
         roof = roofline(plan, torch.cuda.get_device_name(), t_ff, precision)
         err_ff = float((out.double() - ref64).abs().max())
         err_eager = float((ref.double() - ref64).abs().max())
+        bias = _bias_toward_zero(out, ref64) / max(_bias_toward_zero(ref, ref64), 1e-300)
         print(f"{name:28} {str(dtype)[6:]:9} {t_eager:9.3f} {t_ff:8.3f} {t_eager / t_ff:8.2f} {roof['tflops']:11.1f} "
-              f"{roof['tensor_peak_fraction'] or 0:8.1%} {err_ff:9.2e} {err_eager:9.2e} {','.join(kernels) or 'ATen'}")
+              f"{roof['tensor_peak_fraction'] or 0:8.1%} {err_ff:9.2e} {err_eager:9.2e} {bias:10.2f} "
+              f"{','.join(kernels) or 'ATen'}")
 
 
 if __name__ == "__main__":
