@@ -371,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     emit.add_argument("problem")
     emit.add_argument("-o", "--output", required=True, help="the Python file to write")
     emit.add_argument("--modes", default="train,eval", help="modes to compile plans for (others run eagerly)")
+    emit.add_argument("--arch", type=int, default=None,
+                      help="compute capability the kernels target, e.g. 80 (default: this machine's GPU, else 90; "
+                           "a file with Hopper kernels runs Model.forward on other GPUs)")
     emit.set_defaults(fn=_lazy("fuseforge.emit", "cmd_emit"))
     explain = sub.add_parser("explain", help="print the IR after each pass and the kernel plan")
     explain.add_argument("problem")

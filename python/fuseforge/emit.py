@@ -493,7 +493,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in ("train", "eval") for m in modes):
         raise ValueError(f"--modes takes train and/or eval, not {args.modes!r}")
-    text = emit_problem(args.problem, modes)
+    text = emit_problem(args.problem, modes, arch=args.arch)
     Path(args.output).write_text(text)
     print(f"wrote {args.output} ({len(text.splitlines())} lines)")
     return 0

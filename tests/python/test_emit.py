@@ -224,6 +224,9 @@ def test_cli_emit_writes_the_file(tmp_path):
     assert cli.main(["emit", str(SEEDS[-1]), "-o", str(out)]) == 0
     assert "class ModelNew(Model)" in out.read_text()
     assert cli.main(["emit", str(SEEDS[-1]), "-o", str(out), "--modes", "test"]) == 2
+    seed = next(p for p in SEEDS if problem_name(p) == "gemm_sigmoid_scaling_residual_add")
+    assert cli.main(["emit", str(seed), "-o", str(out), "--arch", "80"]) == 0
+    assert "_FF_NEEDS_SM90A = False" in out.read_text() and "_FF_NEEDS_CUTLASS = True" in out.read_text()
 
 
 def test_check_emitted_tool_exists():
