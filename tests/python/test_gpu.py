@@ -122,6 +122,19 @@ def _err64(out, ref64):
     return float((out.double() - ref64).abs().max())
 
 
+def _linear_vs_fp64(m, n, k):
+    """An optimized nn.Linear(k, n) on an m x k input: (optimized module, its
+    output, eager's, the fp64 reference)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(k, n).cuda()
+    x = torch.randn(m, k, device="cuda")
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        out, ref = fast(x), model(x)
+        ref64 = torch.nn.functional.linear(x.double(), model.weight.double(), model.bias.double())
+    return fast, out, ref, ref64
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (3, 5, 1), (33, 17, 8), (130, 66, 36), (257, 300, 129)])
 def test_linear_gemm_kernel_matches_eager(gemm_on, dtype, m, n, k):
@@ -205,14 +218,8 @@ def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch
 def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
     """3xTF32 keeps fp32 accuracy: max abs error against an fp64 reference is
     at most twice eager fp32's (both printed)."""
-    torch.manual_seed(0)
     for (m, n, k) in [(512, 1024, 4096), (1000, 999, 1001)]:
-        model = torch.nn.Linear(k, n).cuda()
-        x = torch.randn(m, k, device="cuda")
-        fast = fuseforge.optimize(model)
-        with torch.no_grad():
-            out, ref = fast(x), model(x)
-            ref64 = torch.nn.functional.linear(x.double(), model.weight.double(), model.bias.double())
+        fast, out, ref, ref64 = _linear_vs_fp64(m, n, k)
         assert _gemm_kernels(fast)
         ours, eager = _err64(out, ref64), _err64(ref, ref64)
         print(f"linear {m}x{n}x{k}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}")
@@ -257,13 +264,7 @@ def test_hopper_gemm_kernel_matches_eager_and_fp64(m, n, k):
     bias toward zero: the errors summed along the result's signs over each
     row stay within 4x eager's (measured 0.9-2.3x; accumulating 128 of K in
     the tensor cores before each fp32 promotion gave 10-28x)."""
-    torch.manual_seed(0)
-    model = torch.nn.Linear(k, n).cuda()
-    x = torch.randn(m, k, device="cuda")
-    fast = fuseforge.optimize(model)
-    with torch.no_grad():
-        out, ref = fast(x), model(x)
-        ref64 = torch.nn.functional.linear(x.double(), model.weight.double(), model.bias.double())
+    fast, out, ref, ref64 = _linear_vs_fp64(m, n, k)
     (kernel,) = _gemm_kernels(fast)
     assert kernel["sm90a"], kernel["name"]
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
