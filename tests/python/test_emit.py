@@ -194,6 +194,19 @@ def test_hopper_gemm_kernels_are_emitted_for_sm90a(emitted):
     assert "_FF_NEEDS_SM90A = False" in emitted["matrix_scalar_multiplication"].read_text()
 
 
+def test_hopper_kernels_build_for_sm90a_and_leave_the_arch_list_as_it_was(emitted, monkeypatch):
+    import importlib.util
+    import torch.utils.cpp_extension as ext
+    seen = []
+    monkeypatch.setattr(ext, "load_inline", lambda **kw: seen.append(os.environ.get("TORCH_CUDA_ARCH_LIST")) or "ext")
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    spec = importlib.util.spec_from_file_location("emitted_sm90a", emitted["gemm_sigmoid_scaling_residual_add"])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._ff_extension() == "ext" and seen == ["9.0a"]
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"
+
+
 def test_gemm_kernels_are_emitted_and_need_cutlass(emitted, tmp_path):
     import importlib.util
     import warnings
