@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs fuseforge on the lent GPU machine (see docs/DEVICE.md).
+# Installs fuseforge on the lent GPU machine (see docs/ARCHITECTURE.md, "On the lent GPU machine").
 # Its $CXX (/opt/gcc) links libstdc++ statically, which crashes inside a torch
 # process (two libstdc++ copies share iostream locale state): build with the
 # system g++ instead. Pinned nanobind/scikit-build-core and nvidia-cutlass (the
