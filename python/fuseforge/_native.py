@@ -67,3 +67,13 @@ for _d in _cutlass_include_dirs():
     _core.add_cutlass_include_dir(_d)
 
 core = _core
+
+#: The compute capability kernels target where this machine has no GPU (H100).
+CPU_CHECK_ARCH = 90
+
+
+def target_arch() -> int:
+    """The compute capability of this machine's first GPU; CPU_CHECK_ARCH without one."""
+    import torch
+
+    return core.device_arch(0) if torch.cuda.is_available() else CPU_CHECK_ARCH

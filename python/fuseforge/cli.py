@@ -32,9 +32,6 @@ from fuseforge.roofline import ROOFLINE_LEGEND, roofline_cells
 
 console = Console()
 
-#: Architecture kernels are compiled for when no GPU is present (H100).
-CPU_CHECK_ARCH = 90
-
 
 def _flatten(x: Any) -> list[torch.Tensor]:
     from torch.utils import _pytree as pytree
@@ -237,7 +234,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
 
 
 def _run_cpu(args: argparse.Namespace) -> dict:
-    from fuseforge._native import core
+    from fuseforge._native import CPU_CHECK_ARCH, core
     from fuseforge.capture import capture
     from fuseforge.executor import Executor
     from fuseforge.problem import problem_name
@@ -300,13 +297,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from fuseforge._native import core
+    from fuseforge._native import core, target_arch
     from fuseforge.capture import capture
     mod, model = _build(args.problem, args.mode, "cpu")
     captured = capture(model, _inputs(mod, 0, "cpu"), name=type(model).__name__)
     # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH).
-    arch = core.device_arch(0) if torch.cuda.is_available() else CPU_CHECK_ARCH
-    plan = core.compile_graph(captured.text, trace=True, arch=arch)
+    plan = core.compile_graph(captured.text, trace=True, arch=target_arch())
     console.rule("IR as captured")
     console.print(plan["ir_before"], markup=False, highlight=False)
     for pass_name, ir in plan["pass_trace"]:

@@ -439,9 +439,9 @@ def _cutlass_code(needed: bool) -> list[str]:
 
 def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval"), arch: int | None = None) -> str:
     """The emitted file's text for a problem file (see the module docstring).
-    `arch`: the compute capability the kernels target (default: this
-    machine's GPU, else 90). Raises EmitError if a plan holds something it
-    cannot write out."""
+    `arch`: the compute capability the kernels target (default: target_arch(),
+    this machine's GPU's, else 90). Raises EmitError if a plan holds something
+    it cannot write out."""
     source = Path(path).read_text()
     _check_imports(source, str(path))
     mod = load_problem(path)
@@ -449,8 +449,8 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval"), arc
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs())
     if arch is None:
-        from fuseforge._native import core
-        arch = core.device_arch(0) if torch.cuda.is_available() else 90
+        from fuseforge._native import target_arch
+        arch = target_arch()
     plans = _capture_modes(model, list(mod.get_inputs()), modes, type(model).__name__, arch)
     if not plans:
         raise EmitError(f"{path}: no mode in {list(modes)} could be captured; nothing to emit")
