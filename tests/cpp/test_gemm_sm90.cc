@@ -42,6 +42,11 @@ TEST(GemmSm90, HopperTargetGetsTheWgmmaKernelWithTheEpilogueFused) {
   EXPECT_NE(k.source.find("ff_sigmoid(v)"), std::string::npos);
   // addmm's bias is one row broadcast to every output row (row stride 0).
   EXPECT_NE(k.source.find("src[static_cast<long long>(row) * 0 + col]"), std::string::npos) << k.source;
+  // Sizes reach the mainloop as warp-uniform run-time values: constants make
+  // ptxas serialize the wgmmas, per-thread values (asm mov) slow the loop.
+  EXPECT_NE(k.source.find("M + opaque, N + opaque, 1028 + opaque, 1028 + opaque, 1028 + opaque"), std::string::npos)
+      << k.source;
+  EXPECT_EQ(k.source.find("asm volatile(\"mov"), std::string::npos);
   EXPECT_EQ(k.inputs, (std::vector<std::string>{"x", "0", "b"}));
   EXPECT_EQ(k.grid[0], 2);  // ceil(130 / 128)
   EXPECT_EQ(k.grid[1], 3);  // ceil(300 / 128)

@@ -127,8 +127,8 @@ def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch
     """ptxas's report for the wgmma kernel: no register spills, and no
     warpgroup.arrive injected to serialize the wgmmas (info C7519). It was
     injected while K was a compile-time constant; that kernel ran 1.58 ms on
-    an H100 where the same mainloop with a run-time K, in a standalone
-    harness, ran 1.40 ms (1024 x 8192 x 8192)."""
+    an H100 where the same mainloop with run-time sizes ran 1.43 ms
+    (1024 x 8192 x 8192)."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
     text = f"""graph @g(%a: f32[1024,{k}], %w: f32[512,{k}] param, %bias: f32[512] param, %r: f32[1024,512]) {{
   %0 = permute(%w) {{dims=[1, 0]}} : f32[{k},512]{{1,{k}}}
