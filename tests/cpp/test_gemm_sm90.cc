@@ -50,7 +50,7 @@ TEST(GemmSm90, HopperTargetGetsTheWgmmaKernelWithTheEpilogueFused) {
   EXPECT_EQ(k.inputs, (std::vector<std::string>{"x", "0", "b"}));
   EXPECT_EQ(k.grid[0], 2);  // ceil(130 / 128)
   EXPECT_EQ(k.grid[1], 3);  // ceil(300 / 128)
-  EXPECT_EQ(k.block, 256);
+  EXPECT_EQ(k.block, 384);
   EXPECT_EQ(k.align_bytes, 16);
   EXPECT_GT(k.shared_bytes, 48 * 1024);
   // Other targets keep the sm80 CUTLASS kernel.

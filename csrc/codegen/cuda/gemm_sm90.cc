@@ -12,8 +12,8 @@ namespace {
 
 // The mainloop's constants the launch depends on (each kernel static_asserts them).
 constexpr int kTile = 128;     // ff_sm90::BM and BN
-constexpr int kThreads = 256;  // two warpgroups
-constexpr int kSharedBytes = 1024 + 4 * 16384 + 2 * 16384 + 4 * 18432;  // ff_sm90::SMEM_BYTES
+constexpr int kThreads = 384;  // a producer and two consumer warpgroups (ff_sm90::THREADS)
+constexpr int kSharedBytes = 1024 + 4 * (2 * 16384 + 18432) + 2 * 4 * 8;  // ff_sm90::SMEM_BYTES
 
 }  // namespace
 
@@ -68,7 +68,8 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
      << (s.n % 2 == 0 ? "    *reinterpret_cast<float2*>(o) = make_float2(value(row, col, v0), value(row, col + 1, v1));\n"
                       : "    o[0] = value(row, col, v0);\n    if (col + 1 < N) o[1] = value(row, col + 1, v1);\n")
      << "  }\n};\n"
-     << "static_assert(ff_sm90::BM == " << kTile << " && ff_sm90::BN == " << kTile << " && ff_sm90::SMEM_BYTES == "
+     << "static_assert(ff_sm90::BM == " << kTile << " && ff_sm90::BN == " << kTile << " && ff_sm90::THREADS == "
+     << kThreads << " && ff_sm90::SMEM_BYTES == "
      << kSharedBytes << ", \"the launch's grid and shared memory\");\n"
      << "}  // namespace\n\n";
   os << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ", 1) " << ks.name
