@@ -5,6 +5,7 @@
 
 #include "codegen/cuda/gemm.h"
 #include "fusion/gemm.h"
+#include "gemm_spec.h"
 #include "fusion/partition.h"
 #include "pipeline/compile.h"
 
@@ -13,20 +14,10 @@ namespace {
 
 const fusion::PartitionOptions kAllGemm{{DType::f32, DType::f16, DType::bf16}};
 
-const Node& only_matmul(const Graph& g) {
-  for (auto& n : g.nodes())
-    if (op_kind(n->op) == OpKind::Matmul) return *n;
-  throw std::runtime_error("no matmul");
-}
-
-std::optional<fusion::GemmSpec> match(const std::string& text) {
-  auto g = parse(text);
-  verify(*g);
-  return fusion::match_gemm(only_matmul(*g));  // the spec holds numbers only
-}
+using testing::gemm_spec_of;
 
 TEST(Gemm, LinearIsRowMajorTimesColumnMajorWithBroadcastBias) {
-  auto s = match(R"(graph @g(%x: f32[1024,8192], %w: f32[512,8192] param, %b: f32[512] param) {
+  auto s = gemm_spec_of(R"(graph @g(%x: f32[1024,8192], %w: f32[512,8192] param, %b: f32[512] param) {
   %0 = permute(%w) {dims=[1, 0]} : f32[8192,512]{1,8192}
   %1 = addmm(%b, %x, %0) : f32[1024,512]
   return %1
@@ -45,7 +36,7 @@ TEST(Gemm, LinearIsRowMajorTimesColumnMajorWithBroadcastBias) {
 }
 
 TEST(Gemm, BatchedWithBroadcastBatchAndOddSizes) {
-  auto s = match(R"(graph @g(%a: f32[3,7,12], %w: f32[1,12,5]) {
+  auto s = gemm_spec_of(R"(graph @g(%a: f32[3,7,12], %w: f32[1,12,5]) {
   %0 = expand(%w) : f32[3,12,5]{0,5,1}
   %1 = bmm(%a, %0) : f32[3,7,5]
   return %1
@@ -60,26 +51,26 @@ TEST(Gemm, BatchedWithBroadcastBatchAndOddSizes) {
 
 TEST(Gemm, UnsupportedLayoutsAndDtypesStayLibraryCalls) {
   // Neither dim of A unit-stride.
-  EXPECT_FALSE(match(R"(graph @g(%a: f32[4,16], %b: f32[8,4]) {
+  EXPECT_FALSE(gemm_spec_of(R"(graph @g(%a: f32[4,16], %b: f32[8,4]) {
   %0 = slice(%a) {dim=1, end=16, start=0, step=2} : f32[4,8]{16,2}
   %1 = mm(%0, %b) : f32[4,4]
   return %1
 })"));
   // A per-row bias.
-  EXPECT_FALSE(match(R"(graph @g(%c: f32[4,1], %a: f32[4,8], %b: f32[8,4]) {
+  EXPECT_FALSE(gemm_spec_of(R"(graph @g(%c: f32[4,1], %a: f32[4,8], %b: f32[8,4]) {
   %0 = addmm(%c, %a, %b) : f32[4,4]
   return %0
 })"));
   // f64, and f16 with an odd K (2-byte accesses).
-  EXPECT_FALSE(match(R"(graph @g(%a: f64[4,8], %b: f64[8,4]) {
+  EXPECT_FALSE(gemm_spec_of(R"(graph @g(%a: f64[4,8], %b: f64[8,4]) {
   %0 = mm(%a, %b) : f64[4,4]
   return %0
 })"));
-  EXPECT_FALSE(match(R"(graph @g(%a: f16[4,7], %b: f16[7,4]) {
+  EXPECT_FALSE(gemm_spec_of(R"(graph @g(%a: f16[4,7], %b: f16[7,4]) {
   %0 = mm(%a, %b) : f16[4,4]
   return %0
 })"));
-  EXPECT_TRUE(match(R"(graph @g(%a: f16[4,8], %b: f16[8,4]) {
+  EXPECT_TRUE(gemm_spec_of(R"(graph @g(%a: f16[4,8], %b: f16[8,4]) {
   %0 = mm(%a, %b) : f16[4,4]
   return %0
 })"));

@@ -5,6 +5,7 @@
 
 #include "codegen/cuda/gemm_sm90.h"
 #include "fusion/gemm.h"
+#include "gemm_spec.h"
 #include "pipeline/compile.h"
 #include "runtime/check.h"
 #include "runtime/compiler.h"
@@ -62,13 +63,7 @@ TEST(GemmSm90, HopperTargetGetsTheWgmmaKernelWithTheEpilogueFused) {
 }
 
 TEST(GemmSm90, CoversKContiguousF32OperandsWithLongSumsOnly) {
-  auto spec = [](const std::string& text) {
-    auto g = parse(text);
-    verify(*g);
-    for (auto& n : g->nodes())
-      if (op_kind(n->op) == OpKind::Matmul) return *fusion::match_gemm(*n);
-    throw std::runtime_error("no matmul");
-  };
+  auto spec = [](const std::string& text) { return testing::gemm_spec_of(text).value(); };
   fusion::GemmSpec linear = spec(kLinear);
   EXPECT_TRUE(codegen::sm90_gemm_applies(linear));
   fusion::GemmSpec tf32 = linear;

@@ -1,0 +1,23 @@
+#pragma once
+// Shared by the GEMM tests: the GemmSpec of the one matmul in an IR text.
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "fusion/gemm.h"
+#include "ir/graph.h"
+
+namespace ff::testing {
+
+// match_gemm of the graph's only matmul node (nullopt: no GEMM kernel covers
+// it); throws if the text holds no matmul. The spec holds numbers only, so it
+// outlives the parsed graph.
+inline std::optional<fusion::GemmSpec> gemm_spec_of(const std::string& text) {
+  auto g = parse(text);
+  verify(*g);
+  for (auto& n : g->nodes())
+    if (op_kind(n->op) == OpKind::Matmul) return fusion::match_gemm(*n);
+  throw std::runtime_error("no matmul");
+}
+
+}  // namespace ff::testing
