@@ -35,6 +35,13 @@ struct GemmSpec {
   // f32 only: one TF32 MMA per product (the opt-in "tf32" precision) instead
   // of 3xTF32's three (fp32 accuracy, the default).
   bool tf32 = false;
+  // A reduction of the epilogue's value in blocks of `reduce_block` rows or
+  // columns (split_gemm_reduction.h): the kernel writes one partial per block,
+  // [batch, M, N / block] over rows (`reduce_rows`) or [batch, M / block, N]
+  // over columns, instead of the M x N result. Mean: the block's mean.
+  enum class Reduce { None, Sum, Mean, Max, Min } reduce = Reduce::None;
+  bool reduce_rows = true;
+  int reduce_block = 0;
 };
 
 // The GEMM a mm/addmm/bmm node computes, or nullopt when no GEMM kernel covers

@@ -1,6 +1,7 @@
 #include "fusion/partition.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <optional>
 #include <queue>
@@ -69,6 +70,7 @@ class Partitioner {
         members.insert(members.end(), groups_[*ep].begin(), groups_[*ep].end());
         absorbed[*ep] = true;
       }
+      if (auto blocks = block_reduction(members.back(), *spec)) members.insert(members.end(), blocks->begin(), blocks->end());
       gemm_of_[groups_.size()] = *spec;
       groups_.push_back(std::move(members));
       absorbed.push_back(false);
@@ -115,6 +117,43 @@ class Partitioner {
       spec = with;
     }
     return gi;
+  }
+
+  // The view and the block reduction that read `last`'s result (the GEMM's
+  // epilogue output), if its kernel can reduce them: then `spec` says how.
+  std::optional<std::array<Node*, 2>> block_reduction(const Node* last, GemmSpec& spec) const {
+    if (!options_.reduces_in_epilogue || spec.dtype != DType::f32 || feeds_graph_output(last) ||
+        users(last).size() != 1)
+      return std::nullopt;
+    Node* view = users(last).front();
+    if (view->op != Op::View || feeds_graph_output(view) || users(view).size() != 1) return std::nullopt;
+    Node* red = users(view).front();
+    const Shape& in = last->result()->type.shape;
+    const Shape& split = view->result()->type.shape;
+    const int64_t rank = static_cast<int64_t>(in.size());
+    if (split.size() != in.size() + 1 || !red->has_attr("dims") || red->attr_ints("dims").size() != 1 ||
+        red->attr_bool_or("keepdim", false) || red->result()->type.dtype != DType::f32)
+      return std::nullopt;
+    const int64_t d = normalize_dim(red->attr_ints("dims")[0], rank + 1) - 1;  // the split dim; blocks: d + 1
+    if (d != rank - 1 && d != rank - 2) return std::nullopt;
+    const int64_t block = split[d + 1];
+    Shape joined = split;
+    joined[d] *= block;
+    joined.erase(joined.begin() + d + 1);
+    if (joined != in || block < 16 || 128 % block != 0) return std::nullopt;
+    GemmSpec with = spec;
+    switch (red->op) {
+      case Op::Sum: with.reduce = GemmSpec::Reduce::Sum; break;
+      case Op::Mean: with.reduce = GemmSpec::Reduce::Mean; break;
+      case Op::Amax: with.reduce = GemmSpec::Reduce::Max; break;
+      case Op::Amin: with.reduce = GemmSpec::Reduce::Min; break;
+      default: return std::nullopt;
+    }
+    with.reduce_rows = d == rank - 1;
+    with.reduce_block = static_cast<int>(block);
+    if (!options_.reduces_in_epilogue(with)) return std::nullopt;
+    spec = with;
+    return std::array<Node*, 2>{view, red};
   }
 
   const std::vector<Node*>& users(const Node* n) const {

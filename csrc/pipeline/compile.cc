@@ -1,8 +1,11 @@
 #include "pipeline/compile.h"
 
+#include <algorithm>
+
 #include "codegen/cuda/gemm.h"
 #include "codegen/cuda/gemm_sm90.h"
 #include "codegen/cuda/pointwise.h"
+#include "fusion/split_gemm_reduction.h"
 #include "fusion/subgraph.h"
 #include "passes/pass.h"
 
@@ -19,8 +22,14 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   };
   if (options.trace_passes) pm.run(*out.graph, 4, trace);
   else pm.run(*out.graph);
+  // Hopper GEMM kernels reduce their epilogue's rows or columns in blocks.
+  const auto reduces_in_epilogue = [&](const fusion::GemmSpec& spec) {
+    return options.arch == 90 && !options.tf32 && codegen::sm90_gemm_applies(spec) &&
+           std::find(options.gemm_dtypes.begin(), options.gemm_dtypes.end(), spec.dtype) != options.gemm_dtypes.end();
+  };
+  if (fusion::split_gemm_reductions(*out.graph, reduces_in_epilogue)) verify(*out.graph);
   out.ir_after = print(*out.graph);
-  out.partition = fusion::partition(*out.graph, {options.gemm_dtypes, options.tf32});
+  out.partition = fusion::partition(*out.graph, {options.gemm_dtypes, options.tf32, reduces_in_epilogue});
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const auto& group = out.partition.groups[i];
     const int id = static_cast<int>(i);

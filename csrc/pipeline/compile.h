@@ -23,7 +23,7 @@ struct CompileOptions {
 
 struct CompiledGraph {
   std::string ir_before;                              // as captured (verified)
-  std::string ir_after;                               // after passes
+  std::string ir_after;                               // after passes (and split_gemm_reductions)
   std::vector<std::pair<std::string, std::string>> pass_trace;  // (pass, IR after it)
   std::unique_ptr<Graph> graph;                       // after passes; steps point into it
   fusion::Partition partition;

@@ -122,14 +122,16 @@ def test_gemm_tiles_do_not_spill_registers(monkeypatch, math, m, n):
     assert is_cubin and " 0 bytes spill stores" in log, (k["name"], log)
 
 
-@pytest.mark.parametrize("k", [1024, 8192])
-def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch, k):
+@pytest.mark.parametrize("k,reduce", [(1024, None), (8192, None), (1024, "sum(%3) {dims=[1], keepdim=false} : f32[1024]"),
+                                      (1024, "amax(%3) {dims=[0], keepdim=false} : f32[512]")],
+                         ids=["k1024", "k8192", "row_sums", "column_maxima"])
+def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch, k, reduce):
     """ptxas's report for the wgmma kernel: no register spills (the consumer
     warpgroups' registers come from the producer's through setmaxnreg) and no
     "Potential Performance Loss": no wgmmas serialized (info C7514/C7515/C7519)
     and no setmaxnreg ignored (C7508). C7519 came with a compile-time K; that
     kernel ran 1.58 ms on an H100 where the same mainloop with run-time sizes
-    ran 1.43 ms (1024 x 8192 x 8192)."""
+    ran 1.43 ms (1024 x 8192 x 8192). Also with a reduction in the epilogue."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
     text = f"""graph @g(%a: f32[1024,{k}], %w: f32[512,{k}] param, %bias: f32[512] param, %r: f32[1024,512]) {{
   %0 = permute(%w) {{dims=[1, 0]}} : f32[{k},512]{{1,{k}}}
@@ -138,8 +140,12 @@ def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch
   %3 = add(%2, %r) : f32[1024,512]
   return %3
 }}"""
+    if reduce:
+        # swish (x * sigmoid(x)): the epilogue reads nothing but the bias.
+        text = text.replace("add(%2, %r)", "mul(%2, %1)").replace("  return %3", f"  %4 = {reduce}\n  return %4")
     kernels = [kk for kk in core.compile_graph(text, gemm=True, arch=90)["kernels"] if kk["kind"] == "gemm"]
     assert len(kernels) == 1 and kernels[0]["sm90a"], kernels
+    assert ("ff_sm90::reduce_" in kernels[0]["source"]) == bool(reduce)
     for kk in kernels:
         is_cubin, size, log = core.nvrtc_compile(kk["source"], kk["name"], 90, options=["-Xptxas=-v"], sm90a=True)
         assert is_cubin and " 0 bytes spill stores" in log and "Performance Loss" not in log, (kk["name"], log)

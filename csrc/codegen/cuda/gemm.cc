@@ -87,6 +87,7 @@ const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& grou
   ks.name = "ff_gemm_" + std::string(op_name(node.op));
   std::set<std::string> seen;
   for (auto it = group.nodes.begin() + 1; it != group.nodes.end(); ++it) {
+    if (op_kind((*it)->op) == OpKind::Layout) continue;
     if (seen.size() == 4) {
       ks.name += "_etc";
       break;
@@ -109,10 +110,18 @@ const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& grou
   return source_input;
 }
 
+std::vector<Node*> gemm_pointwise_nodes(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s) {
+  const size_t trailing = s.reduce == fusion::GemmSpec::Reduce::None ? 0 : 2;  // the block reduction's view and op
+  return {group.nodes.begin() + 1, group.nodes.end() - static_cast<std::ptrdiff_t>(trailing)};
+}
+
 std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s,
                                 const Value* source_input) {
   const Node& node = *group.nodes.front();
-  const std::vector<Node*> epilogue(group.nodes.begin() + 1, group.nodes.end());
+  const std::vector<Node*> epilogue = gemm_pointwise_nodes(group, s);
+  // The value per element: the group's output, or what the block reduction's view reads.
+  const Value* value = s.reduce == fusion::GemmSpec::Reduce::None ? group.outputs[0]
+                                                                  : group.nodes.back()->input(0)->producer->input(0);
   std::unordered_map<const Value*, std::string> expr_of{{node.result(), "v"}};
   if (source_input) expr_of[source_input] = "s";
   std::ostringstream body;
@@ -123,12 +132,14 @@ std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusio
      << "  // stores it; s: the source tensor's element. Then the " << epilogue.size() << " fused pointwise op(s).\n"
      << "  __device__ __forceinline__ static float apply(float v, float s) {\n"
      << "    v = " << round << ";\n"
-     << body.str() << "    return " << expr_of.at(group.outputs[0]) << ";\n  }\n";
+     << body.str() << "    return " << expr_of.at(value) << ";\n  }\n";
   return os.str();
 }
 
 KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id,
                            const GemmTile* tile) {
+  if (s.reduce != fusion::GemmSpec::Reduce::None)
+    throw IRError("gemm codegen: the sm80 kernel has no block-reduction epilogue (gemm_sm90.h's kernel does)");
   const GemmTile t = tile ? *tile : choose_gemm_tile(s);
   const std::string el = cutlass_element(s.dtype);
   const bool f32 = s.dtype == DType::f32;

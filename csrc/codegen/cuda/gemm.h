@@ -44,9 +44,13 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
 const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
                             const std::string& tag, int id);
 
+// The group's pointwise nodes after the matmul (not a block reduction's view and op).
+std::vector<Node*> gemm_pointwise_nodes(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec);
+
 // A struct member `static float apply(float v, float s)`: the GEMM's value v
 // rounded to its dtype, then the group's fused pointwise nodes (s: the
-// source tensor's element).
+// source tensor's element); it returns the group's output, or with a block
+// reduction the value reduced.
 std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
                                 const Value* source_input);
 

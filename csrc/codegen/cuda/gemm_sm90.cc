@@ -15,6 +15,44 @@ constexpr int kTile = 128;     // ff_sm90::BM and BN
 constexpr int kThreads = 384;  // a producer and two consumer warpgroups (ff_sm90::THREADS)
 constexpr int kSharedBytes = 1024 + 4 * (2 * 16384 + 18432) + 2 * 4 * 8;  // ff_sm90::SMEM_BYTES
 
+using Reduce = fusion::GemmSpec::Reduce;
+
+// Elements of the kernel's output per batch: the result, or its block partials.
+int64_t out_batch_stride(const fusion::GemmSpec& s) {
+  return s.reduce == Reduce::None ? s.m * s.n : s.m * s.n / s.reduce_block;
+}
+
+// Epilogue members that store every value, two adjacent columns at a time.
+std::string store_tile(const fusion::GemmSpec& s) {
+  std::ostringstream os;
+  os << "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
+     << "    if (row >= M || col >= N) return;\n"
+     << "    float* o = out + static_cast<long long>(row) * N + col;\n"
+     << (s.n % 2 == 0 ? "    *reinterpret_cast<float2*>(o) = make_float2(value(row, col, v0), value(row, col + 1, v1));\n"
+                      : "    o[0] = value(row, col, v0);\n    if (col + 1 < N) o[1] = value(row, col + 1, v1);\n")
+     << "  }\n"
+     << "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
+     << "    ff_sm90::store_pairs(*this, acc, f);\n  }\n";
+  return os.str();
+}
+
+// Epilogue members that reduce the values in blocks of rows or columns.
+std::string reduce_tile(const fusion::GemmSpec& s) {
+  const char* op = s.reduce == Reduce::Max ? "Max" : s.reduce == Reduce::Min ? "Min" : "Add";
+  const char* init = s.reduce == Reduce::Max   ? "__uint_as_float(0xff800000u)"  // -inf
+                     : s.reduce == Reduce::Min ? "__uint_as_float(0x7f800000u)"  // +inf
+                                               : "0.0f";
+  const std::string scale = s.reduce == Reduce::Mean ? f32_literal(1.0 / s.reduce_block) : "1.0f";
+  std::ostringstream os;
+  os << "  // " << (s.reduce == Reduce::Mean ? "mean" : op) << " over blocks of " << s.reduce_block
+     << (s.reduce_rows ? " columns: [M, N / " : " rows: [M / ") << s.reduce_block << (s.reduce_rows ? "]" : ", N]")
+     << " partials\n"
+     << "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
+     << "    ff_sm90::reduce_" << (s.reduce_rows ? "rows" : "cols") << "<" << s.reduce_block
+     << ">(acc, f, M, N, *this, ff_sm90::" << op << "{}, " << init << ", " << scale << ", out);\n  }\n";
+  return os.str();
+}
+
 }  // namespace
 
 bool sm90_gemm_applies(const fusion::GemmSpec& s) {
@@ -52,7 +90,8 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
   os << "\nnamespace {\n"
      << "constexpr int M = " << s.m << ", N = " << s.n << ";\n"
      << "struct Epilogue {\n"
-     << "  float* out;        // this batch's M x N result, row-major\n"
+     << (s.reduce == Reduce::None ? "  float* out;        // this batch's M x N result, row-major\n"
+                                  : "  float* out;        // this batch's block partials, row-major\n")
      << "  const float* src;  // addmm's bias or the epilogue's source tensor (row stride " << s.ldc << ")\n"
      << gemm_epilogue_apply(group, s, source_input)
      << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n"
@@ -62,12 +101,7 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
          : s.source == Source::EpilogueInput ? "apply(" + f32_literal(s.alpha) + " * acc, src[" + src_index + "])"
                                              : "apply(" + f32_literal(s.alpha) + " * acc, 0.0f)")
      << ";\n  }\n"
-     << "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
-     << "    if (row >= M || col >= N) return;\n"
-     << "    float* o = out + static_cast<long long>(row) * N + col;\n"
-     << (s.n % 2 == 0 ? "    *reinterpret_cast<float2*>(o) = make_float2(value(row, col, v0), value(row, col + 1, v1));\n"
-                      : "    o[0] = value(row, col, v0);\n    if (col + 1 < N) o[1] = value(row, col + 1, v1);\n")
-     << "  }\n};\n"
+     << (s.reduce == Reduce::None ? store_tile(s) : reduce_tile(s)) << "};\n"
      << "static_assert(ff_sm90::BM == " << kTile << " && ff_sm90::BN == " << kTile << " && ff_sm90::THREADS == "
      << kThreads << " && ff_sm90::SMEM_BYTES == "
      << kSharedBytes << ", \"the launch's grid and shared memory\");\n"
@@ -77,7 +111,7 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
      << (source_input ? ", const float* source" : "") << ") {\n"
      << "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
      << "  const long long z = blockIdx.z;\n"
-     << "  const Epilogue epilogue{out + z * " << s.m * s.n << "LL, "
+     << "  const Epilogue epilogue{out + z * " << out_batch_stride(s) << "LL, "
      << (s.source == Source::Bias ? "bias + z * " + std::to_string(s.batch_stride_c) + "LL"
          : s.source == Source::EpilogueInput ? "source + z * " + std::to_string(s.batch_stride_c) + "LL"
                                              : "nullptr")

@@ -215,11 +215,110 @@ __device__ __forceinline__ void consume(const Smem& s, int kb, int nk, int ct, c
   mbar_arrive(s.empty + slot * 8);
 }
 
-// Calls epilogue(row, col, v0, v1) for this thread's pairs of adjacent
-// columns of the CTA's tile: accumulator element i is row g + 8 * ((i >> 1) & 1)
-// of the warp's 16, column 8 * (i >> 2) + 2 * t + (i & 1) (g = lane / 4,
-// t = lane % 4). Needs K % 4 == 0, lda and ldb multiples of 4, A and B
-// 16-byte aligned, SMEM_BYTES of dynamic shared memory, THREADS threads.
+// Where a consumer thread's accumulators lie in the CTA's tile: element i is
+// row row0 + 8 * ((i >> 1) & 1), column col0 + 8 * (i >> 2) + (i & 1), where
+// row0 = m0 + 16 * warp + lane / 4 and col0 = n0 + 2 * (lane % 4).
+struct Fragment {
+  int row0, col0;  // this thread's first element
+  int m0, n0;      // the tile's origin
+  int ct;          // consumer thread, 0-255
+  float* scratch;  // 4 KiB of shared memory, free once every consumer is past the mainloop
+};
+
+// The consumer warpgroups' own barrier (the producer's is 1).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
+
+// Calls epilogue(row, col, v0, v1) for each of this thread's pairs of adjacent columns.
+template <class Epilogue>
+__device__ __forceinline__ void store_pairs(const Epilogue& epilogue, const float (&acc)[64], const Fragment& f) {
+#pragma unroll
+  for (int i = 0; i < 64; i += 2) epilogue(f.row0 + 8 * ((i >> 1) & 1), f.col0 + 8 * (i >> 2), acc[i], acc[i + 1]);
+}
+
+// Reductions for the block partials: NaN-propagating max and min, like torch.amax.
+struct Add {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
+};
+struct Min {
+  __device__ __forceinline__ float operator()(float a, float b) const { return (a < b || a != a) ? a : b; }
+};
+
+// partials[row * (N / B) + col / B] = scale * op over the B columns of each
+// block of epilogue.value(row, col, acc) (N a multiple of B). The order is
+// fixed, so results are deterministic: each thread folds its 2 * B / 8
+// values of the row, then the row's quad (lanes 4k..4k+3) combines them.
+template <int B, class Epilogue, class Op>
+__device__ __forceinline__ void reduce_rows(const float (&acc)[64], const Fragment& f, int M, int N,
+                                            const Epilogue& epilogue, Op op, float init, float scale,
+                                            float* partials) {
+  static_assert(B >= 16 && 128 % B == 0, "blocks of 16 to 128 columns, within one tile");
+  const int blocks = N / B;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = f.row0 + 8 * r;
+#pragma unroll
+    for (int h = 0; h < 128 / B; ++h) {
+      float x = init;
+#pragma unroll
+      for (int j = h * (B / 8); j < (h + 1) * (B / 8); ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = f.col0 + 8 * j + e;
+          if (row < M && col < N) x = op(x, epilogue.value(row, col, acc[4 * j + 2 * r + e]));
+        }
+      x = op(x, __shfl_xor_sync(0xffffffffu, x, 1));
+      x = op(x, __shfl_xor_sync(0xffffffffu, x, 2));
+      const int block = f.n0 / B + h;
+      if ((f.ct & 3) == 0 && row < M && block < blocks) partials[static_cast<long long>(row) * blocks + block] = x * scale;
+    }
+  }
+}
+
+// partials[(row / B) * N + col] = scale * op over the B rows of each block
+// (M a multiple of B), in a fixed order: each thread folds its two rows, the
+// warp's 8 row groups combine by shuffles (16 rows), and after a consumer
+// barrier thread c < 128 folds column c's B / 16 warp results from scratch.
+template <int B, class Epilogue, class Op>
+__device__ __forceinline__ void reduce_cols(const float (&acc)[64], const Fragment& f, int M, int N,
+                                            const Epilogue& epilogue, Op op, float init, float scale,
+                                            float* partials) {
+  static_assert(B >= 16 && 128 % B == 0, "blocks of 16 to 128 rows, within one tile");
+  const int warp = f.ct >> 5, lane = f.ct & 31;
+  consumer_sync();  // both consumers are done with the stages: scratch may overwrite them
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = f.col0 + 8 * j + e;
+      float x = init;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (f.row0 + 8 * r < M && col < N) x = op(x, epilogue.value(f.row0 + 8 * r, col, acc[4 * j + 2 * r + e]));
+      x = op(x, __shfl_xor_sync(0xffffffffu, x, 4));
+      x = op(x, __shfl_xor_sync(0xffffffffu, x, 8));
+      x = op(x, __shfl_xor_sync(0xffffffffu, x, 16));
+      if (lane < 4) f.scratch[warp * 128 + 8 * j + 2 * lane + e] = x;
+    }
+  consumer_sync();
+  if (f.ct >= 128) return;
+  const int col = f.n0 + f.ct, blocks = M / B;
+#pragma unroll
+  for (int b = 0; b < 128 / B; ++b) {
+    float x = f.scratch[b * (B / 16) * 128 + f.ct];
+#pragma unroll
+    for (int w = 1; w < B / 16; ++w) x = op(x, f.scratch[(b * (B / 16) + w) * 128 + f.ct]);
+    const int block = f.m0 / B + b;
+    if (col < N && block < blocks) partials[static_cast<long long>(block) * N + col] = x * scale;
+  }
+}
+
+// Hands this thread's accumulators to epilogue.tile(acc, fragment), which
+// stores them (store_pairs) or reduces them (reduce_rows, reduce_cols).
+// Needs K % 4 == 0, lda and ldb multiples of 4, A and B 16-byte aligned,
+// SMEM_BYTES of dynamic shared memory, THREADS threads.
 template <class Epilogue>
 __device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int M, int N, int K, long long lda,
                                                long long ldb, const Epilogue& epilogue) {
@@ -288,9 +387,8 @@ __device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int 
     if (kb + 1 < nk) consume(s, kb + 1, nk, ct, b1, s1, b0, s0, acc, part);
   }
   const int warp = ct >> 5, lane = ct & 31;
-  const int row0 = m0 + warp * 16 + (lane >> 2), col0 = n0 + 2 * (lane & 3);
-#pragma unroll
-  for (int i = 0; i < 64; i += 2) epilogue(row0 + 8 * ((i >> 1) & 1), col0 + 8 * (i >> 2), acc[i], acc[i + 1]);
+  epilogue.tile(acc, Fragment{m0 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3), m0, n0, ct,
+                              reinterpret_cast<float*>(ff_smem + (base - raw))});
 }
 
 }  // namespace ff_sm90

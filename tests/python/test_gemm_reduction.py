@@ -1,0 +1,128 @@
+"""Reductions fused into the Hopper GEMM kernel's epilogue: the kernel writes
+block partials of a row or column reduction, a library call reduces those.
+On the CPU: the plan for sm_90 and its meaning (the GEMM group op by op
+through ATen); on an H100: the kernels against eager and fp64."""
+import pytest
+import torch
+
+import fuseforge
+from fuseforge._native import core
+from fuseforge.capture import capture
+from fuseforge.executor import Executor
+
+
+class LinearReduce(torch.nn.Module):
+    """linear -> swish -> a reduction over one dim of the result."""
+
+    def __init__(self, k: int, n: int, reduce: str, dim: int, keepdim: bool = False):
+        super().__init__()
+        self.fc = torch.nn.Linear(k, n)
+        self.reduce, self.dim, self.keepdim = reduce, dim, keepdim
+
+    def forward(self, x):
+        y = self.fc(x)
+        y = y * torch.sigmoid(y)
+        return getattr(torch, self.reduce)(y, dim=self.dim, keepdim=self.keepdim)
+
+
+class BmmReduce(torch.nn.Module):
+    """relu(q @ k.T), then a reduction over its rows or columns (a sum of
+    the plain product would become a GEMV: matmul_sum_to_gemv)."""
+
+    def __init__(self, reduce: str, dim: int):
+        super().__init__()
+        self.reduce, self.dim = reduce, dim
+
+    def forward(self, q, k):
+        return getattr(torch, self.reduce)(torch.relu(torch.bmm(q, k.transpose(1, 2))), dim=self.dim)
+
+
+CASES = [  # (model, input shapes, block partials' shape)
+    (LinearReduce(1024, 320, "sum", 1), [(200, 1024)], (200, 5)),
+    (LinearReduce(1024, 256, "mean", -1, keepdim=True), [(130, 1024)], (130, 2)),
+    (LinearReduce(1024, 96, "amax", 0), [(192, 1024)], (3, 96)),
+    (LinearReduce(1024, 300, "amin", 0, keepdim=True), [(256, 1024)], (2, 300)),
+    (BmmReduce("sum", 2), [(3, 100, 1024), (3, 48, 1024)], (3, 100, 3)),
+    (BmmReduce("amax", 1), [(2, 64, 1024), (2, 70, 1024)], (2, 1, 70)),
+]
+IDS = ["rows_sum", "rows_mean_keepdim", "cols_amax", "cols_amin_keepdim", "bmm_rows_sum", "bmm_cols_amax"]
+
+
+def _inputs(shapes, device="cpu"):
+    torch.manual_seed(0)
+    return [torch.randn(*s, device=device) for s in shapes]
+
+
+@pytest.mark.parametrize("model,shapes,partials", CASES, ids=IDS)
+def test_sm90_plan_writes_block_partials_and_means_the_same(model, shapes, partials):
+    torch.manual_seed(0)
+    model = model.eval()
+    xs = _inputs(shapes)
+    cap = capture(model, xs, name="r")
+    plan = core.compile_graph(cap.text, gemm=True, arch=90)
+    (k,) = [k for k in plan["kernels"] if k["kind"] == "gemm"]
+    assert k["sm90a"] and "ff_sm90::reduce_" in k["source"], k["name"]
+    (out,) = k["outputs"]
+    assert tuple(plan["values"][out][1]) == partials
+    # The partials are all the kernel writes; one library reduction reads them.
+    readers = [s for s in plan["steps"] if s["kind"] == "node" and ("value", out) in s["operands"]]
+    assert len(readers) == 1 and readers[0]["op"] in ("sum", "mean", "amax", "amin"), readers
+    # The plan, run on the CPU (the GEMM group op by op through ATen), is the model.
+    (got,) = Executor(plan, torch.device("cpu"))(cap.graph_inputs(model, xs))[0]
+    torch.testing.assert_close(got, model(*xs).detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_other_targets_keep_the_reduction_whole():
+    """Only the Hopper kernel reduces: for other GPUs (and under tf32, where
+    f32 matmuls stay cuBLAS calls) the GEMM writes its result and the sum reads it."""
+    model, shapes, _ = CASES[0]
+    text = capture(model.eval(), _inputs(shapes), name="r").text
+    for arch, precision in ((80, "fp32"), (0, "fp32"), (90, "tf32")):
+        plan = core.compile_graph(text, gemm=True, arch=arch, precision=precision)
+        assert not any("ff_sm90::reduce_" in k["source"] for k in plan["kernels"]), (arch, precision)
+        assert plan["ir_after"].count("sum(") == 1
+
+
+hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                            reason="wgmma kernels need sm_90")
+
+
+def _fp64(model, xs):
+    import copy
+    with torch.no_grad():
+        return copy.deepcopy(model).double()(*[x.double() for x in xs])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("model,shapes,partials", CASES, ids=IDS)
+def test_reduction_epilogue_matches_eager_and_fp64(model, shapes, partials):
+    """Eager's 1e-4 and at most twice eager's max error against fp64; the
+    result is the same bits on every run (the block order is fixed)."""
+    model = model.cuda().eval()
+    xs = _inputs(shapes, "cuda")
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        out, ref = fast(*xs), model(*xs)
+        again = fast(*xs)
+    (k,) = [k for k in fast.specializations()[0].plan["kernels"] if k["kind"] == "gemm"]
+    assert k["sm90a"] and "ff_sm90::reduce_" in k["source"], k["name"]
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    assert torch.equal(out, again)
+    ref64 = _fp64(model, xs)
+    ours, eager = float((out.double() - ref64).abs().max()), float((ref.double() - ref64).abs().max())
+    print(f"{k['name']}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}")
+    assert ours <= 2 * eager + 1e-6, (ours, eager)
+
+
+@pytest.mark.gpu
+@hopper
+def test_reduction_epilogue_propagates_nan_like_eager():
+    """A NaN in one input row reaches that row's sum and every column's amax."""
+    model = LinearReduce(1024, 256, "amax", 0).cuda().eval()
+    x = torch.randn(256, 1024, device="cuda")
+    x[7, 3] = float("nan")
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4, equal_nan=True)
+        assert fast(x).isnan().all()
