@@ -120,10 +120,9 @@ class Partitioner {
   }
 
   // The view and the block reduction that read `last`'s result (the GEMM's
-  // epilogue output), if its kernel can reduce them: then `spec` says how.
+  // epilogue output), if any: then `spec` says how the kernel reduces.
   std::optional<std::array<Node*, 2>> block_reduction(const Node* last, GemmSpec& spec) const {
-    if (!options_.reduces_in_epilogue || spec.dtype != DType::f32 || feeds_graph_output(last) ||
-        users(last).size() != 1)
+    if (spec.dtype != DType::f32 || feeds_graph_output(last) || users(last).size() != 1)
       return std::nullopt;
     Node* view = users(last).front();
     if (view->op != Op::View || feeds_graph_output(view) || users(view).size() != 1) return std::nullopt;
@@ -140,19 +139,16 @@ class Partitioner {
     Shape joined = split;
     joined[d] *= block;
     joined.erase(joined.begin() + d + 1);
-    if (joined != in || block < 16 || 128 % block != 0) return std::nullopt;
-    GemmSpec with = spec;
+    if (joined != in || block < 16 || 64 % block != 0) return std::nullopt;  // within every tile
     switch (red->op) {
-      case Op::Sum: with.reduce = GemmSpec::Reduce::Sum; break;
-      case Op::Mean: with.reduce = GemmSpec::Reduce::Mean; break;
-      case Op::Amax: with.reduce = GemmSpec::Reduce::Max; break;
-      case Op::Amin: with.reduce = GemmSpec::Reduce::Min; break;
+      case Op::Sum: spec.reduce = GemmSpec::Reduce::Sum; break;
+      case Op::Mean: spec.reduce = GemmSpec::Reduce::Mean; break;
+      case Op::Amax: spec.reduce = GemmSpec::Reduce::Max; break;
+      case Op::Amin: spec.reduce = GemmSpec::Reduce::Min; break;
       default: return std::nullopt;
     }
-    with.reduce_rows = d == rank - 1;
-    with.reduce_block = static_cast<int>(block);
-    if (!options_.reduces_in_epilogue(with)) return std::nullopt;
-    spec = with;
+    spec.reduce_rows = d == rank - 1;
+    spec.reduce_block = static_cast<int>(block);
     return std::array<Node*, 2>{view, red};
   }
 

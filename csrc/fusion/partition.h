@@ -1,7 +1,6 @@
 #pragma once
 // Partitions a graph into execution steps: PointwiseGroups (each becomes one
 // generated kernel) and single nodes that run as library (ATen) calls.
-#include <functional>
 #include <vector>
 
 #include "fusion/gemm.h"
@@ -45,14 +44,13 @@ struct Partition {
 // a GEMM group instead of a library call, taking as its epilogue the pointwise
 // group that holds all of the result's users and reads no other value but one
 // the GEMM can take as its source operand (see use_as_source).
-// A GEMM group whose epilogue's output is read only by a view that splits its
-// last or second-last dim into blocks and a reduction over the blocks (as
-// split_gemm_reductions writes them) takes both in, when
-// `reduces_in_epilogue` accepts its spec: its kernel writes the partials.
+// An f32 GEMM group whose epilogue's output is read only by a view that splits
+// its last or second-last dim into blocks of 16, 32 or 64 and a sum, mean,
+// amax or amin over the blocks (as split_gemm_reductions writes them) takes
+// both in: its kernel writes the block partials.
 struct PartitionOptions {
   std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
   bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
-  std::function<bool(const GemmSpec&)> reduces_in_epilogue;  // unset: no GEMM kernel reduces
 };
 Partition partition(const Graph& g, const PartitionOptions& options = {});
 

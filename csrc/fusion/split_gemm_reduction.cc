@@ -55,7 +55,8 @@ std::optional<Epilogue> epilogue_of(const Graph& g, const Value* y, const Node* 
 
 }  // namespace
 
-bool split_gemm_reductions(Graph& g, const std::function<bool(const GemmSpec&)>& reduces_in_epilogue) {
+bool split_gemm_reductions(Graph& g, const std::vector<DType>& gemm_dtypes) {
+  if (std::find(gemm_dtypes.begin(), gemm_dtypes.end(), DType::f32) == gemm_dtypes.end()) return false;
   std::vector<Node*> reductions;
   for (auto& n : g.nodes())
     if (block_reducible(n->op) && n->operands[0].is_value()) reductions.push_back(n.get());
@@ -73,11 +74,9 @@ bool split_gemm_reductions(Graph& g, const std::function<bool(const GemmSpec&)>&
     const auto epilogue = epilogue_of(g, y, r);
     if (!epilogue || epilogue->reads.size() > 1) continue;
     auto spec = match_gemm(*epilogue->matmul);
-    if (!spec || (epilogue->reads.size() == 1 && !use_as_source(*spec, *epilogue->reads[0])) ||
-        !reduces_in_epilogue(*spec))
-      continue;
+    if (!spec || (epilogue->reads.size() == 1 && !use_as_source(*spec, *epilogue->reads[0]))) continue;
     const int64_t extent = y->type.shape[d];
-    int64_t block = 128;
+    int64_t block = 64;
     while (block >= 16 && extent % block != 0) block /= 2;
     if (block < 16) continue;
     Shape split = y->type.shape;

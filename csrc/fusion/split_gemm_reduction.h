@@ -13,17 +13,17 @@
 // and the partitioner takes the view and the block reduction into the GEMM's
 // group (partition.h), so the kernel writes M x T partials, not M x N values.
 // sum, amax, amin and mean (a mean of equal-size block means) of f32. B is the
-// largest of 128, 64, 32 and 16 that divides the dim: GEMM tiles are 128 wide
-// and tall, so no block straddles two of them.
-#include <functional>
+// largest of 64, 32 and 16 that divides the dim: every GEMM tile's sides are
+// multiples of 64, so no block straddles two tiles.
+#include <vector>
 
 #include "fusion/gemm.h"
 #include "ir/graph.h"
 
 namespace ff::fusion {
 
-// Splits each such reduction whose matmul `reduces_in_epilogue` accepts
-// (match_gemm's spec of it); returns whether anything changed.
-bool split_gemm_reductions(Graph& g, const std::function<bool(const GemmSpec&)>& reduces_in_epilogue);
+// Splits each such reduction of an f32 matmul that becomes a GEMM kernel (f32
+// in `gemm_dtypes`, match_gemm accepts it); returns whether anything changed.
+bool split_gemm_reductions(Graph& g, const std::vector<DType>& gemm_dtypes);
 
 }  // namespace ff::fusion

@@ -1,7 +1,5 @@
 #include "pipeline/compile.h"
 
-#include <algorithm>
-
 #include "codegen/cuda/gemm.h"
 #include "codegen/cuda/gemm_sm90.h"
 #include "codegen/cuda/pointwise.h"
@@ -22,14 +20,9 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   };
   if (options.trace_passes) pm.run(*out.graph, 4, trace);
   else pm.run(*out.graph);
-  // Hopper GEMM kernels reduce their epilogue's rows or columns in blocks.
-  const auto reduces_in_epilogue = [&](const fusion::GemmSpec& spec) {
-    return options.arch == 90 && !options.tf32 && codegen::sm90_gemm_applies(spec) &&
-           std::find(options.gemm_dtypes.begin(), options.gemm_dtypes.end(), spec.dtype) != options.gemm_dtypes.end();
-  };
-  if (fusion::split_gemm_reductions(*out.graph, reduces_in_epilogue)) verify(*out.graph);
+  if (fusion::split_gemm_reductions(*out.graph, options.gemm_dtypes)) verify(*out.graph);
   out.ir_after = print(*out.graph);
-  out.partition = fusion::partition(*out.graph, {options.gemm_dtypes, options.tf32, reduces_in_epilogue});
+  out.partition = fusion::partition(*out.graph, {options.gemm_dtypes, options.tf32});
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const auto& group = out.partition.groups[i];
     const int id = static_cast<int>(i);

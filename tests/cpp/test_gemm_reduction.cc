@@ -1,6 +1,6 @@
 // Reductions of a GEMM's epilogue (split_gemm_reduction.h): the rewrite into
 // block partials and a reduction of them, which GEMM group takes the blocks
-// in, and the Hopper kernel that writes the partials.
+// in, and the kernels that write the partials.
 #include <gtest/gtest.h>
 
 #include "fusion/split_gemm_reduction.h"
@@ -21,12 +21,10 @@ const char* kSwishSum = R"(graph @g(%x: f32[200,1024], %w: f32[320,1024] param, 
   return %4
 })";
 
-const auto kAnyGemm = [](const fusion::GemmSpec&) { return true; };
-
-std::string split(const std::string& text, const std::function<bool(const fusion::GemmSpec&)>& applies = kAnyGemm) {
+std::string split(const std::string& text, const std::vector<DType>& gemm_dtypes = {DType::f32}) {
   auto g = parse(text);
   verify(*g);
-  fusion::split_gemm_reductions(*g, applies);
+  fusion::split_gemm_reductions(*g, gemm_dtypes);
   verify(*g);
   return print(*g);
 }
@@ -43,7 +41,7 @@ void expect_same_meaning(const std::string& before, const std::string& after) {
 }
 
 TEST(GemmReduction, SplitsARowSumIntoBlocksOfTheLargestDividingSize) {
-  // N = 320 = 5 * 64: blocks of 64 (128 does not divide it).
+  // N = 320 = 5 * 64: blocks of 64, the largest (every GEMM tile side is a multiple of it).
   const std::string after = split(kSwishSum);
   EXPECT_EQ(after, R"(graph @g(%x: f32[200,1024], %w: f32[320,1024] param, %b: f32[320] param) {
   %0 = permute(%w) {dims=[1, 0]} : f32[1024,320]{1,1024}
@@ -60,8 +58,8 @@ TEST(GemmReduction, SplitsARowSumIntoBlocksOfTheLargestDividingSize) {
 }
 
 TEST(GemmReduction, SplitsColumnReductionsMeansAndBatches) {
-  // amax over the rows (M = 200 = 25 * 8: no block of 16 or more divides it;
-  // M = 192: blocks of 64), a keepdim mean over a bmm's columns.
+  // amax over the rows (M = 192: blocks of 64), a keepdim mean over a bmm's
+  // columns (N = 96: blocks of 32).
   const std::string cols = R"(graph @g(%x: f32[192,1024], %w: f32[320,1024] param) {
   %0 = permute(%w) {dims=[1, 0]} : f32[1024,320]{1,1024}
   %1 = mm(%x, %0) : f32[192,320]
@@ -124,8 +122,9 @@ TEST(GemmReduction, LeavesReductionsItCannotSplit) {
 })",
   };
   for (const std::string& text : kept) EXPECT_EQ(split(text), print(*parse(text)));
-  // Nor where the matmul's kernel would not reduce.
-  EXPECT_EQ(split(kSwishSum, [](const fusion::GemmSpec&) { return false; }), print(*parse(kSwishSum)));
+  // Nor where f32 matmuls stay library calls.
+  EXPECT_EQ(split(kSwishSum, {}), print(*parse(kSwishSum)));
+  EXPECT_EQ(split(kSwishSum, {DType::f16}), print(*parse(kSwishSum)));
 }
 
 CompiledGraph compile_for(const std::string& text, int arch) {
@@ -148,7 +147,7 @@ TEST(GemmReduction, HopperKernelWritesOnlyTheBlockPartials) {
   const codegen::KernelSource& k = cg.kernels[0];
   EXPECT_TRUE(k.sm90a);
   EXPECT_EQ(k.name, "ff_gemm_addmm_sigmoid_mul_sum_3xtf32_sm90_0");
-  EXPECT_NE(k.source.find("ff_sm90::reduce_rows<64>(acc, f, M, N, *this, ff_sm90::Add{}, 0.0f, 1.0f, out)"),
+  EXPECT_NE(k.source.find("ff_sm90::reduce_rows<64>(acc, f, M, N, *this, 1.0f, out)"),
             std::string::npos)
       << k.source;
   // The partials' last sum runs as a library call on the 200 x 5 partials.
@@ -176,17 +175,24 @@ TEST(GemmReduction, ColumnMaxAndMeanKernels) {
   const CompiledGraph cg = compile_for(text, 90);
   ASSERT_EQ(cg.kernels.size(), 2u);
   std::string sources = cg.kernels[0].source + cg.kernels[1].source;
-  EXPECT_NE(sources.find("ff_sm90::reduce_cols<128>(acc, f, M, N, *this, ff_sm90::Max{}, __uint_as_float(0xff800000u), "
-                         "1.0f, out)"),
-            std::string::npos);
-  EXPECT_NE(sources.find("ff_sm90::reduce_rows<32>(acc, f, M, N, *this, ff_sm90::Add{}, 0.0f, 0.03125f, out)"),
-            std::string::npos);
+  EXPECT_NE(sources.find("ff_sm90::reduce_cols<64>(acc, f, M, N, *this, 1.0f, out)"), std::string::npos);
+  EXPECT_NE(sources.find("static float combine(float a, float b) { return ff_maximum(a, b); }"), std::string::npos);
+  EXPECT_NE(sources.find("static float identity() { return __uint_as_float(0xff800000u); }"), std::string::npos);
+  EXPECT_NE(sources.find("ff_sm90::reduce_rows<32>(acc, f, M, N, *this, 0.03125f, out)"), std::string::npos);
   for (const codegen::KernelSource& k : cg.kernels)
     EXPECT_TRUE(runtime::compile_kernel(k.source, k.name, 90, {}, true).is_cubin) << k.name;
-  // Without the Hopper kernel nothing is split: the sm80 kernels write the result.
+  // Other GPUs' CUTLASS kernels reduce as well: the tile goes through shared
+  // memory (test_kernels_compile.py builds them with CUTLASS's headers).
   const CompiledGraph sm80 = compile_for(text, 80);
-  EXPECT_EQ(sm80.ir_after, print(*parse(text)));
-  for (const fusion::PointwiseGroup& g : sm80.partition.groups) EXPECT_EQ(g.gemm.reduce, fusion::GemmSpec::Reduce::None);
+  EXPECT_EQ(sm80.ir_after, cg.ir_after);
+  ASSERT_EQ(sm80.kernels.size(), 2u);
+  for (const codegen::KernelSource& k : sm80.kernels) {
+    EXPECT_TRUE(k.cutlass);
+    EXPECT_NE(k.source.find("EpilogueWithVisitorFromExistingEpilogue<\n    TileVisitor"), std::string::npos);
+  }
+  EXPECT_NE(sm80.kernels[0].source.find("v = TileVisitor::combine(v, x[k * TILE_LD]);"), std::string::npos);
+  EXPECT_NE(sm80.kernels[1].source.find("v = TileVisitor::combine(v, x[k]);"), std::string::npos);
+  EXPECT_NE(sm80.kernels[1].source.find("partials[row * (N / BLOCK) + col_block] = v * 0.03125f;"), std::string::npos);
 }
 
 }  // namespace

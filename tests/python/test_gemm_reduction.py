@@ -1,7 +1,8 @@
-"""Reductions fused into the Hopper GEMM kernel's epilogue: the kernel writes
-block partials of a row or column reduction, a library call reduces those.
-On the CPU: the plan for sm_90 and its meaning (the GEMM group op by op
-through ATen); on an H100: the kernels against eager and fp64."""
+"""Reductions fused into GEMM kernels' epilogues: the kernel writes block
+partials of a row or column reduction, a library call reduces those. On the
+CPU: the plans (Hopper's wgmma kernel and the CUTLASS one of other GPUs) and
+their meaning (the GEMM group op by op through ATen); on an H100: both
+kernels against eager and fp64."""
 import pytest
 import torch
 
@@ -37,15 +38,19 @@ class BmmReduce(torch.nn.Module):
         return getattr(torch, self.reduce)(torch.relu(torch.bmm(q, k.transpose(1, 2))), dim=self.dim)
 
 
-CASES = [  # (model, input shapes, block partials' shape)
+CASES = [  # (model, input shapes, block partials' shape); K >= 1024: Hopper's kernel, else CUTLASS's
     (LinearReduce(1024, 320, "sum", 1), [(200, 1024)], (200, 5)),
-    (LinearReduce(1024, 256, "mean", -1, keepdim=True), [(130, 1024)], (130, 2)),
+    (LinearReduce(1024, 256, "mean", -1, keepdim=True), [(130, 1024)], (130, 4)),
     (LinearReduce(1024, 96, "amax", 0), [(192, 1024)], (3, 96)),
-    (LinearReduce(1024, 300, "amin", 0, keepdim=True), [(256, 1024)], (2, 300)),
+    (LinearReduce(1024, 300, "amin", 0, keepdim=True), [(256, 1024)], (4, 300)),
     (BmmReduce("sum", 2), [(3, 100, 1024), (3, 48, 1024)], (3, 100, 3)),
     (BmmReduce("amax", 1), [(2, 64, 1024), (2, 70, 1024)], (2, 1, 70)),
+    (LinearReduce(512, 320, "sum", 1), [(200, 512)], (200, 5)),
+    (LinearReduce(256, 192, "amax", 0), [(320, 256)], (5, 192)),
+    (BmmReduce("mean", 2), [(3, 100, 64), (3, 96, 64)], (3, 100, 3)),
 ]
-IDS = ["rows_sum", "rows_mean_keepdim", "cols_amax", "cols_amin_keepdim", "bmm_rows_sum", "bmm_cols_amax"]
+IDS = ["rows_sum", "rows_mean_keepdim", "cols_amax", "cols_amin_keepdim", "bmm_rows_sum", "bmm_cols_amax",
+       "short_k_rows_sum", "short_k_cols_amax", "short_k_bmm_rows_mean"]
 
 
 def _inputs(shapes, device="cpu"):
@@ -53,15 +58,21 @@ def _inputs(shapes, device="cpu"):
     return [torch.randn(*s, device=device) for s in shapes]
 
 
+def _reduces(k: dict) -> bool:
+    """A GEMM kernel that writes block partials (Hopper's or CUTLASS's form)."""
+    return "ff_sm90::reduce_" in k["source"] or "TileVisitor visitor" in k["source"]
+
+
+@pytest.mark.parametrize("arch", [90, 80])
 @pytest.mark.parametrize("model,shapes,partials", CASES, ids=IDS)
-def test_sm90_plan_writes_block_partials_and_means_the_same(model, shapes, partials):
+def test_plan_writes_block_partials_and_means_the_same(model, shapes, partials, arch):
     torch.manual_seed(0)
     model = model.eval()
     xs = _inputs(shapes)
     cap = capture(model, xs, name="r")
-    plan = core.compile_graph(cap.text, gemm=True, arch=90)
+    plan = core.compile_graph(cap.text, gemm=True, arch=arch)
     (k,) = [k for k in plan["kernels"] if k["kind"] == "gemm"]
-    assert k["sm90a"] and "ff_sm90::reduce_" in k["source"], k["name"]
+    assert _reduces(k) and k["sm90a"] == (arch == 90 and shapes[0][-1] >= 1024), k["name"]
     (out,) = k["outputs"]
     assert tuple(plan["values"][out][1]) == partials
     # The partials are all the kernel writes; one library reduction reads them.
@@ -72,15 +83,16 @@ def test_sm90_plan_writes_block_partials_and_means_the_same(model, shapes, parti
     torch.testing.assert_close(got, model(*xs).detach(), rtol=1e-5, atol=1e-5)
 
 
-def test_other_targets_keep_the_reduction_whole():
-    """Only the Hopper kernel reduces: for other GPUs (and under tf32, where
-    f32 matmuls stay cuBLAS calls) the GEMM writes its result and the sum reads it."""
+def test_reduction_stays_whole_where_matmuls_are_library_calls(monkeypatch):
+    """With no f32 GEMM kernel (FUSEFORGE_GEMM=0, or tf32's default of cuBLAS
+    calls) nothing is split: the sum reads the matmul's result."""
     model, shapes, _ = CASES[0]
     text = capture(model.eval(), _inputs(shapes), name="r").text
-    for arch, precision in ((80, "fp32"), (0, "fp32"), (90, "tf32")):
-        plan = core.compile_graph(text, gemm=True, arch=arch, precision=precision)
-        assert not any("ff_sm90::reduce_" in k["source"] for k in plan["kernels"]), (arch, precision)
-        assert plan["ir_after"].count("sum(") == 1
+    monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
+    for gemm, precision in ((False, "fp32"), (None, "tf32")):
+        plan = core.compile_graph(text, gemm=gemm, arch=90, precision=precision)
+        assert not any(k["kind"] == "gemm" for k in plan["kernels"]), (gemm, precision)
+        assert plan["ir_after"].count("sum(") == 1 and "view" not in plan["ir_after"]
 
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -98,7 +110,8 @@ def _fp64(model, xs):
 @pytest.mark.parametrize("model,shapes,partials", CASES, ids=IDS)
 def test_reduction_epilogue_matches_eager_and_fp64(model, shapes, partials):
     """Eager's 1e-4 and at most twice eager's max error against fp64; the
-    result is the same bits on every run (the block order is fixed)."""
+    result is the same bits on every run (the block order is fixed). Sums
+    with K >= 1024 take Hopper's kernel, shorter ones CUTLASS's."""
     model = model.cuda().eval()
     xs = _inputs(shapes, "cuda")
     fast = fuseforge.optimize(model)
@@ -106,7 +119,7 @@ def test_reduction_epilogue_matches_eager_and_fp64(model, shapes, partials):
         out, ref = fast(*xs), model(*xs)
         again = fast(*xs)
     (k,) = [k for k in fast.specializations()[0].plan["kernels"] if k["kind"] == "gemm"]
-    assert k["sm90a"] and "ff_sm90::reduce_" in k["source"], k["name"]
+    assert _reduces(k) and k["sm90a"] == (shapes[0][-1] >= 1024), k["name"]
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert torch.equal(out, again)
     ref64 = _fp64(model, xs)

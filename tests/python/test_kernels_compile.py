@@ -122,6 +122,28 @@ def test_gemm_tiles_do_not_spill_registers(monkeypatch, math, m, n):
     assert is_cubin and " 0 bytes spill stores" in log, (k["name"], log)
 
 
+@pytest.mark.parametrize("reduce", ["amax(%1) {dims=[0], keepdim=false} : f32[320]",
+                                    "sum(%2) {dims=[1], keepdim=false} : f32[256]"], ids=["columns", "rows"])
+def test_cutlass_gemm_kernels_with_a_block_reduction_build_for_every_tile(monkeypatch, reduce):
+    """The CUTLASS kernels (other GPUs, and short sums on Hopper) that write
+    block partials build with each candidate tile, without register spills;
+    the shared memory they declare holds their storage (static_asserts)."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")  # every tile: the plan lists the others as variants
+    text = f"""graph @g(%x: f32[256,512], %w: f32[320,512], %r: f32[256,320]) {{
+  %0 = permute(%w) {{dims=[1, 0]}} : f32[512,320]{{1,512}}
+  %1 = mm(%x, %0) : f32[256,320]
+  %2 = add(%1, %r) : f32[256,320]
+  %3 = {reduce}
+  return %3
+}}"""
+    (k,) = core.compile_graph(text, gemm=True, arch=80)["kernels"]
+    assert "TileVisitor visitor" in k["source"] and len(k["variants"]) == 2
+    for v in [k] + k["variants"]:
+        is_cubin, size, log = core.nvrtc_compile(v["source"], v["name"], 90, cutlass=True, options=["-Xptxas=-v"])
+        assert is_cubin and " 0 bytes spill stores" in log, (v["name"], log)
+
+
 @pytest.mark.parametrize("k,reduce", [(1024, None), (8192, None), (1024, "sum(%3) {dims=[1], keepdim=false} : f32[1024]"),
                                       (1024, "amax(%3) {dims=[0], keepdim=false} : f32[512]")],
                          ids=["k1024", "k8192", "row_sums", "column_maxima"])

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "codegen/cuda/gemm_sm80_reduce.h"
 #include "codegen/cuda/pointwise.h"
 #include "codegen/cuda/prelude.h"
 
@@ -136,10 +137,41 @@ std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusio
   return os.str();
 }
 
+std::string gemm_epilogue_value(const fusion::GemmSpec& s, const std::string& apply) {
+  using Source = fusion::GemmSpec::Source;
+  const std::string src = "src[static_cast<long long>(row) * " + std::to_string(s.ldc) + " + col]";
+  const std::string alpha = f32_literal(s.alpha);
+  std::ostringstream os;
+  os << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n    return "
+     << (s.source == Source::Bias ? apply + "(fmaf(" + alpha + ", acc, " + f32_literal(s.beta) + " * " + src + "), 0.0f)"
+         : s.source == Source::EpilogueInput ? apply + "(" + alpha + " * acc, " + src + ")"
+                                             : apply + "(" + alpha + " * acc, 0.0f)")
+     << ";\n  }\n";
+  return os.str();
+}
+
+std::string gemm_reduction_members(const fusion::GemmSpec& s) {
+  using Reduce = fusion::GemmSpec::Reduce;
+  const char* combine = s.reduce == Reduce::Max ? "ff_maximum(a, b)" : s.reduce == Reduce::Min ? "ff_minimum(a, b)" : "a + b";
+  const char* identity = s.reduce == Reduce::Max   ? "__uint_as_float(0xff800000u)"  // -inf
+                         : s.reduce == Reduce::Min ? "__uint_as_float(0x7f800000u)"  // +inf
+                                                   : "0.0f";
+  std::ostringstream os;
+  os << "  // The block reduction (" << (s.reduce == Reduce::Max ? "amax" : s.reduce == Reduce::Min ? "amin"
+                                          : s.reduce == Reduce::Mean ? "mean" : "sum")
+     << " over blocks of " << s.reduce_block << (s.reduce_rows ? " columns" : " rows")
+     << "): its identity and how two values combine, NaN-propagating as ATen's.\n"
+     << "  __device__ __forceinline__ static float identity() { return " << identity << "; }\n"
+     << "  __device__ __forceinline__ static float combine(float a, float b) { return " << combine << "; }\n";
+  return os.str();
+}
+
+std::string gemm_reduction_scale(const fusion::GemmSpec& s) {
+  return s.reduce == fusion::GemmSpec::Reduce::Mean ? f32_literal(1.0 / s.reduce_block) : "1.0f";
+}
+
 KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id,
                            const GemmTile* tile) {
-  if (s.reduce != fusion::GemmSpec::Reduce::None)
-    throw IRError("gemm codegen: the sm80 kernel has no block-reduction epilogue (gemm_sm90.h's kernel does)");
   const GemmTile t = tile ? *tile : choose_gemm_tile(s);
   const std::string el = cutlass_element(s.dtype);
   const bool f32 = s.dtype == DType::f32;
@@ -159,7 +191,9 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
   ks.grid[1] = (s.n + t.n - 1) / t.n;
   ks.grid[2] = s.batch;
   ks.items = ks.grid[0] * ks.grid[1] * ks.grid[2];
-  ks.shared_bytes = t.shared_bytes(s.dtype);
+  const bool reduce = s.reduce != fusion::GemmSpec::Reduce::None;
+  if (reduce && s.dtype != DType::f32) throw IRError("gemm codegen: block reductions are f32 only");
+  ks.shared_bytes = reduce ? sm80_reduce_shared_bytes(t) : t.shared_bytes(s.dtype);
   ks.align_bytes = s.alignment * dtype_size(s.dtype);
   ks.vector_width = s.alignment;
 
@@ -175,6 +209,7 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
         "#include <cutlass/gemm/kernel/gemm_batched.h>\n"
         "#include <cutlass/epilogue/thread/linear_combination.h>\n"
         "#include <cutlass/gemm/threadblock/threadblock_swizzle.h>\n";
+  if (reduce) os << "#include <cutlass/epilogue/threadblock/epilogue_with_visitor.h>\n";
   os << cuda_prelude();
   if (!f32) os << cuda_half_prelude();
 
@@ -219,8 +254,13 @@ KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::Ge
      << t.warp_m << ", " << t.warp_n << ", " << t.k << ">, cutlass::gemm::GemmShape<16, 8, " << (f32 ? 8 : 16)
      << ">,\n"
      << "    EpilogueOp, Swizzle, " << t.stages << ", false, "
-     << (split ? "cutlass::arch::OpMultiplyAddFastF32" : "cutlass::arch::OpMultiplyAdd") << ">;\n"
-     << "using Gemm = cutlass::gemm::kernel::GemmBatched<Default::Mma, Default::Epilogue, Swizzle>;\n"
+     << (split ? "cutlass::arch::OpMultiplyAddFastF32" : "cutlass::arch::OpMultiplyAdd") << ">;\n";
+  if (reduce) {
+    os << sm80_reduce_kernel(ks, s, t, addmm, source_input != nullptr);
+    ks.source = os.str();
+    return ks;
+  }
+  os << "using Gemm = cutlass::gemm::kernel::GemmBatched<Default::Mma, Default::Epilogue, Swizzle>;\n"
      << "static_assert(sizeof(Gemm::SharedStorage) <= " << ks.shared_bytes << ", \"shared memory size\");\n"
      << "static_assert(Gemm::kThreadCount == " << ks.block << ", \"block size\");\n"
      << "}  // namespace\n\n";

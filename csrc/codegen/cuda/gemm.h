@@ -54,6 +54,18 @@ std::vector<Node*> gemm_pointwise_nodes(const fusion::PointwiseGroup& group, con
 std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
                                 const Value* source_input);
 
+// A struct member `float value(int row, int col, float acc) const`: the
+// epilogue of the accumulator at (row, col) through `apply` (as
+// gemm_epilogue_apply's), reading member `src` (addmm's bias or the source
+// tensor, this batch's) where the spec has a source.
+std::string gemm_epilogue_value(const fusion::GemmSpec& spec, const std::string& apply);
+
+// Struct members `static float identity()` and `static float combine(float,
+// float)` of the spec's block reduction (sum, mean, amax, amin).
+std::string gemm_reduction_members(const fusion::GemmSpec& spec);
+// The factor a block's fold is scaled by: 1 / block for a mean, else 1.
+std::string gemm_reduction_scale(const fusion::GemmSpec& spec);
+
 // `v` as a CUDA float literal ("0.5f", "2.0f").
 std::string f32_literal(double v);
 

@@ -38,18 +38,11 @@ std::string store_tile(const fusion::GemmSpec& s) {
 
 // Epilogue members that reduce the values in blocks of rows or columns.
 std::string reduce_tile(const fusion::GemmSpec& s) {
-  const char* op = s.reduce == Reduce::Max ? "Max" : s.reduce == Reduce::Min ? "Min" : "Add";
-  const char* init = s.reduce == Reduce::Max   ? "__uint_as_float(0xff800000u)"  // -inf
-                     : s.reduce == Reduce::Min ? "__uint_as_float(0x7f800000u)"  // +inf
-                                               : "0.0f";
-  const std::string scale = s.reduce == Reduce::Mean ? f32_literal(1.0 / s.reduce_block) : "1.0f";
   std::ostringstream os;
-  os << "  // " << (s.reduce == Reduce::Mean ? "mean" : op) << " over blocks of " << s.reduce_block
-     << (s.reduce_rows ? " columns: [M, N / " : " rows: [M / ") << s.reduce_block << (s.reduce_rows ? "]" : ", N]")
-     << " partials\n"
+  os << gemm_reduction_members(s)
      << "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
-     << "    ff_sm90::reduce_" << (s.reduce_rows ? "rows" : "cols") << "<" << s.reduce_block
-     << ">(acc, f, M, N, *this, ff_sm90::" << op << "{}, " << init << ", " << scale << ", out);\n  }\n";
+     << "    ff_sm90::reduce_" << (s.reduce_rows ? "rows" : "cols") << "<" << s.reduce_block << ">(acc, f, M, N, *this, "
+     << gemm_reduction_scale(s) << ", out);\n  }\n";
   return os.str();
 }
 
@@ -86,7 +79,6 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
   os << "// batch " << s.batch << ", M " << s.m << ", N " << s.n << ", K " << s.k
      << "; 128x128x32 tiles, 3xTF32 on wgmma (sm_90a, fp32 accuracy)\n";
   os << cuda_prelude() << cuda_sm90_mainloop();
-  const std::string src_index = "static_cast<long long>(row) * " + std::to_string(s.ldc) + " + col";
   os << "\nnamespace {\n"
      << "constexpr int M = " << s.m << ", N = " << s.n << ";\n"
      << "struct Epilogue {\n"
@@ -94,13 +86,7 @@ KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusio
                                   : "  float* out;        // this batch's block partials, row-major\n")
      << "  const float* src;  // addmm's bias or the epilogue's source tensor (row stride " << s.ldc << ")\n"
      << gemm_epilogue_apply(group, s, source_input)
-     << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n"
-     << "    return "
-     << (s.source == Source::Bias ? "apply(fmaf(" + f32_literal(s.alpha) + ", acc, " + f32_literal(s.beta) +
-                                        " * src[" + src_index + "]), 0.0f)"
-         : s.source == Source::EpilogueInput ? "apply(" + f32_literal(s.alpha) + " * acc, src[" + src_index + "])"
-                                             : "apply(" + f32_literal(s.alpha) + " * acc, 0.0f)")
-     << ";\n  }\n"
+     << gemm_epilogue_value(s, "apply")
      << (s.reduce == Reduce::None ? store_tile(s) : reduce_tile(s)) << "};\n"
      << "static_assert(ff_sm90::BM == " << kTile << " && ff_sm90::BN == " << kTile << " && ff_sm90::THREADS == "
      << kThreads << " && ff_sm90::SMEM_BYTES == "

@@ -235,25 +235,14 @@ __device__ __forceinline__ void store_pairs(const Epilogue& epilogue, const floa
   for (int i = 0; i < 64; i += 2) epilogue(f.row0 + 8 * ((i >> 1) & 1), f.col0 + 8 * (i >> 2), acc[i], acc[i + 1]);
 }
 
-// Reductions for the block partials: NaN-propagating max and min, like torch.amax.
-struct Add {
-  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
-};
-struct Max {
-  __device__ __forceinline__ float operator()(float a, float b) const { return (a > b || a != a) ? a : b; }
-};
-struct Min {
-  __device__ __forceinline__ float operator()(float a, float b) const { return (a < b || a != a) ? a : b; }
-};
-
-// partials[row * (N / B) + col / B] = scale * op over the B columns of each
-// block of epilogue.value(row, col, acc) (N a multiple of B). The order is
-// fixed, so results are deterministic: each thread folds its 2 * B / 8
-// values of the row, then the row's quad (lanes 4k..4k+3) combines them.
-template <int B, class Epilogue, class Op>
+// partials[row * (N / B) + col / B] = scale * the fold with Epilogue::combine
+// over the B columns of each block of epilogue.value(row, col, acc) (N a
+// multiple of B). The order is fixed, so results are deterministic: each
+// thread folds its 2 * B / 8 values of the row, then the row's quad (lanes
+// 4k..4k+3) combines them.
+template <int B, class Epilogue>
 __device__ __forceinline__ void reduce_rows(const float (&acc)[64], const Fragment& f, int M, int N,
-                                            const Epilogue& epilogue, Op op, float init, float scale,
-                                            float* partials) {
+                                            const Epilogue& epilogue, float scale, float* partials) {
   static_assert(B >= 16 && 128 % B == 0, "blocks of 16 to 128 columns, within one tile");
   const int blocks = N / B;
 #pragma unroll
@@ -261,30 +250,29 @@ __device__ __forceinline__ void reduce_rows(const float (&acc)[64], const Fragme
     const int row = f.row0 + 8 * r;
 #pragma unroll
     for (int h = 0; h < 128 / B; ++h) {
-      float x = init;
+      float x = Epilogue::identity();
 #pragma unroll
       for (int j = h * (B / 8); j < (h + 1) * (B / 8); ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = f.col0 + 8 * j + e;
-          if (row < M && col < N) x = op(x, epilogue.value(row, col, acc[4 * j + 2 * r + e]));
+          if (row < M && col < N) x = Epilogue::combine(x, epilogue.value(row, col, acc[4 * j + 2 * r + e]));
         }
-      x = op(x, __shfl_xor_sync(0xffffffffu, x, 1));
-      x = op(x, __shfl_xor_sync(0xffffffffu, x, 2));
+      x = Epilogue::combine(x, __shfl_xor_sync(0xffffffffu, x, 1));
+      x = Epilogue::combine(x, __shfl_xor_sync(0xffffffffu, x, 2));
       const int block = f.n0 / B + h;
       if ((f.ct & 3) == 0 && row < M && block < blocks) partials[static_cast<long long>(row) * blocks + block] = x * scale;
     }
   }
 }
 
-// partials[(row / B) * N + col] = scale * op over the B rows of each block
-// (M a multiple of B), in a fixed order: each thread folds its two rows, the
-// warp's 8 row groups combine by shuffles (16 rows), and after a consumer
+// partials[(row / B) * N + col] = scale * the fold over the B rows of each
+// block (M a multiple of B), in a fixed order: each thread folds its two rows,
+// the warp's 8 row groups combine by shuffles (16 rows), and after a consumer
 // barrier thread c < 128 folds column c's B / 16 warp results from scratch.
-template <int B, class Epilogue, class Op>
+template <int B, class Epilogue>
 __device__ __forceinline__ void reduce_cols(const float (&acc)[64], const Fragment& f, int M, int N,
-                                            const Epilogue& epilogue, Op op, float init, float scale,
-                                            float* partials) {
+                                            const Epilogue& epilogue, float scale, float* partials) {
   static_assert(B >= 16 && 128 % B == 0, "blocks of 16 to 128 rows, within one tile");
   const int warp = f.ct >> 5, lane = f.ct & 31;
   consumer_sync();  // both consumers are done with the stages: scratch may overwrite them
@@ -293,13 +281,13 @@ __device__ __forceinline__ void reduce_cols(const float (&acc)[64], const Fragme
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int col = f.col0 + 8 * j + e;
-      float x = init;
+      float x = Epilogue::identity();
 #pragma unroll
       for (int r = 0; r < 2; ++r)
-        if (f.row0 + 8 * r < M && col < N) x = op(x, epilogue.value(f.row0 + 8 * r, col, acc[4 * j + 2 * r + e]));
-      x = op(x, __shfl_xor_sync(0xffffffffu, x, 4));
-      x = op(x, __shfl_xor_sync(0xffffffffu, x, 8));
-      x = op(x, __shfl_xor_sync(0xffffffffu, x, 16));
+        if (f.row0 + 8 * r < M && col < N) x = Epilogue::combine(x, epilogue.value(f.row0 + 8 * r, col, acc[4 * j + 2 * r + e]));
+      x = Epilogue::combine(x, __shfl_xor_sync(0xffffffffu, x, 4));
+      x = Epilogue::combine(x, __shfl_xor_sync(0xffffffffu, x, 8));
+      x = Epilogue::combine(x, __shfl_xor_sync(0xffffffffu, x, 16));
       if (lane < 4) f.scratch[warp * 128 + 8 * j + 2 * lane + e] = x;
     }
   consumer_sync();
@@ -309,7 +297,7 @@ __device__ __forceinline__ void reduce_cols(const float (&acc)[64], const Fragme
   for (int b = 0; b < 128 / B; ++b) {
     float x = f.scratch[b * (B / 16) * 128 + f.ct];
 #pragma unroll
-    for (int w = 1; w < B / 16; ++w) x = op(x, f.scratch[(b * (B / 16) + w) * 128 + f.ct]);
+    for (int w = 1; w < B / 16; ++w) x = Epilogue::combine(x, f.scratch[(b * (B / 16) + w) * 128 + f.ct]);
     const int block = f.m0 / B + b;
     if (col < N && block < blocks) partials[static_cast<long long>(block) * N + col] = x * scale;
   }
