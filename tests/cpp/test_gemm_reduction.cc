@@ -190,8 +190,9 @@ TEST(GemmReduction, ColumnMaxAndMeanKernels) {
     EXPECT_TRUE(k.cutlass);
     EXPECT_NE(k.source.find("EpilogueWithVisitorFromExistingEpilogue<\n    TileVisitor"), std::string::npos);
   }
-  EXPECT_NE(sm80.kernels[0].source.find("v = TileVisitor::combine(v, x[k * TILE_LD]);"), std::string::npos);
-  EXPECT_NE(sm80.kernels[1].source.find("v = TileVisitor::combine(v, x[k]);"), std::string::npos);
+  EXPECT_NE(sm80.kernels[0].source.find("fold(shared.epilogue.tile + blk * BLOCK * TILE_LD + c, TILE_LD)"),
+            std::string::npos);
+  EXPECT_NE(sm80.kernels[1].source.find("fold(shared.epilogue.tile + r * TILE_LD + blk * BLOCK, 1)"), std::string::npos);
   EXPECT_NE(sm80.kernels[1].source.find("partials[row * (N / BLOCK) + col_block] = v * 0.03125f;"), std::string::npos);
 }
 

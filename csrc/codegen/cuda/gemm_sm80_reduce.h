@@ -2,7 +2,7 @@
 // The sm80 CUTLASS GEMM kernel's form with a block reduction in its epilogue
 // (GemmSpec::reduce): CUTLASS's mainloop, then its epilogue with a visitor
 // that writes each value into the CTA's tile in shared memory, then the
-// tile's blocks folded in a fixed order into the partials.
+// tile's blocks folded pairwise, in a fixed order, into the partials.
 #include <string>
 
 #include "codegen/cuda/gemm.h"
