@@ -30,7 +30,8 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 // cores) or, with spec.tf32, one TF32 MMA; f16/bf16 accumulate in f32. The
 // epilogue computes alpha * acc (+ beta * bias for addmm), rounds it to the
 // dtype, applies the group's pointwise nodes per element (reading the source
-// tensor's element where the spec says so) and writes only the group's output.
+// tensor's element where the spec says so) and writes only the group's output
+// (with GemmSpec::reduce, the block partials: gemm_sm80_reduce.h).
 // Parameters: the output, A, B, addmm's bias (read unless beta = 0), the
 // epilogue's source tensor. `id` makes the kernel name unique.
 // `tile` overrides the cost model's choice (autotuning compiles each

@@ -22,7 +22,8 @@ bool sm90_gemm_applies(const fusion::GemmSpec& spec);
 
 // The kernel for the matmul group: 128 x 128 tiles of 384 threads, the
 // matmul's value alpha * acc (+ beta * bias for addmm) through the group's
-// pointwise nodes, stored once. Parameters as gemm.h's generate_gemm.
+// pointwise nodes, stored once, or with a block reduction (GemmSpec::reduce)
+// folded into its partials. Parameters as gemm.h's generate_gemm.
 KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
 
 }  // namespace ff::codegen
