@@ -1,11 +1,13 @@
 #pragma once
-// Shared by the GEMM tests: the GemmSpec of the one matmul in an IR text.
+// Shared by the GEMM tests: the GemmSpec of the one matmul in an IR text, and
+// a compile with f32 GEMM kernels for a target arch.
 #include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "fusion/gemm.h"
 #include "ir/graph.h"
+#include "pipeline/compile.h"
 
 namespace ff::testing {
 
@@ -18,6 +20,14 @@ inline std::optional<fusion::GemmSpec> gemm_spec_of(const std::string& text) {
   for (auto& n : g->nodes())
     if (op_kind(n->op) == OpKind::Matmul) return fusion::match_gemm(*n);
   throw std::runtime_error("no matmul");
+}
+
+inline CompiledGraph compile_for(const std::string& text, int arch, bool tf32 = false) {
+  CompileOptions opts;
+  opts.gemm_dtypes = {DType::f32};
+  opts.arch = arch;
+  opts.tf32 = tf32;
+  return compile_graph(text, opts);
 }
 
 }  // namespace ff::testing

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "fusion/split_gemm_reduction.h"
+#include "gemm_spec.h"
 #include "interp/interpreter.h"
 #include "pipeline/compile.h"
 #include "runtime/compiler.h"
@@ -127,12 +128,7 @@ TEST(GemmReduction, LeavesReductionsItCannotSplit) {
   EXPECT_EQ(split(kSwishSum, {DType::f16}), print(*parse(kSwishSum)));
 }
 
-CompiledGraph compile_for(const std::string& text, int arch) {
-  CompileOptions opts;
-  opts.gemm_dtypes = {DType::f32};
-  opts.arch = arch;
-  return compile_graph(text, opts);
-}
+using testing::compile_for;
 
 TEST(GemmReduction, HopperKernelWritesOnlyTheBlockPartials) {
   const CompiledGraph cg = compile_for(kSwishSum, 90);

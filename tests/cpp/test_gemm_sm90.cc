@@ -24,13 +24,7 @@ const char* kLinear = R"(graph @g(%x: f32[130,1028], %w: f32[300,1028] param, %b
   return %4
 })";
 
-CompiledGraph compile_for(const std::string& text, int arch, bool tf32 = false) {
-  CompileOptions opts;
-  opts.gemm_dtypes = {DType::f32};
-  opts.arch = arch;
-  opts.tf32 = tf32;
-  return compile_graph(text, opts);
-}
+using testing::compile_for;
 
 TEST(GemmSm90, HopperTargetGetsTheWgmmaKernelWithTheEpilogueFused) {
   const CompiledGraph cg = compile_for(kLinear, 90);
