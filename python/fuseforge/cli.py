@@ -169,8 +169,8 @@ def compile_times(mod: Any, model: torch.nn.Module, precision: str = "fp32", kee
 
 def time_all(mod: Any, model: torch.nn.Module, against: list[str], precision: str = "fp32") -> dict:
     """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
-    fuseforge, and fuseforge's roofline estimate (fuseforge.roofline); all
-    three under the same precision policy."""
+    fuseforge, timed interleaved (fuseforge.timing), and fuseforge's roofline
+    estimate (fuseforge.roofline); all three under the same precision policy."""
     import fuseforge
     from fuseforge.module import precision_context
     from fuseforge.roofline import roofline
@@ -183,15 +183,17 @@ def time_all(mod: Any, model: torch.nn.Module, against: list[str], precision: st
         fast(*inputs)
         torch.cuda.synchronize()
         out["compile_s"] = time.perf_counter() - t0
-        out["fuseforge_ms"] = time_cuda(lambda: fast(*inputs))
+        fns = {"fuseforge": lambda: fast(*inputs)}
+        if "eager" in against:
+            fns["eager"] = lambda: model(*inputs)
+        if "inductor" in against:
+            compiled = torch.compile(copy.deepcopy(model))
+            compiled(*inputs)  # compiles outside the timed rounds
+            fns["inductor"] = lambda: compiled(*inputs)
+        out.update({f"{name}_ms": ms for name, ms in time_cuda(fns).items()})
         specs = fast.specializations()
         if specs:  # none when the model could not be captured and ran eagerly
             out.update(roofline(specs[0].plan, torch.cuda.get_device_name(), out["fuseforge_ms"], precision))
-        if "eager" in against:
-            out["eager_ms"] = time_cuda(lambda: model(*inputs))
-        if "inductor" in against:
-            compiled = torch.compile(copy.deepcopy(model))
-            out["inductor_ms"] = time_cuda(lambda: compiled(*inputs))
     for ref in ("eager", "inductor"):
         if f"{ref}_ms" in out:
             out[f"speedup_vs_{ref}"] = out[f"{ref}_ms"] / out["fuseforge_ms"]

@@ -1,33 +1,42 @@
 """Timing the way results are judged: CUDA events around one call, L2 flushed
-before every trial by writing a 256 MiB buffer, warm-up first, median of many."""
+before every trial by writing a 256 MiB buffer, warm-up first, median of many.
+
+Side-by-side figures are timed interleaved: each round times every candidate
+once, in turn, so a drift during the run (clocks, memory state) falls on all
+of them alike instead of on whichever would have been timed first.
+"""
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 _FLUSH_BYTES = 256 << 20
 
 
-def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, trials: int = 20, max_seconds: float = 10.0) -> float:
-    """Median milliseconds of `fn()` over `trials` cold-L2 runs (fewer if they
-    would take longer than `max_seconds`)."""
+def time_cuda(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 3, trials: int = 20,
+              max_seconds: float = 30.0) -> dict[str, float]:
+    """Median milliseconds of each `fns[name]()` over `trials` cold-L2 rounds
+    (fewer if they would take longer than `max_seconds`, at least 5); every
+    round times each function once, in the mapping's order."""
     flush = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
-    times: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name in fns}
     start_wall = time.perf_counter()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(trials):
-        flush.fill_(1)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-        if time.perf_counter() - start_wall > max_seconds and len(times) >= 5:
+    for i in range(trials):
+        for name, fn in fns.items():
+            flush.fill_(1)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+        if time.perf_counter() - start_wall > max_seconds and i + 1 >= 5:
             break
-    return statistics.median(times)
+    return {name: statistics.median(t) for name, t in times.items()}

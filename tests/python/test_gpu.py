@@ -346,3 +346,15 @@ def test_tf32_problem_passes_the_check_at_its_precision():
     mod, model = _build(str(path), None, "cuda")
     result = check_correctness(mod, model, seeds=1, device="cuda", precision="tf32")
     assert result["correct"] and result["eager_err_vs_fp64"] > 2e-4, result
+
+
+def test_side_by_side_timing_interleaves_the_candidates():
+    """Each round times every candidate once, in turn (a GPU still raising its
+    clocks must not bias whichever would be timed first)."""
+    from fuseforge.timing import time_cuda
+    calls = []
+    x = torch.randn(1 << 20, device="cuda")
+    ms = time_cuda({"a": lambda: calls.append("a") or x.mul(2), "b": lambda: calls.append("b") or x.add(1)},
+                   warmup=1, trials=6)
+    assert set(ms) == {"a", "b"} and all(v > 0 for v in ms.values())
+    assert calls == ["a", "b"] + ["a", "b"] * 6
