@@ -3,6 +3,7 @@
 // in, and the kernels that write the partials.
 #include <gtest/gtest.h>
 
+#include "codegen/cuda/gemm.h"
 #include "fusion/split_gemm_reduction.h"
 #include "gemm_spec.h"
 #include "interp/interpreter.h"
@@ -190,6 +191,28 @@ TEST(GemmReduction, ColumnMaxAndMeanKernels) {
             std::string::npos);
   EXPECT_NE(sm80.kernels[1].source.find("fold(shared.epilogue.tile + r * TILE_LD + blk * BLOCK, 1)"), std::string::npos);
   EXPECT_NE(sm80.kernels[1].source.find("partials[row * (N / BLOCK) + col_block] = v * 0.03125f;"), std::string::npos);
+}
+
+TEST(GemmReduction, CostModelKeepsTheValueTileWithinTheMainloopsSharedMemory) {
+  // 3xTF32 kernels with a reduction keep to the tile whose value tile fits
+  // in the mainloop's shared memory (64x64; 128x128 would need 100 KiB).
+  const std::string text = R"(graph @g(%x: f32[8192,512], %w: f32[4096,512]) {
+  %0 = permute(%w) {dims=[1, 0]} : f32[512,4096]{1,512}
+  %1 = mm(%x, %0) : f32[8192,4096]
+  %2 = relu(%1) : f32[8192,4096]
+  %3 = sum(%2) {dims=[1], keepdim=false} : f32[8192]
+  return %3
+})";
+  const CompiledGraph cg = compile_for(text, 80);
+  ASSERT_EQ(cg.partition.groups.size(), 1u);
+  const fusion::GemmSpec& spec = cg.partition.groups[0].gemm;
+  ASSERT_EQ(spec.reduce, fusion::GemmSpec::Reduce::Sum);
+  const codegen::GemmTile t = codegen::choose_gemm_tile(spec);
+  EXPECT_TRUE(t.m == 64 && t.n == 64);
+  fusion::GemmSpec whole = spec;
+  whole.reduce = fusion::GemmSpec::Reduce::None;
+  const codegen::GemmTile w = codegen::choose_gemm_tile(whole);
+  EXPECT_TRUE(w.m == 128 && w.n == 128);
 }
 
 }  // namespace

@@ -21,7 +21,9 @@ std::vector<GemmTile> gemm_tiles(const fusion::GemmSpec& spec);
 // The candidate the cost model picks for `spec` on a GPU with `sm_count`
 // multiprocessors: the least work on the busiest multiprocessor (tiles per
 // multiprocessor times tile area), weighted by each tile's relative efficiency
-// (big tiles reuse more of what they load, unless the sum is short).
+// (big tiles reuse more of what they load, unless the sum is short). With a
+// block reduction, among the tiles whose value tile fits in the mainloop's
+// shared memory where any does.
 GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 
 // A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the
