@@ -44,6 +44,10 @@ struct GemmSpec {
   int reduce_block = 0;
 };
 
+// Block sizes a GEMM kernel reduces in: powers of two from 16 to 64, so that
+// no block straddles two tiles (every tile side is a multiple of 64).
+constexpr int64_t kMinReduceBlock = 16, kMaxReduceBlock = 64;
+
 // The GEMM a mm/addmm/bmm node computes, or nullopt when no GEMM kernel covers
 // it (dtype other than f32/f16/bf16 or mixed, an operand with neither dim
 // unit-stride, a per-row or strided bias, a non-contiguous result, 32-bit

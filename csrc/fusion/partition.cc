@@ -139,7 +139,7 @@ class Partitioner {
     Shape joined = split;
     joined[d] *= block;
     joined.erase(joined.begin() + d + 1);
-    if (joined != in || block < 16 || 64 % block != 0) return std::nullopt;  // within every tile
+    if (joined != in || block < kMinReduceBlock || kMaxReduceBlock % block != 0) return std::nullopt;
     switch (red->op) {
       case Op::Sum: spec.reduce = GemmSpec::Reduce::Sum; break;
       case Op::Mean: spec.reduce = GemmSpec::Reduce::Mean; break;

@@ -74,11 +74,14 @@ bool split_gemm_reductions(Graph& g, const std::vector<DType>& gemm_dtypes) {
     const auto epilogue = epilogue_of(g, y, r);
     if (!epilogue || epilogue->reads.size() > 1) continue;
     auto spec = match_gemm(*epilogue->matmul);
-    if (!spec || (epilogue->reads.size() == 1 && !use_as_source(*spec, *epilogue->reads[0]))) continue;
+    // An f16/bf16 matmul cast to f32 would not take the blocks in (partition.h).
+    if (!spec || spec->dtype != DType::f32 ||
+        (epilogue->reads.size() == 1 && !use_as_source(*spec, *epilogue->reads[0])))
+      continue;
     const int64_t extent = y->type.shape[d];
-    int64_t block = 64;
-    while (block >= 16 && extent % block != 0) block /= 2;
-    if (block < 16) continue;
+    int64_t block = kMaxReduceBlock;
+    while (block >= kMinReduceBlock && extent % block != 0) block /= 2;
+    if (block < kMinReduceBlock) continue;
     Shape split = y->type.shape;
     split[d] = extent / block;
     split.insert(split.begin() + d + 1, block);

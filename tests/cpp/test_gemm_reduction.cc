@@ -114,6 +114,14 @@ TEST(GemmReduction, LeavesReductionsItCannotSplit) {
   %6 = sum(%5) {dims=[1], keepdim=false} : f32[64]
   return %2, %6
 })",
+      // An f16 matmul cast to f32: its group would not take the blocks in.
+      R"(graph @g(%x: f16[64,1024], %w: f16[64,1024]) {
+  %0 = permute(%w) {dims=[1, 0]} : f16[1024,64]{1,1024}
+  %1 = mm(%x, %0) : f16[64,64]
+  %2 = cast(%1) : f32[64,64]
+  %3 = sum(%2) {dims=[1], keepdim=false} : f32[64]
+  return %3
+})",
       // The epilogue reads a residual besides the bias: it stays a kernel of its own.
       R"(graph @g(%x: f32[64,1024], %w: f32[64,1024], %b: f32[64], %r: f32[64,64]) {
   %0 = permute(%w) {dims=[1, 0]} : f32[1024,64]{1,1024}

@@ -34,13 +34,13 @@ class BmmReduce(torch.nn.Module):
 
     def __init__(self, reduce: str, dim: int):
         super().__init__()
-        self.reduce, self.dim = reduce, dim
+        self.reduce, self.dim, self.keepdim = reduce, dim, False
 
     def features(self, q, k):
         return torch.relu(torch.bmm(q, k.transpose(1, 2)))
 
     def forward(self, q, k):
-        return getattr(torch, self.reduce)(self.features(q, k), dim=self.dim, keepdim=getattr(self, "keepdim", False))
+        return getattr(torch, self.reduce)(self.features(q, k), dim=self.dim, keepdim=self.keepdim)
 
 
 class Features(torch.nn.Module):
@@ -139,7 +139,7 @@ def test_reduction_epilogue_matches_eager_and_fp64(model, shapes, partials):
         out, ref = fast(*xs), model(*xs)
         again = fast(*xs)
         unfused = getattr(torch, model.reduce)(fuseforge.optimize(Features(model))(*xs), dim=model.dim,
-                                                keepdim=getattr(model, "keepdim", False))
+                                                keepdim=model.keepdim)
     (k,) = [k for k in fast.specializations()[0].plan["kernels"] if k["kind"] == "gemm"]
     assert _reduces(k) and k["sm90a"] == (shapes[0][-1] >= 1024), k["name"]
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
