@@ -378,7 +378,7 @@ def _problem(name: str) -> str:
 
 
 def test_problem_count():
-    assert len(PROBLEMS) == 29
+    assert len(PROBLEMS) == 36
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
