@@ -1,57 +1,61 @@
 #pragma once
-// Partitions a graph into execution steps: PointwiseGroups (each becomes one
-// generated kernel) and single nodes that run as library (ATen) calls.
+// The machinery schedulers share to form groups (scheduler.h): users of each
+// node, which group holds a node, cycle checks, and the final schedule of
+// groups and library calls in an order that respects every dependency.
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
-#include "fusion/gemm.h"
+#include "fusion/group.h"
 #include "ir/graph.h"
 
 namespace ff::fusion {
 
-// A connected set of pointwise nodes computed by one kernel over one iteration
-// shape. Every output has that shape; interior nodes may have smaller shapes
-// (broadcast operands such as a per-row scale) and are recomputed per element.
-//
-// A group of kind Gemm starts with one matmul node that a generated GEMM
-// kernel computes (`gemm` says how), followed by the pointwise epilogue it
-// applies to each result element, if any; its shape is the matmul's result shape.
-struct PointwiseGroup {
-  enum class Kind { Pointwise, Gemm } kind = Kind::Pointwise;
-  GemmSpec gemm;                // Kind::Gemm only
-  std::vector<Node*> nodes;     // topological order
-  std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
-  std::vector<Value*> outputs;  // group values read outside it (or graph outputs)
-  Shape shape;                  // iteration shape
-};
+class PartitionBuilder {
+ public:
+  explicit PartitionBuilder(const Graph& g);
 
-struct Step {
-  enum class Kind { Kernel, Node } kind;
-  int group = -1;         // Kernel: index into Partition::groups
-  Node* node = nullptr;   // Node: the op to run as a library call
-};
+  const Graph& graph() const { return g_; }
+  // Nodes that read a result of `n`, each once, in graph order.
+  const std::vector<Node*>& users(const Node* n) const;
+  // Whether a result of `n` is a graph output (or a mutation's new value).
+  bool feeds_graph_output(const Node* n) const;
+  // Position of `n` in the graph's node order.
+  int index(const Node* n) const { return index_.at(n); }
+  // The group that holds `n`, if any.
+  std::optional<int> group_of(const Node* n) const;
+  // Whether `from` reaches any node of `members` through nodes outside it.
+  bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
 
-struct Partition {
-  std::vector<PointwiseGroup> groups;
-  std::vector<Step> steps;  // a valid execution order
-};
+  // Adds a group of `nodes`, in the order its kernel computes them (a
+  // topological one); returns its index.
+  int add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm = {});
+  // Empties group `group` (dropped at finish()) and returns its nodes, for a
+  // new group to take them in.
+  std::vector<Node*> release(int group);
+  // The group as it stands: its nodes, inputs, outputs and shape.
+  Group describe(int group) const;
+  int num_groups() const { return static_cast<int>(groups_.size()); }
 
-// Greedy consumer-driven fusion: walking the graph backwards, each unfused
-// pointwise node starts a group that pulls in its pointwise producers when
-// (a) the producer has the group's shape, or it broadcasts to it and every
-// user of it is in the group (then it is recomputed per element), and
-// (b) pulling it in creates no cycle through nodes outside the group.
-// Each matmul node of a dtype in `gemm_dtypes` that match_gemm accepts becomes
-// a GEMM group instead of a library call, taking as its epilogue the pointwise
-// group that holds all of the result's users and reads no other value but one
-// the GEMM can take as its source operand (see use_as_source).
-// An f32 GEMM group whose epilogue's output is read only by a view that splits
-// its last or second-last dim into blocks of 16, 32 or 64 and a sum, mean,
-// amax or amin over the blocks (as split_gemm_reductions writes them) takes
-// both in: its kernel writes the block partials.
-struct PartitionOptions {
-  std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
-  bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
+  // The groups (absorbed ones dropped) and every step in a valid order.
+  Partition finish() const;
+
+ private:
+  struct Members {
+    Group::Kind kind;
+    GemmSpec gemm;
+    std::vector<Node*> nodes;
+    bool released = false;
+  };
+  const Graph& g_;
+  std::unordered_map<const Node*, int> index_;
+  std::unordered_map<const Node*, std::vector<Node*>> users_;
+  std::unordered_map<const Node*, int> group_of_;
+  std::vector<Members> groups_;
+
+  Group describe(const Members& m) const;
+  std::vector<Step> schedule(const std::vector<int>& kept) const;
 };
-Partition partition(const Graph& g, const PartitionOptions& options = {});
 
 }  // namespace ff::fusion

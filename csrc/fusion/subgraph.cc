@@ -4,7 +4,7 @@
 
 namespace ff::fusion {
 
-std::unique_ptr<Graph> extract_subgraph(const PointwiseGroup& group, const std::string& name) {
+std::unique_ptr<Graph> extract_subgraph(const Group& group, const std::string& name) {
   auto g = std::make_unique<Graph>();
   g->name = name;
   std::unordered_map<const Value*, Value*> map;

@@ -1,13 +1,13 @@
 #pragma once
 #include <memory>
 
-#include "fusion/partition.h"
+#include "fusion/group.h"
 
 namespace ff::fusion {
 
 // The group as a standalone graph: its inputs become graph inputs (same names
 // and types; scalar inputs stay scalar), its nodes are copied, its outputs are
 // the graph outputs. The interpreter runs it to check a kernel's meaning.
-std::unique_ptr<Graph> extract_subgraph(const PointwiseGroup& group, const std::string& name);
+std::unique_ptr<Graph> extract_subgraph(const Group& group, const std::string& name);
 
 }  // namespace ff::fusion

@@ -12,6 +12,7 @@ std::unique_ptr<Pass> make_scale_matmul_operand();  // scale_matmul_operand.cc
 std::unique_ptr<Pass> make_broadcast_bmm_to_mm();  // broadcast_bmm_to_mm.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
 std::unique_ptr<Pass> make_conv_channels_last();  // conv_channels_last.cc
+std::unique_ptr<Pass> make_split_gemm_reduction();  // split_gemm_reduction.cc
 
 namespace {
 struct Entry {
@@ -27,6 +28,7 @@ const Entry kPasses[] = {
     {"broadcast_bmm_to_mm", make_broadcast_bmm_to_mm},
     {"conv_bias_epilogue", make_conv_bias_epilogue},
     {"conv_channels_last", make_conv_channels_last},
+    {"split_gemm_reduction", make_split_gemm_reduction},
 };
 }  // namespace
 

@@ -1,39 +1,74 @@
 #include "pipeline/compile.h"
 
-#include "codegen/cuda/gemm.h"
-#include "codegen/cuda/gemm_sm90.h"
-#include "codegen/cuda/pointwise.h"
-#include "fusion/split_gemm_reduction.h"
+#include <algorithm>
+#include <stdexcept>
+
+#include "fusion/scheduler.h"
 #include "fusion/subgraph.h"
 #include "passes/pass.h"
 
 namespace ff {
+
+const std::vector<std::string>& precision_names() {
+  static const std::vector<std::string> names{"fp32", "tf32"};
+  return names;
+}
+
+std::string_view precision_name(Precision p) { return precision_names().at(static_cast<size_t>(p)); }
+
+Precision parse_precision(std::string_view name) {
+  const auto& names = precision_names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<Precision>(i);
+  std::string known;
+  for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("precision '" + std::string(name) + "' is not available; available: " + known);
+}
+
+GemmPolicy parse_gemm_policy(std::string_view name) {
+  if (name.empty() || name == "auto" || name == "f32") return GemmPolicy::Auto;
+  if (name == "all" || name == "1") return GemmPolicy::All;
+  if (name == "off" || name == "0") return GemmPolicy::Off;
+  throw std::invalid_argument("GEMM kernel policy '" + std::string(name) + "' is unknown; expected auto (f32), all (1) or off (0)");
+}
+
+std::vector<DType> gemm_dtypes(GemmPolicy policy, Precision precision) {
+  switch (policy) {
+    case GemmPolicy::All: return {DType::f32, DType::f16, DType::bf16};
+    case GemmPolicy::Off: return {};
+    case GemmPolicy::Auto: break;
+  }
+  return precision == Precision::fp32 ? std::vector<DType>{DType::f32} : std::vector<DType>{};
+}
 
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options) {
   CompiledGraph out;
   out.graph = parse(ir_text);
   verify(*out.graph);
   out.ir_before = print(*out.graph);
-  passes::PassManager pm(options.passes.empty() ? passes::default_pipeline() : options.passes);
   auto trace = [&](std::string_view pass, const Graph& g) {
     out.pass_trace.emplace_back(std::string(pass), print(g));
   };
-  if (options.trace_passes) pm.run(*out.graph, 4, trace);
-  else pm.run(*out.graph);
-  if (fusion::split_gemm_reductions(*out.graph, options.gemm_dtypes)) verify(*out.graph);
+  auto run = [&](const std::vector<std::string>& names) {
+    passes::PassManager pm(names);
+    if (options.trace_passes) pm.run(*out.graph, 4, trace);
+    else pm.run(*out.graph);
+  };
+  run(options.passes.empty() ? passes::default_pipeline() : options.passes);
+  // After the others, so that it sees the final epilogues; only where f32
+  // matmuls become GEMM kernels, which then write block partials.
+  const auto& dtypes = options.gemm_dtypes;
+  if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_reduction"});
   out.ir_after = print(*out.graph);
-  out.partition = fusion::partition(*out.graph, {options.gemm_dtypes, options.tf32});
+  fusion::FusionOptions fo{dtypes, options.precision == Precision::tf32, options.arch, options.autotune};
+  out.partition = fusion::partition(*out.graph, fo);
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
-    const auto& group = out.partition.groups[i];
+    const fusion::Group& group = out.partition.groups[i];
+    const fusion::Scheduler& scheduler = fusion::scheduler_for(group.kind);
     const int id = static_cast<int>(i);
-    const bool gemm = group.kind == fusion::PointwiseGroup::Kind::Gemm;
-    const bool sm90 = gemm && options.arch == 90 && codegen::sm90_gemm_applies(group.gemm);
-    out.kernels.push_back(sm90   ? codegen::generate_gemm_sm90(group, group.gemm, id)
-                          : gemm ? codegen::generate_gemm(group, group.gemm, id)
-                                 : codegen::generate_pointwise(group, id));
+    out.kernels.push_back(scheduler.generate(group, id, fo));
     out.kernel_graphs.push_back(print(*fusion::extract_subgraph(group, out.kernels.back().name)));
-    out.kernel_variants.push_back(options.gemm_variants && gemm && !sm90 ? codegen::gemm_variants(group, group.gemm, id)
-                                                                         : std::vector<codegen::KernelSource>{});
+    out.kernel_variants.push_back(fo.variants ? scheduler.variants(group, id, fo) : std::vector<codegen::KernelSource>{});
   }
   return out;
 }

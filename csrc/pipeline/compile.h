@@ -1,35 +1,58 @@
 #pragma once
-// The compiler driver: IR text in, optimized graph + execution plan + kernel
-// sources out. Runs passes, partitions into fused groups and generates CUDA.
+// The compiler driver: IR text in, optimized graph + partition + kernel
+// sources out. Runs passes, partitions into fused groups (a scheduler per
+// group kind picks each kernel) and generates CUDA.
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/partition.h"
+#include "fusion/group.h"
 #include "ir/graph.h"
 
 namespace ff {
 
+// Numerics policies. fp32 (the default) keeps fp32 accuracy: f32 matmuls as
+// 3xTF32 GEMM kernels. tf32 (opt-in, faster, about 1e-3 relative error)
+// computes f32 matmuls in plain TF32.
+enum class Precision { fp32, tf32 };
+// Every policy's name, in order: the one list the CLI and the API offer.
+const std::vector<std::string>& precision_names();
+std::string_view precision_name(Precision p);
+// Throws std::invalid_argument naming the available policies if `name` has none.
+Precision parse_precision(std::string_view name);
+
+// Which matmuls become generated GEMM kernels (they need CUTLASS's headers).
+// Auto: f32 ones at the fp32 precision (3xTF32 measured 1.1-1.4x eager's SIMT
+// fp32 on an H100, and more accurate), none under tf32 (cuBLAS's TF32 wgmma
+// kernels beat our mma.sync ones); All: f32, f16 and bf16; Off: none.
+enum class GemmPolicy { Auto, All, Off };
+// "auto" (also "f32" and ""), "all" (also "1"), "off" (also "0"); throws
+// std::invalid_argument otherwise.
+GemmPolicy parse_gemm_policy(std::string_view name);
+std::vector<DType> gemm_dtypes(GemmPolicy policy, Precision precision);
+
 struct CompileOptions {
   std::vector<std::string> passes;  // empty: passes::default_pipeline()
   bool trace_passes = false;        // record the IR after every pass that changed it
-  std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated CUTLASS GEMMs (needs its headers)
-  bool gemm_variants = false;       // also every other candidate tile of each GEMM (for autotuning)
-  bool tf32 = false;                // f32 GEMM kernels in plain TF32 (opt-in precision), not 3xTF32
+  Precision precision = Precision::fp32;
+  std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated GEMM kernels (gemm_dtypes())
+  bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
 };
 
 struct CompiledGraph {
   std::string ir_before;                              // as captured (verified)
-  std::string ir_after;                               // after passes (and split_gemm_reductions)
+  std::string ir_after;                               // after passes
   std::vector<std::pair<std::string, std::string>> pass_trace;  // (pass, IR after it)
   std::unique_ptr<Graph> graph;                       // after passes; steps point into it
   fusion::Partition partition;
   std::vector<codegen::KernelSource> kernels;         // one per partition group
   std::vector<std::string> kernel_graphs;             // IR text of each group as a standalone graph
-  std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (gemm_variants)
+  std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (autotune)
 };
 
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options = {});

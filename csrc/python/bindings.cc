@@ -113,7 +113,7 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
     d["unroll"] = k.unroll;
     d["grid"] = nb::make_tuple(k.grid[0], k.grid[1], k.grid[2]);
     d["block_y"] = k.block_y;
-    d["kind"] = cg.partition.groups[i].kind == ff::fusion::PointwiseGroup::Kind::Gemm ? "gemm" : "pointwise";
+    d["kind"] = std::string(ff::fusion::group_kind_name(cg.partition.groups[i].kind));
     d["cutlass"] = k.cutlass;
     d["sm90a"] = k.sm90a;
     d["shared_bytes"] = k.shared_bytes;
@@ -191,19 +191,18 @@ bool env_is_one(const char* name) {
   return env != nullptr && std::string(env) == "1";
 }
 
-// Which matmuls run as generated GEMM kernels (they need CUTLASS's headers).
-// Default: f32 only, at the fp32 precision. Eager runs f32 matmuls on the SIMT
-// cores and our 3xTF32 tensor-core kernels measured 1.1-1.4x faster and more
-// accurate on an H100; for f16/bf16 (and f32 in plain TF32, `tf32`) cuBLAS's
-// Hopper (wgmma) kernels beat our mma.sync ones (f16: 0.57x).
-// FUSEFORGE_GEMM=1 (or "all") turns them on for every dtype, =0 off.
-std::vector<ff::DType> gemm_dtypes(std::optional<bool> all, bool tf32) {
+// Which matmuls run as generated GEMM kernels: `all` if given, else the
+// FUSEFORGE_GEMM policy (compile.h's GemmPolicy); none without CUTLASS's headers.
+std::vector<ff::DType> gemm_dtypes(std::optional<bool> all, ff::Precision precision) {
   const char* env = std::getenv("FUSEFORGE_GEMM");
-  const std::string policy = all ? (*all ? "all" : "0") : (env != nullptr ? env : "");
-  if (policy == "0" || (!all && !ff::runtime::cutlass_available())) return {};
-  if (policy == "1" || policy == "all") return {ff::DType::f32, ff::DType::f16, ff::DType::bf16};
-  if (policy.empty() || policy == "f32" || policy == "auto") return tf32 ? std::vector<ff::DType>{} : std::vector{ff::DType::f32};
-  throw std::invalid_argument("fuseforge: FUSEFORGE_GEMM is '" + policy + "'; expected 0, f32 (the default) or 1");
+  ff::GemmPolicy policy = ff::GemmPolicy::Auto;
+  try {
+    policy = all ? (*all ? ff::GemmPolicy::All : ff::GemmPolicy::Off) : ff::parse_gemm_policy(env != nullptr ? env : "");
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("fuseforge: FUSEFORGE_GEMM is '" + std::string(env) + "': " + e.what());
+  }
+  if (!all && !ff::runtime::cutlass_available()) return {};
+  return ff::gemm_dtypes(policy, precision);
 }
 
 std::vector<std::string> kernel_options(bool cutlass) {
@@ -280,14 +279,12 @@ NB_MODULE(_core, m) {
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
   m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace,
                             std::optional<bool> gemm, const std::string& precision, int arch) {
-    if (precision != "fp32" && precision != "tf32")
-      throw std::invalid_argument("fuseforge: precision '" + precision + "' has no code path; expected fp32 or tf32");
     ff::CompileOptions opts;
     opts.passes = passes;
     opts.trace_passes = trace;
-    opts.tf32 = precision == "tf32";
-    opts.gemm_dtypes = gemm_dtypes(gemm, opts.tf32);
-    opts.gemm_variants = !opts.gemm_dtypes.empty() && env_is_one("FUSEFORGE_AUTOTUNE");
+    opts.precision = ff::parse_precision(precision);
+    opts.gemm_dtypes = gemm_dtypes(gemm, opts.precision);
+    opts.autotune = !opts.gemm_dtypes.empty() && env_is_one("FUSEFORGE_AUTOTUNE");
     opts.arch = arch;
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),

@@ -26,7 +26,7 @@ inline CompiledGraph compile_for(const std::string& text, int arch, bool tf32 = 
   CompileOptions opts;
   opts.gemm_dtypes = {DType::f32};
   opts.arch = arch;
-  opts.tf32 = tf32;
+  opts.precision = tf32 ? Precision::tf32 : Precision::fp32;
   return compile_graph(text, opts);
 }
 

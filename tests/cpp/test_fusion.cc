@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/cuda/pointwise.h"
-#include "fusion/partition.h"
+#include "fusion/scheduler.h"
 #include "fusion/subgraph.h"
 #include "interp/interpreter.h"
 #include "pipeline/compile.h"

@@ -6,13 +6,13 @@
 #include "codegen/cuda/gemm.h"
 #include "fusion/gemm.h"
 #include "gemm_spec.h"
-#include "fusion/partition.h"
+#include "fusion/scheduler.h"
 #include "pipeline/compile.h"
 
 namespace ff {
 namespace {
 
-const fusion::PartitionOptions kAllGemm{{DType::f32, DType::f16, DType::bf16}};
+const fusion::FusionOptions kAllGemm{{DType::f32, DType::f16, DType::bf16}};
 
 using testing::gemm_spec_of;
 
@@ -76,7 +76,7 @@ TEST(Gemm, UnsupportedLayoutsAndDtypesStayLibraryCalls) {
 })"));
 }
 
-TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
+TEST(Gemm, GroupReadingOnlyTheResultBecomesTheEpilogue) {
   const std::string text = R"(graph @g(%x: f32[64,32], %w: f32[16,32] param, %b: f32[16] param) {
   %0 = permute(%w) {dims=[1, 0]} : f32[32,16]{1,32}
   %1 = addmm(%b, %x, %0) : f32[64,16]
@@ -87,13 +87,13 @@ TEST(Gemm, PointwiseGroupReadingOnlyTheResultBecomesTheEpilogue) {
 })";
   auto g = parse(text);
   verify(*g);
-  for (auto& grp : fusion::partition(*g).groups) EXPECT_EQ(grp.kind, fusion::PointwiseGroup::Kind::Pointwise);
+  for (auto& grp : fusion::partition(*g).groups) EXPECT_EQ(grp.kind, fusion::Group::Kind::Pointwise);
   // Only matmuls of the listed dtypes become GEMM groups.
   for (auto& grp : fusion::partition(*g, {{DType::f16, DType::bf16}}).groups)
-    EXPECT_EQ(grp.kind, fusion::PointwiseGroup::Kind::Pointwise);
+    EXPECT_EQ(grp.kind, fusion::Group::Kind::Pointwise);
   auto p = fusion::partition(*g, kAllGemm);
   ASSERT_EQ(p.groups.size(), 1u);
-  EXPECT_EQ(p.groups[0].kind, fusion::PointwiseGroup::Kind::Gemm);
+  EXPECT_EQ(p.groups[0].kind, fusion::Group::Kind::Gemm);
   EXPECT_EQ(p.groups[0].nodes.size(), 4u);  // addmm + sigmoid, mul, add
   ASSERT_EQ(p.groups[0].outputs.size(), 1u);
   EXPECT_EQ(p.groups[0].outputs[0]->name, "4");  // the GEMM writes only the epilogue's result
@@ -179,7 +179,7 @@ TEST(Gemm, EpilogueNeedingMoreThanOneSourceOrTheRawResultStaysSeparate) {
   auto p2 = fusion::partition(*g2, kAllGemm);
   ASSERT_EQ(p2.groups.size(), 2u);
   for (auto& grp : p2.groups)
-    if (grp.kind == fusion::PointwiseGroup::Kind::Gemm) EXPECT_EQ(grp.nodes.size(), 1u);
+    if (grp.kind == fusion::Group::Kind::Gemm) EXPECT_EQ(grp.nodes.size(), 1u);
 }
 
 TEST(Gemm, HalfPrecisionAccumulatesInF32WithoutSplitting) {
@@ -205,7 +205,7 @@ TEST(Gemm, Tf32PrecisionUsesOneTf32MmaAndItsOwnTiles) {
 })";
   CompileOptions opts;
   opts.gemm_dtypes = kAllGemm.gemm_dtypes;
-  opts.tf32 = true;
+  opts.precision = Precision::tf32;
   auto cg = compile_graph(text, opts);
   ASSERT_EQ(cg.kernels.size(), 2u);
   const auto& k = cg.kernels[0];
@@ -217,14 +217,14 @@ TEST(Gemm, Tf32PrecisionUsesOneTf32MmaAndItsOwnTiles) {
   EXPECT_EQ(k.block, 128);
   EXPECT_FALSE(cg.partition.groups[1].gemm.tf32);  // only f32 matmuls change math
   EXPECT_EQ(cg.kernels[1].name.find("tf32"), std::string::npos);
-  opts.tf32 = false;
+  opts.precision = Precision::fp32;
   EXPECT_EQ(compile_graph(text, opts).kernels[0].name, "ff_gemm_mm_3xtf32_128x128_0");
 }
 
 TEST(Gemm, VariantsCoverTheOtherCandidateTiles) {
   CompileOptions opts;
   opts.gemm_dtypes = kAllGemm.gemm_dtypes;
-  opts.gemm_variants = true;
+  opts.autotune = true;
   auto cg = compile_graph(R"(graph @g(%a: f32[4096,512], %b: f32[512,4096]) {
   %0 = mm(%a, %b) : f32[4096,4096]
   return %0

@@ -1,12 +1,12 @@
-// Reductions of a GEMM's epilogue (split_gemm_reduction.h): the rewrite into
-// block partials and a reduction of them, which GEMM group takes the blocks
-// in, and the kernels that write the partials.
+// Reductions of a GEMM's epilogue: the split_gemm_reduction pass (its text
+// cases are golden files, tests/golden/passes/split_gemm_reduction/), which
+// GEMM group takes the blocks in, and the kernels that write the partials.
 #include <gtest/gtest.h>
 
 #include "codegen/cuda/gemm.h"
-#include "fusion/split_gemm_reduction.h"
 #include "gemm_spec.h"
 #include "interp/interpreter.h"
+#include "passes/pass.h"
 #include "pipeline/compile.h"
 #include "runtime/compiler.h"
 
@@ -23,11 +23,10 @@ const char* kSwishSum = R"(graph @g(%x: f32[200,1024], %w: f32[320,1024] param, 
   return %4
 })";
 
-std::string split(const std::string& text, const std::vector<DType>& gemm_dtypes = {DType::f32}) {
+std::string split(const std::string& text) {
   auto g = parse(text);
   verify(*g);
-  fusion::split_gemm_reductions(*g, gemm_dtypes);
-  verify(*g);
+  passes::PassManager({"split_gemm_reduction"}).run(*g);
   return print(*g);
 }
 
@@ -42,99 +41,18 @@ void expect_same_meaning(const std::string& before, const std::string& after) {
   }
 }
 
-TEST(GemmReduction, SplitsARowSumIntoBlocksOfTheLargestDividingSize) {
-  // N = 320 = 5 * 64: blocks of 64, the largest (every GEMM tile side is a multiple of it).
-  const std::string after = split(kSwishSum);
-  EXPECT_EQ(after, R"(graph @g(%x: f32[200,1024], %w: f32[320,1024] param, %b: f32[320] param) {
-  %0 = permute(%w) {dims=[1, 0]} : f32[1024,320]{1,1024}
-  %1 = addmm(%b, %x, %0) : f32[200,320]
-  %2 = sigmoid(%1) : f32[200,320]
-  %3 = mul(%1, %2) : f32[200,320]
-  %4 = view(%3) : f32[200,5,64]
-  %5 = sum(%4) {dims=[2], keepdim=false} : f32[200,5]
-  %6 = sum(%5) {dims=[1], keepdim=false} : f32[200]
-  return %6
-}
-)");
-  expect_same_meaning(kSwishSum, after);
-}
-
-TEST(GemmReduction, SplitsColumnReductionsMeansAndBatches) {
-  // amax over the rows (M = 192: blocks of 64), a keepdim mean over a bmm's
-  // columns (N = 96: blocks of 32).
-  const std::string cols = R"(graph @g(%x: f32[192,1024], %w: f32[320,1024] param) {
-  %0 = permute(%w) {dims=[1, 0]} : f32[1024,320]{1,1024}
-  %1 = mm(%x, %0) : f32[192,320]
-  %2 = amax(%1) {dims=[0], keepdim=true} : f32[1,320]
-  return %2
-})";
-  const std::string after = split(cols);
-  EXPECT_NE(after.find("%2 = view(%1) : f32[3,64,320]"), std::string::npos) << after;
-  EXPECT_NE(after.find("%3 = amax(%2) {dims=[1], keepdim=false} : f32[3,320]"), std::string::npos) << after;
-  EXPECT_NE(after.find("%4 = amax(%3) {dims=[0], keepdim=true} : f32[1,320]"), std::string::npos) << after;
-  expect_same_meaning(cols, after);
-  const std::string bmm = R"(graph @g(%q: f32[3,64,1024], %k: f32[3,96,1024]) {
-  %0 = permute(%k) {dims=[0, 2, 1]} : f32[3,1024,96]{98304,1,1024}
-  %1 = bmm(%q, %0) : f32[3,64,96]
-  %2 = mean(%1) {dims=[-1], keepdim=true} : f32[3,64,1]
-  return %2
-})";
-  const std::string bmm_after = split(bmm);
-  EXPECT_NE(bmm_after.find("view(%1) : f32[3,64,3,32]"), std::string::npos) << bmm_after;
-  expect_same_meaning(bmm, bmm_after);
-}
-
-TEST(GemmReduction, LeavesReductionsItCannotSplit) {
-  const std::string kept[] = {
-      // The full product is needed too.
-      R"(graph @g(%x: f32[64,1024], %w: f32[64,1024]) {
-  %0 = permute(%w) {dims=[1, 0]} : f32[1024,64]{1,1024}
-  %1 = mm(%x, %0) : f32[64,64]
-  %2 = sum(%1) {dims=[1], keepdim=false} : f32[64]
-  return %1, %2
-})",
-      // Over the batch dim, and over two dims.
-      R"(graph @g(%q: f32[3,64,1024], %k: f32[3,64,1024]) {
-  %0 = permute(%k) {dims=[0, 2, 1]} : f32[3,1024,64]{65536,1,1024}
-  %1 = bmm(%q, %0) : f32[3,64,64]
-  %2 = relu(%1) : f32[3,64,64]
-  %3 = sum(%2) {dims=[0], keepdim=false} : f32[64,64]
-  %4 = bmm(%q, %0) : f32[3,64,64]
-  %5 = sum(%4) {dims=[1, 2], keepdim=false} : f32[3]
-  return %3, %5
-})",
-      // No block of 16 or more divides N = 40; a reduction between (softmax).
-      R"(graph @g(%x: f32[64,1024], %w: f32[40,1024], %v: f32[64,1024]) {
-  %0 = permute(%w) {dims=[1, 0]} : f32[1024,40]{1,1024}
-  %1 = mm(%x, %0) : f32[64,40]
-  %2 = sum(%1) {dims=[1], keepdim=false} : f32[64]
-  %3 = permute(%v) {dims=[1, 0]} : f32[1024,64]{1,1024}
-  %4 = mm(%x, %3) : f32[64,64]
-  %5 = softmax(%4) {dim=1} : f32[64,64]
-  %6 = sum(%5) {dims=[1], keepdim=false} : f32[64]
-  return %2, %6
-})",
-      // An f16 matmul cast to f32: its group would not take the blocks in.
-      R"(graph @g(%x: f16[64,1024], %w: f16[64,1024]) {
-  %0 = permute(%w) {dims=[1, 0]} : f16[1024,64]{1,1024}
-  %1 = mm(%x, %0) : f16[64,64]
-  %2 = cast(%1) : f32[64,64]
-  %3 = sum(%2) {dims=[1], keepdim=false} : f32[64]
-  return %3
-})",
-      // The epilogue reads a residual besides the bias: it stays a kernel of its own.
-      R"(graph @g(%x: f32[64,1024], %w: f32[64,1024], %b: f32[64], %r: f32[64,64]) {
-  %0 = permute(%w) {dims=[1, 0]} : f32[1024,64]{1,1024}
-  %1 = addmm(%b, %x, %0) : f32[64,64]
-  %2 = add(%1, %r) : f32[64,64]
-  %3 = sum(%2) {dims=[1], keepdim=false} : f32[64]
-  return %3
-})",
-  };
-  for (const std::string& text : kept) EXPECT_EQ(split(text), print(*parse(text)));
-  // Nor where f32 matmuls stay library calls.
-  EXPECT_EQ(split(kSwishSum, {}), print(*parse(kSwishSum)));
-  EXPECT_EQ(split(kSwishSum, {DType::f16}), print(*parse(kSwishSum)));
+TEST(GemmReduction, SplitOnlyWhereF32MatmulsBecomeGemmKernels) {
+  // The golden cases run the pass alone; the pipeline runs it only where f32
+  // matmuls become GEMM kernels (elsewhere the split would only add work).
+  for (const std::vector<DType>& dtypes : {std::vector<DType>{}, std::vector<DType>{DType::f16}}) {
+    CompileOptions opts;
+    opts.gemm_dtypes = dtypes;
+    EXPECT_EQ(compile_graph(kSwishSum, opts).ir_after.find("view"), std::string::npos);
+  }
+  const std::string split_ir = testing::compile_for(kSwishSum, 90).ir_after;
+  EXPECT_EQ(split_ir, split(kSwishSum));
+  EXPECT_NE(split_ir.find("= view(%3) : f32[200,5,64]"), std::string::npos) << split_ir;
+  expect_same_meaning(kSwishSum, split_ir);
 }
 
 using testing::compile_for;
@@ -142,7 +60,7 @@ using testing::compile_for;
 TEST(GemmReduction, HopperKernelWritesOnlyTheBlockPartials) {
   const CompiledGraph cg = compile_for(kSwishSum, 90);
   ASSERT_EQ(cg.kernels.size(), 1u);
-  const fusion::PointwiseGroup& group = cg.partition.groups[0];
+  const fusion::Group& group = cg.partition.groups[0];
   EXPECT_EQ(group.nodes.size(), 5u);  // addmm, sigmoid, mul, view, block sum
   EXPECT_EQ(group.gemm.reduce, fusion::GemmSpec::Reduce::Sum);
   EXPECT_TRUE(group.gemm.reduce_rows);

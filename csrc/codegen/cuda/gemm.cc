@@ -80,7 +80,7 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
   return best;
 }
 
-std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id) {
+std::vector<KernelSource> gemm_variants(const fusion::Group& group, const fusion::GemmSpec& s, int id) {
   const GemmTile chosen = choose_gemm_tile(s);
   std::vector<KernelSource> out;
   for (const GemmTile& t : gemm_tiles(s))
@@ -88,7 +88,7 @@ std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, con
   return out;
 }
 
-const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& group, const fusion::GemmSpec& s,
+const Value* gemm_signature(KernelSource& ks, const fusion::Group& group, const fusion::GemmSpec& s,
                             const std::string& tag, int id) {
   if (group.nodes.empty() || group.outputs.size() != 1) throw IRError("gemm codegen: expected a matmul and one output");
   const Node& node = *group.nodes.front();
@@ -119,12 +119,12 @@ const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& grou
   return source_input;
 }
 
-std::vector<Node*> gemm_pointwise_nodes(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s) {
+std::vector<Node*> gemm_pointwise_nodes(const fusion::Group& group, const fusion::GemmSpec& s) {
   const size_t trailing = s.reduce == fusion::GemmSpec::Reduce::None ? 0 : 2;  // the block reduction's view and op
   return {group.nodes.begin() + 1, group.nodes.end() - static_cast<std::ptrdiff_t>(trailing)};
 }
 
-std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s,
+std::string gemm_epilogue_apply(const fusion::Group& group, const fusion::GemmSpec& s,
                                 const Value* source_input) {
   const Node& node = *group.nodes.front();
   const std::vector<Node*> epilogue = gemm_pointwise_nodes(group, s);
@@ -178,7 +178,7 @@ std::string gemm_reduction_scale(const fusion::GemmSpec& s) {
   return s.reduce == fusion::GemmSpec::Reduce::Mean ? f32_literal(1.0 / s.reduce_block) : "1.0f";
 }
 
-KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id,
+KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s, int id,
                            const GemmTile* tile) {
   const GemmTile t = tile ? *tile : choose_gemm_tile(s);
   const std::string el = cutlass_element(s.dtype);

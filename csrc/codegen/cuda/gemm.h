@@ -4,7 +4,7 @@
 
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/gemm.h"
-#include "fusion/partition.h"
+#include "fusion/group.h"
 
 namespace ff::codegen {
 
@@ -38,23 +38,23 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 // epilogue's source tensor. `id` makes the kernel name unique.
 // `tile` overrides the cost model's choice (autotuning compiles each
 // candidate); the kernel's name carries its tile.
-KernelSource generate_gemm(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id,
+KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& spec, int id,
                            const GemmTile* tile = nullptr);
 
 // Fills `ks`'s name (the matmul, its fused ops, `tag` for math and tile, `id`)
 // and parameters: the output, A, B, addmm's bias, the epilogue's source
 // tensor. Returns that source tensor (Source::EpilogueInput) or nullptr.
-const Value* gemm_signature(KernelSource& ks, const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
+const Value* gemm_signature(KernelSource& ks, const fusion::Group& group, const fusion::GemmSpec& spec,
                             const std::string& tag, int id);
 
 // The group's pointwise nodes after the matmul (not a block reduction's view and op).
-std::vector<Node*> gemm_pointwise_nodes(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec);
+std::vector<Node*> gemm_pointwise_nodes(const fusion::Group& group, const fusion::GemmSpec& spec);
 
 // A struct member `static float apply(float v, float s)`: the GEMM's value v
 // rounded to its dtype, then the group's fused pointwise nodes (s: the
 // source tensor's element); it returns the group's output, or with a block
 // reduction the value reduced.
-std::string gemm_epilogue_apply(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec,
+std::string gemm_epilogue_apply(const fusion::Group& group, const fusion::GemmSpec& spec,
                                 const Value* source_input);
 
 // A struct member `float value(int row, int col, float acc) const`: the
@@ -73,6 +73,6 @@ std::string gemm_reduction_scale(const fusion::GemmSpec& spec);
 std::string f32_literal(double v);
 
 // The kernels of `group` for the candidate tiles other than the cost model's.
-std::vector<KernelSource> gemm_variants(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
+std::vector<KernelSource> gemm_variants(const fusion::Group& group, const fusion::GemmSpec& spec, int id);
 
 }  // namespace ff::codegen

@@ -56,7 +56,7 @@ bool sm90_gemm_applies(const fusion::GemmSpec& s) {
   return s.dtype == DType::f32 && !s.tf32 && s.a.row_major && !s.b.row_major && vectors && s.k >= 1024;
 }
 
-KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusion::GemmSpec& s, int id) {
+KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSpec& s, int id) {
   if (!sm90_gemm_applies(s)) throw IRError("gemm codegen: the sm90 kernel does not cover this matmul");
   KernelSource ks;
   const Value* source_input = gemm_signature(ks, group, s, "3xtf32_sm90", id);

@@ -4,7 +4,7 @@
 // run about 1.6x the sm80 CUTLASS kernels' rate (gemm.h) on long sums.
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/gemm.h"
-#include "fusion/partition.h"
+#include "fusion/group.h"
 
 namespace ff::codegen {
 
@@ -24,6 +24,6 @@ bool sm90_gemm_applies(const fusion::GemmSpec& spec);
 // matmul's value alpha * acc (+ beta * bias for addmm) through the group's
 // pointwise nodes, stored once, or with a block reduction (GemmSpec::reduce)
 // folded into its partials. Parameters as gemm.h's generate_gemm.
-KernelSource generate_gemm_sm90(const fusion::PointwiseGroup& group, const fusion::GemmSpec& spec, int id);
+KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSpec& spec, int id);
 
 }  // namespace ff::codegen

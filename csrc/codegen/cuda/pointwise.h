@@ -4,17 +4,17 @@
 #include <unordered_map>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/partition.h"
+#include "fusion/group.h"
 
 namespace ff::codegen {
 
-// CUDA source for one PointwiseGroup: a grid-stride loop over the group's
+// CUDA source for one Group: a grid-stride loop over the group's
 // iteration shape in the memory order of its first output, with dims that are
 // contiguous for every operand collapsed, 4-element (up to 16-byte) vector
 // loads/stores when every operand is unit-stride or broadcast along the
 // innermost dim (and pointers are aligned, checked at run time), 32-bit index
 // math unless offsets need 64 bits. `id` makes the kernel name unique.
-KernelSource generate_pointwise(const fusion::PointwiseGroup& group, int id);
+KernelSource generate_pointwise(const fusion::Group& group, int id);
 
 // The per-element body of `nodes` (pointwise, no scalar inputs): one `const`
 // temporary each in its compute type, rounded where the result dtype is

@@ -1,10 +1,31 @@
-#include "fusion/split_gemm_reduction.h"
-
+// split_gemm_reduction: lets a GEMM kernel reduce its epilogue's values. A
+// reduction over the last or second-last dim of a matmul's result (after
+// pointwise ops of its shape) is split into a reduction over blocks of that
+// dim and a reduction of the block partials,
+//
+//   %s = sum(%y) {dims=[1], keepdim=false} : [M]        (%y: [M, N], N = T * B)
+// becomes
+//   %v = view(%y) : [M, T, B]
+//   %p = sum(%v) {dims=[2], keepdim=false} : [M, T]
+//   %s = sum(%p) {dims=[1], keepdim=false} : [M]
+//
+// and the GEMM scheduler takes the view and the block reduction into the GEMM's
+// group (gemm_scheduler.cc), so the kernel writes M x T partials, not M x N
+// values. sum, amax, amin and mean (a mean of equal-size block means) of f32.
+// B is the largest of 64, 32 and 16 that divides the dim: every GEMM tile's
+// sides are multiples of 64, so no block straddles two tiles.
+//
+// Only f32 matmuls that match_gemm accepts are split, and the pipeline runs
+// this pass only where f32 matmuls become GEMM kernels (compile.cc): where
+// they stay library calls the split would only add work.
 #include <algorithm>
 #include <optional>
 #include <unordered_set>
 
-namespace ff::fusion {
+#include "fusion/gemm.h"
+#include "passes/pass.h"
+
+namespace ff::passes {
 
 namespace {
 
@@ -53,10 +74,8 @@ std::optional<Epilogue> epilogue_of(const Graph& g, const Value* y, const Node* 
   return e;
 }
 
-}  // namespace
-
-bool split_gemm_reductions(Graph& g, const std::vector<DType>& gemm_dtypes) {
-  if (std::find(gemm_dtypes.begin(), gemm_dtypes.end(), DType::f32) == gemm_dtypes.end()) return false;
+bool split(Graph& g) {
+  using fusion::kMaxReduceBlock, fusion::kMinReduceBlock;
   std::vector<Node*> reductions;
   for (auto& n : g.nodes())
     if (block_reducible(n->op) && n->operands[0].is_value()) reductions.push_back(n.get());
@@ -73,10 +92,10 @@ bool split_gemm_reductions(Graph& g, const std::vector<DType>& gemm_dtypes) {
     if (d < rank - 2) continue;  // the batch dim of a bmm
     const auto epilogue = epilogue_of(g, y, r);
     if (!epilogue || epilogue->reads.size() > 1) continue;
-    auto spec = match_gemm(*epilogue->matmul);
+    auto spec = fusion::match_gemm(*epilogue->matmul);
     // An f16/bf16 matmul cast to f32 would not take the blocks in (partition.h).
     if (!spec || spec->dtype != DType::f32 ||
-        (epilogue->reads.size() == 1 && !use_as_source(*spec, *epilogue->reads[0])))
+        (epilogue->reads.size() == 1 && !fusion::use_as_source(*spec, *epilogue->reads[0])))
       continue;
     const int64_t extent = y->type.shape[d];
     int64_t block = kMaxReduceBlock;
@@ -98,4 +117,14 @@ bool split_gemm_reductions(Graph& g, const std::vector<DType>& gemm_dtypes) {
   return changed;
 }
 
-}  // namespace ff::fusion
+class SplitGemmReduction final : public Pass {
+ public:
+  std::string_view name() const override { return "split_gemm_reduction"; }
+  bool run(Graph& g) override { return split(g); }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_split_gemm_reduction() { return std::make_unique<SplitGemmReduction>(); }
+
+}  // namespace ff::passes

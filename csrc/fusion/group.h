@@ -1,0 +1,42 @@
+#pragma once
+// A fusion group (the nodes one generated kernel computes) and a partition of
+// a graph into groups and library calls.
+#include <string_view>
+#include <vector>
+
+#include "fusion/gemm.h"
+#include "ir/graph.h"
+
+namespace ff::fusion {
+
+// The nodes of one kernel. Every output has the group's iteration shape;
+// interior nodes may have smaller shapes (broadcast operands such as a
+// per-row scale) and are recomputed per element.
+//
+// Pointwise: a connected set of pointwise nodes. Gemm: one matmul node that a
+// generated GEMM kernel computes (`gemm` says how), followed by the pointwise
+// epilogue it applies to each result element and, if `gemm.reduce` is set, a
+// view and block reduction whose partials it writes instead.
+struct Group {
+  enum class Kind { Pointwise, Gemm } kind = Kind::Pointwise;
+  GemmSpec gemm;                // Kind::Gemm only
+  std::vector<Node*> nodes;     // topological order
+  std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
+  std::vector<Value*> outputs;  // group values read outside it (or graph outputs)
+  Shape shape;                  // iteration shape: the last node's result shape
+};
+
+std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm"
+
+struct Step {
+  enum class Kind { Kernel, Node } kind;
+  int group = -1;         // Kernel: index into Partition::groups
+  Node* node = nullptr;   // Node: the op to run as a library call
+};
+
+struct Partition {
+  std::vector<Group> groups;
+  std::vector<Step> steps;  // a valid execution order
+};
+
+}  // namespace ff::fusion

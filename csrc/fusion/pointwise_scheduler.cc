@@ -1,0 +1,83 @@
+// PointwiseScheduler: connected pointwise nodes become one kernel.
+//
+// Greedy consumer-driven fusion: walking the graph backwards, each unfused
+// pointwise node starts a group that pulls in its pointwise producers when
+// (a) the producer has the group's shape, or it broadcasts to it and every
+// user of it is in the group (then it is recomputed per element), and
+// (b) pulling it in creates no cycle through nodes outside the group.
+#include <algorithm>
+
+#include "codegen/cuda/pointwise.h"
+#include "fusion/scheduler.h"
+
+namespace ff::fusion {
+
+namespace {
+
+bool fusible(const Node* n) { return op_kind(n->op) == OpKind::Pointwise; }
+
+class PointwiseScheduler final : public Scheduler {
+ public:
+  Group::Kind kind() const override { return Group::Kind::Pointwise; }
+
+  void claim(PartitionBuilder& p, const FusionOptions&) const override {
+    const auto& nodes = p.graph().nodes();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node* n = it->get();
+      if (fusible(n) && !p.group_of(n)) grow(p, n);
+    }
+  }
+
+  codegen::KernelSource generate(const Group& g, int id, const FusionOptions&) const override {
+    return codegen::generate_pointwise(g, id);
+  }
+
+ private:
+  static bool can_pull(const PartitionBuilder& p, Node* producer, const Shape& shape,
+                       const std::unordered_set<const Node*>& members) {
+    if (!fusible(producer) || p.group_of(producer)) return false;
+    const Shape& ps = producer->result()->type.shape;
+    bool all_users_inside = !p.feeds_graph_output(producer);
+    for (Node* u : p.users(producer)) all_users_inside &= members.count(u) != 0;
+    if (ps != shape && !(broadcasts_to(ps, shape) && all_users_inside)) return false;
+    // No cycle: an outside user of the producer must not lead back into the
+    // group, and an operand of it must not be computed from the group's results.
+    for (Node* u : p.users(producer))
+      if (!members.count(u) && p.reaches(u, members)) return false;
+    for (auto& o : producer->operands)
+      if (o.is_value() && o.value->producer && !members.count(o.value->producer)) {
+        const Node* q = o.value->producer;
+        for (const Node* m : members)
+          if (q == m || p.reaches(m, {q})) return false;
+      }
+    return true;
+  }
+
+  static void grow(PartitionBuilder& p, Node* sink) {
+    const Shape shape = sink->result()->type.shape;
+    std::unordered_set<const Node*> members{sink};
+    std::vector<Node*> order{sink};
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < order.size(); ++i)
+        for (auto& o : order[i]->operands) {
+          Node* producer = o.is_value() ? o.value->producer : nullptr;
+          if (!producer || members.count(producer) || !can_pull(p, producer, shape, members)) continue;
+          members.insert(producer);
+          order.push_back(producer);
+          changed = true;
+        }
+    }
+    std::sort(order.begin(), order.end(), [&](Node* a, Node* b) { return p.index(a) < p.index(b); });
+    p.add_group(Group::Kind::Pointwise, std::move(order));
+  }
+};
+
+}  // namespace
+
+const Scheduler& pointwise_scheduler() {
+  static const PointwiseScheduler s;
+  return s;
+}
+
+}  // namespace ff::fusion

@@ -1,0 +1,25 @@
+#include "fusion/scheduler.h"
+
+namespace ff::fusion {
+
+const Scheduler& pointwise_scheduler();  // pointwise_scheduler.cc
+const Scheduler& gemm_scheduler();       // gemm_scheduler.cc
+
+const std::vector<const Scheduler*>& schedulers() {
+  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler()};
+  return all;
+}
+
+const Scheduler& scheduler_for(Group::Kind kind) {
+  for (const Scheduler* s : schedulers())
+    if (s->kind() == kind) return *s;
+  throw IRError("no scheduler for " + std::string(group_kind_name(kind)) + " groups (internal error)");
+}
+
+Partition partition(const Graph& g, const FusionOptions& options) {
+  PartitionBuilder p(g);
+  for (const Scheduler* s : schedulers()) s->claim(p, options);
+  return p.finish();
+}
+
+}  // namespace ff::fusion

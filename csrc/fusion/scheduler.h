@@ -1,0 +1,47 @@
+#pragma once
+// One scheduler per kind of fusion group. Each forms the groups of its kind
+// (`claim`, in the order of schedulers(): pointwise groups first, so that the
+// others can take them in as prologues and epilogues) and owns the kernel
+// choice for them (`generate`: which kernel form, tile or strategy).
+#include <string_view>
+#include <vector>
+
+#include "codegen/cuda/kernel_source.h"
+#include "fusion/group.h"
+#include "fusion/partition.h"
+
+namespace ff::fusion {
+
+// What the schedulers need to know of the compile: which matmuls may become
+// GEMM kernels and the GPU the kernels are for.
+struct FusionOptions {
+  std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
+  bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
+  int arch = 0;                    // the target GPU's compute capability; 0: unknown
+  bool variants = false;           // also every other candidate kernel of a group (autotuning)
+};
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+  virtual Group::Kind kind() const = 0;
+  // Forms this kind's groups in `p`.
+  virtual void claim(PartitionBuilder& p, const FusionOptions& options) const = 0;
+  // The kernel for one of this kind's groups; `id` makes its name unique.
+  virtual codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const = 0;
+  // Other candidate kernels for the group, with the same parameters, for
+  // autotuning (only asked when options.variants is set).
+  virtual std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions& options) const {
+    return {};
+  }
+};
+
+// Every scheduler, in claim order.
+const std::vector<const Scheduler*>& schedulers();
+const Scheduler& scheduler_for(Group::Kind kind);
+
+// Partitions `g`: each scheduler claims its groups, in order; the nodes no
+// group takes run as library calls.
+Partition partition(const Graph& g, const FusionOptions& options = {});
+
+}  // namespace ff::fusion
