@@ -85,7 +85,7 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
   nb::list trace;
   for (auto& [p, ir] : cg.pass_trace) trace.append(nb::make_tuple(p, ir));
   plan["pass_trace"] = trace;
-  const ff::Graph& g = *cg.graph;
+  const ff::Graph& g = *cg.plan.graph;
   nb::dict values;
   for (ff::Value* v : g.inputs()) values[v->name.c_str()] = type_tuple(v->type);
   for (auto& n : g.nodes())
@@ -118,7 +118,7 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
     d["sm90a"] = k.sm90a;
     d["shared_bytes"] = k.shared_bytes;
     d["align_bytes"] = k.align_bytes;
-    d["graph"] = cg.kernel_graphs[i];
+    d["graph"] = cg.plan.kernels[i].graph;
     nb::list variants;  // other tiles of a GEMM, same parameters (autotuning)
     for (const auto& v : cg.kernel_variants[i]) {
       nb::dict vd;
