@@ -124,6 +124,7 @@ Plan build(std::unique_ptr<Graph> graph, const fusion::Partition& partition,
            const std::vector<std::vector<codegen::KernelSource>>& variants);
 
 std::string print(const Plan& p);
+std::string print_step(const Plan& p, const Step& s);  // one step's line, as print() writes it
 // Throws IRError("line L: ...") for malformed text. Kernel sources are not
 // part of the text: a parsed plan's kernels have none (it cannot run).
 Plan parse(const std::string& text);

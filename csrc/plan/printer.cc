@@ -50,9 +50,31 @@ class Printer {
     return os_.str();
   }
 
+  std::string step(const Step& s) const {
+    std::string out(step_kind_name(s.kind));
+    switch (s.kind) {
+      case Step::Kind::Call:
+      case Step::Kind::View: return out + " " + print_node(*s.node);
+      case Step::Kind::Free: return out + " " + refs(s.results);
+      case Step::Kind::Launch: break;
+    }
+    const Kernel& k = p_.kernels[s.kernel];
+    out += " @" + k.name + " (" + refs(k.outputs) + ") <- (";
+    for (size_t i = 0; i < k.inputs.size(); ++i)
+      out += (i ? ", " : "") + ref(k.inputs[i].buffer) + (k.inputs[i].relayout ? " relayout" : "");
+    out += ")";
+    if (!k.scalars.empty()) out += " scalars (" + refs(k.scalars) + ")";
+    return out;
+  }
+
  private:
   const Plan& p_;
   std::ostringstream os_;
+
+  void section(const char* name, const std::vector<Step>& steps) {
+    os_ << "  " << name << ":\n";
+    for (const Step& s : steps) os_ << "    " << step(s) << "\n";
+  }
 
   std::string ref(size_t b) const { return "%" + p_.buffers[b].name; }
 
@@ -74,31 +96,11 @@ class Printer {
     for (std::string line; std::getline(lines, line);) os_ << "    " << line << "\n";
   }
 
-  void section(const char* name, const std::vector<Step>& steps) {
-    os_ << "  " << name << ":\n";
-    for (const Step& s : steps) os_ << "    " << step(s) << "\n";
-  }
-
-  std::string step(const Step& s) const {
-    std::string out(step_kind_name(s.kind));
-    switch (s.kind) {
-      case Step::Kind::Call:
-      case Step::Kind::View: return out + " " + print_node(*s.node);
-      case Step::Kind::Free: return out + " " + refs(s.results);
-      case Step::Kind::Launch: break;
-    }
-    const Kernel& k = p_.kernels[s.kernel];
-    out += " @" + k.name + " (" + refs(k.outputs) + ") <- (";
-    for (size_t i = 0; i < k.inputs.size(); ++i)
-      out += (i ? ", " : "") + ref(k.inputs[i].buffer) + (k.inputs[i].relayout ? " relayout" : "");
-    out += ")";
-    if (!k.scalars.empty()) out += " scalars (" + refs(k.scalars) + ")";
-    return out;
-  }
 };
 
 }  // namespace
 
 std::string print(const Plan& p) { return Printer(p).plan(); }
+std::string print_step(const Plan& p, const Step& s) { return Printer(p).step(s); }
 
 }  // namespace ff::plan
