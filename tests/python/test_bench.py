@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fuseforge import bench, cli
-from fuseforge.roofline import plan_bytes, plan_flops, roofline, roofline_cells
+from fuseforge.harness import bench, cli
+from fuseforge.harness.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
 from conftest import PROBLEMS, ROOT
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fuseforge
-from fuseforge.cli import check_correctness, _build
-from fuseforge.problem import problem_name
+from fuseforge.harness.cli import check_correctness, _build
+from fuseforge.harness.problem import problem_name
 
 from conftest import PROBLEMS
 
@@ -200,7 +200,7 @@ def test_gemm_epilogue_reading_a_residual_or_bias_vector(gemm_on, dtype):
 
 
 def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch, tmp_path):
-    from fuseforge import autotune
+    from fuseforge.runtime import autotune
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)
@@ -315,7 +315,7 @@ def test_tf32_precision_matches_eager_at_tf32(monkeypatch, gemm):
     default or as TF32 GEMM kernels with FUSEFORGE_GEMM=1; error vs fp64 at
     most twice eager-with-TF32's, and TF32-sized (the fast path really runs).
     The global matmul precision is restored after each call."""
-    from fuseforge.module import precision_context
+    from fuseforge.runtime.module import precision_context
     if gemm is None:
         monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
     else:
@@ -351,7 +351,7 @@ def test_tf32_problem_passes_the_check_at_its_precision():
 def test_side_by_side_timing_interleaves_the_candidates():
     """Each round times every candidate once, in turn (a GPU still raising its
     clocks must not bias whichever would be timed first)."""
-    from fuseforge.timing import time_cuda
+    from fuseforge.harness.timing import time_cuda
     calls = []
     x = torch.randn(1 << 20, device="cuda")
     ms = time_cuda({"a": lambda: calls.append("a") or x.mul(2), "b": lambda: calls.append("b") or x.add(1)},

@@ -13,7 +13,7 @@ from torch import nn
 
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
-from fuseforge.executor import Executor
+from fuseforge.runtime.executor import Executor
 
 log = logging.getLogger("fuseforge")
 

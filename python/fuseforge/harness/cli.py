@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from fuseforge.roofline import ROOFLINE_LEGEND, roofline_cells
+from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
 console = Console()
 
@@ -39,7 +39,7 @@ def _flatten(x: Any) -> list[torch.Tensor]:
 
 
 def _build(problem_path: str, mode: str | None, device: str):
-    from fuseforge.problem import load_problem
+    from fuseforge.harness.problem import load_problem
     mod = load_problem(problem_path)
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs())
@@ -109,7 +109,7 @@ def check_correctness(mod: Any, model: torch.nn.Module, seeds: int, device: str,
     Eager runs under the same precision policy (TF32 matmuls under "tf32"), so
     the bar for a faster policy is eager's own error at that policy."""
     import fuseforge
-    from fuseforge.module import precision_context
+    from fuseforge.runtime.module import precision_context
     snapshot = copy.deepcopy(model.state_dict())
     fast = fuseforge.optimize(copy.deepcopy(model), precision=precision)
     result = {"correct": True, "max_err_vs_eager": 0.0, "max_err_vs_fp64": 0.0, "eager_err_vs_fp64": 0.0}
@@ -169,12 +169,12 @@ def compile_times(mod: Any, model: torch.nn.Module, precision: str = "fp32", kee
 
 def time_all(mod: Any, model: torch.nn.Module, against: list[str], precision: str = "fp32") -> dict:
     """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
-    fuseforge, timed interleaved (fuseforge.timing), and fuseforge's roofline
-    estimate (fuseforge.roofline); all three under the same precision policy."""
+    fuseforge, timed interleaved (fuseforge.harness.timing), and fuseforge's roofline
+    estimate (fuseforge.harness.roofline); all three under the same precision policy."""
     import fuseforge
-    from fuseforge.module import precision_context
-    from fuseforge.roofline import roofline
-    from fuseforge.timing import time_cuda
+    from fuseforge.runtime.module import precision_context
+    from fuseforge.harness.roofline import roofline
+    from fuseforge.harness.timing import time_cuda
     inputs = _inputs(mod, 1234, "cuda")
     out: dict[str, Any] = {}
     with torch.no_grad(), precision_context(precision):
@@ -201,7 +201,7 @@ def time_all(mod: Any, model: torch.nn.Module, against: list[str], precision: st
 
 
 def _run_gpu(args: argparse.Namespace) -> dict:
-    from fuseforge.problem import problem_name
+    from fuseforge.harness.problem import problem_name
     mod, model = _build(args.problem, args.mode, "cuda")
     name = problem_name(args.problem)
     with Progress(console=console, transient=True) as progress:
@@ -213,7 +213,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
             row.update(compile_times(mod, model, args.precision, keep=args.compile_only))
         if args.compile_only:
             if "inductor" in args.against.split(","):  # fills inductor's own disk caches
-                from fuseforge.module import precision_context
+                from fuseforge.runtime.module import precision_context
                 with torch.no_grad(), precision_context(args.precision):
                     torch.compile(copy.deepcopy(model))(*_inputs(mod, 1234, "cuda"))
             return row
@@ -238,8 +238,8 @@ def _run_gpu(args: argparse.Namespace) -> dict:
 def _run_cpu(args: argparse.Namespace) -> dict:
     from fuseforge._native import CPU_CHECK_ARCH, core
     from fuseforge.capture import capture
-    from fuseforge.executor import Executor
-    from fuseforge.problem import problem_name
+    from fuseforge.runtime.executor import Executor
+    from fuseforge.harness.problem import problem_name
     mod, model = _build(args.problem, args.mode, "cpu")
     name = problem_name(args.problem)
     console.print(f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
@@ -287,7 +287,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fuseforge.module import check_precision
+    from fuseforge.runtime.module import check_precision
     check_precision(args.precision)
     if args.compile_only and not torch.cuda.is_available():
         raise ValueError("--compile-only needs a CUDA GPU (it times the first optimized call)")
@@ -320,7 +320,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-#: --precision choices; fuseforge.module.check_precision says which are implemented.
+#: --precision choices; fuseforge.runtime.module.check_precision says which are implemented.
 PRECISIONS = ("fp32", "tf32", "bf16")
 
 
@@ -364,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", help="write a speedup plot (PNG; needs matplotlib)")
     bench.add_argument("--merge", nargs="+", metavar="JSON",
                        help="instead of running: combine --json reports of parts of a suite into one")
-    bench.set_defaults(fn=_lazy("fuseforge.bench", "cmd_bench"))
+    bench.set_defaults(fn=_lazy("fuseforge.harness.bench", "cmd_bench"))
     emit = sub.add_parser("emit", help="write a standalone ModelNew file (torch only, CUDA inline)")
     emit.add_argument("problem")
     emit.add_argument("-o", "--output", required=True, help="the Python file to write")
