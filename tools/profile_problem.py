@@ -10,7 +10,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import fuseforge
 from fuseforge.harness.problem import load_problem
-from fuseforge.runtime.module import precision_context
+from fuseforge.runtime.precision import precision_context
 
 mod = load_problem(sys.argv[1])
 torch.manual_seed(0)

@@ -114,7 +114,8 @@ def test_tf32_precision_changes_only_f32_gemm_math(monkeypatch):
     """Under precision="tf32" f32 matmuls stay cuBLAS calls by default (TF32
     there) and become plain-TF32 kernels with gemm=True; an unknown precision
     is a clear error, and precision_context restores the global setting."""
-    from fuseforge.runtime.module import optimize, precision_context
+    from fuseforge.runtime.module import optimize
+    from fuseforge.runtime.precision import precision_context
     monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
     x = torch.randn(5, 12)
     text = capture(Linear(), [x], name="l").text

@@ -220,7 +220,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Runs the suite (or merges reports with --merge); exit code 0 only when
     every problem is correct."""
-    from fuseforge.runtime.module import check_precision
+    from fuseforge.runtime.precision import check_precision
     if args.plot:
         _matplotlib()  # fail before the runs, not after
     if args.merge:
