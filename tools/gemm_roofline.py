@@ -68,8 +68,8 @@ def main() -> None:
         with torch.no_grad(), precision_context(precision):
             out, ref = fast(a, b), model(a, b)
             ref64 = model(a.double(), b.double())  # f64: no TF32
-            plan = fast.specializations()[0].plan
-            kernels = [kk["name"] for kk in plan["kernels"] if kk["kind"] == "gemm"]
+            plan = fast.specializations()[0].compiled.plan
+            kernels = [kk.name for kk in plan.kernels if kk.kind == "gemm"]
             t_ff = time_cuda(lambda: fast(a, b))
             t_eager = time_cuda(lambda: model(a, b))
         roof = roofline(plan, torch.cuda.get_device_name(), t_ff, precision)

@@ -11,15 +11,14 @@ print("driver", core.driver_available(), flush=True)
 x = torch.randn(1024, device="cuda")
 print("arch", core.device_arch(0), "sms", core.device_sm_count(0), flush=True)
 print("nvrtc", core.nvrtc_version(), flush=True)
-plan = core.compile_graph("""graph @g(%x: f32[1024]) {
+plan = core.compile("""graph @g(%x: f32[1024]) {
   %0 = mul(%x, 2.0) : f32[1024]
   return %0
-}""")
-k = plan["kernels"][0]
-print("compile", core.nvrtc_compile(k["source"], k["name"], 90)[:2], flush=True)
-kern = core.PointwiseKernel(k["source"], k["name"], 90, k["items"], k["block"], k["unroll"],
-                                                k["grid"], k["block_y"])
-print("loaded", flush=True)
+}""", core.CompileOptions()).plan
+k = plan.kernels[0]
+print("compile", core.nvrtc_compile(k.translation_unit, k.name, 90)[:2], flush=True)
+(kern,) = core.load_kernels(plan.kernels, core.device_arch(0))
+print("loaded", kern, flush=True)
 y = torch.empty_like(x)
 kern.launch(0, [y.data_ptr(), x.data_ptr()], [], torch.cuda.current_stream().cuda_stream)
 torch.cuda.synchronize()

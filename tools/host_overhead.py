@@ -35,15 +35,16 @@ for path in sys.argv[1:]:
         spec = fast.specializations()[0]
         ex = spec.executor
         per_step = []
-        for i, (run, frees) in enumerate(ex.steps):
+        for i, run in enumerate(ex._run):
             def timed(env, run=run, i=i):
                 torch.cuda.synchronize()
                 t = time.perf_counter()
                 run(env)
                 per_step.append((i, (time.perf_counter() - t) * 1e6))
-            ex.steps[i] = (timed, frees)
+            ex._run[i] = timed
         fast(*inputs)
-    kinds = [s["kind"] + ":" + s.get("op", "") for s in spec.plan["steps"]]
+    plan = spec.compiled.plan
+    kinds = [plan.step_text(s)[:60] for s in plan.run]
     print(f"== {path.split('/')[-1]}: host us/call eager {eager:.0f}, fuseforge {ff:.0f} (steps: {len(kinds)})")
     for (i, us), k in zip(per_step[:len(kinds)], kinds):
         print(f"   step {i:2d} {k:40s} {us:7.1f} us (synced)")

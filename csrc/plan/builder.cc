@@ -2,6 +2,7 @@
 // kernels with launch geometry, steps, view aliasing, the prepare section and
 // the free steps. Everything the walkers need is decided here.
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -75,6 +76,15 @@ class Builder {
     split_prepare(std::move(steps));
     p_.prepare = with_frees(p_.prepare, /*prepare=*/true);
     p_.run = with_frees(p_.run, /*prepare=*/false);
+    std::set<int> prepare_reads, prepare_keeps;
+    for (const Step& s : p_.prepare)
+      for (int b : reads(s))
+        if (p_.buffers[b].role != Role::Prepared) prepare_reads.insert(b);
+    for (const Step& s : p_.run)
+      for (int b : reads(s))
+        if (p_.buffers[b].role == Role::Prepared) prepare_keeps.insert(b);
+    p_.prepare_reads.assign(prepare_reads.begin(), prepare_reads.end());
+    p_.prepare_keeps.assign(prepare_keeps.begin(), prepare_keeps.end());
     return std::move(p_);
   }
 
@@ -116,6 +126,7 @@ class Builder {
                 const std::vector<codegen::KernelSource>& variants) {
     Kernel k;
     k.name = ks.name;
+    k.includes = ks.includes;
     k.source = ks.source;
     k.kind = group.kind;
     k.block = {ks.block, ks.block_y, 1};
@@ -135,9 +146,10 @@ class Builder {
     for (const auto& n : ks.outputs) k.outputs.push_back(buffer(n));
     for (const auto& n : ks.inputs) k.inputs.push_back({buffer(n), -1, false});
     for (const auto& n : ks.scalars) k.scalars.push_back(buffer(n));
-    for (const auto& v : variants) k.variants.push_back({v.name, v.source, {v.grid[0], v.grid[1], v.grid[2]},
+    for (const auto& v : variants) k.variants.push_back({v.name, v.translation_unit(), {v.grid[0], v.grid[1], v.grid[2]},
                                                          {v.block, v.block_y, 1}, v.shared_bytes});
     k.graph = print(*fusion::extract_subgraph(group, ks.name), /*keep_names=*/true);
+    for (const Value* v : group.inputs) k.graph_inputs.push_back(id(v));
     std::unordered_set<const Value*> outputs(group.outputs.begin(), group.outputs.end());
     for (const Node* n : group.nodes) {
       for (const Value* r : n->results)

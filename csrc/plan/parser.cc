@@ -34,7 +34,15 @@ class Parser {
     if (next() != "buffers:") fail("expected 'buffers:'");
     while (at_item() && !starts_with(peek(), "kernel @") && peek() != "prepare:") buffer(next());
     while (at_item() && starts_with(peek(), "kernel @")) kernel(next());
-    if (next() != "prepare:") fail("expected 'prepare:'");
+    const std::string prepare_head = next();
+    if (prepare_head != "prepare:") {
+      const size_t arrow = prepare_head.find(") -> (");
+      if (!starts_with(prepare_head, "prepare (") || arrow == std::string::npos || prepare_head.size() < 2 ||
+          prepare_head.compare(prepare_head.size() - 2, 2, "):") != 0)
+        fail("expected 'prepare:' or 'prepare (READS) -> (KEEPS):'");
+      p_.prepare_reads = refs(prepare_head.substr(9, arrow - 9));
+      p_.prepare_keeps = refs(prepare_head.substr(arrow + 6, prepare_head.size() - arrow - 8));
+    }
     std::vector<std::string> prepare, run;
     while (at_item() && peek() != "run:") prepare.push_back(next());
     if (next() != "run:") fail("expected 'run:'");
@@ -148,6 +156,12 @@ class Parser {
       graph += line.substr(4) + "\n";
       line_++;
       if (trim(line) == "}") break;
+    }
+    try {
+      const auto g = ff::parse(graph);
+      for (const Value* v : g->inputs()) k.graph_inputs.push_back(buffer_ref("%" + v->name));
+    } catch (const IRError& e) {
+      fail(std::string("the kernel's graph: ") + e.what());
     }
     k.graph = graph;
     p_.kernels.push_back(std::move(k));

@@ -66,12 +66,13 @@ struct Step;
 
 struct Kernel {
   struct Variant {  // another candidate of the same kernel (autotuning)
-    std::string name, source;
+    std::string name, translation_unit;
     std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
     int shared_bytes = 0;
   };
   std::string name;
-  std::string source;                       // the CUDA translation unit (not in the text form)
+  std::vector<std::string> includes;        // its #include lines (not in the text form)
+  std::string source;                       // the CUDA code after them (not in the text form)
   fusion::Group::Kind kind = fusion::Group::Kind::Pointwise;
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
   int shared_bytes = 0;
@@ -84,7 +85,14 @@ struct Kernel {
   std::vector<int> scalars;                 // scalar-input buffers (passed as doubles)
   std::vector<Variant> variants;
   std::string graph;                        // the group as a standalone graph (IR text, plan names)
+  std::vector<int> graph_inputs;            // the buffers `graph` takes, in its parameter order
   std::vector<Step> nodes;                  // the group's nodes as call steps over buffers
+
+  std::string translation_unit() const {    // what NVRTC compiles: includes, then source
+    std::string tu;
+    for (const auto& inc : includes) tu += inc + "\n";
+    return tu + source;
+  }
 };
 
 struct Step {
@@ -107,6 +115,8 @@ struct Plan {
   struct Mutation { int buffer, value; };
   std::vector<Mutation> mutations;  // module buffers written back after the outputs
   std::vector<Step> prepare;
+  std::vector<int> prepare_reads;  // the parameters, module buffers and constants prepare reads
+  std::vector<int> prepare_keeps;  // the prepared values run reads (kept between calls)
   std::vector<Step> run;
 
   int find(std::string_view name) const;  // buffer index by name; -1 if absent

@@ -6,7 +6,7 @@
 //       %0: f32[32,24]{1,32} alias %w         ones: role, and an alias's memory
 //     kernel @NAME KIND grid=[..] block=[..] shared=N vector=N [cutlass] [sm90a] [align=N] [variants=N]
 //       graph @NAME(...) { ... }              the kernel's nodes (plan names)
-//     prepare:
+//     prepare (%w) -> (%3):                 the weights it reads -> the values run keeps
 //       call %3 = sum(%w) {..} : f32[24]      an IR node line
 //     run:
 //       view %5 = permute(%x) {..} : ...
@@ -40,8 +40,12 @@ class Printer {
       os_ << "\n";
     }
     for (const Kernel& k : p_.kernels) kernel(k);
-    section("prepare", p_.prepare);
-    section("run", p_.run);
+    os_ << "  prepare";
+    if (!p_.prepare.empty()) os_ << " (" << refs(p_.prepare_reads) << ") -> (" << refs(p_.prepare_keeps) << ")";
+    os_ << ":\n";
+    steps(p_.prepare);
+    os_ << "  run:\n";
+    steps(p_.run);
     os_ << "  return";
     for (size_t i = 0; i < p_.outputs.size(); ++i) os_ << (i ? ", " : " ") << ref(p_.outputs[i]);
     os_ << "\n";
@@ -71,8 +75,7 @@ class Printer {
   const Plan& p_;
   std::ostringstream os_;
 
-  void section(const char* name, const std::vector<Step>& steps) {
-    os_ << "  " << name << ":\n";
+  void steps(const std::vector<Step>& steps) {
     for (const Step& s : steps) os_ << "    " << step(s) << "\n";
   }
 

@@ -102,7 +102,7 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
   {
     nb::gil_scoped_release release;
     for (const Kernel& k : kernels)
-      jobs.push_back(std::async(std::launch::async, compile, k.source, k.name, arch, k.cutlass, k.sm90a));
+      jobs.push_back(std::async(std::launch::async, compile, k.translation_unit(), k.name, arch, k.cutlass, k.sm90a));
   }
   std::vector<nb::object> out;
   for (size_t i = 0; i < kernels.size(); ++i) {
@@ -191,14 +191,16 @@ void bind_plan(nb::module_& m) {
 
   nb::class_<Kernel::Variant>(m, "KernelVariant", "Another candidate of a kernel (autotuning), same parameters.")
       .def_ro("name", &Kernel::Variant::name)
-      .def_ro("source", &Kernel::Variant::source)
+      .def_ro("translation_unit", &Kernel::Variant::translation_unit)
       .def_ro("grid", &Kernel::Variant::grid)
       .def_ro("block", &Kernel::Variant::block)
       .def_ro("shared_bytes", &Kernel::Variant::shared_bytes);
 
   nb::class_<Kernel>(m, "Kernel", "A generated kernel with its launch geometry and parameters.")
       .def_ro("name", &Kernel::name)
-      .def_ro("source", &Kernel::source)
+      .def_ro("includes", &Kernel::includes, "its #include lines")
+      .def_ro("source", &Kernel::source, "its code after the #include lines")
+      .def_prop_ro("translation_unit", &Kernel::translation_unit, "what NVRTC compiles: the includes, then the source")
       .def_prop_ro("kind", [](const Kernel& k) { return std::string(fusion::group_kind_name(k.kind)); })
       .def_ro("grid", &Kernel::grid)
       .def_ro("block", &Kernel::block)
@@ -212,6 +214,7 @@ void bind_plan(nb::module_& m) {
       .def_ro("scalars", &Kernel::scalars)
       .def_ro("variants", &Kernel::variants, nb::rv_policy::reference_internal)
       .def_ro("graph", &Kernel::graph, "the group's nodes as a standalone IR graph")
+      .def_ro("graph_inputs", &Kernel::graph_inputs, "the buffers `graph` takes, in its parameter order")
       .def_ro("nodes", &Kernel::nodes, nb::rv_policy::reference_internal,
               "the group's nodes as call/view steps over the plan's buffers (to run it op by op)")
       .def("sampled_graph", &sampled_graph, "n"_a,
@@ -239,6 +242,8 @@ void bind_plan(nb::module_& m) {
         return out;
       }, "(module buffer, new value) pairs written back after the outputs")
       .def_ro("prepare", &Plan::prepare, nb::rv_policy::reference_internal)
+      .def_ro("prepare_reads", &Plan::prepare_reads, "the parameters, module buffers and constants prepare reads")
+      .def_ro("prepare_keeps", &Plan::prepare_keeps, "the prepared values run reads (kept between calls)")
       .def_ro("run", &Plan::run, nb::rv_policy::reference_internal)
       .def("step_text", [](const Plan& p, const Step& s) { return plan::print_step(p, s); }, "step"_a)
       .def("__str__", [](const Plan& p) { return plan::print(p); });
@@ -257,7 +262,7 @@ void bind_plan(nb::module_& m) {
         "Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel "
         "a LaunchableKernel, or the error message of a kernel that did not compile.");
   m.def("load_variant", [](const Kernel::Variant& v, const Kernel& k, int arch) {
-        return new LaunchableKernel(compile(v.source, v.name, arch, k.cutlass, k.sm90a), v.grid, v.block, v.shared_bytes);
+        return new LaunchableKernel(compile(v.translation_unit, v.name, arch, k.cutlass, k.sm90a), v.grid, v.block, v.shared_bytes);
       }, "variant"_a, "kernel"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
 }
 

@@ -192,6 +192,33 @@ TEST(PlanBuild, GridStrideKernelsGetOneBlockPerPassAndAnEmptyTensorNone) {
   EXPECT_EQ(empty.plan.kernels.at(0).grid[0], 0);
 }
 
+TEST(PlanBuild, ViewsAreAliasesOnlyWhereKernelsAloneReadThem) {
+  // %0 -> %1 -> kernel: both aliases of %x. %2 feeds a library call, %3 is a
+  // reshape of a transposed value (it copies), %5 is an output: all three run.
+  const CompiledGraph cg = compile_graph(R"(graph @g(%x: f32[4,8], %y: f32[8,4]) {
+  %0 = view(%x) : f32[1,4,8]
+  %1 = permute(%0) {dims=[2, 0, 1]} : f32[8,1,4]{1,32,8}
+  %2 = permute(%x) {dims=[1, 0]} : f32[8,4]{1,8}
+  %3 = view(%2) : f32[32]
+  %4 = mm(%2, %x) : f32[8,8]
+  %5 = view(%y) : f32[1,8,4]
+  %6 = exp(%1) : f32[8,1,4]
+  %7 = exp(%3) : f32[32]
+  return %6, %7, %4, %5
+})");
+  const plan::Plan& p = cg.plan;
+  auto role = [&](const char* name) { return std::string(plan::role_name(p.buffers[p.find(name)].role)); };
+  EXPECT_EQ(role("0"), "alias");
+  EXPECT_EQ(role("1"), "alias");
+  EXPECT_EQ(p.buffers[p.find("1")].alias_of, p.find("x"));
+  EXPECT_EQ(role("2"), "temp");
+  EXPECT_EQ(role("3"), "temp");
+  EXPECT_EQ(role("5"), "output");
+  int views = 0;
+  for (const auto& s : p.run) views += s.kind == Kind::View;
+  EXPECT_EQ(views, 3) << plan::print(p);
+}
+
 TEST(PlanBuild, OutputsAndOpaqueCallsStayOutOfPrepare) {
   // w * 2 depends only on the weight but is an output (the caller may change
   // it in place): it is computed every call, as is the random opaque op.

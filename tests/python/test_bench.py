@@ -101,24 +101,24 @@ def test_bench_writes_the_report(tmp_path):
 
 def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, monkeypatch, capsys):
     good = _problem(tmp_path, "tiny")
-    assert cli.main(["bench", str(good), "--precision", "bf16"]) == 2
-    assert "precision 'bf16' is not available" in capsys.readouterr().out
-    assert cli.main(["run", str(good), "--precision", "bf16"]) == 2
+    for command in ("bench", "run", "emit", "explain"):  # every command offers the core's policies
+        with pytest.raises(SystemExit) as exit:
+            cli.main([command, str(good), "--precision", "bf16", *(["-o", "x.py"] if command == "emit" else [])])
+        assert exit.value.code == 2
+        assert "invalid choice: 'bf16' (choose from 'fp32', 'tf32')" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli.main(["bench", str(good), "--plot", str(tmp_path / "p.png")]) == 2
     assert "--plot needs matplotlib" in capsys.readouterr().out
 
 
 def test_roofline_counts_io_bytes_and_matmul_flops():
-    plan = {
-        "values": {"x": ("f32", [64, 32], [32, 1]), "w": ("f32", [16, 32], [32, 1]),
-                   "wt": ("f32", [32, 16], [1, 32]), "y": ("f32", [64, 16], [16, 1])},
-        "inputs": ["x", "w"], "outputs": ["y"], "mutations": [],
-        "steps": [{"kind": "node", "op": "permute", "operands": [("value", "w")], "result_types": [],
-                   "attrs": {}},
-                  {"kind": "node", "op": "mm", "operands": [("value", "x"), ("value", "wt")],
-                   "result_types": [("f32", [64, 16], [16, 1])], "attrs": {}}],
-    }
+    from fuseforge.runtime.options import compile_ir
+    text = """graph @g(%x: {dt}[64,32], %w: {dt}[16,32]) {{
+  %0 = permute(%w) {{dims=[1, 0]}} : {dt}[32,16]{{1,32}}
+  %1 = mm(%x, %0) : {dt}[64,16]
+  return %1
+}}"""
+    plan = compile_ir(text.format(dt="f32"), gemm="off").plan  # a library mm, reading the transposed weight
     flops = 2 * 64 * 16 * 32
     assert plan_bytes(plan) == 4 * (64 * 32 + 16 * 32 + 64 * 16)
     assert plan_flops(plan, ("mm",)) == flops
@@ -128,9 +128,12 @@ def test_roofline_counts_io_bytes_and_matmul_flops():
     assert r["roofline_fraction"] == pytest.approx(max(plan_bytes(plan) / 3.35e12, flops / (495e12 / 3)) * 1e3 / 1e-6)
     r = roofline(plan, "NVIDIA H100 80GB HBM3", 1e-6, precision="tf32")
     assert r["tensor_peak_fraction"] == pytest.approx(flops / 495e12 * 1e3 / 1e-6)
-    half = json.loads(json.dumps(plan).replace('"f32"', '"f16"'))
+    half = compile_ir(text.format(dt="f16"), gemm="off").plan
     assert roofline(half, "NVIDIA H100 80GB HBM3", 1e-6)["tensor_peak_fraction"] == pytest.approx(
         flops / 989e12 * 1e3 / 1e-6)
+    # A GEMM kernel's matmul counts the same.
+    kernel = compile_ir(text.format(dt="f32"), gemm="all").plan
+    assert [k.kind for k in kernel.kernels] == ["gemm"] and plan_flops(kernel, ("mm",)) == flops
     assert roofline(plan, "some other GPU", 1.0)["roofline_fraction"] is None
     assert roofline_cells(roofline(plan, "NVIDIA H100 80GB HBM3", 1e-3)) == (f"{flops / 1e-3 / 1e9:.1f}", "0%")
 

@@ -75,5 +75,8 @@ def test_explain_shows_the_passes_and_the_kernels_of_the_checked_arch(tmp_path, 
     assert cli.main(["explain", str(path)]) == 0
     out = capsys.readouterr().out
     assert "IR as captured" in out
-    # Without a GPU: the kernels of CPU_CHECK_ARCH (sm_90), so the Hopper GEMM with relu fused.
-    assert "kernel  ff_gemm_addmm_relu_3xtf32_sm90_0  (2 ops fused" in out, out
+    # Without a GPU: the kernels of CPU_CHECK_ARCH (sm_90), so the Hopper GEMM with relu fused,
+    # shown in the plan's text form (unwrapped), reading the transposed weight in place.
+    assert "  kernel @ff_gemm_addmm_relu_3xtf32_sm90_0 gemm " in out, out
+    assert "    launch @ff_gemm_addmm_relu_3xtf32_sm90_0 (%2) <- (%x relayout, %0 relayout, %fc.bias relayout)\n" in out
+    assert "    %0: f32[1024,256]{1,1024} alias %fc.weight\n" in out

@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from fuseforge import emit
-from fuseforge.emit import writer
-from fuseforge.emit.ops import EmitError, step_expr
+from fuseforge.emit.ops import EmitError, literal, step_expr
 from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime import library_calls
 from fuseforge.runtime.cutlass_headers import cutlass_include_dir
@@ -40,6 +39,12 @@ def _source(text, var):
     return re.search(rf"{var} = r'''(.*?)'''", text, re.S).group(1)
 
 
+def _split_includes(source):
+    """(#include lines, the rest) of an emitted file's CUDA source."""
+    lines = source.splitlines()
+    return [ln for ln in lines if ln.startswith("#include")], "\n".join(ln for ln in lines if not ln.startswith("#include"))
+
+
 @pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
 def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
     # One translation unit for all problems (one nvcc run): each in its own
@@ -48,7 +53,7 @@ def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
     for name, path in emitted.items():
         text = path.read_text()
         compile(text, str(path), "exec")
-        file_includes, body = writer._split_includes(_source(text, "_FF_CUDA_SOURCE"))
+        file_includes, body = _split_includes(_source(text, "_FF_CUDA_SOURCE"))
         includes.update(dict.fromkeys(file_includes))
         parts.append(f"namespace p_{name} {{\n{body}\n}}")
     assert any("cutlass" in inc for inc in includes), "no problem emitted a CUTLASS GEMM kernel"
@@ -85,8 +90,8 @@ def test_seed_host_wrappers_compile_against_torch_headers(emitted, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def _random(t):
-    dtype, shape, strides = library_calls.DTYPES[t[0]], t[1], t[2]
+def _random(b):
+    dtype, shape, strides = library_calls.DTYPES[b.dtype], list(b.shape), list(b.strides)
     if dtype == torch.bool:
         return torch.rand(shape) > 0.5
     if not dtype.is_floating_point:
@@ -99,62 +104,68 @@ def _random(t):
 def _cheap(plan, step):
     """Small enough to run on the CPU in CI (big GEMMs and convolutions are skipped)."""
     from fuseforge.harness.roofline import _step_flops
-    names = [v for kind, v in step["operands"] if kind == "value"] + step["results"]
-    return sum(math.prod(plan["values"][n][1]) for n in names) <= 1 << 23 and _step_flops(plan, step) <= 1 << 31
+    ids = [o.buffer for o in step.operands if o.buffer >= 0] + list(step.results)
+    return sum(math.prod(plan.buffers[b].shape) for b in ids) <= 1 << 23 and _step_flops(plan, step) <= 1 << 31
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
 def test_library_steps_as_text_match_the_executor(path):
-    from fuseforge._native import core
     from fuseforge.capture import capture
+    from fuseforge.runtime.options import compile_ir
     mod = load_problem(path)
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs())
     for mode in ("train", "eval"):
         model.train(mode == "train")
-        plan = core.compile_graph(capture(model, mod.get_inputs(), name="M").text)
-        for step in plan["steps"]:
-            if step["kind"] != "node" or "dropout" in step["attrs"].get("target", "") or not _cheap(plan, step):
+        plan = compile_ir(capture(model, mod.get_inputs(), name="M").text).plan
+        for step in [*plan.prepare, *plan.run, *(n for k in plan.kernels for n in k.nodes)]:
+            if step.kind not in ("call", "view") or "dropout" in step.attrs.get("target", "") or not _cheap(plan, step):
                 continue  # random, or too slow here
-            values = [(kind, v) for kind, v in step["operands"]]
-            env = {v: _random(plan["values"][v]) for kind, v in values if kind == "value"}
-            operands = [env[v] if kind == "value" else v for kind, v in values]
-            want = library_calls.make_call(step, plan["values"], torch.device("cpu"))(operands)
-            names = {v: f"a{i}" for i, (kind, v) in enumerate(values) if kind == "value"}
-            text = step_expr(step, [names[v] if kind == "value" else repr(v) for kind, v in values],
-                             [plan["values"][v] if kind == "value" else None for kind, v in values])
-            scope = {"torch": torch, "dev": torch.device("cpu"), **{names[v]: env[v] for v in names}}
+            env = {o.buffer: _random(plan.buffers[o.buffer]) for o in step.operands if o.buffer >= 0}
+            operands = [env[o.buffer] if o.buffer >= 0 else o.literal for o in step.operands]
+            want = library_calls.make_call(step, plan, torch.device("cpu"))(operands)
+            names = {b: f"a{i}" for i, b in enumerate(env)}
+            text = step_expr(step, plan, [names[o.buffer] if o.buffer >= 0 else literal(o.literal) for o in step.operands])
+            scope = {"torch": torch, "dev": torch.device("cpu"), **{names[b]: env[b] for b in names}}
             got = eval(text, scope)
             want = list(want) if isinstance(want, (tuple, list)) else [want]
             got = list(got) if isinstance(got, (tuple, list)) else [got]
-            assert len(got) >= len(step["results"]), text
+            assert len(got) >= len(step.results), text
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=text)
 
 
-def test_unknown_step_kind_and_op_fail_clearly(monkeypatch):
-    from fuseforge._native import core
-    real = core.compile_graph
+def test_an_op_without_a_torch_form_fails_clearly(monkeypatch):
+    def unknown(step, plan, a):
+        raise library_calls.NoLibraryCall(f"no library call for IR op '{step.op}'")
+    monkeypatch.setattr(library_calls, "expression", unknown)
+    with pytest.raises(EmitError, match=r"no Python form for IR op 'permute' \(step `view %0 = permute\(%weight\)"):
+        emit.emit_problem(next(p for p in SEEDS if p.stem == "gemm_divide_sum_scaling"))
 
-    def with_new_step(text, **kw):
-        plan = real(text, **kw)
-        plan["steps"].append({"kind": "gemm", "kernel": 0})
-        return plan
-    monkeypatch.setattr(core, "compile_graph", with_new_step)
-    with pytest.raises(EmitError, match="unknown plan step kind 'gemm'"):
-        emit.emit_problem(SEEDS[0])
 
-    def with_scan_kernel(text, **kw):
-        plan = real(text, **kw)
-        for k in plan["kernels"]:
-            k["kind"] = "scan"
-        return plan
-    monkeypatch.setattr(core, "compile_graph", with_scan_kernel)
-    with pytest.raises(EmitError, match="'scan' kernel"):
-        emit.emit_problem(next(p for p in SEEDS if p.stem == "matrix_scalar_multiplication"))
-    step = {"op": "fancy_new_op", "attrs": {}, "result_types": [("f32", [2], [1])], "text": "%1 = fancy_new_op(%0)"}
-    with pytest.raises(EmitError, match="no Python form for IR op 'fancy_new_op'"):
-        step_expr(step, ["a0"], [("f32", [2], [1])])
+@pytest.mark.parametrize("name", ["gemm_divide_sum_scaling", "gemm_scale_batchnorm", "conv2d_min_add_multiply"])
+def test_emitted_file_runs_the_executors_steps(emitted, name):
+    """The emitted forward and prepare functions hold one commented block per
+    plan step, in the plan's order, and the in-process executor runs the very
+    same steps: the two walkers of a plan cannot drift apart."""
+    from fuseforge._native import target_arch
+    from fuseforge.capture import capture
+    from fuseforge.runtime.executor import Executor
+    from fuseforge.runtime.options import compile_ir
+    path = next(p for p in PROBLEMS if p.stem == name)
+    mod = load_problem(path)
+    torch.manual_seed(0)
+    model = mod.Model(*mod.get_init_inputs())
+    text = emitted[name].read_text()
+    for mode in ("train", "eval"):
+        model.train(mode == "train")
+        plan = compile_ir(capture(model, mod.get_inputs(), name="M").text, arch=target_arch()).plan  # as emit's
+        executor = Executor(plan, torch.device("cpu"))
+        fn = re.search(rf"'{mode}': \(_ff_forward_(\w+),", text).group(1)  # modes with equal plans share one
+        code = re.search(rf"(def _ff_prepare_{fn}\(.*?)?def _ff_forward_{fn}\(.*?\n\n\n", text, re.S).group(0)
+        emitted_steps = [line.strip()[2:] for line in code.splitlines() if line.strip().startswith("# ")]
+        assert emitted_steps == executor.step_texts == [plan.step_text(s) for s in [*plan.prepare, *plan.run]]
+        assert emitted_steps, name
 
 
 def test_imports_beyond_torch_are_refused(tmp_path):

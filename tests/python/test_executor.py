@@ -1,59 +1,125 @@
-"""Executor plan handling that needs no GPU: which view steps kernels read
-through, and the library calls steps make."""
+"""The executor on the CPU (kernels on the reference interpreter): it walks the
+plan, keeps the prepare section's values between calls and computes them
+again exactly when a weight they read changes, and makes library calls that
+take numbers where torch needs tensors."""
 import pytest
 import torch
+from torch import nn
 
-from fuseforge.runtime.executor import _kernel_only_views, _value_types
-
-
-def _plan(steps, kernels, values, outputs):
-    return {"steps": steps, "kernels": kernels, "values": values, "outputs": outputs, "mutations": [], "inputs": ["x"]}
-
-
-def _view(op, src, res):
-    return {"kind": "node", "op": op, "operands": [("value", src)], "results": [res]}
+from fuseforge.capture import capture
+from fuseforge.runtime import library_calls
+from fuseforge.runtime.executor import Executor
+from fuseforge.runtime.options import compile_ir
+from fuseforge.runtime.prepared import cached_prepare
 
 
-VALUES = {
-    "x": ("f32", [4, 8], [8, 1]),
-    "v": ("f32", [1, 4, 8], [32, 8, 1]),        # view of x (contiguous)
-    "p": ("f32", [8, 1, 4], [1, 32, 8]),        # permute of v
-    "t": ("f32", [8, 4], [1, 8]),               # permute of x
-    "r": ("f32", [32], [1]),                    # view of t: a reshape that copies
-    "k": ("f32", [8, 1, 4], [4, 4, 1]),
-    "m": ("f32", [8, 4], [4, 1]),
-}
+class GemvSum(nn.Module):
+    """sum(x @ W.T, 1) becomes x @ W.sum(0): the weight's sums are prepared."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(16, 32))
+
+    def forward(self, x):
+        return (x @ self.weight.t()).sum(dim=1, keepdim=True) * 0.5
 
 
-def test_views_only_kernels_read_are_skipped_through_chains():
-    plan = _plan([_view("view", "x", "v"), _view("permute", "v", "p"), {"kind": "kernel", "kernel": 0}],
-                 [{"inputs": ["p"], "outputs": ["k"]}], VALUES, ["k"])
-    assert _kernel_only_views(plan, _value_types(plan)) == {"v": "x", "p": "x"}
+def _executor(model, x):
+    """An executor for `model` and how to call it as OptimizedModule does: the
+    parameters themselves (read live from the module), not copies."""
+    cap = capture(model, [x], name="m")
+    plan = compile_ir(cap.text).plan
+    getters = cap.input_getters(model)
+
+    def call(x):
+        with torch.no_grad():
+            ins = [src([x]) if kind == "arg" else src if kind == "const" else getattr(*src) for kind, src in getters]
+            return executor(ins)[0][0]
+    executor = Executor(plan, torch.device("cpu"))
+    return plan, executor, call
 
 
-def test_views_that_escape_feed_a_library_op_or_may_copy_run():
-    steps = [_view("permute", "x", "t"), _view("view", "t", "r"),
-             {"kind": "node", "op": "mm", "operands": [("value", "t"), ("value", "x")], "results": ["m"]},
-             _view("view", "x", "v"), {"kind": "kernel", "kernel": 0}]
-    plan = _plan(steps, [{"inputs": ["r", "v"], "outputs": ["k"]}], VALUES, ["k", "v"])
-    # t feeds mm, r is a copying reshape of a transposed value, v is an output.
-    assert _kernel_only_views(plan, _value_types(plan)) == {}
+def test_prepare_runs_once_and_again_when_the_weights_change_in_any_way():
+    torch.manual_seed(0)
+    model, x = GemvSum(), torch.randn(4, 32)
+    plan, executor, call = _executor(model, x)
+    assert [s.op for s in plan.prepare if s.kind == "call"] == ["sum"], str(plan)
+    prepares = []  # one entry per run of the prepare section (its first step counts)
+    first = executor._prepare[0]
+    executor._prepare[0] = lambda env: (prepares.append(1), first(env))
+
+    def check(expected_prepares):
+        torch.testing.assert_close(call(x), model(x).detach(), rtol=1e-5, atol=1e-5)
+        assert len(prepares) == expected_prepares
+
+    check(1)
+    check(1)  # same weight, same version: kept
+    with torch.no_grad():
+        model.weight.mul_(2.0)  # in place
+    check(2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(x).sum().backward()
+    opt.step()  # an optimizer step
+    check(3)
+    model.load_state_dict({"weight": torch.randn(16, 32)})  # copy_ into the parameter
+    check(4)
+    model.weight = nn.Parameter(torch.randn(16, 32))  # another tensor, read live
+    check(5)
+    model.weight.data = torch.randn(16, 32)  # same Parameter, other storage, version unchanged
+    check(6)
+    check(6)
+
+
+def test_cached_prepare_keys_on_identity_storage_and_version():
+    w = torch.zeros(3)
+    cache, computed = {}, []
+
+    def compute():
+        computed.append(1)
+        return [w.sum()]
+    for _ in range(2):
+        cached_prepare(cache, [w], compute)
+    assert len(computed) == 1
+    w.add_(1.0)
+    cached_prepare(cache, [w], compute)
+    assert len(computed) == 2
+    other = w.clone()  # equal contents, another tensor
+    cached_prepare(cache, [other], compute)
+    assert len(computed) == 3
+
+
+def test_aliases_reach_op_by_op_calls_as_views_of_their_memory():
+    """A view only kernels read is an alias: no step makes it; run op by op on
+    the CPU, the kernel's nodes see it as a view of its memory."""
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.sigmoid(x.reshape(1, 8, 4).permute(1, 0, 2)) * 2.0
+    x = torch.randn(4, 8)
+    cap = capture(M(), [x], name="m")
+    plan = compile_ir(cap.text).plan
+    aliases = [b for b in plan.buffers if b.role == "alias"]
+    assert len(aliases) == 2 and all(plan.buffers[b.alias_of].name == "x" for b in aliases), str(plan)
+    assert not [s for s in plan.run if s.kind == "view"]
+    (out,), _ = Executor(plan, torch.device("cpu"))([x])
+    torch.testing.assert_close(out, M()(x))
 
 
 def test_library_calls_take_numbers_where_torch_needs_tensors():
     """maximum/minimum need tensors: a literal or a scalar input (a Python
     number at run time, a rank-0 value in the plan) is wrapped as a 0-d tensor;
     an op with no torch form is a clear error."""
-    from fuseforge.runtime import library_calls
-    values = {"x": ("f32", [3], [1]), "s": ("f32", [], [])}
-    step = {"op": "maximum", "attrs": {}, "result_types": [("f32", [3], [1])],
-            "operands": [("value", "x"), ("literal", 0.5)]}
+    plan = compile_ir("""graph @g(%x: f32[3], %s: f64[] scalar) {
+  %0 = maximum(%x, 0.5) : f32[3]
+  %1 = minimum(%s, %0) : f32[3]
+  return %1
+}""").plan
+    (k,) = plan.kernels
+    maximum, minimum = k.nodes
     x = torch.tensor([0.0, 1.0, -2.0])
-    torch.testing.assert_close(library_calls.make_call(step, values, torch.device("cpu"))([x, 0.5]),
-                               torch.tensor([0.5, 1.0, 0.5]))
-    step["operands"] = [("value", "s"), ("value", "x")]
-    step["op"] = "minimum"
-    torch.testing.assert_close(library_calls.make_call(step, values, torch.device("cpu"))([0.25, x]),
-                               torch.tensor([0.0, 0.25, -2.0]))
+    cpu = torch.device("cpu")
+    torch.testing.assert_close(library_calls.make_call(maximum, plan, cpu)([x, 0.5]), torch.tensor([0.5, 1.0, 0.5]))
+    torch.testing.assert_close(library_calls.make_call(minimum, plan, cpu)([0.75, torch.tensor([0.5, 1.0, 0.5])]),
+                               torch.tensor([0.5, 0.75, 0.5]))
     with pytest.raises(library_calls.NoLibraryCall, match="no library call for IR op 'fancy'"):
-        library_calls.make_call({**step, "op": "fancy"}, values, torch.device("cpu"))
+        library_calls.expression(type("Step", (), {"op": "fancy", "attrs": {}, "operands": [], "results": [0]})(),
+                                 plan, [])

@@ -7,6 +7,7 @@ import torch
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.runtime.executor import Executor
+from fuseforge.runtime.options import compile_ir
 
 
 class Linear(torch.nn.Module):
@@ -23,11 +24,11 @@ class Linear(torch.nn.Module):
 
 
 def _plan(model, x, gemm):
-    return core.compile_graph(capture(model, [x], name="linear").text, gemm=gemm)
+    return compile_ir(capture(model, [x], name="linear").text, gemm=gemm).plan
 
 
 def _gemms(model, x):
-    return [k for k in core.compile_graph(capture(model, [x], name="l").text)["kernels"] if k["kind"] == "gemm"]
+    return [k for k in compile_ir(capture(model, [x], name="l").text).plan.kernels if k.kind == "gemm"]
 
 
 def test_gemm_kernels_default_to_f32_only(monkeypatch):
@@ -47,28 +48,24 @@ def test_gemm_kernels_default_to_f32_only(monkeypatch):
         _gemms(Linear(), x)
 
 
-def test_fallback_reviews_kernel_inputs_and_matches_aten():
+def test_op_by_op_views_aliases_and_matches_aten():
     """On the GPU a transposed weight reaches the kernel as the weight itself
-    (the view is never run); the fallback re-views it with the captured strides."""
+    (the plan makes it an alias: no view step runs); a kernel run op by op
+    (no GPU, or a GEMM kernel that did not compile) views the weight's memory
+    with the alias's strides, and matches ATen."""
     torch.manual_seed(0)
     x = torch.randn(5, 12)
     for beta, epilogue in ((1.0, False), (0.0, False), (0.5, True)):
         model = Linear(beta, epilogue)
-        plan = _plan(model, x, gemm=True)
-        (k,) = [k for k in plan["kernels"] if k["kind"] == "gemm"]
-        assert len(k["nodes"]) == (4 if epilogue else 1) and len(plan["kernels"]) == 1
-        assert len(k["inputs"]) == 3  # x, weight.T, bias (passed even when beta = 0)
+        plan = _plan(model, x, gemm="all")
+        (k,) = [k for k in plan.kernels if k.kind == "gemm"]
+        assert len(k.nodes) == (4 if epilogue else 1) and len(plan.kernels) == 1
+        assert len(k.inputs) == 3  # x, weight.T, bias (passed even when beta = 0)
+        (alias,) = [i for i in k.inputs if i.buffer != i.memory]
+        assert plan.buffers[alias.buffer].role == "alias" and plan.buffers[alias.memory].name == "weight"
+        assert not [s for s in plan.run if s.kind == "view"]
         executor = Executor(plan, torch.device("cpu"))
-        roots = {"x": x, "weight": model.weight.detach(), "bias": model.bias.detach()}
-        # Each kernel input is a graph input or a view of one; pass the graph input.
-        ins = []
-        for name in k["inputs"]:
-            if name in roots:
-                ins.append(roots[name])
-            else:
-                (view,) = [s for s in plan["steps"] if s["kind"] == "node" and s["results"] == [name]]
-                ins.append(roots[view["operands"][0][1]])
-        (out,) = executor._gemm_fallback(k)(ins)
+        (out,), _ = executor([x, model.weight.detach(), model.bias.detach()])
         torch.testing.assert_close(out, model(x).detach())
 
 
@@ -98,32 +95,32 @@ def test_autotune_plans_list_the_other_tiles(monkeypatch):
     x = torch.randn(512, 12)
     monkeypatch.setenv("FUSEFORGE_GEMM", "1")
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
-    (k,) = core.compile_graph(capture(Linear(epilogue=True), [x], name="l").text)["kernels"]
-    assert k["kind"] == "gemm" and len(k["variants"]) == 2
-    names = {k["name"]} | {v["name"] for v in k["variants"]}
+    (k,) = compile_ir(capture(Linear(epilogue=True), [x], name="l").text).plan.kernels
+    assert k.kind == "gemm" and len(k.variants) == 2
+    names = {k.name} | {v.name for v in k.variants}
     assert len(names) == 3 and all("3xtf32" in n for n in names)
-    for v in k["variants"]:
-        is_cubin, size, log = core.nvrtc_compile(v["source"], v["name"], 90, cutlass=True)
+    for v in k.variants:
+        is_cubin, size, log = core.nvrtc_compile(v.translation_unit, v.name, 90, cutlass=True)
         assert is_cubin and size > 0, log
     monkeypatch.delenv("FUSEFORGE_AUTOTUNE")
-    (k,) = core.compile_graph(capture(Linear(epilogue=True), [x], name="l").text)["kernels"]
-    assert k["variants"] == []
+    (k,) = compile_ir(capture(Linear(epilogue=True), [x], name="l").text).plan.kernels
+    assert len(k.variants) == 0
 
 
 def test_tf32_precision_changes_only_f32_gemm_math(monkeypatch):
     """Under precision="tf32" f32 matmuls stay cuBLAS calls by default (TF32
-    there) and become plain-TF32 kernels with gemm=True; an unknown precision
+    there) and become plain-TF32 kernels with gemm="all"; an unknown precision
     is a clear error, and precision_context restores the global setting."""
     from fuseforge.runtime.module import optimize
     from fuseforge.runtime.precision import precision_context
     monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
     x = torch.randn(5, 12)
     text = capture(Linear(), [x], name="l").text
-    assert not [k for k in core.compile_graph(text, precision="tf32")["kernels"] if k["kind"] == "gemm"]
-    (k,) = [k for k in core.compile_graph(text, gemm=True, precision="tf32")["kernels"] if k["kind"] == "gemm"]
-    assert "_tf32_" in k["name"] and "FastF32" not in k["source"]
+    assert not [k for k in compile_ir(text, precision="tf32").plan.kernels if k.kind == "gemm"]
+    (k,) = [k for k in compile_ir(text, gemm="all", precision="tf32").plan.kernels if k.kind == "gemm"]
+    assert "_tf32_" in k.name and "FastF32" not in k.source
     with pytest.raises(ValueError, match="precision 'bf16' is not available"):
-        core.compile_graph(text, precision="bf16")
+        compile_ir(text, precision="bf16")
     with pytest.raises(ValueError, match="precision 'bf16' is not available"):
         optimize(Linear(), precision="bf16")
     before = torch.get_float32_matmul_precision()

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import fuseforge
-from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.runtime.executor import Executor
+from fuseforge.runtime.options import compile_ir
 
 
 class LinearReduce(torch.nn.Module):
@@ -74,9 +74,9 @@ def _inputs(shapes, device="cpu"):
     return [torch.randn(*s, device=device) for s in shapes]
 
 
-def _reduces(k: dict) -> bool:
+def _reduces(k) -> bool:
     """A GEMM kernel that writes block partials (Hopper's or CUTLASS's form)."""
-    return "ff_sm90::reduce_" in k["source"] or "TileVisitor visitor" in k["source"]
+    return "ff_sm90::reduce_" in k.source or "TileVisitor visitor" in k.source
 
 
 @pytest.mark.parametrize("arch", [90, 80])
@@ -86,14 +86,14 @@ def test_plan_writes_block_partials_and_means_the_same(model, shapes, partials, 
     model = model.eval()
     xs = _inputs(shapes)
     cap = capture(model, xs, name="r")
-    plan = core.compile_graph(cap.text, gemm=True, arch=arch)
-    (k,) = [k for k in plan["kernels"] if k["kind"] == "gemm"]
-    assert _reduces(k) and k["sm90a"] == (arch == 90 and shapes[0][-1] >= 1024), k["name"]
-    (out,) = k["outputs"]
-    assert tuple(plan["values"][out][1]) == partials
+    plan = compile_ir(cap.text, gemm="all", arch=arch).plan
+    (k,) = [k for k in plan.kernels if k.kind == "gemm"]
+    assert _reduces(k) and k.sm90a == (arch == 90 and shapes[0][-1] >= 1024), k.name
+    (out,) = k.outputs
+    assert tuple(plan.buffers[out].shape) == partials
     # The partials are all the kernel writes; one library reduction reads them.
-    readers = [s for s in plan["steps"] if s["kind"] == "node" and ("value", out) in s["operands"]]
-    assert len(readers) == 1 and readers[0]["op"] in ("sum", "mean", "amax", "amin"), readers
+    readers = [s for s in plan.run if s.kind == "call" and out in [o.buffer for o in s.operands]]
+    assert len(readers) == 1 and readers[0].op in ("sum", "mean", "amax", "amin"), [plan.step_text(r) for r in readers]
     # The plan, run on the CPU (the GEMM group op by op through ATen), is the model.
     (got,) = Executor(plan, torch.device("cpu"))(cap.graph_inputs(model, xs))[0]
     torch.testing.assert_close(got, model(*xs).detach(), rtol=1e-5, atol=1e-5)
@@ -105,10 +105,10 @@ def test_reduction_stays_whole_where_matmuls_are_library_calls(monkeypatch):
     model, shapes, _ = CASES[0]
     text = capture(model.eval(), _inputs(shapes), name="r").text
     monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
-    for gemm, precision in ((False, "fp32"), (None, "tf32")):
-        plan = core.compile_graph(text, gemm=gemm, arch=90, precision=precision)
-        assert not any(k["kind"] == "gemm" for k in plan["kernels"]), (gemm, precision)
-        assert plan["ir_after"].count("sum(") == 1 and "view" not in plan["ir_after"]
+    for gemm, precision in (("off", "fp32"), (None, "tf32")):
+        compiled = compile_ir(text, precision, 90, gemm=gemm)
+        assert not any(k.kind == "gemm" for k in compiled.plan.kernels), (gemm, precision)
+        assert compiled.ir_after.count("sum(") == 1 and "view" not in compiled.ir_after
 
 
 hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -140,15 +140,15 @@ def test_reduction_epilogue_matches_eager_and_fp64(model, shapes, partials):
         again = fast(*xs)
         unfused = getattr(torch, model.reduce)(fuseforge.optimize(Features(model))(*xs), dim=model.dim,
                                                 keepdim=model.keepdim)
-    (k,) = [k for k in fast.specializations()[0].plan["kernels"] if k["kind"] == "gemm"]
-    assert _reduces(k) and k["sm90a"] == (shapes[0][-1] >= 1024), k["name"]
+    (k,) = [k for k in fast.specializations()[0].compiled.plan.kernels if k.kind == "gemm"]
+    assert _reduces(k) and k.sm90a == (shapes[0][-1] >= 1024), k.name
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert torch.equal(out, again)
     ref64 = _fp64(model, xs)
     ours, eager, whole = (float((y.double() - ref64).abs().max()) for y in (out, ref, unfused))
-    print(f"{k['name']}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}, "
+    print(f"{k.name}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}, "
           f"the same GEMM kernel unfused {whole:.3g}")
-    assert ours <= 2 * eager + 1e-6 or (not k["sm90a"] and ours <= 1.25 * whole), (ours, eager, whole)
+    assert ours <= 2 * eager + 1e-6 or (not k.sm90a and ours <= 1.25 * whole), (ours, eager, whole)
 
 
 @pytest.mark.gpu

@@ -29,6 +29,52 @@ def test_train_mode_updates_buffers_like_eager(path):
     assert result["correct"], result
 
 
+def test_weight_derived_values_follow_every_kind_of_weight_change():
+    """The prepare section (here the weight's column sums of gemm_divide_sum_scaling's
+    pattern, and eval BatchNorm's rsqrt of the running variance) runs once and
+    again after an in-place update, an optimizer step, load_state_dict, a
+    replaced parameter and .to(): the outputs follow eager every time."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(256, 128, bias=False)
+            self.bn = torch.nn.BatchNorm1d(1)
+
+        def forward(self, x):
+            return self.bn((self.fc(x) / 2).sum(dim=1, keepdim=True)) * 1.5
+    torch.manual_seed(0)
+    model = M().cuda().eval()
+    fast = fuseforge.optimize(model)
+    x = torch.randn(64, 256, device="cuda")
+
+    def check():
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    check()
+    executor = fast.specializations()[0].executor
+    assert len(executor.plan.prepare) > 0, str(executor.plan)
+    kept = executor._prepared["values"]
+    check()
+    assert executor._prepared["values"] is kept  # nothing changed: not computed again
+    with torch.no_grad():
+        model.fc.weight.mul_(-2.0)
+        model.bn.running_var.fill_(4.0)
+    check()
+    assert executor._prepared["values"] is not kept
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(x).sum().backward()
+    opt.step()
+    check()
+    model.load_state_dict({k: torch.rand_like(v.float()).to(v.dtype) for k, v in model.state_dict().items()})
+    check()
+    model.fc.weight = torch.nn.Parameter(torch.randn(128, 256, device="cuda"))
+    check()
+    model.double()  # another dtype: a new specialization
+    x = x.double()
+    check()
+    assert len(fast.specializations()) == 2
+
+
 def test_state_dict_and_mode_are_shared():
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32)).cuda()
     fast = fuseforge.optimize(model)
@@ -103,9 +149,9 @@ def test_transposing_kernels_match_eager():
         b = torch.randn(shape[1], device="cuda")
         fast = fuseforge.optimize(M())
         torch.testing.assert_close(fast(x, b), M()(x, b), rtol=0, atol=0)
-        plan = fast.specializations()[0].plan
+        plan = fast.specializations()[0].compiled.plan
         if shape[1] > 1 and shape[2] > 1:
-            assert any(k["grid"][0] > 0 for k in plan["kernels"]), plan["kernels"]
+            assert any(k.block[1] > 1 for k in plan.kernels), str(plan)  # a tiled (transposing) kernel
 
 
 @pytest.fixture
@@ -115,7 +161,7 @@ def gemm_on(monkeypatch):
 
 
 def _gemm_kernels(fast):
-    return [k for k in fast.specializations()[0].plan["kernels"] if k["kind"] == "gemm"]
+    return [k for k in fast.specializations()[0].compiled.plan.kernels if k.kind == "gemm"]
 
 
 def _err64(out, ref64):
@@ -176,7 +222,7 @@ def test_gemm_epilogue_matches_eager(gemm_on, dtype, m, n, k):
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=tol, atol=tol)
-    assert len(_gemm_kernels(fast)) == 2 and all(len(k["nodes"]) > 1 for k in _gemm_kernels(fast))
+    assert len(_gemm_kernels(fast)) == 2 and all(len(k.nodes) > 1 for k in _gemm_kernels(fast))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
@@ -195,8 +241,8 @@ def test_gemm_epilogue_reading_a_residual_or_bias_vector(gemm_on, dtype):
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=tol, atol=tol)
-    kernels = fast.specializations()[0].plan["kernels"]
-    assert len(kernels) == 2 and all(k["kind"] == "gemm" and len(k["nodes"]) > 1 for k in kernels), kernels
+    kernels = fast.specializations()[0].compiled.plan.kernels
+    assert len(kernels) == 2 and all(k.kind == "gemm" and len(k.nodes) > 1 for k in kernels), kernels
 
 
 def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch, tmp_path):
@@ -212,7 +258,7 @@ def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch
         torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
     (k,) = _gemm_kernels(fast)
     choice = autotune.load()
-    assert len(choice) == 1 and list(choice.values())[0] in {k["name"]} | {v["name"] for v in k["variants"]}
+    assert len(choice) == 1 and list(choice.values())[0] in {k.name} | {v.name for v in k.variants}
 
 
 def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
@@ -266,7 +312,7 @@ def test_hopper_gemm_kernel_matches_eager_and_fp64(m, n, k):
     the tensor cores before each fp32 promotion gave 10-28x)."""
     fast, out, ref, ref64 = _linear_vs_fp64(m, n, k)
     (kernel,) = _gemm_kernels(fast)
-    assert kernel["sm90a"], kernel["name"]
+    assert kernel.sm90a, kernel.name
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     ours, eager = _err64(out, ref64), _err64(ref, ref64)
 
@@ -293,7 +339,7 @@ def test_hopper_gemm_kernel_batches_views_and_epilogue_source():
     with torch.no_grad():
         torch.testing.assert_close(fast(q, k, r), M()(q, k, r), rtol=1e-4, atol=1e-4)
     (kernel,) = _gemm_kernels(fast)
-    assert kernel["sm90a"] and len(kernel["nodes"]) == 3, kernel
+    assert kernel.sm90a and len(kernel.nodes) == 3, kernel.name
 
 
 @pytest.mark.parametrize("path", [p for p in PROBLEMS if any(s in p.stem for s in ("gemm", "linear", "bmm", "mlp",
@@ -332,7 +378,7 @@ def test_tf32_precision_matches_eager_at_tf32(monkeypatch, gemm):
             tf32 = model(x)
         ref64 = torch.nn.functional.linear(x.double(), model.weight.double(), model.bias.double())
     kernels = _gemm_kernels(fast)
-    assert bool(kernels) == (gemm == "1") and all("_tf32_" in k["name"] for k in kernels), kernels
+    assert bool(kernels) == (gemm == "1") and all("_tf32_" in k.name for k in kernels), [k.name for k in kernels]
     ours, eager_tf32, eager_fp32 = _err64(out, ref64), _err64(tf32, ref64), _err64(fp32, ref64)
     print(f"tf32 ({'kernels' if kernels else 'cuBLAS'}): error vs fp64 {ours:.3g}, eager tf32 {eager_tf32:.3g}, "
           f"eager fp32 {eager_fp32:.3g}")

@@ -8,6 +8,7 @@ import torch
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.harness.problem import load_problem, problem_name
+from fuseforge.runtime.options import compile_ir
 
 from conftest import PROBLEMS
 
@@ -26,22 +27,25 @@ def test_cutlass_headers_are_found():
     assert len(opts) >= 2, opts  # and a folder with libcu++'s cuda/std
 
 
+def _plan(text, **kw):
+    return compile_ir(text, **kw).plan
+
+
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
 def test_every_kernel_compiles_for_sm90(path):
     text = _capture(path).text
-    plan = core.compile_graph(text, gemm=True, arch=90)
+    plan = _plan(text, gemm="all", arch=90)
     # The plan covers the graph: each output is produced by some step.
-    produced = set(plan["inputs"])
-    for step in plan["steps"]:
-        produced |= set(plan["kernels"][step["kernel"]]["outputs"] if step["kind"] == "kernel" else step["results"])
-    assert set(plan["outputs"]) <= produced
+    produced = set(plan.inputs)
+    for step in [*plan.prepare, *plan.run]:
+        produced |= set(plan.kernels[step.kernel].outputs if step.kind == "launch" else step.results)
+    assert set(plan.outputs) <= produced
     # Where a Hopper kernel replaced a CUTLASS one, the CUTLASS one (other GPUs) compiles too.
-    other = core.compile_graph(text, gemm=True)["kernels"]
-    kernels = plan["kernels"] + [other[i] for i, k in enumerate(plan["kernels"]) if k["sm90a"]]
-    for k in kernels:
-        is_cubin, size, log = core.nvrtc_compile(k["source"], k["name"], 90, cutlass=k["cutlass"], sm90a=k["sm90a"])
-        assert is_cubin and size > 0, (k["name"], log)
-        assert k["name"] in k["source"]
+    other = _plan(text, gemm="all").kernels
+    for plan_kernels in (plan.kernels, [other[i] for i, k in enumerate(plan.kernels) if k.sm90a]):
+        for k, loaded in zip(plan_kernels, core.load_kernels(plan_kernels, 90)):
+            assert not isinstance(loaded, str), (k.name, loaded)
+            assert loaded.name == k.name and k.name in k.source
 
 
 def test_hopper_gets_wgmma_kernels_for_k_contiguous_f32_matmuls():
@@ -50,9 +54,8 @@ def test_hopper_gets_wgmma_kernels_for_k_contiguous_f32_matmuls():
     hopper = {"gemm_sigmoid_scaling_residual_add", "mlp_residual", "linear_gelu_layernorm",
               "linear_swish_sum", "bmm_transposed_bias"}
     for path in [p for p in PROBLEMS if p.stem in hopper | {"linear_relu_half", "attention_manual"}]:
-        gemms = [k for k in core.compile_graph(_capture(path).text, arch=90, gemm=True)["kernels"]
-                 if k["kind"] == "gemm"]
-        assert gemms and all(k["sm90a"] == (path.stem in hopper) for k in gemms), (path.stem, gemms)
+        gemms = [k for k in _plan(_capture(path).text, arch=90, gemm="all").kernels if k.kind == "gemm"]
+        assert gemms and all(k.sm90a == (path.stem in hopper) for k in gemms), (path.stem, [k.name for k in gemms])
 
 
 def test_matmuls_become_gemm_kernels():
@@ -62,16 +65,16 @@ def test_matmuls_become_gemm_kernels():
     names = ["gemm_sigmoid_scaling_residual_add", "bmm_transposed_bias",
              "attention_manual", "mlp_residual", "linear_relu_half"]
     for path in [p for p in PROBLEMS if p.stem in names]:
-        plan = core.compile_graph(_capture(path).text, gemm=True)
-        matmuls = [s for s in plan["steps"] if s["kind"] == "node" and s["op"] in ("mm", "addmm", "bmm")]
-        gemms = [k for k in plan["kernels"] if k["kind"] == "gemm"]
-        assert not matmuls and gemms, (path.stem, matmuls)
+        plan = _plan(_capture(path).text, gemm="all")
+        matmuls = [s for s in plan.run if s.kind == "call" and s.op in ("mm", "addmm", "bmm")]
+        gemms = [k for k in plan.kernels if k.kind == "gemm"]
+        assert not matmuls and gemms, (path.stem, [plan.step_text(s) for s in matmuls])
         if path.stem in ("gemm_sigmoid_scaling_residual_add", "linear_relu_half"):
             # The whole epilogue runs in the GEMM: one kernel writes the result once.
-            assert len(plan["kernels"]) == 1 and len(gemms[0]["nodes"]) > 1, plan["kernels"]
+            assert len(plan.kernels) == 1 and len(gemms[0].nodes) > 1, str(plan)
         for k in gemms:
-            assert k["cutlass"] and k["shared_bytes"] > 0 and k["grid"][0] > 0
-            assert ("OpMultiplyAddFastF32" in k["source"]) == ("3xtf32" in k["name"])
+            assert k.cutlass and k.shared_bytes > 0 and k.grid[0] > 0
+            assert ("OpMultiplyAddFastF32" in k.source) == ("3xtf32" in k.name)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
@@ -92,14 +95,13 @@ def test_odd_shape_gemm_kernels_compile(dtype, m, n, k):
   %8 = add(%7, %r) : {dtype}[2,{n},{n}]
   return %8
 }}"""
-    plan = core.compile_graph(text, gemm=True)
-    gemms = [g for g in plan["kernels"] if g["kind"] == "gemm"]
+    plan = _plan(text, gemm="all")
+    gemms = [g for g in plan.kernels if g.kind == "gemm"]
     # 16-bit operands need 4-byte accesses: odd extents stay ATen calls.
-    assert len(gemms) == (3 if dtype == "f32" or (m % 2 == 0 and n % 2 == 0 and k % 2 == 0) else 0), plan["ir_after"]
-    assert not gemms or any(len(g["nodes"]) == 3 and "source" in g["source"] for g in gemms)  # bmm + epilogue
-    for g in gemms:
-        is_cubin, size, log = core.nvrtc_compile(g["source"], g["name"], 90, cutlass=True)
-        assert is_cubin and size > 0, (g["name"], log)
+    assert len(gemms) == (3 if dtype == "f32" or (m % 2 == 0 and n % 2 == 0 and k % 2 == 0) else 0), str(plan)
+    assert not gemms or any(len(g.nodes) == 3 and "source" in g.source for g in gemms)  # bmm + epilogue
+    for g, loaded in zip(gemms, core.load_kernels(gemms, 90)):
+        assert not isinstance(loaded, str), (g.name, loaded)
 
 
 @pytest.mark.parametrize("math", ["f32", "tf32", "bf16"])
@@ -116,10 +118,10 @@ def test_gemm_tiles_do_not_spill_registers(monkeypatch, math, m, n):
   %2 = gelu(%1) : {dtype}[{m},{n}]
   return %2
 }}"""
-    (k,) = core.compile_graph(text, gemm=True, precision="fp32" if math != "tf32" else "tf32")["kernels"]
-    assert ("_tf32_" in k["name"]) == (math == "tf32")
-    is_cubin, size, log = core.nvrtc_compile(k["source"], k["name"], 90, cutlass=True, options=["-Xptxas=-v"])
-    assert is_cubin and " 0 bytes spill stores" in log, (k["name"], log)
+    (k,) = _plan(text, gemm="all", precision="fp32" if math != "tf32" else "tf32").kernels
+    assert ("_tf32_" in k.name) == (math == "tf32")
+    is_cubin, size, log = core.nvrtc_compile(k.translation_unit, k.name, 90, cutlass=True, options=["-Xptxas=-v"])
+    assert is_cubin and " 0 bytes spill stores" in log, (k.name, log)
 
 
 @pytest.mark.parametrize("reduce", ["amax(%1) {dims=[0], keepdim=false} : f32[320]",
@@ -137,11 +139,11 @@ def test_cutlass_gemm_kernels_with_a_block_reduction_build_for_every_tile(monkey
   %3 = {reduce}
   return %3
 }}"""
-    (k,) = core.compile_graph(text, gemm=True, arch=80)["kernels"]
-    assert "TileVisitor visitor" in k["source"] and len(k["variants"]) == 2
-    for v in [k] + k["variants"]:
-        is_cubin, size, log = core.nvrtc_compile(v["source"], v["name"], 90, cutlass=True, options=["-Xptxas=-v"])
-        assert is_cubin and " 0 bytes spill stores" in log, (v["name"], log)
+    (k,) = _plan(text, gemm="all", arch=80).kernels
+    assert "TileVisitor visitor" in k.source and len(k.variants) == 2
+    for name, tu in [(k.name, k.translation_unit)] + [(v.name, v.translation_unit) for v in k.variants]:
+        is_cubin, size, log = core.nvrtc_compile(tu, name, 90, cutlass=True, options=["-Xptxas=-v"])
+        assert is_cubin and " 0 bytes spill stores" in log, (name, log)
 
 
 @pytest.mark.parametrize("k,reduce", [(1024, None), (8192, None), (1024, "sum(%3) {dims=[1], keepdim=false} : f32[1024]"),
@@ -165,9 +167,9 @@ def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch
     if reduce:
         # swish (x * sigmoid(x)): the epilogue reads nothing but the bias.
         text = text.replace("add(%2, %r)", "mul(%2, %1)").replace("  return %3", f"  %4 = {reduce}\n  return %4")
-    kernels = [kk for kk in core.compile_graph(text, gemm=True, arch=90)["kernels"] if kk["kind"] == "gemm"]
-    assert len(kernels) == 1 and kernels[0]["sm90a"], kernels
-    assert ("ff_sm90::reduce_" in kernels[0]["source"]) == bool(reduce)
+    kernels = [kk for kk in _plan(text, gemm="all", arch=90).kernels if kk.kind == "gemm"]
+    assert len(kernels) == 1 and kernels[0].sm90a, [kk.name for kk in kernels]
+    assert ("ff_sm90::reduce_" in kernels[0].source) == bool(reduce)
     for kk in kernels:
-        is_cubin, size, log = core.nvrtc_compile(kk["source"], kk["name"], 90, options=["-Xptxas=-v"], sm90a=True)
-        assert is_cubin and " 0 bytes spill stores" in log and "Performance Loss" not in log, (kk["name"], log)
+        is_cubin, size, log = core.nvrtc_compile(kk.translation_unit, kk.name, 90, options=["-Xptxas=-v"], sm90a=True)
+        assert is_cubin and " 0 bytes spill stores" in log and "Performance Loss" not in log, (kk.name, log)

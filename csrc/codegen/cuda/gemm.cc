@@ -211,13 +211,13 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
   os << "// batch " << s.batch << ", M " << s.m << ", N " << s.n << ", K " << s.k << "; tile " << t.m << "x" << t.n
      << "x" << t.k << ", warp " << t.warp_m << "x" << t.warp_n << ", " << t.stages << " stages, "
      << (split ? "3xTF32 (fp32 accuracy)" : f32 ? "TF32 (opt-in precision), f32 accumulate" : "f32 accumulate") << "\n";
-  os << "#include <cutlass/cutlass.h>\n"
-        "#include <cutlass/numeric_types.h>\n"
-        "#include <cutlass/gemm/kernel/default_gemm.h>\n"
-        "#include <cutlass/gemm/kernel/gemm_batched.h>\n"
-        "#include <cutlass/epilogue/thread/linear_combination.h>\n"
-        "#include <cutlass/gemm/threadblock/threadblock_swizzle.h>\n";
-  if (reduce) os << "#include <cutlass/epilogue/threadblock/epilogue_with_visitor.h>\n";
+  ks.includes = {"#include <cutlass/cutlass.h>",
+                 "#include <cutlass/numeric_types.h>",
+                 "#include <cutlass/gemm/kernel/default_gemm.h>",
+                 "#include <cutlass/gemm/kernel/gemm_batched.h>",
+                 "#include <cutlass/epilogue/thread/linear_combination.h>",
+                 "#include <cutlass/gemm/threadblock/threadblock_swizzle.h>"};
+  if (reduce) ks.includes.push_back("#include <cutlass/epilogue/threadblock/epilogue_with_visitor.h>");
   os << cuda_prelude();
   if (!f32) os << cuda_half_prelude();
 
@@ -272,7 +272,7 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
      << "static_assert(sizeof(Gemm::SharedStorage) <= " << ks.shared_bytes << ", \"shared memory size\");\n"
      << "static_assert(Gemm::kThreadCount == " << ks.block << ", \"block size\");\n"
      << "}  // namespace\n\n";
-  os << "extern \"C\" __global__ void __launch_bounds__(" << ks.block << ") " << ks.name
+  os << "FF_EXTERN_C __global__ void __launch_bounds__(" << ks.block << ") " << ks.name
      << "(Element* out, const Element* a, const Element* b" << (addmm ? ", const Element* bias" : "")
      << (source_input ? ", const Element* source" : "") << ") {\n"
      << "  extern __shared__ __align__(16) unsigned char smem[];\n"

@@ -81,7 +81,7 @@ std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& s
      << "static_assert(Mma::WarpCount::kCount * 32 == THREADS, \"block size\");\n"
      << "}  // namespace\n\n";
   const std::string src = s.source == Source::Bias ? "bias" : s.source == Source::EpilogueInput ? "source" : "";
-  os << "extern \"C\" __global__ void __launch_bounds__(" << ks.block << ") " << ks.name
+  os << "FF_EXTERN_C __global__ void __launch_bounds__(" << ks.block << ") " << ks.name
      << "(float* out, const float* a, const float* b" << (addmm ? ", const float* bias" : "")
      << (has_source ? ", const float* source" : "") << ") {\n"
      << "  extern __shared__ __align__(16) unsigned char smem[];\n"

@@ -92,7 +92,7 @@ KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSp
      << kThreads << " && ff_sm90::SMEM_BYTES == "
      << kSharedBytes << ", \"the launch's grid and shared memory\");\n"
      << "}  // namespace\n\n";
-  os << "extern \"C\" __global__ void __launch_bounds__(" << kThreads << ", 1) " << ks.name
+  os << "FF_EXTERN_C __global__ void __launch_bounds__(" << kThreads << ", 1) " << ks.name
      << "(float* out, const float* a, const float* b" << (addmm ? ", const float* bias" : "")
      << (source_input ? ", const float* source" : "") << ") {\n"
      << "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"

@@ -12,7 +12,10 @@ namespace ff::codegen {
 // per iteration: a grid of ceil(items / (block * unroll)) blocks covers all.
 struct KernelSource {
   std::string name;                        // the CUDA symbol, readable in profilers
-  std::string source;                      // complete CUDA C++ translation unit for NVRTC
+  std::vector<std::string> includes;       // #include lines the source needs (kept apart: a file of many
+                                           // kernels puts them first, outside any namespace)
+  std::string source;                      // the code after the includes; declares the kernel FF_EXTERN_C
+                                           // (C linkage for NVRTC's lookup by name, unless defined otherwise)
   std::vector<std::string> outputs;        // IR value names, parameter order
   std::vector<std::string> inputs;         // IR value names of tensor inputs
   std::vector<std::string> scalars;        // IR value names of scalar inputs
@@ -32,6 +35,13 @@ struct KernelSource {
   bool sm90a = false;
   int shared_bytes = 0;
   int align_bytes = 0;
+
+  // The complete CUDA C++ translation unit NVRTC compiles: includes, then source.
+  std::string translation_unit() const {
+    std::string tu;
+    for (const auto& inc : includes) tu += inc + "\n";
+    return tu + source;
+  }
 };
 
 }  // namespace ff::codegen

@@ -278,7 +278,7 @@ void emit_head(std::ostringstream& os, const KernelSource& ks, const fusion::Gro
   for (Node* n : g.nodes) os << "//   " << print_node(*n) << "\n";
   os << cuda_prelude();
   if (half) os << cuda_half_prelude();
-  os << "\nextern \"C\" __global__ void __launch_bounds__(" << ks.block * ks.block_y << ") " << ks.name << "(";
+  os << "\nFF_EXTERN_C __global__ void __launch_bounds__(" << ks.block * ks.block_y << ") " << ks.name << "(";
   for (size_t t = 0; t < acc.size(); ++t)
     os << (t ? ", " : "") << (acc[t].is_output ? "" : "const ") << storage_type(acc[t].dtype) << "* __restrict__ "
        << acc[t].param;

@@ -5,6 +5,11 @@ namespace ff::codegen {
 std::string_view cuda_prelude() {
   return R"CUDA(
 // ---- fuseforge prelude: helpers matching ATen's CUDA math ----
+#ifndef FF_EXTERN_C
+// Kernels have C linkage, so NVRTC's cubin names them as written; a file
+// that puts several kernels in C++ namespaces defines this empty.
+#define FF_EXTERN_C extern "C"
+#endif
 
 template <class T, int N>
 struct alignas(sizeof(T) * N) ff_vec { T v[N]; };

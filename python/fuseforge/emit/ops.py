@@ -12,7 +12,6 @@ import re
 from typing import Any, Sequence
 
 from fuseforge.runtime import library_calls
-from fuseforge.runtime.library_calls import Type
 
 
 class EmitError(ValueError):
@@ -65,15 +64,15 @@ def _opaque(attrs: dict, a: list[str]) -> str:
     return f"torch.ops.{target}(*{args}, **{kwargs})"
 
 
-def step_expr(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) -> str:
-    """Source of an expression computing one library step: library_calls.expression
-    (the executor's own calls), or for an opaque node its captured call. `a`:
-    operand texts; `in_types`: their plan types (None for literals). Raises
-    EmitError for an op with no torch form."""
-    if step["op"] == "opaque":
-        return _opaque(step["attrs"], list(a))
+def step_expr(step: Any, plan: Any, a: Sequence[str]) -> str:
+    """Source of an expression computing one call or view step of `plan`:
+    library_calls.expression (the executor's own calls), or for an opaque node
+    its captured call. `a`: operand texts. Raises EmitError for an op with no
+    torch form."""
+    if step.op == "opaque":
+        return _opaque(step.attrs, list(a))
     try:
-        return library_calls.expression(step, a, in_types)
+        return library_calls.expression(step, plan, a)
     except library_calls.NoLibraryCall:
-        raise EmitError(f"fuseforge emit: no Python form for IR op '{step['op']}' "
-                        f"(step `{step.get('text', step['op'])}`)") from None
+        raise EmitError(f"fuseforge emit: no Python form for IR op '{step.op}' "
+                        f"(step `{plan.step_text(step)}`)") from None

@@ -79,27 +79,29 @@ def _run_gpu(args: argparse.Namespace) -> dict:
 def _run_cpu(args: argparse.Namespace) -> dict:
     from fuseforge._native import CPU_CHECK_ARCH, core
     from fuseforge.capture import capture
-    from fuseforge.runtime.executor import Executor
     from fuseforge.harness.problem import problem_name
+    from fuseforge.runtime.executor import Executor
+    from fuseforge.runtime.options import compile_ir
     mod, model = build_model(args.problem, args.mode, "cpu")
     name = problem_name(args.problem)
     console.print(f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
                   "and checking the optimized plan on the CPU")
     inputs = problem_inputs(mod, 0, "cpu")
     captured = capture(model, inputs, name=type(model).__name__)
-    plan = core.compile_graph(captured.text, precision=args.precision, arch=CPU_CHECK_ARCH)
+    compiled = compile_ir(captured.text, args.precision, CPU_CHECK_ARCH)
+    plan = compiled.plan
     console.rule("IR as captured")
-    console.print(plan["ir_before"], markup=False, highlight=False)
+    _print_text(compiled.ir_before)
     console.rule("IR after passes")
-    console.print(plan["ir_after"], markup=False, highlight=False)
+    _print_text(compiled.ir_after)
     row: dict[str, Any] = {"problem": name, "mode": "train" if model.training else "eval", "device": "cpu",
                            "kernels": []}
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("NVRTC", total=len(plan["kernels"]))
-        for k in plan["kernels"]:
-            is_cubin, size, _ = core.nvrtc_compile(k["source"], k["name"], CPU_CHECK_ARCH, cutlass=k["cutlass"],
-                                                   sm90a=k["sm90a"])
-            row["kernels"].append({"name": k["name"], "cubin_bytes": size, "vector_width": k["vector_width"]})
+        task = progress.add_task("NVRTC", total=len(plan.kernels))
+        for k in plan.kernels:
+            is_cubin, size, _ = core.nvrtc_compile(k.translation_unit, k.name, CPU_CHECK_ARCH, cutlass=k.cutlass,
+                                                   sm90a=k.sm90a)
+            row["kernels"].append({"name": k.name, "cubin_bytes": size, "vector_width": k.vector_width})
             progress.advance(task)
     table = Table(title="kernels")
     for col in ("kernel", "vector width", "cubin bytes"):
@@ -123,7 +125,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     verdict = "[green]is correct[/green]" if row["correct"] else "[red]is WRONG[/red]"
     console.print(f"optimized plan on the CPU {verdict} (max abs err {row['max_err_vs_eager']:.2e}; vs fp64 "
                   f"{row['max_err_vs_fp64']:.2e}, eager's {row['eager_err_vs_fp64']:.2e}; "
-                  f"{len(plan['kernels'])} kernels, {sum(s['kind'] == 'node' for s in plan['steps'])} library calls)")
+                  f"{len(plan.kernels)} kernels, {sum(s.kind == 'call' for s in plan.run)} library calls)")
     return row
 
 
@@ -140,29 +142,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from fuseforge._native import core, target_arch
+    from fuseforge._native import target_arch
     from fuseforge.capture import capture
+    from fuseforge.runtime.options import compile_ir
     mod, model = build_model(args.problem, args.mode, "cpu")
     captured = capture(model, problem_inputs(mod, 0, "cpu"), name=type(model).__name__)
     # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH).
-    plan = core.compile_graph(captured.text, trace=True, arch=target_arch())
+    compiled = compile_ir(captured.text, args.precision, target_arch(), trace=True)
     console.rule("IR as captured")
-    console.print(plan["ir_before"], markup=False, highlight=False)
-    for pass_name, ir in plan["pass_trace"]:
+    _print_text(compiled.ir_before)
+    for pass_name, ir in compiled.pass_trace:
         console.rule(f"after {pass_name}")
-        console.print(ir, markup=False, highlight=False)
-    console.rule("plan")
-    for step in plan["steps"]:
-        if step["kind"] == "kernel":
-            k = plan["kernels"][step["kernel"]]
-            console.print(f"kernel  {k['name']}  ({len(k['nodes'])} ops fused, {k['vector_width']}-wide)")
-        else:
-            console.print(f"library {step['text']}", markup=False, highlight=False)
+        _print_text(ir)
+    console.rule(f"plan ({args.precision})")
+    _print_text(str(compiled.plan))
     return 0
 
 
-#: --precision choices; fuseforge.runtime.precision.check_precision says which are implemented.
-PRECISIONS = ("fp32", "tf32", "bf16")
+def _print_text(text: str) -> None:
+    """IR or plan text as it is: no markup, no highlighting, lines unwrapped."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _lazy(module: str, name: str) -> Any:
@@ -174,6 +173,9 @@ def _lazy(module: str, name: str) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from fuseforge.runtime.precision import PRECISIONS
+    precision_help = ("numerics policy: fp32 (default; fp32 accuracy, f32 matmuls in 3xTF32) or tf32 (opt-in, "
+                      "faster: TF32 matmuls, for eager and inductor too)")
     parser = argparse.ArgumentParser(prog="fuseforge", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="optimize a problem file, check it and time it")
@@ -181,9 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--mode", choices=["train", "eval"], help="default: the mode the model is constructed in")
     run.add_argument("--seeds", type=int, default=3, help="random inputs to check (GPU)")
     run.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
-    run.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                     help="numerics policy: fp32 (default; fp32 accuracy, f32 matmuls in 3xTF32) or tf32 "
-                          "(opt-in, faster: TF32 matmuls, for eager and inductor too); bf16 is not implemented yet")
+    run.add_argument("--precision", default="fp32", choices=PRECISIONS, help=precision_help)
     run.add_argument("--compile-times", action="store_true",
                      help="also measure the first call's seconds with an empty and with a filled kernel cache (GPU)")
     run.add_argument("--compile-only", action="store_true",
@@ -213,10 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     emit.add_argument("--arch", type=int, default=None,
                       help="compute capability the kernels target, e.g. 80 (default: this machine's GPU, else 90; "
                            "a file with Hopper kernels runs Model.forward on other GPUs)")
+    emit.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     emit.set_defaults(fn=_lazy("fuseforge.emit", "cmd_emit"))
     explain = sub.add_parser("explain", help="print the IR after each pass and the kernel plan")
     explain.add_argument("problem")
     explain.add_argument("--mode", choices=["train", "eval"])
+    explain.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     explain.set_defaults(fn=cmd_explain)
     args = parser.parse_args(argv)
     try:

@@ -53,31 +53,30 @@ def _numel(shape: Any) -> int:
     return math.prod(int(d) for d in shape)
 
 
-def _bytes(plan: dict, name: str) -> int:
-    dtype, shape, _ = plan["values"][name]
-    return _numel(shape) * _ITEMSIZE.get(dtype, 4)
+def _bytes(plan: Any, b: int) -> int:
+    buf = plan.buffers[b]
+    return _numel(buf.shape) * _ITEMSIZE.get(buf.dtype, 4)
 
 
-def plan_bytes(plan: dict) -> int:
+def plan_bytes(plan: Any) -> int:
     """Bytes of the plan's inputs, outputs and buffer updates (each counted once)."""
-    names = dict.fromkeys([*plan["inputs"], *plan["outputs"], *(v for _, v in plan["mutations"])])
-    return sum(_bytes(plan, n) for n in names)
+    ids = dict.fromkeys([*plan.inputs, *plan.outputs, *(v for _, v in plan.mutations)])
+    return sum(_bytes(plan, b) for b in ids)
 
 
-def _step_flops(plan: dict, step: dict) -> int:
-    op = step.get("op")
-    operands = [v for kind, v in step.get("operands", []) if kind == "value"]
-    shape = lambda n: plan["values"][n][1]  # noqa: E731
-    out = step["result_types"][0][1] if step.get("result_types") else None
+def _step_flops(plan: Any, step: Any) -> int:
+    op = step.op
+    shape = lambda o: plan.buffers[o.buffer].shape  # noqa: E731
+    operands = [o for o in step.operands if o.buffer >= 0]
+    out = plan.buffers[step.results[0]].shape if len(step.results) else None
     if op in ("mm", "bmm") and len(operands) >= 2:
-        k = shape(operands[0])[-1]
-        return 2 * _numel(out) * int(k)
+        return 2 * _numel(out) * int(shape(operands[0])[-1])
     if op == "addmm" and len(operands) >= 3:
         return 2 * _numel(out) * int(shape(operands[1])[-1])
     if op == "convolution" and len(operands) >= 2:
         weight = shape(operands[1])  # [C_out, C_in/groups, *k] (transposed: [C_in, C_out/groups, *k])
         kernel = _numel(weight[2:])
-        if step["attrs"].get("transposed"):
+        if step.attrs.get("transposed"):
             return 2 * _numel(shape(operands[0])) * int(weight[1]) * kernel
         return 2 * _numel(out) * int(weight[1]) * kernel
     return 0
@@ -87,9 +86,9 @@ def _step_flops(plan: dict, step: dict) -> int:
 _FLOP_OPS = ("mm", "addmm", "bmm", "convolution")
 
 
-def plan_flops(plan: dict, ops: tuple[str, ...] = _FLOP_OPS) -> int:
+def plan_flops(plan: Any, ops: tuple[str, ...] = _FLOP_OPS) -> int:
     """FLOPs of the plan's nodes whose op is in `ops`."""
-    return sum(_step_flops(plan, n) for n in _flop_nodes(plan) if n.get("op") in ops)
+    return sum(_step_flops(plan, n) for n in _flop_nodes(plan) if n.op in ops)
 
 
 def peaks(device_name: str) -> Peaks | None:
@@ -112,25 +111,26 @@ def op_peak(op: str, dtype: str, p: Peaks, precision: str = "fp32") -> float:
     return p.tf32 / 3
 
 
-def _flop_nodes(plan: dict) -> list[dict]:
-    """Library steps and the nodes of generated kernels (a GEMM kernel holds its matmul)."""
-    nodes = []
-    for s in plan["steps"]:
-        nodes += plan["kernels"][s["kernel"]].get("nodes", []) if s["kind"] == "kernel" else [s]
+def _flop_nodes(plan: Any) -> list[Any]:
+    """The run section's calls and the nodes of its kernels (a GEMM kernel
+    holds its matmul); prepare's work is not part of a call."""
+    nodes: list[Any] = []
+    for s in plan.run:
+        nodes += list(plan.kernels[s.kernel].nodes) if s.kind == "launch" else [s] if s.kind == "call" else []
     return nodes
 
 
-def roofline(plan: dict, device_name: str, ms: float, precision: str = "fp32") -> dict[str, Any]:
+def roofline(plan: Any, device_name: str, ms: float, precision: str = "fp32") -> dict[str, Any]:
     """bytes, flops, tflops (achieved), ideal_ms, roofline_fraction and
     tensor_peak_fraction (None for an unknown device, or without FLOPs)."""
     nbytes = plan_bytes(plan)
-    counted = [(n, _step_flops(plan, n)) for n in _flop_nodes(plan) if n.get("op") in _FLOP_OPS]
+    counted = [(n, _step_flops(plan, n)) for n in _flop_nodes(plan) if n.op in _FLOP_OPS]
     flops = sum(f for _, f in counted)
     result: dict[str, Any] = {"bytes": nbytes, "flops": flops, "tflops": flops / ms / 1e9 if flops and ms > 0 else None,
                               "ideal_ms": None, "roofline_fraction": None, "tensor_peak_fraction": None}
     p = peaks(device_name)
     if p is not None and ms > 0:
-        compute_s = sum(f / op_peak(n["op"], n["result_types"][0][0], p, precision) for n, f in counted)
+        compute_s = sum(f / op_peak(n.op, plan.buffers[n.results[0]].dtype, p, precision) for n, f in counted)
         ideal_s = max(nbytes / p.dram, compute_s)
         result["ideal_ms"] = ideal_s * 1e3
         result["roofline_fraction"] = ideal_s * 1e3 / ms

@@ -1,7 +1,8 @@
-"""GEMM tile autotuning (FUSEFORGE_AUTOTUNE=1).
+"""GEMM tile autotuning (FUSEFORGE_AUTOTUNE=1, read by runtime/options.py).
 
-The cost model picks each GEMM kernel's tile; with autotuning on, the first
-run of a GEMM kernel also compiles its other candidate tiles, times each once
+The cost model picks each GEMM kernel's tile; with autotuning on, a GEMM
+kernel's plan lists its other candidate tiles, and its first run compiles
+them, times each once
 on the real operands and keeps the fastest. The choice is cached on disk per
 kernel source (which fixes shape, dtype, layouts and epilogue) and GPU
 architecture, in <cache dir>/autotune.json, so later processes skip the timing.
@@ -17,10 +18,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from fuseforge._native import core
-
-
-def enabled() -> bool:
-    return os.environ.get("FUSEFORGE_AUTOTUNE") == "1"
 
 
 def key(source: str, arch: int) -> str:

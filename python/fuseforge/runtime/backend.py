@@ -1,4 +1,5 @@
-"""`torch.compile(model, backend="fuseforge")`.
+"""`torch.compile(model, backend="fuseforge")`, and with a precision policy
+`torch.compile(model, backend="fuseforge", options={"precision": "tf32"})`.
 
 Dynamo hands over an FX GraphModule of the user's code (its example inputs may
 be FakeTensors: they are not used here). The module is wrapped in an
@@ -14,8 +15,22 @@ import torch
 from fuseforge.runtime.module import OptimizedModule
 
 
-def fuseforge_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-    return OptimizedModule(gm)
+#: The options `torch.compile(..., options=...)` may pass.
+OPTIONS = ("precision",)
+
+
+def fuseforge_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, options: dict | None = None,
+                      mode: str | None = None) -> Callable[..., Any]:
+    """The module dynamo captured, run by fuseforge. `options`: {"precision":
+    one of fuseforge.runtime.precision.PRECISIONS} (default "fp32"); `mode`
+    (torch.compile's) changes nothing here. Raises ValueError naming an
+    unknown option or precision."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"fuseforge backend: unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"it takes {', '.join(OPTIONS)}")
+    return OptimizedModule(gm, precision=options.get("precision", "fp32"))
 
 
 def _register() -> None:

@@ -1,93 +1,48 @@
-"""Runs a compiled plan: generated kernels on the GPU, library calls through ATen.
+"""Runs a plan (`fuseforge._native.core.Plan`) on one device.
 
-Values live in a slot list; each step reads its operands' slots and fills its
-results'. A slot is cleared after its last use so large intermediates are freed
-as early as eager would free them.
+The executor walks the plan's steps and decides nothing of its own: the plan
+says which kernels to launch with which geometry, which library (ATen) calls
+and views to make, which buffers a kernel reads in place (aliases) or must
+re-lay-out first, when each temporary dies (free steps), and which values
+depend only on weights (the prepare section: run once, then again only when
+a parameter or buffer it reads changes in place, is replaced or reloaded).
+
+Values live in a slot list indexed by buffer. On a CUDA device kernels are
+compiled with NVRTC for the device (in parallel, disk-cached) and launched on
+torch's current stream. On the CPU, kernels run on the reference interpreter
+instead: that is how `fuseforge run` checks a plan on machines without a GPU.
 """
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from fuseforge._native import core
 from fuseforge.runtime import autotune, library_calls
+from fuseforge.runtime.prepared import cached_prepare
+
+#: CPU stand-ins interpret groups up to this many elements whole; larger
+#: pointwise groups run op by op through ATen, checked on a sample of elements.
+INTERPRET_LIMIT = 1 << 22
+INTERPRET_SAMPLE = 1 << 14
+
+Env = list  # a value per plan buffer (None where not live)
+Run = Callable[[Env], None]
 
 
 @dataclass(frozen=True)
-class ValueType:
+class _Type:
     dtype: torch.dtype
     shape: tuple[int, ...]
     strides: tuple[int, ...]
 
 
-def _value_types(plan: dict) -> dict[str, ValueType]:
-    return {name: ValueType(library_calls.DTYPES[d], tuple(shape), tuple(strides))
-            for name, (d, shape, strides) in plan["values"].items()}
-
-
-#: CPU stand-ins interpret groups up to this many elements whole, larger ones on a sample.
-INTERPRET_LIMIT = 1 << 22
-INTERPRET_SAMPLE = 1 << 14
-
-_TYPE = re.compile(r"(\w+)\[[\d,]*\](\{[\d,]*\})?(?! scalar)")
-
-
-def _sampled_graph(text: str, n: int) -> str:
-    """A pointwise group's graph over n sampled elements: every tensor type
-    becomes rank-1 [n] (scalar inputs stay 0-d)."""
-    return _TYPE.sub(lambda m: f"{m.group(1)}[{n}]", text)
-
-
-#: Layout ops whose result has the source's address (no storage offset).
-_ADDRESS_KEEPING_VIEWS = {"view", "permute", "expand", "unsqueeze", "squeeze"}
-
-
-def _contiguous(t: ValueType) -> bool:
-    expected = 1
-    for n, st in zip(reversed(t.shape), reversed(t.strides)):
-        if n != 1 and st != expected:
-            return False
-        expected *= n
-    return True
-
-
-def _kernel_only_views(plan: dict, types: dict[str, ValueType]) -> dict[str, str]:
-    """View steps whose results only generated kernels read (directly or
-    through other such views), mapped to the value they view: the executor
-    skips them and the kernel reads the source's memory with the view's strides."""
-    def is_view(step: dict) -> bool:
-        return step["kind"] == "node" and step["op"] in _ADDRESS_KEEPING_VIEWS and len(step["results"]) == 1
-
-    readers: dict[str, list[str | None]] = {}  # value -> readers: None for a kernel, else the step's result
-    for step in plan["steps"]:
-        if step["kind"] == "kernel":
-            for n in plan["kernels"][step["kernel"]]["inputs"]:
-                readers.setdefault(n, []).append(None)
-        else:
-            for kind, v in step["operands"]:
-                if kind == "value":
-                    readers.setdefault(v, []).append(step["results"][0] if is_view(step) else "")
-    escaping = set(plan["outputs"]) | {v for _, v in plan["mutations"]}
-    skipped: set[str] = set()
-    for step in reversed(plan["steps"]):  # readers are decided before what they read
-        if not is_view(step):
-            continue
-        (res,), src = step["results"], step["operands"][0][1]
-        if step["op"] == "view" and not (_contiguous(types[src]) and _contiguous(types[res])):
-            continue  # a reshape that may copy
-        if res not in escaping and all(r is None or r in skipped for r in readers.get(res, [])):
-            skipped.add(res)
-    alias: dict[str, str] = {}
-    for step in plan["steps"]:
-        if is_view(step) and step["results"][0] in skipped:
-            src = step["operands"][0][1]
-            alias[step["results"][0]] = alias.get(src, src)
-    return alias
+def _type(b: Any) -> _Type:
+    return _Type(library_calls.DTYPES[b.dtype], tuple(b.shape), tuple(b.strides))
 
 
 def _raw_stream(device_index: int) -> int:
@@ -95,268 +50,233 @@ def _raw_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
-def _same_layout(x: torch.Tensor, t: ValueType) -> bool:
+def _same_layout(x: torch.Tensor, t: _Type) -> bool:
     """Strides agree on every dim of size > 1 (others never move the index)."""
     return all(n == 1 or a == b for n, a, b in zip(t.shape, x.stride(), t.strides))
 
 
-def _run_nodes(calls: list[tuple[library_calls.Call, list, str]], local: dict[str, Any], outputs: list[str]) -> list:
-    """Runs (call, operands, result) triples over the named values in `local`;
-    returns the values named `outputs`."""
-    for call, operands, result in calls:
-        local[result] = call([local[v] if kind == "value" else v for kind, v in operands])
-    return [local[n] for n in outputs]
-
-
-class _Slots:
-    """Numbers each value name, and computes after which step each slot dies."""
-
-    def __init__(self, plan: dict):
-        self.index: dict[str, int] = {}
-        for name in plan["values"]:
-            self.index[name] = len(self.index)
-
-    def __call__(self, name: str) -> int:
-        return self.index[name]
-
-
-def _free_lists(slots: _Slots, step_reads: list[list[str]], keep: set[str]) -> list[list[int]]:
-    last_use: dict[str, int] = {}
-    for i, reads in enumerate(step_reads):
-        for name in reads:
-            last_use[name] = i
-    frees: list[list[int]] = [[] for _ in step_reads]
-    for name, i in last_use.items():
-        if name not in keep:
-            frees[i].append(slots(name))
-    return frees
-
-
 class Executor:
-    """Executes a plan from `core.compile_graph` on one device.
+    """Executes a plan on `device` (a CUDA device, or the CPU with kernels on
+    the reference interpreter). Call it with the plan's inputs in order; it
+    returns (outputs, new module-buffer values)."""
 
-    On a CUDA device every kernel is compiled with NVRTC for the device's
-    architecture (disk-cached) and launched on torch's current stream. On the
-    CPU, kernels run on the reference interpreter instead: that is how the CLI
-    checks the optimized graph on machines without a GPU.
-    """
-
-    def __init__(self, plan: dict, device: torch.device):
+    def __init__(self, plan: Any, device: torch.device):
         self.plan = plan
         self.device = device
-        self.types = _value_types(plan)
-        slots = _Slots(plan)
-        self._slot_of = slots.index
-        self.input_slots = [slots(n) for n in plan["inputs"]]
-        self.output_slots = [slots(n) for n in plan["outputs"]]
-        self.mutation_slots = [slots(v) for _, v in plan["mutations"]]
-        self.num_slots = len(slots.index)
-        self.kernels: list[Any] = []
+        self.types = [_type(b) for b in plan.buffers]
+        self.kernels: list[Any] = [None] * len(plan.kernels)
         if device.type == "cuda":
-            arch = core.device_arch(device.index or 0)
-            self.kernels = [self._load(k, arch) for k in plan["kernels"]]
-        self._kernel_results = {n for k in plan["kernels"] for n in k["outputs"]}
-        self._alias = _kernel_only_views(plan, self.types) if device.type == "cuda" else {}
-        steps: list[Callable[[list], None]] = []
-        reads: list[list[str]] = []
-        for step in plan["steps"]:
-            if step["kind"] == "kernel":
-                k = plan["kernels"][step["kernel"]]
-                steps.append(self._kernel_step(step["kernel"], k, slots))
-                reads.append([self._alias.get(n, n) for n in k["inputs"]] + k["scalars"])
-            elif step["results"][0] not in self._alias:
-                steps.append(self._library_step(step, slots))
-                reads.append([v for kind, v in step["operands"] if kind == "value"])
-        keep = set(plan["outputs"]) | {v for _, v in plan["mutations"]} | set(plan["inputs"])
-        self.steps = list(zip(steps, _free_lists(slots, reads, keep)))
+            self.arch = core.device_arch(device.index or 0)
+            self._load_kernels()
+        self.input_slots = list(plan.inputs)
+        self.output_slots = list(plan.outputs)
+        self.mutation_slots = [v for _, v in plan.mutations]
+        self._prepare = [self._step(s) for s in plan.prepare]
+        self._run = [self._step(s) for s in plan.run]
+        # The values prepare leaves for run, and the weights it reads (whose
+        # identity, storage and version decide whether they are still valid).
+        self._kept = list(plan.prepare_keeps)
+        self._weights = list(plan.prepare_reads)
+        self._prepared: dict = {}
+        #: The text of every step this executor runs, in order (prepare, then run).
+        self.step_texts = [plan.step_text(s) for s in [*plan.prepare, *plan.run]]
 
-    @staticmethod
-    def _load(k: dict, arch: int) -> Any:
-        """The compiled kernel; None for a GEMM kernel that does not compile
-        here (e.g. headers that do not fit this NVRTC): it runs through ATen."""
-        try:
-            return core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"],
-                                        k["grid"], k["block_y"], k["shared_bytes"], k["cutlass"], k["sm90a"])
-        except RuntimeError as e:
-            if k["kind"] != "gemm":
-                raise
-            warnings.warn(f"fuseforge: GEMM kernel {k['name']} did not compile; running it through ATen:\n"
-                          f"{str(e)[:2000]}")
-            return None
+    def _load_kernels(self) -> None:
+        """Compiles every kernel; a GEMM kernel that does not compile here
+        (e.g. headers that do not fit this NVRTC) runs op by op instead."""
+        for i, (k, loaded) in enumerate(zip(self.plan.kernels, core.load_kernels(self.plan.kernels, self.arch))):
+            if not isinstance(loaded, str):
+                self.kernels[i] = loaded
+            elif k.kind == "gemm":
+                warnings.warn(f"fuseforge: GEMM kernel {k.name} did not compile; running it through ATen:\n"
+                              f"{loaded[:2000]}")
+            else:
+                raise RuntimeError(loaded)
 
     # ---- steps
 
-    def _kernel_step(self, index: int, k: dict, slots: _Slots) -> Callable[[list], None]:
-        out_slots = [slots(n) for n in k["outputs"]]
-        out_types = [self.types[n] for n in k["outputs"]]
-        scalar_slots = [slots(n) for n in k["scalars"]]
-        device = self.device
-        if device.type != "cuda":
-            if k["kind"] == "gemm":  # no CPU stand-in for a GEMM kernel: its ATen op
-                return self._library_kernel(k, out_slots)
-            return self._interpreted_kernel(k, out_slots, out_types, [slots(n) for n in k["inputs"]] + scalar_slots)
-        kernel = self.kernels[index]
-        dev_index = device.index or 0
-        outs_meta = [(t.shape, t.strides, t.dtype) for t in out_types]
-        # An input that is a view only kernels read is passed as its source's
-        # pointer (same address) with the view's strides, which the kernel has.
-        roots = [self._alias.get(n, n) for n in k["inputs"]]
-        in_slots = [slots(n) for n in roots]
-        # Kernel outputs have exactly the captured layout; anything else (library
-        # results, graph inputs) may not, and the kernel's index math is specialized.
-        checked = [(j, self.types[n]) for j, n in enumerate(roots) if n not in self._kernel_results]
-        empty_strided = torch.empty_strided
-        # A GEMM kernel vectorizes every access: a view starting off that
-        # alignment (or a kernel that did not compile) runs through ATen.
-        align = k["align_bytes"]
-        fallback = self._gemm_fallback(k) if k["kind"] == "gemm" else None
-        tune = kernel is not None and bool(k.get("variants")) and autotune.enabled()
+    def _step(self, step: Any) -> Run:
+        if step.kind == "free":
+            slots = list(step.results)
 
-        def run(env: list) -> None:
-            nonlocal kernel, tune
-            outs = [empty_strided(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in outs_meta]
-            ins = [env[s] for s in in_slots]
-            for j, t in checked:
-                if not _same_layout(ins[j], t):
-                    ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(ins[j])
-            pointers = [t.data_ptr() for t in outs] + [t.data_ptr() for t in ins]
-            if fallback is not None and (kernel is None or any(p % align for p in pointers)):
-                outs = fallback(ins)
+            def free(env: Env) -> None:
+                for s in slots:
+                    env[s] = None
+            return free
+        if step.kind == "launch":
+            if self.device.type == "cuda":
+                return self._launch(step.kernel)
+            return self._interpreted(step.kernel)
+        return self._call(step)
+
+    def _call(self, step: Any) -> Run:
+        """A library call or view: the step's torch expression."""
+        call = library_calls.make_call(step, self.plan, self.device)
+        operands = [(True, o.buffer) if o.buffer >= 0 else (False, o.literal) for o in step.operands]
+        results = list(step.results)
+        text = self.plan.step_text(step)
+
+        def run(env: Env) -> None:
+            args = [env[v] if is_slot else v for is_slot, v in operands]
+            try:
+                out = call(args)
+            except Exception as e:  # name the step that failed
+                raise RuntimeError(f"fuseforge: library call failed for `{text}`: {e}") from e
+            if len(results) == 1:
+                env[results[0]] = out[0] if isinstance(out, (tuple, list)) else out
             else:
-                if tune:  # first run: time the candidate tiles on these operands
-                    kernel, tune = self._tuned(k, kernel, dev_index, pointers), False
-                kernel.launch(dev_index, pointers, [float(env[s]) for s in scalar_slots], _raw_stream(dev_index))
-            for s, t in zip(out_slots, outs):
-                env[s] = t
+                for s, o in zip(results, out):
+                    env[s] = o
         return run
 
-    def _interpreted_kernel(self, k: dict, out_slots: list[int], out_types: list[ValueType],
-                            in_slots: list[int]) -> Callable[[list], None]:
-        """CPU stand-in for a kernel: the group's graph on the reference interpreter.
+    def _op_by_op(self, index: int) -> Run:
+        """A kernel's nodes, one library call each (aliases it reads in place
+        are made as views of their memory first); its interior values are
+        dropped after."""
+        k = self.plan.kernels[index]
+        calls = [self._call(s) for s in k.nodes]
+        aliases = [(i.buffer, i.memory, self.types[i.buffer]) for i in k.inputs if i.buffer != i.memory]
+        interior = [r for s in k.nodes for r in s.results if self.plan.buffers[r].role == "interior"]
 
-        Groups larger than INTERPRET_LIMIT elements run op by op through ATen and
-        the interpreter checks a random sample of INTERPRET_SAMPLE elements of
-        them (a pointwise group computes each element independently).
-        """
-        text = k["graph"]
-        shape = tuple(self.types[k["outputs"][0]].shape)
-        numel = int(np.prod(shape)) if shape else 1
-        eager = self._op_by_op(k) if numel > INTERPRET_LIMIT else None
-        sampled_text = _sampled_graph(text, INTERPRET_SAMPLE) if eager else None
+        def run(env: Env) -> None:
+            for b, m, _ in aliases:
+                env[b] = self._view_of_memory(env[m], m, b)
+            for c in calls:
+                c(env)
+            for b in [*interior, *(b for b, _, _ in aliases)]:
+                env[b] = None
+        return run
 
-        def as_array(x: Any) -> np.ndarray:
-            if not isinstance(x, torch.Tensor):
-                return np.array([float(x)], dtype=np.float64)
-            return x.detach().to(torch.float64).contiguous().numpy().reshape(-1)
+    def _view_of_memory(self, x: torch.Tensor, memory: int, alias: int) -> torch.Tensor:
+        """Alias buffer `alias` as a tensor: its recorded strides over the
+        memory `x` of buffer `memory`, first copied into that buffer's recorded
+        layout if it arrived in another."""
+        m, t = self.types[memory], self.types[alias]
+        if not _same_layout(x, m):
+            x = torch.empty_strided(m.shape, m.strides, dtype=m.dtype, device=x.device).copy_(x)
+        return x.as_strided(t.shape, t.strides)
 
-        def run(env: list) -> None:
-            if eager is None:
-                results = core.interpret(text, [as_array(env[s]) for s in in_slots])
-                for s, t, r in zip(out_slots, out_types, results):
-                    out = torch.empty_strided(t.shape, t.strides, dtype=t.dtype)
-                    env[s] = out.copy_(torch.from_numpy(np.asarray(r)).reshape(t.shape))
+    def _launch(self, index: int) -> Run:
+        k = self.plan.kernels[index]
+        kernel = self.kernels[index]
+        device = self.device
+        dev_index = device.index or 0
+        outs = [(o, self.types[o]) for o in k.outputs]
+        memory = [i.memory for i in k.inputs]
+        # Inputs to copy into their recorded layout where they arrive in
+        # another; a GEMM kernel also needs every pointer aligned to its
+        # vector accesses (a view may start anywhere): a fresh copy is.
+        align = k.align_bytes
+        checked = [(j, self.types[i.memory], i.relayout) for j, i in enumerate(k.inputs) if i.relayout or align]
+        scalars = list(k.scalars)
+        empty_strided = torch.empty_strided
+        by_ops = self._op_by_op(index) if kernel is None else None  # a GEMM kernel that did not compile
+        tune = kernel is not None and len(k.variants) > 0  # listed only when autotuning
+
+        def run(env: Env) -> None:
+            nonlocal kernel, tune
+            if by_ops is not None:
+                by_ops(env)
                 return
-            outs = eager(env)
+            ins = [env[m] for m in memory]
+            for j, t, relayout in checked:
+                x = ins[j]
+                if (relayout and not _same_layout(x, t)) or (align and x.data_ptr() % align):
+                    ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
+            out_tensors = [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
+            pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
+            if tune:  # first run: time the candidate tiles on these operands
+                kernel, tune = self._tuned(k, kernel, pointers), False
+            kernel.launch(dev_index, pointers, [float(env[s]) for s in scalars], _raw_stream(dev_index))
+            for (o, _), t in zip(outs, out_tensors):
+                env[o] = t
+        return run
+
+    def _tuned(self, k: Any, default: Any, pointers: list[int]) -> Any:
+        """The fastest of a GEMM kernel's candidate tiles (autotune.choose)."""
+        dev_index = self.device.index or 0
+        candidates = [(k.name, default)]
+        for v in k.variants:
+            try:
+                candidates.append((v.name, core.load_variant(v, k, self.arch)))
+            except RuntimeError as e:
+                warnings.warn(f"fuseforge: GEMM candidate {v.name} did not compile; not timed: {str(e)[:500]}")
+        stream = _raw_stream(dev_index)
+        runs = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
+        best = autotune.choose(autotune.key(k.source, self.arch), [n for n, _ in candidates], runs)
+        return candidates[best][1]
+
+    def _interpreted(self, index: int) -> Run:
+        """CPU stand-in for a kernel: its graph on the reference interpreter.
+
+        Pointwise groups larger than INTERPRET_LIMIT elements run op by op
+        through ATen and the interpreter checks a random sample of
+        INTERPRET_SAMPLE of their elements; other large groups run op by op.
+        """
+        k = self.plan.kernels[index]
+        by_ops = self._op_by_op(index)
+        shape = self.types[k.outputs[0]].shape
+        numel = int(np.prod(shape)) if shape else 1
+        if numel > INTERPRET_LIMIT and k.kind != "pointwise":
+            return by_ops
+        slots = list(k.graph_inputs)
+        memory = {i.buffer: i.memory for i in k.inputs}
+        outs = [(o, self.types[o]) for o in k.outputs]
+        sampled = k.sampled_graph(INTERPRET_SAMPLE) if numel > INTERPRET_LIMIT else None
+
+        def value(env: Env, b: int) -> Any:
+            m = memory.get(b, b)
+            return env[m] if m == b else self._view_of_memory(env[m], m, b)
+
+        def run(env: Env) -> None:
+            if sampled is None:
+                results = core.interpret(k.graph, [_as_array(value(env, b)) for b in slots])
+                for (o, t), r in zip(outs, results):
+                    out = torch.empty_strided(t.shape, t.strides, dtype=t.dtype)
+                    env[o] = out.copy_(torch.from_numpy(np.asarray(r)).reshape(t.shape))
+                return
+            ins = [value(env, b) for b in slots]
+            by_ops(env)
             idx = torch.randint(0, numel, (INTERPRET_SAMPLE,), generator=torch.Generator().manual_seed(0))
             coords = torch.unravel_index(idx, shape)
 
             def sample(x: Any) -> np.ndarray:
-                if not isinstance(x, torch.Tensor):
-                    return as_array(x)
-                return as_array(x.expand(shape)[coords])
-            results = core.interpret(sampled_text, [sample(env[s]) for s in in_slots])
-            for s, o, r in zip(out_slots, outs, results):
-                got = o[coords].to(torch.float64)
+                return _as_array(x.expand(shape)[coords]) if isinstance(x, torch.Tensor) else _as_array(x)
+            results = core.interpret(sampled, [sample(x) for x in ins])
+            for (o, _), r in zip(outs, results):
+                got = env[o][coords].to(torch.float64)
                 want = torch.from_numpy(np.asarray(r))
                 if not torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
                     err = (got - want).abs().max().item()
-                    raise AssertionError(f"kernel {k['name']}: interpreter disagrees on sampled elements "
+                    raise AssertionError(f"kernel {k.name}: interpreter disagrees on sampled elements "
                                          f"(max abs diff {err:.3g})")
-                env[s] = o
-        return run
-
-    @staticmethod
-    def _tuned(k: dict, default: Any, dev_index: int, pointers: list[int]) -> Any:
-        """The fastest of a GEMM kernel's candidate tiles (autotune.choose)."""
-        arch = core.device_arch(dev_index)
-        candidates = [(k["name"], default)]
-        for v in k["variants"]:
-            try:
-                candidates.append((v["name"], core.PointwiseKernel(v["source"], v["name"], arch, 0, v["block"], 1,
-                                                                   v["grid"], 1, v["shared_bytes"], True)))
-            except RuntimeError as e:
-                warnings.warn(f"fuseforge: GEMM candidate {v['name']} did not compile; not timed: {str(e)[:500]}")
-        stream = _raw_stream(dev_index)
-        runs = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
-        best = autotune.choose(autotune.key(k["source"], arch), [n for n, _ in candidates], runs)
-        return candidates[best][1]
-
-    def _gemm_fallback(self, k: dict) -> Callable[[list], list]:
-        """A GEMM kernel's nodes (matmul and epilogue) through ATen, on the
-        tensors the kernel would read (a view only kernels read arrives as its
-        source: re-viewed here with the captured strides)."""
-        calls = self._node_calls(k)
-        types = [self.types[n] for n in k["inputs"]]
-        names = k["inputs"]
-
-        def run(ins: list) -> list:
-            local = {n: x.as_strided(t.shape, t.strides) for n, x, t in zip(names, ins, types)}
-            return _run_nodes(calls, local, k["outputs"])
-        return run
-
-    def _library_kernel(self, k: dict, out_slots: list[int]) -> Callable[[list], None]:
-        """A kernel's group run op by op through ATen."""
-        eager = self._op_by_op(k)
-
-        def run(env: list) -> None:
-            for s, t in zip(out_slots, eager(env)):
-                env[s] = t
-        return run
-
-    def _op_by_op(self, k: dict) -> Callable[[list], list]:
-        """Runs a group's nodes one ATen call at a time; returns its outputs."""
-        names = k["inputs"] + k["scalars"]
-        in_slots = [self._slot_of[n] for n in names]
-        calls = self._node_calls(k)
-
-        def run(env: list) -> list:
-            return _run_nodes(calls, {n: env[s] for n, s in zip(names, in_slots)}, k["outputs"])
-        return run
-
-    def _node_calls(self, k: dict) -> list[tuple[library_calls.Call, list, str]]:
-        """A kernel's nodes as (ATen call, operands, result name)."""
-        values = self.plan["values"]
-        return [(library_calls.make_call(n, values, self.device), n["operands"], n["results"][0]) for n in k["nodes"]]
-
-    def _library_step(self, step: dict, slots: _Slots) -> Callable[[list], None]:
-        call = library_calls.make_call(step, self.plan["values"], self.device)
-        operands: list[tuple[bool, Any]] = [(True, slots(v)) if kind == "value" else (False, v)
-                                            for kind, v in step["operands"]]
-        result_slots = [slots(n) for n in step["results"]]
-        text = step["text"]
-
-        def run(env: list) -> None:
-            args = [env[v] if is_slot else v for is_slot, v in operands]
-            try:
-                out = call(args)
-            except Exception as e:  # name the IR node that failed
-                raise RuntimeError(f"fuseforge: library call failed for `{text}`: {e}") from e
-            if len(result_slots) == 1:
-                env[result_slots[0]] = out[0] if isinstance(out, (tuple, list)) else out
-            else:
-                for s, o in zip(result_slots, out):
-                    env[s] = o
         return run
 
     # ---- call
 
-    def __call__(self, inputs: list[Any]) -> tuple[list[Any], list[Any]]:
+    def _prepare_section(self, env: Env) -> None:
+        """Puts the prepare section's values into `env`: kept from an earlier
+        call unless a weight they read changed (cached_prepare)."""
+        def compute() -> list:
+            for run in self._prepare:
+                run(env)
+            return [env[b] for b in self._kept]
+        for b, v in zip(self._kept, cached_prepare(self._prepared, [env[b] for b in self._weights], compute)):
+            env[b] = v
+
+    def __call__(self, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Runs the plan; returns (outputs, new buffer values) in plan order."""
-        env: list[Any] = [None] * self.num_slots
+        env: Env = [None] * len(self.types)
         for s, x in zip(self.input_slots, inputs):
             env[s] = x
-        for run, frees in self.steps:
+        if self._prepare:
+            self._prepare_section(env)
+        for run in self._run:
             run(env)
-            for s in frees:
-                env[s] = None
         return [env[s] for s in self.output_slots], [env[s] for s in self.mutation_slots]
+
+
+def _as_array(x: Any) -> np.ndarray:
+    if not isinstance(x, torch.Tensor):
+        return np.array([float(x)], dtype=np.float64)
+    return x.detach().to(torch.float64).contiguous().numpy().reshape(-1)

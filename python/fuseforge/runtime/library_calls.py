@@ -1,9 +1,10 @@
 """IR ops that run as library calls, each written once as a torch expression.
 
-`expression` gives the Python source of the torch call a plan step makes,
-over operand texts. The executor compiles it once per step into a function
-of the operand list (`make_call`); `fuseforge emit` writes the same text into
-emitted files (fuseforge.emit.ops.step_expr), so both run the very same calls. Opaque
+`expression` gives the Python source of the torch call a plan step (a call or
+view step, or a kernel's node run op by op) makes, over operand texts. The
+executor compiles it once per step into a function of the operand list
+(`make_call`); `fuseforge emit` writes the same text into emitted files
+(fuseforge.emit.ops.step_expr), so both run the very same calls. Opaque
 nodes (ATen ops the IR does not model) keep their captured argument text:
 capture.opaque.compile_opaque_call decodes it here, emit.ops rewrites it as source.
 """
@@ -17,10 +18,8 @@ DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
     "i64": torch.int64, "i32": torch.int32, "bool": torch.bool,
 }
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 Call = Callable[[list[Any]], Any]
-Type = tuple  # (dtype name, shape, strides), as in plan["values"]
 
 #: Pointwise ops normally run inside generated kernels; these torch forms
 #: serve the CPU path, GEMM fallbacks and `emit`.
@@ -43,18 +42,24 @@ def dtype_text(name: str) -> str:
     return str(DTYPES[name])
 
 
-def expression(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) -> str:
-    """Source of a torch expression computing one step (a tensor, or a tuple
-    for an op with several results); `dev` names the device. `a`: operand
-    texts; `in_types`: their plan types (None for literals). Raises
-    NoLibraryCall for an op it does not know (opaque ones included)."""
-    op, at = step["op"], step["attrs"]
+def operand_buffers(step: Any, plan: Any) -> list[Any]:
+    """A step's operands as plan buffers (None for literals)."""
+    return [plan.buffers[o.buffer] if o.buffer >= 0 else None for o in step.operands]
+
+
+def expression(step: Any, plan: Any, a: Sequence[str]) -> str:
+    """Source of a torch expression computing one step of `plan` (a tensor, or
+    a tuple for an op with several results); `dev` names the device. `a`:
+    operand texts. Raises NoLibraryCall for an op it does not know (opaque
+    ones included)."""
+    op, at = step.op, step.attrs
     a = list(a)
-    rt = step["result_types"][0]
-    dt, shape = dtype_text(rt[0]), list(rt[1])
+    in_types = operand_buffers(step, plan)
+    rt = plan.buffers[step.results[0]]
+    dt, shape = dtype_text(rt.dtype), list(rt.shape)
     first = in_types[0] if in_types else None
-    in_dtype = dtype_text(first[0]) if first is not None else None
-    rank = len(first[1]) if first is not None else 0
+    in_dtype = dtype_text(first.dtype) if first is not None else None
+    rank = len(first.shape) if first is not None else 0
     keep = bool(at.get("keepdim", False))
     dims = list(at.get("dims") or []) or list(range(rank))  # reductions: none listed means all
     table: dict[str, Callable[[], str]] = {
@@ -100,19 +105,17 @@ def expression(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) ->
     if op in POINTWISE:
         args = a
         if op in ("maximum", "minimum"):  # take tensors only: numbers (literals, scalar inputs) become 0-d ones
-            args = [x if t is not None and len(t[1]) else f"torch.as_tensor({x})" for x, t in zip(a, in_types)]
+            args = [x if t is not None and len(t.shape) else f"torch.as_tensor({x})" for x, t in zip(a, in_types)]
         return f"{POINTWISE[op]}({', '.join(args)}).to({dt})"
     raise NoLibraryCall(f"no library call for IR op '{op}'")
 
 
-def make_call(step: dict, values: dict[str, Type], device: torch.device) -> Call:
+def make_call(step: Any, plan: Any, device: torch.device) -> Call:
     """The library call of one plan step (or a kernel's node) as a function of
-    its operand list; `values` holds the plan's value types."""
-    at = step["attrs"]
-    if step["op"] == "opaque":
+    its operand list."""
+    at = step.attrs
+    if step.op == "opaque":
         from fuseforge.capture import compile_opaque_call
         return compile_opaque_call(at["target"], at.get("args", "[]"), at.get("kwargs"), device)
-    operands = step["operands"]
-    text = expression(step, [f"a[{i}]" for i in range(len(operands))],
-                      [values[v] if kind == "value" else None for kind, v in operands])
+    text = expression(step, plan, [f"a[{i}]" for i in range(len(step.operands))])
     return eval(f"lambda a: {text}", {"torch": torch, "dev": device})  # noqa: S307 - our own generated text

@@ -13,6 +13,7 @@ from torch import nn
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
 from fuseforge.runtime.executor import Executor
+from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, precision_context
 
 log = logging.getLogger("fuseforge")
@@ -25,7 +26,7 @@ MAX_SPECIALIZATIONS = 8
 class Specialization:
     """One compiled version of the model, for one guard key."""
     captured: CapturedGraph
-    plan: dict
+    compiled: Any  # core.Compiled: the IR before and after passes, and the plan
     executor: Executor
     getters: list  # CapturedGraph.input_getters: per IR input, how to get it at call time
     state_meta: list  # per "state" getter: (dtype, device, shape, strides) at capture
@@ -167,12 +168,12 @@ class OptimizedModule(nn.Module):
         self._ff_model.training = self.training
         captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
         arch = core.device_arch(device.index or 0) if device.type == "cuda" else 0
-        plan = core.compile_graph(captured.text, precision=self.precision, arch=arch)
-        executor = Executor(plan, device)
+        compiled = compile_ir(captured.text, self.precision, arch)
+        executor = Executor(compiled.plan, device)
         getters = captured.input_getters(self._ff_model, device)
         state_meta = [_tensor_meta(getattr(*src)) for kind, src in getters if kind == "state"]
         targets = [resolve_attribute(self._ff_model, name) for name, _ in captured.mutations]
-        return Specialization(captured, plan, executor, getters, state_meta, targets)
+        return Specialization(captured, compiled, executor, getters, state_meta, targets)
 
     def _run(self, spec: Specialization, inputs: list) -> Any:
         with torch.no_grad(), precision_context(self.precision):

@@ -7,18 +7,20 @@ from typing import Iterator
 
 import torch
 
-#: Precision policies with a code path; `check_precision` rejects the others.
-#: "fp32" (the default) keeps fp32 accuracy: f32 matmuls run as 3xTF32 GEMM
-#: kernels. "tf32" (opt-in, faster, about 1e-3 relative error) computes f32
-#: matmuls in plain TF32: cuBLAS's TF32 kernels, or TF32 GEMM kernels with
-#: FUSEFORGE_GEMM=1. Convolutions use TF32 under both, as eager does.
-PRECISIONS = ("fp32", "tf32")
+from fuseforge._native import core
+
+#: The precision policies (the core's list): "fp32" (the default) keeps fp32
+#: accuracy: f32 matmuls run as 3xTF32 GEMM kernels. "tf32" (opt-in, faster,
+#: about 1e-3 relative error) computes f32 matmuls in plain TF32: cuBLAS's
+#: TF32 kernels, or TF32 GEMM kernels with FUSEFORGE_GEMM=1. Convolutions use
+#: TF32 under both, as eager does.
+PRECISIONS: tuple[str, ...] = tuple(core.PRECISIONS)
 
 
 def check_precision(precision: str) -> None:
     """Raises ValueError naming the available policies if `precision` has none."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} is not available yet; available: {', '.join(PRECISIONS)}")
+        raise ValueError(f"precision {precision!r} is not available; available: {', '.join(PRECISIONS)}")
 
 
 def precision_context(precision: str) -> contextlib.AbstractContextManager:
