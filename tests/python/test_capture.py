@@ -66,7 +66,7 @@ ATTR_RE = re.compile(rf"(?P<key>[a-z_]+)=(?P<value>{ATTR})")
 def _op_table() -> dict[str, tuple[str, int]]:
     ops = {}
     with open(os.path.join(ROOT, "csrc", "ir", "ops.def")) as f:
-        for m in re.finditer(r'FF_OP\(\w+, "([a-z_0-9]+)", (\w+), (-?\d+)\)', f.read()):
+        for m in re.finditer(r'FF_OP\(\w+, "([a-z_0-9]+)", (\w+), (-?\d+),', f.read()):
             ops[m.group(1)] = (m.group(2), int(m.group(3)))
     return ops
 
