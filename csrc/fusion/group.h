@@ -1,6 +1,7 @@
 #pragma once
 // A fusion group (the nodes one generated kernel computes) and a partition of
 // a graph into groups and library calls.
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct Group {
 };
 
 std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm"
+std::optional<Group::Kind> parse_group_kind(std::string_view name);
 
 struct Step {
   enum class Kind { Kernel, Node } kind;

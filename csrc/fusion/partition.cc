@@ -6,12 +6,22 @@
 
 namespace ff::fusion {
 
+namespace {
+constexpr Group::Kind kKinds[] = {Group::Kind::Pointwise, Group::Kind::Gemm};
+}  // namespace
+
 std::string_view group_kind_name(Group::Kind kind) {
-  switch (kind) {
+  switch (kind) {  // no default: a new kind must be named (and listed in kKinds)
     case Group::Kind::Pointwise: return "pointwise";
     case Group::Kind::Gemm: return "gemm";
   }
   return "?";
+}
+
+std::optional<Group::Kind> parse_group_kind(std::string_view name) {
+  for (Group::Kind k : kKinds)
+    if (group_kind_name(k) == name) return k;
+  return std::nullopt;
 }
 
 PartitionBuilder::PartitionBuilder(const Graph& g) : g_(g) {

@@ -158,10 +158,17 @@ class Graph {
 };
 
 // ---- text form (printer.cc / parser.cc)
-std::string print(const Graph& g);
-std::string print_node(const Node& n);  // one line, without indentation
+// Values produced by nodes whose names are plain numbers are renumbered in
+// definition order (stable across passes), unless `keep_names`.
+std::string print(const Graph& g, bool keep_names = false);
+std::string print_node(const Node& n);  // one line, without indentation, names as they are
+std::string format_type(const TensorType& t);  // "f32[4,8]", strides in braces when not contiguous
 std::string format_scalar(const Scalar& s);
 std::unique_ptr<Graph> parse(const std::string& text);  // throws IRError with line:col
+// One node line as print_node writes it, appended to `g`, whose values its
+// operands name; throws IRError.
+Node* parse_node(Graph& g, const std::string& line);
+TensorType parse_type(const std::string& text);  // throws IRError
 
 // ---- checks (verifier.cc / shape_rules.cc)
 // Throws IRError naming the node and what is wrong: operand counts, use before

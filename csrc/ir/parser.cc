@@ -12,7 +12,21 @@ namespace {
 
 class Parser {
  public:
-  explicit Parser(const std::string& text) : s_(text) {}
+  explicit Parser(const std::string& text, Graph* g = nullptr) : s_(text), g_(g) {}
+
+  // The whole text is one node line, appended to the graph given.
+  Node* node_line() {
+    node();
+    skip_space();
+    if (pos_ != s_.size()) fail("unexpected text after the node");
+    return g_->nodes().back().get();
+  }
+  TensorType whole_type() {
+    TensorType t = type();
+    skip_space();
+    if (pos_ != s_.size()) fail("unexpected text after the type");
+    return t;
+  }
 
   std::unique_ptr<Graph> graph() {
     auto g = std::make_unique<Graph>();
@@ -303,5 +317,7 @@ class Parser {
 }  // namespace
 
 std::unique_ptr<Graph> parse(const std::string& text) { return Parser(text).graph(); }
+Node* parse_node(Graph& g, const std::string& line) { return Parser(line, &g).node_line(); }
+TensorType parse_type(const std::string& text) { return Parser(text).whole_type(); }
 
 }  // namespace ff

@@ -62,6 +62,8 @@ std::string format_attr(const AttrValue& a) {
   return std::visit(visitor, a);
 }
 
+}  // namespace
+
 std::string format_type(const TensorType& t) {
   std::string s(dtype_name(t.dtype));
   s += "[";
@@ -74,6 +76,8 @@ std::string format_type(const TensorType& t) {
   }
   return s;
 }
+
+namespace {
 
 class Printer {
  public:
@@ -142,8 +146,8 @@ std::string format_scalar(const Scalar& s) {
 
 std::string print_node(const Node& n) { return Printer(nullptr).node(n); }
 
-std::string print(const Graph& g) {
-  Printer p(&g);
+std::string print(const Graph& g, bool keep_names) {
+  Printer p(keep_names ? nullptr : &g);
   std::ostringstream os;
   os << "graph @" << g.name << "(";
   for (size_t i = 0; i < g.inputs().size(); ++i) {

@@ -1,10 +1,10 @@
 #include "pipeline/compile.h"
 
 #include <algorithm>
+#include <sstream>
 #include <stdexcept>
 
 #include "fusion/scheduler.h"
-#include "fusion/subgraph.h"
 #include "passes/pass.h"
 
 namespace ff {
@@ -41,35 +41,53 @@ std::vector<DType> gemm_dtypes(GemmPolicy policy, Precision precision) {
   return precision == Precision::fp32 ? std::vector<DType>{DType::f32} : std::vector<DType>{};
 }
 
+CompileOptions parse_compile_flags(std::string_view flags) {
+  CompileOptions o;
+  GemmPolicy gemm = GemmPolicy::Auto;
+  std::istringstream in{std::string(flags)};
+  for (std::string f; in >> f;) {
+    const size_t eq = f.find('=');
+    const std::string key = f.substr(0, eq), value = eq == std::string::npos ? "" : f.substr(eq + 1);
+    if (key == "--arch" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) o.arch = std::stoi(value);
+    else if (key == "--precision") o.precision = parse_precision(value);
+    else if (key == "--gemm") gemm = parse_gemm_policy(value);
+    else if (f == "--autotune") o.autotune = true;
+    else throw std::invalid_argument("unknown or malformed flag '" + f + "' (flags: --arch=N --precision=P --gemm=POLICY --autotune)");
+  }
+  o.gemm_dtypes = gemm_dtypes(gemm, o.precision);
+  return o;
+}
+
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options) {
   CompiledGraph out;
-  out.graph = parse(ir_text);
-  verify(*out.graph);
-  out.ir_before = print(*out.graph);
+  std::unique_ptr<Graph> graph = parse(ir_text);
+  verify(*graph);
+  out.ir_before = print(*graph);
   auto trace = [&](std::string_view pass, const Graph& g) {
     out.pass_trace.emplace_back(std::string(pass), print(g));
   };
   auto run = [&](const std::vector<std::string>& names) {
     passes::PassManager pm(names);
-    if (options.trace_passes) pm.run(*out.graph, 4, trace);
-    else pm.run(*out.graph);
+    if (options.trace_passes) pm.run(*graph, 4, trace);
+    else pm.run(*graph);
   };
   run(options.passes.empty() ? passes::default_pipeline() : options.passes);
   // After the others, so that it sees the final epilogues; only where f32
   // matmuls become GEMM kernels, which then write block partials.
   const auto& dtypes = options.gemm_dtypes;
   if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_reduction"});
-  out.ir_after = print(*out.graph);
+  out.ir_after = print(*graph);
+  graph = parse(out.ir_after);  // value names as printed: the plan, its text and kernels use them
   fusion::FusionOptions fo{dtypes, options.precision == Precision::tf32, options.arch, options.autotune};
-  out.partition = fusion::partition(*out.graph, fo);
+  out.partition = fusion::partition(*graph, fo);
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const fusion::Group& group = out.partition.groups[i];
     const fusion::Scheduler& scheduler = fusion::scheduler_for(group.kind);
     const int id = static_cast<int>(i);
     out.kernels.push_back(scheduler.generate(group, id, fo));
-    out.kernel_graphs.push_back(print(*fusion::extract_subgraph(group, out.kernels.back().name)));
     out.kernel_variants.push_back(fo.variants ? scheduler.variants(group, id, fo) : std::vector<codegen::KernelSource>{});
   }
+  out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/group.h"
 #include "ir/graph.h"
+#include "plan/plan.h"
 
 namespace ff {
 
@@ -44,17 +45,22 @@ struct CompileOptions {
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
 };
 
+// Each stage's output: the pipeline's diagnostics and the plan that runs.
 struct CompiledGraph {
   std::string ir_before;                              // as captured (verified)
   std::string ir_after;                               // after passes
   std::vector<std::pair<std::string, std::string>> pass_trace;  // (pass, IR after it)
-  std::unique_ptr<Graph> graph;                       // after passes; steps point into it
-  fusion::Partition partition;
+  fusion::Partition partition;                        // its nodes are the plan's graph's
   std::vector<codegen::KernelSource> kernels;         // one per partition group
-  std::vector<std::string> kernel_graphs;             // IR text of each group as a standalone graph
   std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (autotune)
+  plan::Plan plan;
 };
 
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options = {});
+
+// Options from command-line style flags, space-separated (ff-opt --plan and
+// the plan golden tests): --arch=N --precision=P --gemm=POLICY --autotune.
+// Throws std::invalid_argument naming an unknown or malformed flag.
+CompileOptions parse_compile_flags(std::string_view flags);
 
 }  // namespace ff

@@ -23,10 +23,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
+#include "golden.h"
 #include "interp/interpreter.h"
 #include "ir/graph.h"
 #include "passes/pass.h"
@@ -34,111 +33,28 @@
 namespace ff {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct GoldenCase {
-  std::string id;    // <pass>_<case>, a valid gtest name
-  std::string path;
-  std::vector<std::string> passes;
-  std::string input;
-  std::string expected;
-};
-
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> lines;
-  std::stringstream ss(s);
-  for (std::string l; std::getline(ss, l);) lines.push_back(l);
-  return lines;
-}
-
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  size_t e = s.find_last_not_of(" \t\r");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
-// Parses a golden file; throws std::runtime_error naming what is malformed.
-GoldenCase load_case(const fs::path& path, const fs::path& root) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path.string());
-  std::stringstream buf;
-  buf << in.rdbuf();
-  std::vector<std::string> lines = split_lines(buf.str());
-  GoldenCase c;
-  c.path = path.string();
-  std::string rel = fs::relative(path, root).replace_extension("").generic_string();
-  for (char& ch : rel)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  c.id = rel;
-  if (lines.empty() || lines[0].rfind("// RUN:", 0) != 0) throw std::runtime_error(c.path + ": first line must be '// RUN: <passes>'");
-  std::stringstream ps(lines[0].substr(7));
-  for (std::string p; std::getline(ps, p, ',');)
-    if (!trim(p).empty()) c.passes.push_back(trim(p));
-  size_t check = 0;
-  for (size_t i = 1; i < lines.size() && !check; ++i)
-    if (trim(lines[i]) == "// CHECK:") check = i;
-  if (!check) throw std::runtime_error(c.path + ": no '// CHECK:' line");
-  for (size_t i = 1; i < check; ++i) c.input += lines[i] + "\n";
-  std::vector<std::string> expected(lines.begin() + check + 1, lines.end());
-  while (!expected.empty() && trim(expected.back()).empty()) expected.pop_back();
-  bool commented = std::all_of(expected.begin(), expected.end(),
-                               [](const std::string& l) { return trim(l).empty() || l.rfind("//", 0) == 0; });
-  for (std::string l : expected) {
-    if (commented && l.rfind("//", 0) == 0) l = l.substr(l.rfind("// ", 0) == 0 ? 3 : 2);
-    c.expected += l + "\n";
-  }
-  return c;
-}
-
-std::vector<GoldenCase> load_all(std::string* error) {
-  std::vector<GoldenCase> cases;
-  fs::path root = fs::path(FF_GOLDEN_DIR) / "passes";
-  if (!fs::exists(root)) {
-    *error = root.string() + " does not exist";
-    return cases;
-  }
-  std::vector<fs::path> files;
-  for (auto& e : fs::recursive_directory_iterator(root))
-    if (e.is_regular_file() && e.path().extension() == ".ir") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  for (auto& f : files) {
-    try {
-      cases.push_back(load_case(f, root));
-    } catch (const std::exception& e) {
-      *error += std::string(e.what()) + "\n";
-    }
-  }
-  return cases;
-}
-
-// A line diff (LCS) of expected vs actual: "-" lines only expected, "+" only actual.
-std::string line_diff(const std::string& expected, const std::string& actual) {
-  auto a = split_lines(expected), b = split_lines(actual);
-  size_t n = a.size(), m = b.size();
-  std::vector<std::vector<int>> lcs(n + 1, std::vector<int>(m + 1, 0));
-  for (size_t i = n; i-- > 0;)
-    for (size_t j = m; j-- > 0;)
-      lcs[i][j] = a[i] == b[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
-  std::string out;
-  size_t i = 0, j = 0;
-  while (i < n || j < m) {
-    if (i < n && j < m && a[i] == b[j]) out += "   " + a[i++] + "\n", j++;
-    else if (j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j])) out += "+  " + b[j++] + "\n";
-    else out += "-  " + a[i++] + "\n";
-  }
-  return out;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (auto& x : v) s += (s.empty() ? "" : ",") + x;
   return s;
 }
 
+using testing::GoldenCase;
+using testing::line_diff;
+
+// The RUN line: passes, comma-separated, in order.
+std::vector<std::string> pass_list(const GoldenCase& c) {
+  std::vector<std::string> out;
+  std::stringstream ps(c.run);
+  for (std::string p; std::getline(ps, p, ',');)
+    if (!testing::trim(p).empty()) out.push_back(testing::trim(p));
+  return out;
+}
+
 std::unique_ptr<Graph> run_passes(const GoldenCase& c, const std::string& text) {
   auto g = parse(text);
   verify(*g);
-  passes::PassManager(c.passes).run(*g);
+  passes::PassManager(pass_list(c)).run(*g);
   return g;
 }
 
@@ -146,7 +62,7 @@ void check_golden(const GoldenCase& c) {
   SCOPED_TRACE(c.path);
   std::string actual = print(*run_passes(c, c.input));
   if (actual != c.expected)
-    ADD_FAILURE() << "passes " << join(c.passes) << " on " << c.path << " printed a different graph.\n"
+    ADD_FAILURE() << "passes " << join(pass_list(c)) << " on " << c.path << " printed a different graph.\n"
                   << "diff (- expected, + actual):\n" << line_diff(c.expected, actual)
                   << "actual output, to paste after '// CHECK:':\n" << actual;
 }
@@ -155,7 +71,7 @@ void check_fixed_point(const GoldenCase& c) {
   SCOPED_TRACE(c.path);
   std::string again = print(*run_passes(c, c.expected));
   if (again != c.expected)
-    ADD_FAILURE() << "passes " << join(c.passes) << " still change the CHECK graph of " << c.path << "\n"
+    ADD_FAILURE() << "passes " << join(pass_list(c)) << " still change the CHECK graph of " << c.path << "\n"
                   << "diff (- CHECK, + after another run):\n" << line_diff(c.expected, again);
 }
 
@@ -166,7 +82,7 @@ void check_interp(const GoldenCase& c) {
   std::string why;
   if (!interp::is_interpretable(*before, &why)) GTEST_SKIP() << "not interpretable: " << why;
   auto after = before->clone();
-  passes::PassManager(c.passes).run(*after);
+  passes::PassManager(pass_list(c)).run(*after);
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     auto inputs = interp::random_inputs(*before, seed);
     auto want = interp::run(*before, inputs);
@@ -175,38 +91,21 @@ void check_interp(const GoldenCase& c) {
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ(want[i].dtype, got[i].dtype) << "output " << i << " dtype changed";
       EXPECT_TRUE(interp::allclose(got[i], want[i], 1e-5, 1e-6))
-          << "output " << i << " (seed " << seed << ") differs after " << join(c.passes)
+          << "output " << i << " (seed " << seed << ") differs after " << join(pass_list(c))
           << ": max |diff| = " << interp::max_abs_diff(got[i], want[i]);
     }
   }
 }
 
-// Registers one test per golden case and check (before main runs).
-class GoldenTest : public ::testing::Test {
- public:
-  GoldenTest(GoldenCase c, void (*check)(const GoldenCase&)) : c_(std::move(c)), check_(check) {}
-  void TestBody() override { check_(c_); }
-
- private:
-  GoldenCase c_;
-  void (*check_)(const GoldenCase&);
-};
-
 std::string g_load_error;
 size_t g_case_count = 0;
 
 const bool kRegistered = [] {
-  auto cases = load_all(&g_load_error);
+  auto cases = testing::load_golden("passes", &g_load_error);
   g_case_count = cases.size();
-  struct Kind {
-    const char* suite;
-    void (*check)(const GoldenCase&);
-  };
-  for (Kind k : {Kind{"PassesGolden", check_golden}, Kind{"PassesFixedPoint", check_fixed_point},
-                 Kind{"PassesInterp", check_interp}})
-    for (const GoldenCase& c : cases)
-      ::testing::RegisterTest(k.suite, c.id.c_str(), nullptr, nullptr, __FILE__, __LINE__,
-                              [c, k]() -> GoldenTest* { return new GoldenTest(c, k.check); });
+  testing::register_golden("PassesGolden", cases, check_golden);
+  testing::register_golden("PassesFixedPoint", cases, check_fixed_point);
+  testing::register_golden("PassesInterp", cases, check_interp);
   return true;
 }();
 

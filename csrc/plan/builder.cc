@@ -1,0 +1,299 @@
+// Builds the plan of a partitioned graph (plan.h): buffers and their roles,
+// kernels with launch geometry, steps, view aliasing, the prepare section and
+// the free steps. Everything the walkers need is decided here.
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "fusion/subgraph.h"
+#include "plan/plan.h"
+
+namespace ff::plan {
+
+namespace {
+
+using Role = Buffer::Role;
+
+// Views whose result has the source's address (no storage offset), so a
+// kernel can read the source's memory with the view's strides.
+bool address_keeping_view(const Node& n) {
+  switch (n.op) {
+    case Op::Permute: case Op::Expand: case Op::Unsqueeze: case Op::Squeeze: return n.results.size() == 1;
+    // A reshape is a view only when it needs no copy.
+    case Op::View: return n.input(0) != nullptr && n.input(0)->type.is_contiguous() && n.result()->type.is_contiguous();
+    default: return false;
+  }
+}
+
+Role input_role(InputKind k) {
+  switch (k) {
+    case InputKind::User: return Role::Input;
+    case InputKind::Param: return Role::Param;
+    case InputKind::Buffer: return Role::State;
+    case InputKind::Const: return Role::Const;
+    case InputKind::Scalar: return Role::Scalar;
+  }
+  return Role::Input;
+}
+
+bool weight_role(Role r) { return r == Role::Param || r == Role::State || r == Role::Const || r == Role::Prepared; }
+
+class Builder {
+ public:
+  Builder(std::unique_ptr<Graph> graph, const fusion::Partition& partition) : part_(partition) {
+    p_.name = graph->name;
+    p_.graph = std::move(graph);
+  }
+
+  Plan build(const std::vector<codegen::KernelSource>& sources,
+             const std::vector<std::vector<codegen::KernelSource>>& variants) {
+    const Graph& g = *p_.graph;
+    for (Value* v : g.inputs()) add_buffer(v, input_role(v->input_kind));
+    for (auto& n : g.nodes())
+      for (Value* r : n->results) add_buffer(r, Role::Temp);
+    for (Value* v : g.inputs()) p_.inputs.push_back(id(v));
+    for (Value* v : g.outputs()) p_.outputs.push_back(id(v));
+    for (auto& m : g.mutations()) p_.mutations.push_back({id(m.buffer), id(m.value)});
+    for (int o : p_.outputs) mark_output(o);
+    for (auto& m : p_.mutations) mark_output(m.value);
+    for (size_t i = 0; i < part_.groups.size(); ++i) p_.kernels.push_back(kernel(part_.groups[i], sources.at(i), variants.at(i)));
+    std::vector<Step> steps;
+    for (const fusion::Step& s : part_.steps) {
+      if (s.kind == fusion::Step::Kind::Kernel) {
+        Step st;
+        st.kind = Step::Kind::Launch;
+        st.kernel = s.group;
+        steps.push_back(st);
+      } else {
+        steps.push_back(node_step(*s.node));
+      }
+    }
+    steps = alias_views(std::move(steps));
+    for (Kernel& k : p_.kernels)
+      for (KernelInput& in : k.inputs) in.memory = p_.memory_of(in.buffer);
+    mark_relayout(steps);
+    split_prepare(std::move(steps));
+    p_.prepare = with_frees(p_.prepare, /*prepare=*/true);
+    p_.run = with_frees(p_.run, /*prepare=*/false);
+    return std::move(p_);
+  }
+
+ private:
+  const fusion::Partition& part_;
+  Plan p_;
+  std::unordered_map<const Value*, int> id_;
+
+  int id(const Value* v) const { return id_.at(v); }
+
+  void add_buffer(const Value* v, Role role) {
+    id_[v] = static_cast<int>(p_.buffers.size());
+    Buffer b;
+    b.name = v->name;
+    b.type = v->type;
+    b.role = role;
+    p_.buffers.push_back(std::move(b));
+  }
+
+  void mark_output(int b) {
+    if (p_.buffers[b].role == Role::Temp) p_.buffers[b].role = Role::Output;
+  }
+
+  Step node_step(const Node& n) const {
+    Step st;
+    st.kind = op_kind(n.op) == OpKind::Layout ? Step::Kind::View : Step::Kind::Call;
+    st.node = &n;
+    for (const Operand& o : n.operands) {
+      Arg a;
+      if (o.is_value()) a.buffer = id(o.value);
+      else a.literal = o.literal;
+      st.operands.push_back(a);
+    }
+    for (const Value* r : n.results) st.results.push_back(id(r));
+    return st;
+  }
+
+  Kernel kernel(const fusion::Group& group, const codegen::KernelSource& ks,
+                const std::vector<codegen::KernelSource>& variants) {
+    Kernel k;
+    k.name = ks.name;
+    k.source = ks.source;
+    k.kind = group.kind;
+    k.block = {ks.block, ks.block_y, 1};
+    if (ks.grid[0] > 0) {
+      k.grid = {ks.grid[0], ks.grid[1], ks.grid[2]};
+    } else {
+      // Enough blocks for one pass of the kernel's grid-stride loop (it covers any excess).
+      const int64_t per_block = int64_t{ks.block} * ks.unroll;
+      k.grid = {std::min<int64_t>((ks.items + per_block - 1) / per_block, 0x7fffffff), 1, 1};
+    }
+    k.shared_bytes = ks.shared_bytes;
+    k.vector_width = ks.vector_width;
+    k.cutlass = ks.cutlass;
+    k.sm90a = ks.sm90a;
+    k.align_bytes = ks.align_bytes;
+    auto buffer = [&](const std::string& name) { return id(p_.graph->find_value(name)); };
+    for (const auto& n : ks.outputs) k.outputs.push_back(buffer(n));
+    for (const auto& n : ks.inputs) k.inputs.push_back({buffer(n), -1, false});
+    for (const auto& n : ks.scalars) k.scalars.push_back(buffer(n));
+    for (const auto& v : variants) k.variants.push_back({v.name, v.source, {v.grid[0], v.grid[1], v.grid[2]},
+                                                         {v.block, v.block_y, 1}, v.shared_bytes});
+    k.graph = print(*fusion::extract_subgraph(group, ks.name), /*keep_names=*/true);
+    std::unordered_set<const Value*> outputs(group.outputs.begin(), group.outputs.end());
+    for (const Node* n : group.nodes) {
+      for (const Value* r : n->results)
+        if (!outputs.count(r)) p_.buffers[id(r)].role = Role::Interior;
+      k.nodes.push_back(node_step(*n));
+    }
+    return k;
+  }
+
+  // Drops the view steps whose results only kernels read (directly or through
+  // other such views): their buffers become aliases of the viewed memory.
+  std::vector<Step> alias_views(std::vector<Step> steps) {
+    std::unordered_map<int, std::vector<const Step*>> readers;
+    for (const Step& s : steps) {
+      if (s.kind == Step::Kind::Launch) {
+        for (const KernelInput& in : p_.kernels[s.kernel].inputs) readers[in.buffer].push_back(&s);
+      } else {
+        for (const Arg& a : s.operands)
+          if (a.is_buffer()) readers[a.buffer].push_back(&s);
+      }
+    }
+    std::unordered_set<const Step*> aliased;
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {  // readers are decided before what they read
+      const Step& s = *it;
+      if (s.kind != Step::Kind::View || !address_keeping_view(*s.node)) continue;
+      const int r = s.results[0];
+      if (p_.buffers[r].role != Role::Temp) continue;
+      bool kernels_only = true;
+      for (const Step* u : readers[r]) kernels_only &= u->kind == Step::Kind::Launch || aliased.count(u);
+      if (kernels_only) aliased.insert(&s);
+    }
+    std::vector<Step> kept;
+    for (Step& s : steps) {
+      if (!aliased.count(&s)) {
+        kept.push_back(std::move(s));
+        continue;
+      }
+      Buffer& b = p_.buffers[s.results[0]];
+      b.role = Role::Alias;
+      b.alias_of = p_.memory_of(s.operands[0].buffer);  // views are aliased in order: the source is resolved
+    }
+    return kept;
+  }
+
+  // Memory that a library call or the caller produced may have other strides
+  // than recorded; a kernel's own outputs have exactly the recorded ones.
+  void mark_relayout(const std::vector<Step>& steps) {
+    std::unordered_set<int> from_kernels;
+    for (const Step& s : steps)
+      if (s.kind == Step::Kind::Launch)
+        for (int o : p_.kernels[s.kernel].outputs) from_kernels.insert(o);
+    for (Kernel& k : p_.kernels)
+      for (KernelInput& in : k.inputs) in.relayout = !from_kernels.count(in.memory);
+  }
+
+  std::vector<int> reads(const Step& s) const {
+    std::vector<int> out;
+    if (s.kind == Step::Kind::Launch) {
+      const Kernel& k = p_.kernels[s.kernel];
+      for (const KernelInput& in : k.inputs) out.push_back(in.memory);
+      out.insert(out.end(), k.scalars.begin(), k.scalars.end());
+    } else {
+      for (const Arg& a : s.operands)
+        if (a.is_buffer()) out.push_back(p_.memory_of(a.buffer));
+    }
+    return out;
+  }
+  std::vector<int> writes(const Step& s) const { return s.kind == Step::Kind::Launch ? p_.kernels[s.kernel].outputs : s.results; }
+
+  // A step joins the prepare section when it reads only parameters, module
+  // buffers, constants and prepared values, is not an opaque ATen op (which
+  // may be random or have effects), and computes no output (the caller may
+  // change an output in place; a kept value must stay as computed).
+  void split_prepare(std::vector<Step> steps) {
+    for (Step& s : steps) {
+      bool prepared = !(s.node != nullptr && s.node->op == Op::Opaque);
+      for (int b : reads(s)) prepared &= weight_role(p_.buffers[b].role);
+      for (int b : writes(s)) prepared &= p_.buffers[b].role == Role::Temp;
+      if (prepared)
+        for (int b : writes(s)) p_.buffers[b].role = Role::Prepared;
+      (prepared ? p_.prepare : p_.run).push_back(std::move(s));
+    }
+  }
+
+  // Adds free steps after each buffer's last read in `steps`: temporaries,
+  // and in the prepare section the prepared values that the run section does
+  // not read.
+  std::vector<Step> with_frees(const std::vector<Step>& steps, bool prepare) {
+    std::unordered_set<int> read_by_run;
+    if (prepare)
+      for (const Step& s : p_.run)
+        for (int b : reads(s)) read_by_run.insert(b);
+    auto freeable = [&](int b) {
+      const Role r = p_.buffers[b].role;
+      return r == Role::Temp || (prepare && r == Role::Prepared && !read_by_run.count(b));
+    };
+    std::unordered_map<int, size_t> last;  // buffer -> index of its last read (its definition if never read)
+    for (size_t i = 0; i < steps.size(); ++i) {
+      for (int b : writes(steps[i])) last[b] = i;
+      for (int b : reads(steps[i])) last[b] = i;
+    }
+    std::vector<std::vector<int>> frees(steps.size());
+    for (auto& [b, i] : last)
+      if (freeable(b)) frees[i].push_back(b);
+    std::vector<Step> out;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      out.push_back(steps[i]);
+      if (frees[i].empty()) continue;
+      std::sort(frees[i].begin(), frees[i].end());
+      Step f;
+      f.kind = Step::Kind::Free;
+      f.results = frees[i];
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::string_view role_name(Buffer::Role r) {
+  switch (r) {
+    case Role::Input: return "input";
+    case Role::Param: return "param";
+    case Role::State: return "state";
+    case Role::Const: return "const";
+    case Role::Scalar: return "scalar";
+    case Role::Temp: return "temp";
+    case Role::Output: return "output";
+    case Role::Prepared: return "prepared";
+    case Role::Alias: return "alias";
+    case Role::Interior: return "interior";
+  }
+  return "?";
+}
+
+std::string_view step_kind_name(Step::Kind k) {
+  switch (k) {
+    case Step::Kind::Launch: return "launch";
+    case Step::Kind::Call: return "call";
+    case Step::Kind::View: return "view";
+    case Step::Kind::Free: return "free";
+  }
+  return "?";
+}
+
+int Plan::find(std::string_view name) const {
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+Plan build(std::unique_ptr<Graph> graph, const fusion::Partition& partition,
+           const std::vector<codegen::KernelSource>& kernels,
+           const std::vector<std::vector<codegen::KernelSource>>& variants) {
+  return Builder(std::move(graph), partition).build(kernels, variants);
+}
+
+}  // namespace ff::plan

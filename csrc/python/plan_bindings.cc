@@ -1,0 +1,264 @@
+// Python classes for the compile result and its plan (plan.h), and the
+// launchable form of a plan's kernels. The plan's lists are bound as opaque
+// vectors whose items reference the plan (and keep it alive), so Python walks
+// the very objects C++ built.
+#include "python/plan_bindings.h"
+
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/bind_vector.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <future>
+#include <unordered_map>
+#include <variant>
+
+#include "fusion/subgraph.h"
+#include "pipeline/compile.h"
+#include "runtime/cache.h"
+#include "runtime/check.h"
+#include "runtime/compiler.h"
+#include "runtime/launcher.h"
+
+NB_MAKE_OPAQUE(std::vector<ff::plan::Buffer>)
+NB_MAKE_OPAQUE(std::vector<ff::plan::Kernel>)
+NB_MAKE_OPAQUE(std::vector<ff::plan::Step>)
+NB_MAKE_OPAQUE(std::vector<ff::plan::Arg>)
+NB_MAKE_OPAQUE(std::vector<ff::plan::KernelInput>)
+NB_MAKE_OPAQUE(std::vector<ff::plan::Kernel::Variant>)
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ff::python {
+
+namespace {
+
+using plan::Arg;
+using plan::Buffer;
+using plan::Kernel;
+using plan::KernelInput;
+using plan::Plan;
+using plan::Step;
+
+nb::object scalar_to_py(const Scalar& s) {
+  switch (s.kind) {
+    case Scalar::Kind::Float: return nb::cast(s.f);
+    case Scalar::Kind::Int: return nb::cast(s.i);
+    case Scalar::Kind::Bool: return nb::cast(s.i != 0);
+  }
+  return nb::none();
+}
+
+nb::object attr_to_py(const AttrValue& a) {
+  return std::visit([](const auto& v) { return nb::cast(v); }, a);
+}
+
+nb::dict attrs_of(const Step& s) {
+  nb::dict d;
+  if (s.node != nullptr)
+    for (const auto& [k, v] : s.node->attrs) d[k.c_str()] = attr_to_py(v);
+  return d;
+}
+
+// A kernel compiled for one GPU architecture, bound to its launch geometry.
+class LaunchableKernel {
+ public:
+  LaunchableKernel(runtime::CompiledKernel k, std::array<int64_t, 3> grid, std::array<int64_t, 3> block, int shared)
+      : kernel_(std::move(k)),
+        grid_{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
+        block_{static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
+        shared_(static_cast<unsigned>(shared)) {}
+
+  // Parameters in the kernel's order: a device pointer per output and per
+  // input, a double per scalar; on `stream` (a CUstream handle).
+  void launch(int device, const std::vector<uintptr_t>& pointers, const std::vector<double>& scalars,
+              uintptr_t stream) {
+    if (grid_.x == 0 || grid_.y == 0 || grid_.z == 0) return;  // empty tensors
+    std::vector<void*> args;
+    args.reserve(pointers.size() + scalars.size());
+    for (auto& p : pointers) args.push_back(const_cast<uintptr_t*>(&p));
+    for (auto& s : scalars) args.push_back(const_cast<double*>(&s));
+    kernel_.launch(device, grid_, block_, shared_, args.data(), stream);
+  }
+  const std::string& name() const { return kernel_.kernel().name; }
+
+ private:
+  runtime::LoadedKernel kernel_;
+  runtime::Dim3 grid_, block_;
+  unsigned shared_;
+};
+
+
+runtime::CompiledKernel compile(const std::string& source, const std::string& name, int arch, bool cutlass, bool sm90a) {
+  return runtime::compile_cached(source, name, arch, kernel_options(cutlass), sm90a);
+}
+
+// Compiles every kernel (in parallel: NVRTC is thread-safe) for `arch`; a
+// kernel that does not compile gets its error message instead.
+std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arch) {
+  std::vector<std::future<runtime::CompiledKernel>> jobs;
+  {
+    nb::gil_scoped_release release;
+    for (const Kernel& k : kernels)
+      jobs.push_back(std::async(std::launch::async, compile, k.source, k.name, arch, k.cutlass, k.sm90a));
+  }
+  std::vector<nb::object> out;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    try {
+      runtime::CompiledKernel ck;
+      {
+        nb::gil_scoped_release release;
+        ck = jobs[i].get();
+      }
+      out.push_back(nb::cast(new LaunchableKernel(std::move(ck), kernels[i].grid, kernels[i].block,
+                                                  kernels[i].shared_bytes),
+                             nb::rv_policy::take_ownership));
+    } catch (const std::exception& e) {
+      out.push_back(nb::str(e.what()));
+    }
+  }
+  return out;
+}
+
+// A pointwise kernel's graph over `n` sampled elements: every tensor becomes
+// rank-1 [n] (scalar inputs stay 0-d), so the reference interpreter can check
+// a sample of a group too large to interpret whole (each element of a
+// pointwise group is computed independently).
+std::string sampled_graph(const Kernel& k, int64_t n) {
+  if (k.kind != fusion::Group::Kind::Pointwise)
+    throw std::invalid_argument("only pointwise kernels can be checked on sampled elements, not " +
+                                std::string(fusion::group_kind_name(k.kind)) + " kernel " + k.name);
+  auto g = parse(k.graph);
+  Graph s;
+  s.name = g->name;
+  std::unordered_map<const Value*, Value*> map;
+  auto sampled = [&](const TensorType& t) { return TensorType::contiguous(t.dtype, {n}); };
+  for (const Value* v : g->inputs())
+    map[v] = s.add_input(v->name, v->input_kind == InputKind::Scalar ? v->type : sampled(v->type), v->input_kind);
+  for (const auto& node : g->nodes()) {
+    std::vector<Operand> ops;
+    for (const Operand& o : node->operands) ops.push_back(o.is_value() ? Operand::of(map.at(o.value)) : o);
+    map[node->result()] = s.add_node(node->op, std::move(ops), {sampled(node->result()->type)}, node->attrs,
+                                     {node->result()->name})->result();
+  }
+  for (const Value* o : g->outputs()) s.add_output(map.at(o));
+  return print(s, /*keep_names=*/true);
+}
+
+}  // namespace
+
+std::vector<std::string> kernel_options(bool cutlass) {
+  if (!cutlass) return {};
+  if (!runtime::cutlass_available())
+    throw runtime::CudaError("fuseforge: a GEMM kernel needs CUTLASS's headers, and none were found "
+                             "(install nvidia-cutlass, see requirements-headers.txt)");
+  return runtime::cutlass_options();
+}
+
+void bind_plan(nb::module_& m) {
+  nb::bind_vector<std::vector<Buffer>>(m, "BufferList");
+  nb::bind_vector<std::vector<Kernel>>(m, "KernelList");
+  nb::bind_vector<std::vector<Step>>(m, "StepList");
+  nb::bind_vector<std::vector<Arg>>(m, "ArgList");
+  nb::bind_vector<std::vector<KernelInput>>(m, "KernelInputList");
+  nb::bind_vector<std::vector<Kernel::Variant>>(m, "VariantList");
+
+  nb::class_<Buffer>(m, "Buffer", "A tensor or scalar the plan reads or writes (plan.h).")
+      .def_ro("name", &Buffer::name)
+      .def_prop_ro("dtype", [](const Buffer& b) { return std::string(dtype_name(b.type.dtype)); })
+      .def_prop_ro("shape", [](const Buffer& b) { return b.type.shape; })
+      .def_prop_ro("strides", [](const Buffer& b) { return b.type.strides; })
+      .def_prop_ro("role", [](const Buffer& b) { return std::string(plan::role_name(b.role)); },
+                   "input, param, state, const, scalar, temp, output, prepared, alias or interior")
+      .def_ro("alias_of", &Buffer::alias_of, "alias: the buffer whose memory it views; else -1")
+      .def("__repr__", [](const Buffer& b) {
+        return "<Buffer %" + b.name + ": " + format_type(b.type) + " " + std::string(plan::role_name(b.role)) + ">";
+      });
+
+  nb::class_<Arg>(m, "Arg", "A step operand: a buffer index, or a literal when buffer is -1.")
+      .def_ro("buffer", &Arg::buffer)
+      .def_prop_ro("literal", [](const Arg& a) { return a.is_buffer() ? nb::none() : scalar_to_py(a.literal); });
+
+  nb::class_<KernelInput>(m, "KernelInput",
+                          "A tensor a kernel reads: `buffer` as its parameter names it, `memory` the buffer "
+                          "whose memory it reads (an alias's target), `relayout`: check the memory's strides "
+                          "and copy it into the recorded layout where they differ.")
+      .def_ro("buffer", &KernelInput::buffer)
+      .def_ro("memory", &KernelInput::memory)
+      .def_ro("relayout", &KernelInput::relayout);
+
+  nb::class_<Kernel::Variant>(m, "KernelVariant", "Another candidate of a kernel (autotuning), same parameters.")
+      .def_ro("name", &Kernel::Variant::name)
+      .def_ro("source", &Kernel::Variant::source)
+      .def_ro("grid", &Kernel::Variant::grid)
+      .def_ro("block", &Kernel::Variant::block)
+      .def_ro("shared_bytes", &Kernel::Variant::shared_bytes);
+
+  nb::class_<Kernel>(m, "Kernel", "A generated kernel with its launch geometry and parameters.")
+      .def_ro("name", &Kernel::name)
+      .def_ro("source", &Kernel::source)
+      .def_prop_ro("kind", [](const Kernel& k) { return std::string(fusion::group_kind_name(k.kind)); })
+      .def_ro("grid", &Kernel::grid)
+      .def_ro("block", &Kernel::block)
+      .def_ro("shared_bytes", &Kernel::shared_bytes)
+      .def_ro("vector_width", &Kernel::vector_width)
+      .def_ro("cutlass", &Kernel::cutlass)
+      .def_ro("sm90a", &Kernel::sm90a)
+      .def_ro("align_bytes", &Kernel::align_bytes)
+      .def_ro("outputs", &Kernel::outputs)
+      .def_ro("inputs", &Kernel::inputs, nb::rv_policy::reference_internal)
+      .def_ro("scalars", &Kernel::scalars)
+      .def_ro("variants", &Kernel::variants, nb::rv_policy::reference_internal)
+      .def_ro("graph", &Kernel::graph, "the group's nodes as a standalone IR graph")
+      .def_ro("nodes", &Kernel::nodes, nb::rv_policy::reference_internal,
+              "the group's nodes as call/view steps over the plan's buffers (to run it op by op)")
+      .def("sampled_graph", &sampled_graph, "n"_a,
+           "The graph over n sampled elements (pointwise kernels only; ValueError otherwise).");
+
+  nb::class_<Step>(m, "Step", "One step of a plan section: launch, call, view or free.")
+      .def_prop_ro("kind", [](const Step& s) { return std::string(plan::step_kind_name(s.kind)); })
+      .def_ro("kernel", &Step::kernel, "launch: the kernel's index")
+      .def_prop_ro("op", [](const Step& s) { return s.node ? std::string(op_name(s.node->op)) : std::string(); })
+      .def_prop_ro("attrs", &attrs_of)
+      .def_ro("operands", &Step::operands, nb::rv_policy::reference_internal)
+      .def_ro("results", &Step::results, "call/view: result buffers; free: the buffers freed")
+      .def_prop_ro("node_text", [](const Step& s) { return s.node ? print_node(*s.node) : std::string(); },
+                   "call/view: the IR node line");
+
+  nb::class_<Plan>(m, "Plan", "The typed kernel plan (plan.h); str() is its text form.")
+      .def_ro("name", &Plan::name)
+      .def_ro("buffers", &Plan::buffers, nb::rv_policy::reference_internal)
+      .def_ro("kernels", &Plan::kernels, nb::rv_policy::reference_internal)
+      .def_ro("inputs", &Plan::inputs)
+      .def_ro("outputs", &Plan::outputs)
+      .def_prop_ro("mutations", [](const Plan& p) {
+        std::vector<std::pair<int, int>> out;
+        for (const auto& mu : p.mutations) out.emplace_back(mu.buffer, mu.value);
+        return out;
+      }, "(module buffer, new value) pairs written back after the outputs")
+      .def_ro("prepare", &Plan::prepare, nb::rv_policy::reference_internal)
+      .def_ro("run", &Plan::run, nb::rv_policy::reference_internal)
+      .def("step_text", [](const Plan& p, const Step& s) { return plan::print_step(p, s); }, "step"_a)
+      .def("__str__", [](const Plan& p) { return plan::print(p); });
+
+  nb::class_<CompiledGraph>(m, "Compiled", "A compile's diagnostics and its plan.")
+      .def_ro("ir_before", &CompiledGraph::ir_before)
+      .def_ro("ir_after", &CompiledGraph::ir_after)
+      .def_ro("pass_trace", &CompiledGraph::pass_trace)
+      .def_ro("plan", &CompiledGraph::plan, nb::rv_policy::reference_internal);
+
+  nb::class_<LaunchableKernel>(m, "LaunchableKernel")
+      .def("launch", &LaunchableKernel::launch, "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
+      .def_prop_ro("name", &LaunchableKernel::name);
+
+  m.def("load_kernels", &load_kernels, "kernels"_a, "arch"_a,
+        "Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel "
+        "a LaunchableKernel, or the error message of a kernel that did not compile.");
+  m.def("load_variant", [](const Kernel::Variant& v, const Kernel& k, int arch) {
+        return new LaunchableKernel(compile(v.source, v.name, arch, k.cutlass, k.sm90a), v.grid, v.block, v.shared_bytes);
+      }, "variant"_a, "kernel"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
+}
+
+}  // namespace ff::python
