@@ -16,16 +16,9 @@ namespace {
 // floating result casts tensors to the result dtype and takes literals and
 // scalar inputs (Python numbers) in its compute type (f32 for f16/bf16).
 std::optional<DType> operand_cast(const Node& n, size_t i) {
-  switch (op_info(n.op).result_dtype) {
-    case ResultDType::Compare: return operand_dtype(n);
-    case ResultDType::Logical: return std::nullopt;
-    case ResultDType::PromoteTail:
-      if (i == 0) return std::nullopt;
-      break;
-    default:
-      break;
-  }
-  if (n.op == Op::Cast) return std::nullopt;
+  ResultDType rule = op_info(n.op).result_dtype;
+  if (rule == ResultDType::Compare) return operand_dtype(n);
+  if (rule == ResultDType::Logical || !promotes_operand(n.op, i) || n.op == Op::Cast) return std::nullopt;
   DType result = n.result()->type.dtype;
   if (!is_floating(result)) return std::nullopt;
   const Operand& o = n.operands[i];

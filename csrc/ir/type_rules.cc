@@ -4,11 +4,12 @@
 
 namespace ff {
 
+bool promotes_operand(Op op, size_t i) { return !(op_info(op).result_dtype == ResultDType::PromoteTail && i == 0); }
+
 std::optional<DType> common_dtype(Op op, const PromotionOperands& operands) {
   std::vector<PromotionOperand> taking_part;
-  size_t first = op_info(op).result_dtype == ResultDType::PromoteTail ? 1 : 0;
-  for (size_t i = first; i < operands.size(); ++i)
-    if (operands[i]) taking_part.push_back(*operands[i]);
+  for (size_t i = 0; i < operands.size(); ++i)
+    if (operands[i] && promotes_operand(op, i)) taking_part.push_back(*operands[i]);
   return promote_types(taking_part);
 }
 

@@ -17,6 +17,9 @@ struct Operand;
 // out (capture promotes tensor operands without their literals).
 using PromotionOperands = std::vector<std::optional<PromotionOperand>>;
 
+// Whether operand `i` of `op` takes part in its type promotion (not where's
+// condition, which is a truth value).
+bool promotes_operand(Op op, size_t i);
 // result_type of the operands `op` promotes (every one; where: all but its
 // condition): the dtype eager PyTorch converts them to before computing.
 std::optional<DType> common_dtype(Op op, const PromotionOperands& operands);

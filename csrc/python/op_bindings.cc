@@ -6,7 +6,6 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "codegen/torch/library_call.h"
@@ -69,43 +68,15 @@ std::optional<std::string> name_of(std::optional<DType> d) {
   return std::string(dtype_name(*d));
 }
 
-// (dtype name, shape, strides); empty strides: contiguous.
-TensorType tensor_type(nb::handle h) {
-  auto [name, shape, strides] = nb::cast<std::tuple<std::string, Shape, Shape>>(h);
-  TensorType t = TensorType::contiguous(dtype_named(name), shape);
-  if (!strides.empty()) t.strides = strides;
-  return t;
-}
-
-AttrValue attr_value(const std::string& key, nb::handle h) {
-  if (nb::isinstance<nb::bool_>(h)) return nb::cast<bool>(h);
-  if (nb::isinstance<nb::int_>(h)) return nb::cast<int64_t>(h);
-  if (nb::isinstance<nb::float_>(h)) return nb::cast<double>(h);
-  if (nb::isinstance<nb::str>(h)) return nb::cast<std::string>(h);
-  if (nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h)) return nb::cast<std::vector<int64_t>>(h);
-  throw IRError("attribute '" + key + "': unsupported value");
-}
-
-// The node of a library call, built from the plan's description of it.
-std::string torch_expr(const std::string& op, const nb::list& operands, const nb::dict& attrs,
-                       const nb::list& result_types, const std::vector<std::string>& operand_texts) {
-  Graph g;
-  std::vector<Operand> ops;
-  for (nb::handle h : operands) {
-    if (nb::isinstance<nb::bool_>(h)) ops.push_back(Operand::of(Scalar::of_bool(nb::cast<bool>(h))));
-    else if (nb::isinstance<nb::int_>(h)) ops.push_back(Operand::of(Scalar::of_int(nb::cast<int64_t>(h))));
-    else if (nb::isinstance<nb::float_>(h)) ops.push_back(Operand::of(Scalar::of_float(nb::cast<double>(h))));
-    else ops.push_back(Operand::of(g.add_input("in" + std::to_string(ops.size()), tensor_type(h))));
-  }
-  Attrs node_attrs;
-  for (auto [k, v] : attrs) {
-    std::string key = nb::cast<std::string>(k);
-    node_attrs[key] = attr_value(key, v);
-  }
-  std::vector<TensorType> types;
-  for (nb::handle h : result_types) types.push_back(tensor_type(h));
-  Node* n = g.add_node(op_named(op), ops, types, node_attrs);
-  return codegen::torch_expr(*n, operand_texts);
+// The torch expression of node `index` (negative: from the end) of a graph.
+std::string graph_node_torch_expr(const std::string& text, int64_t index, const std::vector<std::string>& operand_texts) {
+  auto g = parse(text);
+  verify(*g);
+  int64_t count = static_cast<int64_t>(g->nodes().size());
+  int64_t i = index < 0 ? index + count : index;
+  if (i < 0 || i >= count)
+    throw IRError("node " + std::to_string(index) + " of a graph of " + std::to_string(count) + " nodes");
+  return codegen::torch_expr(*g->nodes()[i], operand_texts);
 }
 
 }  // namespace
@@ -118,6 +89,8 @@ void bind_op_registry(nb::module_& m) {
       .def_prop_ro("result_dtype", [](const OpInfo& i) { return std::string(result_dtype_name(i.result_dtype)); },
                    "the result-dtype rule: promote, promote_tail, float, compare, logical, index, first or declared")
       .def_prop_ro("aten", &aten_overloads, "the ATen overloads ('mul.Tensor') it maps from 1:1, operands in order")
+      .def("promotes_operand", [](const OpInfo& i, size_t k) { return promotes_operand(i.op, k); }, "i"_a,
+           "whether operand i takes part in type promotion (not where's condition)")
       .def("__repr__", [](const OpInfo& i) { return "<OpInfo " + std::string(i.name) + ">"; });
   m.def("op_names", [] {
     std::vector<std::string> names;
@@ -154,10 +127,10 @@ void bind_op_registry(nb::module_& m) {
 
   m.def("format_float", [](double v) { return format_scalar(Scalar::of_float(v)); }, "v"_a,
         "A float as the IR prints it: the shortest text that reads back to the same double.");
-  m.def("torch_expr", &torch_expr, "op"_a, "operands"_a, "attrs"_a, "result_types"_a, "operand_texts"_a,
-        "Python source of the torch expression computing a node as a library call (`dev` names the device). "
-        "operands: (dtype, shape, strides) per tensor, a Python number per literal; result_types: "
-        "(dtype, shape, strides) each; operand_texts: the source text of each operand.");
+  m.def("torch_expr", &graph_node_torch_expr, "text"_a, "node"_a, "operand_texts"_a,
+        "Python source of the torch expression computing node `node` (negative: from the end) of IR graph "
+        "`text` as a library call, over `operand_texts` (`dev` names the device). A plan's steps have "
+        "Step.torch_expr.");
 }
 
 }  // namespace ff::python

@@ -43,6 +43,9 @@ TEST(TypeRules, EachResultRule) {
   // where's condition takes no part; a left-out operand neither.
   EXPECT_EQ(result_dtype(Op::Where, {dim(DType::boolean), dim(DType::i32), std::nullopt}), DType::i32);
   EXPECT_EQ(result_dtype(Op::Mul, {dim(DType::i64), std::nullopt}), DType::i64);
+  EXPECT_FALSE(promotes_operand(Op::Where, 0));
+  EXPECT_TRUE(promotes_operand(Op::Where, 1));
+  EXPECT_TRUE(promotes_operand(Op::Add, 0));
 }
 
 TEST(TypeRules, DTypeTableRoundTrips) {

@@ -116,9 +116,8 @@ void emit_body(std::ostringstream& os, const fusion::Group& g, const std::string
     std::vector<std::string> args;
     for (size_t i = 0; i < n->operands.size(); ++i) {
       const Operand& o = n->operands[i];
-      // where's condition (the operand its rule leaves out of promotion) is a truth value
-      bool condition = op_info(n->op).result_dtype == ResultDType::PromoteTail && i == 0;
-      DType want = condition ? DType::boolean : c;
+      // where's condition takes no part in promotion: it is a truth value
+      DType want = promotes_operand(n->op, i) ? c : DType::boolean;
       if (!o.is_value()) {
         args.push_back(cuda_literal(o.literal, want));
         continue;
