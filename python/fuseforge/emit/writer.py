@@ -41,15 +41,12 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
+from fuseforge.dtypes import ATEN, torch_text
 from fuseforge.emit.ops import EmitError, literal, step_expr
 from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime.cutlass_headers import cutlass_include_dir
-from fuseforge.runtime.library_calls import dtype_text
 
 __all__ = ["EmitError", "emit_problem", "cuda_sources", "cmd_emit"]
-
-_AT_DTYPES = {"f32": "at::kFloat", "f16": "at::kHalf", "bf16": "at::kBFloat16", "f64": "at::kDouble",
-              "i64": "at::kLong", "i32": "at::kInt", "bool": "at::kBool"}
 
 _CPP_PRELUDE = r"""
 #include <ATen/cuda/CUDAContext.h>
@@ -204,13 +201,13 @@ def _kernel_host(fn: str, k: dict, values: dict) -> str:
         d, shape, strides = values[name]
         lines.append(_layout_consts(f"Out{i}", shape, strides))
         lines.append(f"  at::Tensor out{i} = at::empty_strided(kOut{i}Sizes, kOut{i}Strides, "
-                     f"at::TensorOptions().dtype({_AT_DTYPES[d]}).device(device));")
+                     f"at::TensorOptions().dtype({ATEN[d]}).device(device));")
         pointers.append(f"out{i}.data_ptr()")
     align = f", {k['align_bytes']}" if k.get("kind") == "gemm" else ""
     for i, name in enumerate(k["inputs"]):
         d, shape, strides = values[name]
         lines.append(_layout_consts(f"In{i}", shape, strides))
-        lines.append(f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {_AT_DTYPES[d]}, "
+        lines.append(f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {ATEN[d]}, "
                      f"kName, {i}{align});")
         pointers.append(f"in{i}.data_ptr()")
     args = [f"&p[{i}]" for i in range(len(pointers))]
@@ -258,7 +255,7 @@ def _guard_code(mp: _ModePlan) -> list[str]:
         if b.kind == "const":
             continue
         x = f"args{_arg(b)}" if b.kind == "user" else _access(b.source)
-        conds.append(f"isinstance({x}, torch.Tensor) and {x}.is_cuda and {x}.dtype is {dtype_text(d)} "
+        conds.append(f"isinstance({x}, torch.Tensor) and {x}.is_cuda and {x}.dtype is {torch_text(d)} "
                      f"and {x}.shape == {tuple(shape)}")
     for i, v in cap.specialized_scalars.items():
         conds.append(f"args[{i}] == {literal(v)}")
@@ -316,8 +313,7 @@ def _forward_code(mp: _ModePlan, kernel_fns: dict[int, str]) -> str:
             body.append(f"({outs},) = ext.{kernel_fns[step['kernel']]}([{ins}], [{scalars}])  # {k['name']}")
         else:
             operands = [var[v] if kind == "value" else literal(v) for kind, v in step["operands"]]
-            types = [values[v] if kind == "value" else None for kind, v in step["operands"]]
-            expr = step_expr(step, operands, types)
+            expr = step_expr(step, operands)
             results = [var[n] for n in step["results"]]
             if step["op"] == "opaque" and len(results) == 1:
                 body.append(f"{results[0]} = _ff_first({expr})")

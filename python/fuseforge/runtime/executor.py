@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from fuseforge._native import core
+from fuseforge.dtypes import TORCH
 from fuseforge.runtime import autotune, library_calls
 
 
@@ -26,7 +27,7 @@ class ValueType:
 
 
 def _value_types(plan: dict) -> dict[str, ValueType]:
-    return {name: ValueType(library_calls.DTYPES[d], tuple(shape), tuple(strides))
+    return {name: ValueType(TORCH[d], tuple(shape), tuple(strides))
             for name, (d, shape, strides) in plan["values"].items()}
 
 
@@ -325,11 +326,10 @@ class Executor:
 
     def _node_calls(self, k: dict) -> list[tuple[library_calls.Call, list, str]]:
         """A kernel's nodes as (ATen call, operands, result name)."""
-        values = self.plan["values"]
-        return [(library_calls.make_call(n, values, self.device), n["operands"], n["results"][0]) for n in k["nodes"]]
+        return [(library_calls.make_call(n, self.device), n["operands"], n["results"][0]) for n in k["nodes"]]
 
     def _library_step(self, step: dict, slots: _Slots) -> Callable[[list], None]:
-        call = library_calls.make_call(step, self.plan["values"], self.device)
+        call = library_calls.make_call(step, self.device)
         operands: list[tuple[bool, Any]] = [(True, slots(v)) if kind == "value" else (False, v)
                                             for kind, v in step["operands"]]
         result_slots = [slots(n) for n in step["results"]]
