@@ -26,15 +26,7 @@ std::string tuple(const std::vector<int64_t>& v) {
   return s + (v.size() == 1 ? ",)" : ")");
 }
 
-std::string str(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out + "'";
-}
+std::string str(const std::string& s) { return quote_string(s, '\''); }
 
 std::string attr(const AttrValue& a) {
   struct {
