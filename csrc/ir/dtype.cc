@@ -5,34 +5,37 @@
 
 namespace ff {
 
-std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f64: return "f64";
-    case DType::i64: return "i64";
-    case DType::i32: return "i32";
-    case DType::boolean: return "bool";
-  }
-  return "?";
+namespace {
+constexpr DTypeInfo kDTypes[] = {
+    {DType::f32, "f32", 4, "float32", "at::kFloat"},
+    {DType::f16, "f16", 2, "float16", "at::kHalf"},
+    {DType::bf16, "bf16", 2, "bfloat16", "at::kBFloat16"},
+    {DType::f64, "f64", 8, "float64", "at::kDouble"},
+    {DType::i64, "i64", 8, "int64", "at::kLong"},
+    {DType::i32, "i32", 4, "int32", "at::kInt"},
+    {DType::boolean, "bool", 1, "bool", "at::kBool"},
+};
+static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == kNumDTypes, "one row per DType");
+constexpr bool in_enum_order() {
+  for (size_t i = 0; i < kNumDTypes; ++i)
+    if (static_cast<size_t>(kDTypes[i].dtype) != i) return false;
+  return true;
 }
+static_assert(in_enum_order(), "kDTypes is indexed by DType");
+}  // namespace
+
+const DTypeInfo& dtype_info(DType t) { return kDTypes[static_cast<size_t>(t)]; }
+const DTypeInfo* dtype_table() { return kDTypes; }
+
+std::string_view dtype_name(DType t) { return dtype_info(t).name; }
 
 std::optional<DType> parse_dtype(std::string_view n) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i64, DType::i32, DType::boolean})
-    if (dtype_name(t) == n) return t;
+  for (const DTypeInfo& info : kDTypes)
+    if (info.name == n) return info.dtype;
   return std::nullopt;
 }
 
-int dtype_size(DType t) {
-  switch (t) {
-    case DType::f64: case DType::i64: return 8;
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::boolean: return 1;
-  }
-  return 0;
-}
+int dtype_size(DType t) { return dtype_info(t).size; }
 
 bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
@@ -63,6 +66,38 @@ DType promote(DType a, DType b) {
   // f16 with bf16 promotes to f32 in PyTorch.
   if ((a == DType::f16 && b == DType::bf16) || (a == DType::bf16 && b == DType::f16)) return DType::f32;
   return rank(a) >= rank(b) ? a : b;
+}
+
+PromotionOperand PromotionOperand::number_of(DType category) {
+  DType d = is_floating(category) ? DType::f32 : is_integral(category) ? DType::i64 : DType::boolean;
+  return {Tier::Number, d};
+}
+
+namespace {
+int category(DType d) { return is_floating(d) ? 2 : is_integral(d) ? 1 : 0; }
+
+std::optional<DType> promote_opt(std::optional<DType> a, std::optional<DType> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return promote(*a, *b);
+}
+
+// ATen's combine_categories: the higher tier's type unless the lower one is of
+// a higher category (bool tensor + int, int tensor + float).
+std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return lower;
+  if (!lower || category(*higher) >= category(*lower)) return higher;
+  return promote(*higher, *lower);
+}
+}  // namespace
+
+std::optional<DType> promote_types(const std::vector<PromotionOperand>& operands) {
+  std::optional<DType> tiers[3];
+  for (const PromotionOperand& o : operands) {
+    auto& slot = tiers[static_cast<size_t>(o.tier)];
+    slot = promote_opt(slot, o.dtype);
+  }
+  return combine(tiers[0], combine(tiers[1], tiers[2]));
 }
 
 namespace {

@@ -164,6 +164,9 @@ std::string print(const Graph& g, bool keep_names = false);
 std::string print_node(const Node& n);  // one line, without indentation, names as they are
 std::string format_type(const TensorType& t);  // "f32[4,8]", strides in braces when not contiguous
 std::string format_scalar(const Scalar& s);
+// `s` between `quote`s, with the quote, backslash and newline escaped (IR
+// attribute strings; with '\'' also a Python string literal).
+std::string quote_string(const std::string& s, char quote = '"');
 std::unique_ptr<Graph> parse(const std::string& text);  // throws IRError with line:col
 // One node line as print_node writes it, appended to `g`, whose values its
 // operands name; throws IRError.

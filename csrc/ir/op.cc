@@ -1,15 +1,14 @@
 #include "ir/op.h"
 
-#include <array>
-
 namespace ff {
 
 namespace {
 constexpr OpInfo kOps[] = {
-#define FF_OP(e, name, kind, n) {Op::e, name, OpKind::kind, n},
+#define FF_OP(e, name, kind, n, rdt, aten) {Op::e, name, OpKind::kind, n, ResultDType::rdt, aten},
 #include "ir/ops.def"
 #undef FF_OP
 };
+static_assert(sizeof(kOps) / sizeof(kOps[0]) == kNumOps);
 }  // namespace
 
 const OpInfo& op_info(Op op) { return kOps[static_cast<size_t>(op)]; }
@@ -29,6 +28,20 @@ std::string_view op_kind_name(OpKind k) {
     case OpKind::Conv: return "conv";
     case OpKind::Layout: return "layout";
     case OpKind::Opaque: return "opaque";
+  }
+  return "?";
+}
+
+std::string_view result_dtype_name(ResultDType r) {
+  switch (r) {
+    case ResultDType::Declared: return "declared";
+    case ResultDType::Promote: return "promote";
+    case ResultDType::PromoteTail: return "promote_tail";
+    case ResultDType::Float: return "float";
+    case ResultDType::Compare: return "compare";
+    case ResultDType::Logical: return "logical";
+    case ResultDType::Index: return "index";
+    case ResultDType::First: return "first";
   }
   return "?";
 }

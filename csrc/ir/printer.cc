@@ -35,16 +35,6 @@ std::string format_double(double v) {
   return s;
 }
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out + "\"";
-}
-
 std::string format_ints(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -56,7 +46,7 @@ std::string format_attr(const AttrValue& a) {
     std::string operator()(int64_t v) const { return std::to_string(v); }
     std::string operator()(double v) const { return format_double(v); }
     std::string operator()(bool v) const { return v ? "true" : "false"; }
-    std::string operator()(const std::string& v) const { return quote(v); }
+    std::string operator()(const std::string& v) const { return quote_string(v); }
     std::string operator()(const std::vector<int64_t>& v) const { return format_ints(v); }
   } visitor;
   return std::visit(visitor, a);
@@ -134,6 +124,16 @@ class Printer {
 };
 
 }  // namespace
+
+std::string quote_string(const std::string& s, char quote) {
+  std::string out(1, quote);
+  for (char c : s) {
+    if (c == quote || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out + quote;
+}
 
 std::string format_scalar(const Scalar& s) {
   switch (s.kind) {

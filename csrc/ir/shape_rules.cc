@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "ir/graph.h"
+#include "ir/type_rules.h"
 
 namespace ff {
 
@@ -75,16 +76,8 @@ Shape reduce_shape(const Shape& in, const std::vector<int64_t>& dims, bool keepd
   return out;
 }
 
-bool is_comparison(Op op) {
-  switch (op) {
-    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
-    case Op::LogicalAnd: case Op::LogicalOr: case Op::LogicalNot: case Op::IsNan:
-      return true;
-    default:
-      return false;
-  }
-}
-
+// Pointwise results broadcast their operands; the dtype is the op's rule's
+// (infer_result_types).
 std::vector<TensorType> pointwise(const Node& n) {
   const TensorType& declared = n.results.at(0)->type;
   if (n.op == Op::Full) {
@@ -94,41 +87,24 @@ std::vector<TensorType> pointwise(const Node& n) {
     return {declared};
   }
   Shape shape;
-  // PyTorch promotes dimensioned operands first; a 0-d operand only widens the
-  // result when it is of a higher category (bool < integer < floating).
-  std::optional<DType> dim_dtype, zero_dim_dtype;
-  for (size_t i = 0; i < n.operands.size(); ++i) {
-    if (!n.operands[i].is_value()) continue;
-    const TensorType& t = n.operands[i].value->type;
-    shape = broadcast_shapes(shape, t.shape);
-    if (n.op == Op::Where && i == 0) continue;  // the condition takes no part in promotion
-    auto& slot = t.shape.empty() ? zero_dim_dtype : dim_dtype;
-    slot = slot ? promote(*slot, t.dtype) : t.dtype;
-  }
-  auto category = [](DType d) { return is_floating(d) ? 2 : is_integral(d) ? 1 : 0; };
-  std::optional<DType> dtype = dim_dtype;
-  if (!dtype || (zero_dim_dtype && category(*zero_dim_dtype) > category(*dtype)))
-    dtype = dtype ? promote(*dtype, *zero_dim_dtype) : zero_dim_dtype;
+  for (const Operand& o : n.operands)
+    if (o.is_value()) shape = broadcast_shapes(shape, o.value->type.shape);
   TensorType t = declared;  // pointwise results may take any layout; keep the declared strides
   if (t.shape != shape) {
     t.shape = shape;
     t.strides = contiguous_strides(shape);
   }
-  if (is_comparison(n.op)) t.dtype = DType::boolean;
-  else if (n.op != Op::Cast && dtype && !(is_floating(declared.dtype) && !is_floating(*dtype)))
-    // A float literal with an integer tensor yields a float result: keep the declared dtype then.
-    t.dtype = *dtype;
   return {t};
 }
 
 std::vector<TensorType> reduction(const Node& n) {
   const TensorType& in = operand_type(n, 0);
   int64_t rank = static_cast<int64_t>(in.shape.size());
-  DType dt = in.dtype;
+  const DType dt = n.results[0]->type.dtype;  // infer_result_types applies the op's dtype rule
   switch (n.op) {
     case Op::Softmax: case Op::LogSoftmax:
       normalize_dim(n.attr_int("dim"), rank);
-      return {TensorType::contiguous(n.results[0]->type.dtype, in.shape)};
+      return {TensorType::contiguous(dt, in.shape)};
     case Op::LayerNorm: {
       int64_t nd = n.attr_int("ndims");
       if (nd < 1 || nd > rank) fail(n, "ndims " + std::to_string(nd) + " out of range for rank " + std::to_string(rank));
@@ -144,13 +120,11 @@ std::vector<TensorType> reduction(const Node& n) {
       Shape out;
       if (n.has_attr("dim")) out = reduce_shape(in.shape, {normalize_dim(n.attr_int("dim"), rank)}, keepdim);
       else if (keepdim) out = Shape(in.shape.size(), 1);
-      return {TensorType::contiguous(DType::i64, out)};
+      return {TensorType::contiguous(dt, out)};
     }
     default: {
       auto dims = reduced_dims(n, rank);
       Shape out = reduce_shape(in.shape, dims, n.attr_bool_or("keepdim", false));
-      if (n.op == Op::Any) dt = DType::boolean;
-      else if (n.op == Op::Sum || n.op == Op::Prod) dt = n.results[0]->type.dtype;  // integer sums widen to i64
       return {TensorType::contiguous(dt, out)};
     }
   }
@@ -327,8 +301,8 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
   return true;
 }
 
-std::vector<TensorType> infer_result_types(const Node& n) {
-  if (n.results.empty()) fail(n, "has no results");
+namespace {
+std::vector<TensorType> infer_shapes(const Node& n) {
   switch (op_kind(n.op)) {
     case OpKind::Pointwise: return pointwise(n);
     case OpKind::Reduction: return reduction(n);
@@ -345,6 +319,15 @@ std::vector<TensorType> infer_result_types(const Node& n) {
     }
   }
   fail(n, "unknown op kind");
+}
+}  // namespace
+
+std::vector<TensorType> infer_result_types(const Node& n) {
+  if (n.results.empty()) fail(n, "has no results");
+  std::vector<TensorType> types = infer_shapes(n);
+  if (op_info(n.op).result_dtype != ResultDType::Declared)
+    if (auto d = result_dtype(n.op, promotion_operands(n))) types.at(0).dtype = *d;
+  return types;
 }
 
 }  // namespace ff

@@ -17,6 +17,7 @@
 #include "ir/graph.h"
 #include "passes/pass.h"
 #include "pipeline/compile.h"
+#include "python/op_bindings.h"
 #include "runtime/cache.h"
 #include "runtime/check.h"
 #include "runtime/compiler.h"
@@ -93,6 +94,8 @@ NB_MODULE(_core, m) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }
   });
+
+  ff::python::bind_op_registry(m);
 
   m.def("normalize_ir", [](const std::string& text) {
     auto g = ff::parse(text);

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "codegen/torch/library_call.h"
 #include "fusion/subgraph.h"
 #include "pipeline/compile.h"
 #include "runtime/cache.h"
@@ -228,7 +229,13 @@ void bind_plan(nb::module_& m) {
       .def_ro("operands", &Step::operands, nb::rv_policy::reference_internal)
       .def_ro("results", &Step::results, "call/view: result buffers; free: the buffers freed")
       .def_prop_ro("node_text", [](const Step& s) { return s.node ? print_node(*s.node) : std::string(); },
-                   "call/view: the IR node line");
+                   "call/view: the IR node line")
+      .def("torch_expr", [](const Step& s, const std::vector<std::string>& operand_texts) {
+        if (!s.node) throw IRError("a " + std::string(plan::step_kind_name(s.kind)) + " step has no torch form");
+        return codegen::torch_expr(*s.node, operand_texts);
+      }, "operand_texts"_a,
+           "call/view: Python source of the torch expression computing the step (codegen/torch/library_call.h) "
+           "over `operand_texts`, the source of each operand; `dev` names the device.");
 
   nb::class_<Plan>(m, "Plan", "The typed kernel plan (plan.h); str() is its text form.")
       .def_ro("name", &Plan::name)

@@ -25,14 +25,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
+from fuseforge._native import core
 from fuseforge.capture import (
     CaptureError,
     capture,
-    decode_opaque_args,
     decomposition_table,
-    format_float,
-    run_opaque,
 )
+from fuseforge.dtypes import TORCH
 from fuseforge.harness.problem import load_problem, problem_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,7 +40,7 @@ PROBLEMS = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "problems", "*", "*
 # ---------------------------------------------------------------------------
 # Grammar of docs/IR.md at the regex level
 
-DTYPE = r"(?:f32|f16|bf16|f64|i64|i32|bool)"
+DTYPE = "(?:" + "|".join(d.name for d in core.dtype_table()) + ")"
 TYPE = rf"{DTYPE}\[(?:\d+(?:,\d+)*)?\](?:\{{-?\d+(?:,-?\d+)*\}})?"
 VALUE = r"%[A-Za-z0-9_.]+"
 FLOAT = r"-?(?:inf|nan|\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)"
@@ -59,19 +58,11 @@ NODE_RE = re.compile(
 RETURN_RE = re.compile(rf"  return(?: (?P<values>{VALUE}(?:, {VALUE})*))?")
 MUTATE_RE = re.compile(rf"  mutate (?P<buf>{VALUE}) = (?P<value>{VALUE})")
 INPUT_RE = re.compile(rf"(?P<name>{VALUE}): (?P<type>{TYPE})(?: (?P<kind>{KIND}))?")
-TYPE_RE = re.compile(r"(?P<dtype>f32|f16|bf16|f64|i64|i32|bool)\[(?P<shape>[\d,]*)\](?:\{(?P<strides>[-\d,]*)\})?")
+TYPE_RE = re.compile(rf"(?P<dtype>{DTYPE})\[(?P<shape>[\d,]*)\](?:\{{(?P<strides>[-\d,]*)\}})?")
 ATTR_RE = re.compile(rf"(?P<key>[a-z_]+)=(?P<value>{ATTR})")
 
 
-def _op_table() -> dict[str, tuple[str, int]]:
-    ops = {}
-    with open(os.path.join(ROOT, "csrc", "ir", "ops.def")) as f:
-        for m in re.finditer(r'FF_OP\(\w+, "([a-z_0-9]+)", (\w+), (-?\d+)\)', f.read()):
-            ops[m.group(1)] = (m.group(2), int(m.group(3)))
-    return ops
-
-
-OPS = _op_table()
+OPS = {name: core.op_info(name) for name in core.op_names()}
 
 
 def check_ir_text(text: str) -> None:
@@ -94,7 +85,7 @@ def check_ir_text(text: str) -> None:
             op = m.group("op")
             assert op in OPS, f"unknown op {op}: {line}"
             operands = m.group("operands").split(", ") if m.group("operands") else []
-            n = OPS[op][1]
+            n = OPS[op].num_operands
             if op == "convolution":
                 assert len(operands) in (2, 3), line
             elif n >= 0:
@@ -142,19 +133,8 @@ def node_lines(text: str) -> list[re.Match]:
     return [m for line in text.split("\n") if (m := NODE_RE.fullmatch(line))]
 
 
-def _native_normalize():
-    try:
-        from fuseforge._native import core
-    except Exception:
-        return None
-    return getattr(core, "normalize_ir", None)
-
-
 # ---------------------------------------------------------------------------
-# Reference interpreter of IR text (for small graphs)
-
-_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
-       "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
+# IR text run op by op through the core's torch expressions (for small graphs)
 
 
 def _parse_type(t: str):
@@ -166,7 +146,7 @@ def _parse_type(t: str):
         for i in range(len(shape) - 1, -1, -1):
             strides[i] = acc
             acc *= max(shape[i], 1)
-    return _DT[m.group("dtype")], shape, strides
+    return TORCH[m.group("dtype")], shape, strides
 
 
 def _parse_literal(s: str):
@@ -177,47 +157,11 @@ def _parse_literal(s: str):
     return int(s)
 
 
-def _parse_attr(s: str):
-    if s.startswith('"'):
-        return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), s[1:-1])
-    if s.startswith("["):
-        return [int(x) for x in s[1:-1].split(", ")] if s != "[]" else []
-    return _parse_literal(s)
-
-
-def _t(x):
-    return x if isinstance(x, torch.Tensor) else torch.tensor(x)
-
-
-_UNARY = {
-    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "log1p": torch.log1p,
-    "expm1": torch.expm1, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh, "relu": torch.relu, "silu": F.silu, "sin": torch.sin, "cos": torch.cos,
-    "reciprocal": torch.reciprocal, "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil,
-    "trunc": torch.trunc, "round": torch.round, "sign": torch.sign, "logical_not": torch.logical_not,
-    "isnan": torch.isnan,
-}
-_BINARY = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": lambda a, b: a / b, "pow": lambda a, b: a ** b,
-    "maximum": lambda a, b: torch.clamp(a, min=b) if not isinstance(b, torch.Tensor) else torch.maximum(a, b),
-    "minimum": lambda a, b: torch.clamp(a, max=b) if not isinstance(b, torch.Tensor) else torch.minimum(a, b),
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-    "logical_and": lambda a, b: torch.logical_and(_t(a), _t(b)),
-    "logical_or": lambda a, b: torch.logical_or(_t(a), _t(b)),
-    "remainder": torch.remainder, "fmod": torch.fmod,
-}
-
-
-def _dims(at, x):
-    return tuple(at.get("dims") or range(x.dim()))
-
-
 def run_ir(text: str, inputs: list) -> tuple[list, dict]:
-    """Runs IR text on the CPU: returns (outputs, {buffer name: new value}).
-    Checks every result against its declared dtype and shape, and the strides
-    of layout ops."""
+    """Runs IR text on the CPU, each node through its torch expression (the
+    library-call text the executor compiles): returns (outputs, {buffer name:
+    new value}). Checks every result against its declared dtype and shape,
+    and the strides of layout ops."""
     lines = text[:-1].split("\n")
     env: dict[str, object] = {}
     decl = [(m.group("name"), m.group("type")) for m in INPUT_RE.finditer(lines[0][lines[0].index("("):])]
@@ -225,87 +169,25 @@ def run_ir(text: str, inputs: list) -> tuple[list, dict]:
     for (name, _), v in zip(decl, inputs):
         env[name] = v
     outputs, mutations = [], {}
+    node = 0
     for line in lines[1:-1]:
         if (m := NODE_RE.fullmatch(line)) is not None:
             op = m.group("op")
             a = [env[o] if o.startswith("%") else _parse_literal(o)
                  for o in (m.group("operands").split(", ") if m.group("operands") else [])]
-            at = {x.group("key"): _parse_attr(x.group("value")) for x in ATTR_RE.finditer(m.group("attrs") or "")}
             types = [_parse_type(t.group(0)) for t in TYPE_RE.finditer(m.group("types"))]
-            dt, shape, strides = types[0]
-            if op in _UNARY:
-                r = _UNARY[op](_t(a[0]))
-            elif op == "gelu":
-                r = F.gelu(a[0], approximate=at.get("approximate", "none"))
-            elif op in _BINARY:
-                r = _BINARY[op](a[0], a[1])
-            elif op == "where":
-                r = torch.where(_t(a[0]), a[1], a[2])
-            elif op in ("cast", "copy"):
-                r = _t(a[0]).to(dt, copy=True)
-            elif op == "full":
-                r = torch.full(shape, a[0].item() if isinstance(a[0], torch.Tensor) else a[0], dtype=dt)
-            elif op in ("sum", "prod"):
-                x = a[0]
-                if op == "sum":
-                    r = torch.sum(x, dim=_dims(at, x), keepdim=at.get("keepdim", False), dtype=dt)
-                else:
-                    r = x
-                    for d in sorted(_dims(at, x), reverse=True):
-                        r = torch.prod(r, dim=d, keepdim=at.get("keepdim", False), dtype=dt)
-            elif op in ("mean", "amax", "amin", "any"):
-                fn = {"mean": torch.mean, "amax": torch.amax, "amin": torch.amin, "any": torch.any}[op]
-                r = fn(a[0], dim=_dims(at, a[0]), keepdim=at.get("keepdim", False))
-            elif op == "var":
-                r = torch.var(a[0], dim=_dims(at, a[0]), correction=at.get("correction", 1),
-                              keepdim=at.get("keepdim", False))
-            elif op in ("argmax", "argmin"):
-                r = getattr(torch, op)(a[0], dim=at.get("dim"), keepdim=at.get("keepdim", False))
-            elif op in ("softmax", "log_softmax"):
-                r = getattr(torch, op)(a[0], at["dim"], dtype=dt if dt != a[0].dtype else None)
-            elif op == "layer_norm":
-                r = F.layer_norm(a[0], a[0].shape[a[0].dim() - at["ndims"]:], a[1], a[2], at["eps"])
-            elif op == "cumsum":
-                r = torch.cumsum(a[0], at["dim"], dtype=dt)
-            elif op == "mm":
-                r = torch.mm(a[0], a[1])
-            elif op == "bmm":
-                r = torch.bmm(a[0], a[1])
-            elif op == "addmm":
-                r = torch.addmm(a[0], a[1], a[2], beta=at.get("beta", 1), alpha=at.get("alpha", 1))
-            elif op == "convolution":
-                r = torch.ops.aten.convolution.default(
-                    a[0], a[1], a[2] if len(a) > 2 else None, at["stride"], at["padding"], at["dilation"],
-                    at["transposed"], at["output_padding"], at["groups"])
-            elif op == "view":
-                r = a[0].reshape(shape)
-            elif op == "expand":
-                r = a[0].expand(shape)
-            elif op == "permute":
-                r = a[0].permute(at["dims"])
-            elif op == "unsqueeze":
-                r = a[0].unsqueeze(at["dim"])
-            elif op == "squeeze":
-                r = a[0].squeeze(tuple(at["dims"]))
-            elif op == "slice":
-                r = torch.ops.aten.slice.Tensor(a[0], at["dim"], at["start"], at["end"], at["step"])
-            elif op == "select":
-                r = a[0].select(at["dim"], at["index"])
-            elif op == "cat":
-                r = torch.cat(a, at["dim"])
-            elif op == "opaque":
-                r = run_opaque(at["target"], at["args"], at.get("kwargs"), a)
-            else:
-                raise AssertionError(f"interpreter has no {op}")
-            rs = list(r) if isinstance(r, tuple) else [r]
+            expr = core.torch_expr(text, node, [f"a[{i}]" for i in range(len(a))])
+            node += 1
+            r = eval(expr, {"torch": torch, "dev": torch.device("cpu"), "a": a})  # noqa: S307 - the core's text
+            rs = list(r) if isinstance(r, (tuple, list)) else [r]
             # arithmetic on scalar inputs (Python numbers) stays 0-d
             rs = [torch.tensor(v, dtype=t[0]) if not isinstance(v, torch.Tensor) else v for v, t in zip(rs, types)]
             names = m.group("results").split(", ")
-            assert len(rs) == len(names) == len(types), line
+            assert len(rs) >= len(names) == len(types), line
             for name, val, (dt, shape, strides) in zip(names, rs, types):
                 assert val.dtype == dt, f"{line}\n  result dtype {val.dtype} != declared {dt}"
                 assert list(val.shape) == shape, f"{line}\n  result shape {list(val.shape)} != declared {shape}"
-                if OPS[op][0] == "Layout":
+                if OPS[op].kind == "layout":
                     assert list(val.stride()) == strides, f"{line}\n  strides {val.stride()} != {strides}"
                 env[name] = val
         elif (m := RETURN_RE.fullmatch(line)) is not None:
@@ -325,9 +207,7 @@ def check_against_eager(model: nn.Module, inputs: list, atol: float = 1e-5, rtol
     reference = copy.deepcopy(model)
     cg = capture(model, inputs, name=type(model).__name__)
     check_ir_text(cg.text)
-    normalize = _native_normalize()
-    if normalize is not None:
-        assert normalize(cg.text) == cg.text
+    assert core.normalize_ir(cg.text) == cg.text
     with torch.no_grad():
         outs, muts = run_ir(cg.text, feed_for(model, cg, inputs))
         expected = reference(*inputs)
@@ -420,9 +300,7 @@ def test_problem_captures(path):
                 assert f"{n}.{b}" in mutated
     else:
         assert not mutated
-    normalize = _native_normalize()
-    if normalize is not None:
-        assert normalize(cg.text) == cg.text
+    assert core.normalize_ir(cg.text) == cg.text
 
 
 def test_batchnorm_train_problems_have_mutations():
@@ -706,13 +584,10 @@ def test_opaque_kwargs_and_devices():
     assert "kwargs=\"{'scale': 0.3}\"" in line.group(0)
     cg = case_capture("arange_opaque")
     assert "torch.device('cpu')" in cg.text and "torch.float32" in cg.text
-    pos, kw = decode_opaque_args("[$1, [2, $0], None, -inf, nan, torch.float16]",
-                                 "{'device': torch.device('cuda', 0), 'layout': torch.strided}",
-                                 ["a", "b"], device="cpu")
-    assert pos[:3] == ["b", [2, "a"], None] and pos[3] == -math.inf and math.isnan(pos[4])
-    assert pos[5] is torch.float16 and kw == {"device": torch.device("cpu"), "layout": torch.strided}
-    with pytest.raises(ValueError):
-        decode_opaque_args("[__import__('os')]", None, [])
+    # run as a library call, the captured device becomes the plan's
+    expr = core.torch_expr(cg.text, 0, [])
+    assert expr.startswith("torch.ops.aten.arange.start_step(*[0, 4], **{") and "'device': dev" in expr, expr
+    torch.testing.assert_close(eval(expr, {"torch": torch, "dev": torch.device("cpu")}), torch.arange(4.0))
 
 
 def test_lstm_hidden_states_match_eager():
@@ -878,12 +753,12 @@ def test_graph_name_is_sanitized():
     assert cg.text.startswith("graph @_3d(")
 
 
-def test_format_float_matches_printer():
+def test_ir_float_text():
     cases = {2.0: "2.0", 0.5: "0.5", 1e-05: "1e-05", 100000.0: "1e+05", 123456.0: "123456.0",
              0.1: "0.1", -0.25: "-0.25", 1.0 / 3: "0.3333333333333333", math.inf: "inf", -math.inf: "-inf",
              math.nan: "nan", 3.14: "3.14", 1e300: "1e+300", -0.0: "-0.0"}
     for v, s in cases.items():
-        assert format_float(v) == s, v
+        assert core.format_float(v) == s, v
         if not math.isnan(v):
             assert float(s) == v
 

@@ -10,7 +10,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "codegen/cuda/op_expr.h"
 #include "codegen/cuda/prelude.h"
+#include "ir/type_rules.h"
 
 namespace ff::codegen {
 
@@ -30,131 +32,9 @@ std::string storage_type(DType t) {
 }
 std::string compute_type(DType t) { return storage_type(compute_dtype(t)); }
 
-// A literal converted to the compute type `t` exactly as ATen casts a wrapped
-// Python scalar: the double is rounded to float first for f32 math.
-std::string literal(const Scalar& s, DType t) {
-  DType c = compute_dtype(t);
-  char buf[64];
-  if (c == DType::boolean) return s.as_double() != 0.0 ? "true" : "false";
-  if (c == DType::i64 || c == DType::i32) {
-    long long v = s.kind == Scalar::Kind::Float ? static_cast<long long>(s.f) : s.i;
-    std::snprintf(buf, sizeof buf, "%lldLL", v);
-    return c == DType::i32 ? "static_cast<int>(" + std::string(buf) + ")" : buf;
-  }
-  double v = s.as_double();
-  if (c == DType::f32) {
-    float f = static_cast<float>(v);
-    if (std::isnan(f)) return "__int_as_float(0x7fffffff)";
-    if (std::isinf(f)) return f > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
-    std::snprintf(buf, sizeof buf, "%.9gf", f);
-    std::string r = buf;
-    if (r.find_first_of(".e") == std::string::npos) r.insert(r.size() - 1, ".0");
-    return r;
-  }
-  if (std::isnan(v)) return "__longlong_as_double(0x7ff8000000000000LL)";
-  if (std::isinf(v)) return v > 0 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__longlong_as_double(0xfff0000000000000LL)";
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string r = buf;
-  if (r.find_first_of(".e") == std::string::npos) r += ".0";
-  return r;
-}
-
-bool is_compare(Op op) {
-  switch (op) {
-    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: return true;
-    default: return false;
-  }
-}
-bool is_logical(Op op) { return op == Op::LogicalAnd || op == Op::LogicalOr || op == Op::LogicalNot; }
-
-// The dtype an op computes in: comparisons in their operands' promoted type,
-// logical ops in bool, isnan in its operand's type, everything else in its result's.
-DType op_compute_dtype(const Node& n) {
-  if (is_logical(n.op)) return DType::boolean;
-  if (is_compare(n.op) || n.op == Op::IsNan) {
-    std::optional<DType> t;
-    bool float_literal = false;
-    for (auto& o : n.operands) {
-      if (o.is_value()) t = t ? promote(*t, o.value->type.dtype) : o.value->type.dtype;
-      else float_literal |= o.literal.kind == Scalar::Kind::Float;
-    }
-    DType d = t ? *t : DType::f64;
-    if (float_literal && !is_floating(d)) d = DType::f32;  // int tensor vs float literal compares as float
-    return compute_dtype(d);
-  }
-  return compute_dtype(n.result()->type.dtype);
-}
-
-std::string math_fn(const char* name, DType c) { return c == DType::f32 ? std::string(name) + "f" : name; }
-
-std::string pow_expr(const std::string& a, const Operand& exponent, const std::string& b, DType c) {
-  // ATen's pow with a scalar exponent special-cases these exponents (pow_tensor_scalar).
-  if (!exponent.is_value() && is_floating(c)) {
-    double e = exponent.literal.as_double();
-    std::string one = c == DType::f32 ? "1.0f" : "1.0";
-    if (e == 2.0) return "(" + a + " * " + a + ")";
-    if (e == 3.0) return "(" + a + " * " + a + " * " + a + ")";
-    if (e == 0.5) return math_fn("sqrt", c) + "(" + a + ")";
-    if (e == -0.5) return math_fn("rsqrt", c) + "(" + a + ")";
-    if (e == -1.0) return "(" + one + " / " + a + ")";
-    if (e == -2.0) return "(" + one + " / (" + a + " * " + a + "))";
-  }
-  return math_fn("pow", c) + "(" + a + ", " + b + ")";
-}
-
-std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
-  std::string fc = c == DType::f32 ? "f" : "";
-  auto call = [&](const char* f) { return math_fn(f, c) + "(" + a[0] + ")"; };
-  switch (n.op) {
-    case Op::Neg: return "(-" + a[0] + ")";
-    case Op::Abs: return is_floating(c) ? call("fabs") : "(" + a[0] + " < 0 ? -" + a[0] + " : " + a[0] + ")";
-    case Op::Exp: return call("exp");
-    case Op::Log: return call("log");
-    case Op::Log1p: return call("log1p");
-    case Op::Expm1: return call("expm1");
-    case Op::Sqrt: return call("sqrt");
-    case Op::Rsqrt: return call("rsqrt");
-    case Op::Tanh: return call("tanh");
-    case Op::Sin: return call("sin");
-    case Op::Cos: return call("cos");
-    case Op::Erf: return call("erf");
-    case Op::Floor: return is_floating(c) ? call("floor") : a[0];
-    case Op::Ceil: return is_floating(c) ? call("ceil") : a[0];
-    case Op::Trunc: return is_floating(c) ? call("trunc") : a[0];
-    case Op::Round: return is_floating(c) ? call("nearbyint") : a[0];
-    case Op::Sigmoid: return "ff_sigmoid(" + a[0] + ")";
-    case Op::Silu: return "ff_silu(" + a[0] + ")";
-    case Op::Relu: return "ff_relu(" + a[0] + ")";
-    case Op::Gelu: {
-      bool tanh = n.has_attr("approximate") && n.attr_string("approximate") == "tanh";
-      return (tanh ? "ff_gelu_tanh(" : "ff_gelu(") + a[0] + ")";
-    }
-    case Op::Sign: return "ff_sign(" + a[0] + ")";
-    case Op::Reciprocal: return "(" + literal(Scalar::of_float(1.0), c) + " / " + a[0] + ")";
-    case Op::LogicalNot: return "(!" + a[0] + ")";
-    case Op::IsNan: return "ff_isnan(" + a[0] + ")";
-    case Op::Cast: case Op::Copy: case Op::Full: return a[0];
-    case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
-    case Op::Sub: return "(" + a[0] + " - " + a[1] + ")";
-    case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";
-    case Op::Div: return "(" + a[0] + " / " + a[1] + ")";
-    case Op::Pow: return pow_expr(a[0], n.operands[1], a[1], c);
-    case Op::Maximum: return "ff_maximum(" + a[0] + ", " + a[1] + ")";
-    case Op::Minimum: return "ff_minimum(" + a[0] + ", " + a[1] + ")";
-    case Op::Eq: return "(" + a[0] + " == " + a[1] + ")";
-    case Op::Ne: return "(" + a[0] + " != " + a[1] + ")";
-    case Op::Lt: return "(" + a[0] + " < " + a[1] + ")";
-    case Op::Le: return "(" + a[0] + " <= " + a[1] + ")";
-    case Op::Gt: return "(" + a[0] + " > " + a[1] + ")";
-    case Op::Ge: return "(" + a[0] + " >= " + a[1] + ")";
-    case Op::LogicalAnd: return "(" + a[0] + " && " + a[1] + ")";
-    case Op::LogicalOr: return "(" + a[0] + " || " + a[1] + ")";
-    case Op::Remainder: return "ff_remainder(" + a[0] + ", " + a[1] + ")";
-    case Op::Fmod: return is_floating(c) ? math_fn("fmod", c) + "(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " % " + a[1] + ")";
-    case Op::Where: return "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")";
-    default: throw IRError("pointwise codegen: no CUDA expression for op '" + std::string(op_name(n.op)) + "'");
-  }
-}
+// The dtype a node computes in: its operands' common dtype for comparisons,
+// bool for logical ops, its result's otherwise (type_rules.h), as opmath.
+DType op_compute_dtype(const Node& n) { return compute_dtype(operand_dtype(n)); }
 
 // A tensor operand of the kernel, described over the iteration dims.
 struct Access {
@@ -236,10 +116,10 @@ void emit_body(std::ostringstream& os, const fusion::Group& g, const std::string
     std::vector<std::string> args;
     for (size_t i = 0; i < n->operands.size(); ++i) {
       const Operand& o = n->operands[i];
-      DType want = (n->op == Op::Where && i == 0) ? DType::boolean : c;
-      if (n->op == Op::IsNan && o.is_value()) want = compute_dtype(o.value->type.dtype);
+      // where's condition takes no part in promotion: it is a truth value
+      DType want = promotes_operand(n->op, i) ? c : DType::boolean;
       if (!o.is_value()) {
-        args.push_back(literal(o.literal, want));
+        args.push_back(cuda_literal(o.literal, want));
         continue;
       }
       const std::string& e = expr_of.at(o.value);

@@ -15,34 +15,22 @@ built under ``torch.device("meta")`` capture without allocating anything).
 The modules, by job: graph (CapturedGraph, InputBinding, CaptureError),
 decompositions (the table), irtext (IR text formatting), values and lowering
 (the exported graph to IR text), aten_handlers (one handler per ATen op),
-export (torch.export and scalar lifting: ``capture``), opaque (opaque nodes'
-argument expressions at run time).
+export (torch.export and scalar lifting: ``capture``). Op facts (which ATen
+overloads map 1:1 to IR ops, type promotion), dtype names and float text come
+from the core. An opaque node runs as the core's torch expression of it
+(``Step.torch_expr``).
 """
 from __future__ import annotations
 
 from fuseforge.capture.decompositions import decomposition_table
 from fuseforge.capture.export import capture
 from fuseforge.capture.graph import CaptureError, CapturedGraph, InputBinding, resolve_attribute
-from fuseforge.capture.irtext import format_float
-from fuseforge.capture.opaque import (
-    compile_opaque_args,
-    compile_opaque_call,
-    decode_opaque_args,
-    resolve_target,
-    run_opaque,
-)
 
 __all__ = [
     "CaptureError",
     "CapturedGraph",
     "InputBinding",
     "capture",
-    "compile_opaque_args",
-    "compile_opaque_call",
-    "decode_opaque_args",
     "decomposition_table",
-    "format_float",
     "resolve_attribute",
-    "resolve_target",
-    "run_opaque",
 ]

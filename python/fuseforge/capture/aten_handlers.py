@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
+from fuseforge._native import core
 from fuseforge.capture.graph import CaptureError
 from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
 
@@ -60,17 +61,34 @@ def _register(specs: Sequence[str], fn: Callable) -> None:
             _HANDLERS[op] = fn
 
 
-def _unary(irop: str):
-    def h(L: _Lowerer, node, a):
-        return L.pointwise(irop, [L.operand(a["self"])], L.rtype(node))
+def _one_to_one(irop: str, kind: str, arg_names: list[str]):
+    """An ATen op whose schema arguments are the IR op's operands, in order."""
+    if kind == "pointwise":
+        def h(L: _Lowerer, node, a):
+            return L.pointwise(irop, [L.operand(a[n]) for n in arg_names], L.rtype(node))
+    else:
+        def h(L: _Lowerer, node, a):
+            return L.emit1(irop, [L.value(a[n]) for n in arg_names], L.rtype(node))
     return h
 
 
-for _name in ["neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sigmoid", "tanh", "relu",
-              "silu", "sin", "cos", "reciprocal", "erf", "floor", "ceil", "trunc", "sign",
-              "logical_not", "isnan"]:
-    _register([f"{_name}.default"], _unary(_name))
-_register(["round.default"], _unary("round"))
+def _register_one_to_one() -> None:
+    """The ATen overloads each IR op declares it maps from 1:1 (ops.def's
+    "aten" column), checked against their schemas."""
+    for irop in core.op_names():
+        info = core.op_info(irop)
+        for spec in info.aten:
+            op = _op(*spec.split("."))
+            if op is None:
+                continue  # not in this PyTorch
+            names = [arg.name for arg in op._schema.arguments if not arg.kwarg_only]
+            if len(names) != info.num_operands:
+                raise RuntimeError(f"ops.def: '{irop}' takes {info.num_operands} operands but maps from "
+                                   f"aten.{spec}, which takes {len(names)} arguments")
+            _HANDLERS[op] = _one_to_one(irop, info.kind, names)
+
+
+_register_one_to_one()
 
 
 def _gelu(L: _Lowerer, node, a):
@@ -81,12 +99,6 @@ def _gelu(L: _Lowerer, node, a):
 
 
 _register(["gelu.default"], _gelu)
-
-
-def _binary(irop: str, lhs: str = "self", rhs: str = "other"):
-    def h(L: _Lowerer, node, a):
-        return L.pointwise(irop, [L.operand(a[lhs]), L.operand(a[rhs])], L.rtype(node))
-    return h
 
 
 def _scaled(L: _Lowerer, y: Any, alpha: Any) -> Any:
@@ -110,19 +122,6 @@ def _add_sub(irop: str, reverse: bool = False):
 _register(["add.Tensor", "add.Scalar"], _add_sub("add"))
 _register(["sub.Tensor", "sub.Scalar"], _add_sub("sub"))
 _register(["rsub.Tensor", "rsub.Scalar"], _add_sub("sub", reverse=True))
-_register(["mul.Tensor", "mul.Scalar"], _binary("mul"))
-_register(["div.Tensor", "div.Scalar"], _binary("div"))
-_register(["maximum.default"], _binary("maximum"))
-_register(["minimum.default"], _binary("minimum"))
-_register(["remainder.Tensor", "remainder.Scalar"], _binary("remainder"))
-_register(["fmod.Tensor", "fmod.Scalar"], _binary("fmod"))
-_register(["pow.Tensor_Scalar"], _binary("pow", "self", "exponent"))
-_register(["pow.Tensor_Tensor"], _binary("pow", "self", "exponent"))
-_register(["pow.Scalar"], _binary("pow", "self", "exponent"))
-for _name in ["eq", "ne", "lt", "le", "gt", "ge"]:
-    _register([f"{_name}.Tensor", f"{_name}.Scalar"], _binary(_name))
-_register(["logical_and.default"], _binary("logical_and"))
-_register(["logical_or.default"], _binary("logical_or"))
 
 
 def _bitwise_bool(irop: str, unary: bool = False):
@@ -155,14 +154,6 @@ def _div_mode(L: _Lowerer, node, a):
 
 
 _register(["div.Tensor_mode", "div.Scalar_mode"], _div_mode)
-
-
-def _where(L: _Lowerer, node, a):
-    return L.pointwise("where", [L.operand(a["condition"]), L.operand(a["self"]), L.operand(a["other"])],
-                       L.rtype(node))
-
-
-_register(["where.self"], _where)
 
 
 def _clamp(L: _Lowerer, node, a):
@@ -380,14 +371,6 @@ _register(["cumsum.default"], _cumsum)
 # ---- matmul and convolution
 
 
-def _mm(irop: str):
-    def h(L: _Lowerer, node, a):
-        return L.emit1(irop, [L.value(a["self"]), L.value(a["mat2"])], L.rtype(node))
-    return h
-
-
-_register(["mm.default"], _mm("mm"))
-_register(["bmm.default"], _mm("bmm"))
 
 
 def _addmm(L: _Lowerer, node, a):

@@ -1,45 +1,19 @@
 """IR text as the C++ printer writes it (docs/IR.md): types, literals,
-attributes and value names, so that capture's ``print(parse(text)) == text``."""
+attributes and value names, so that capture's ``print(parse(text)) == text``.
+Dtype names and float literals come from the core (its dtype table and printer)."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
+from fuseforge._native import core
 from fuseforge.capture.graph import CaptureError
-
-_DTYPE_NAMES = {
-    torch.float32: "f32",
-    torch.float16: "f16",
-    torch.bfloat16: "bf16",
-    torch.float64: "f64",
-    torch.int64: "i64",
-    torch.int32: "i32",
-    torch.bool: "bool",
-}
+from fuseforge.dtypes import IR_NAME
 
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.]")
-
-
-def format_float(v: float) -> str:
-    """A float literal exactly as the C++ printer writes it (shortest %g that
-    reads back to the same double, with '.0' when it would look like an int)."""
-    v = float(v)
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    s = ""
-    for prec in range(1, 18):
-        s = "%.*g" % (prec, v)
-        if float(s) == v:
-            break
-    if not any(c in s for c in ".en"):
-        s += ".0"
-    return s
 
 
 def _format_literal(v: Any) -> str:
@@ -47,7 +21,7 @@ def _format_literal(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, int):
         return str(v)
-    return format_float(v)
+    return core.format_float(float(v))
 
 
 def _quote(s: str) -> str:
@@ -60,7 +34,7 @@ def _format_attr(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return format_float(v)
+        return core.format_float(float(v))
     if isinstance(v, str):
         return _quote(v)
     if isinstance(v, (list, tuple)):
@@ -97,9 +71,9 @@ class _T:
                                "values read from tensors (.item(), .tolist(), Python control flow on data)")
         if not isinstance(t, torch.Tensor):
             raise CaptureError(f"{what}: expected a tensor value, got {type(t).__name__}")
-        if t.dtype not in _DTYPE_NAMES:
+        if t.dtype not in IR_NAME:
             raise CaptureError(f"{what}: dtype {t.dtype} is not supported by the IR "
-                               f"(supported: {', '.join(_DTYPE_NAMES.values())})")
+                               f"(supported: {', '.join(IR_NAME.values())})")
         shape = tuple(_static_int(s, what) for s in t.shape)
         try:
             strides = tuple(_static_int(s, what) for s in t.stride())
@@ -111,7 +85,7 @@ class _T:
         return _T(dtype, self.shape, self.strides)
 
     def text(self) -> str:
-        s = f"{_DTYPE_NAMES[self.dtype]}[{','.join(str(d) for d in self.shape)}]"
+        s = f"{IR_NAME[self.dtype]}[{','.join(str(d) for d in self.shape)}]"
         if self.strides != _contiguous_strides(self.shape):
             s += "{" + ",".join(str(d) for d in self.strides) + "}"
         return s

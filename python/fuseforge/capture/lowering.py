@@ -10,17 +10,12 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
+from fuseforge._native import core
 from fuseforge.capture.aten_handlers import _HANDLERS
 from fuseforge.capture.graph import CaptureError, InputBinding
 from fuseforge.capture.irtext import _NAME_RE, _T, _format_attr, _format_literal
 from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
-
-# pointwise ops whose result is bool whatever their operands are
-_BOOL_RESULT_OPS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan"}
-
-
-def _category(dtype: torch.dtype) -> int:
-    return 2 if dtype.is_floating_point else 0 if dtype == torch.bool else 1
+from fuseforge.dtypes import IR_NAME, TORCH
 
 
 def _py_value(t: torch.Tensor) -> Any:
@@ -169,7 +164,8 @@ class _Lowerer:
     def pointwise(self, op: str, operands: list[Any], t: _T, attrs: dict | None = None) -> _V:
         if operands and all(isinstance(o, _Lit) for o in operands):
             operands = [self.value(operands[0])] + list(operands[1:])
-        if op not in _BOOL_RESULT_OPS and t.dtype != torch.bool:
+        # ops whose result is bool whatever their operands (comparisons, logical ops) need no casts
+        if core.result_dtype(op, []) != "bool" and t.dtype != torch.bool:
             operands = self._cast_operands(op, operands, t.dtype)
         return self.emit1(op, operands, t, attrs)
 
@@ -177,23 +173,15 @@ class _Lowerer:
         """Makes promotion explicit: where eager computes in a wider type than its
         tensor operands have (an int tensor times a float literal, a bool tensor
         plus an int), the operands are cast to the result dtype first."""
-        first = 1 if op == "where" else 0
-        dim_dt = zero_dt = None
-        for o in operands[first:]:
-            if isinstance(o, _V):
-                if o.type.shape:
-                    dim_dt = o.type.dtype if dim_dt is None else torch.promote_types(dim_dt, o.type.dtype)
-                else:
-                    zero_dt = o.type.dtype if zero_dt is None else torch.promote_types(zero_dt, o.type.dtype)
-        promoted = dim_dt
-        if promoted is None or (zero_dt is not None and _category(zero_dt) > _category(promoted)):
-            promoted = zero_dt if promoted is None else torch.promote_types(promoted, zero_dt)
-        if promoted is None or promoted == dtype:
+        # the tensor operands' common dtype (the core's promotion, literals left out)
+        promoted = core.common_dtype(op, [(IR_NAME[o.type.dtype], len(o.type.shape)) if isinstance(o, _V) else None
+                                          for o in operands])
+        if promoted is None or TORCH[promoted] == dtype:
             return operands
+        info = core.op_info(op)
         out = list(operands)
-        for i in range(first, len(out)):
-            o = out[i]
-            if isinstance(o, _V) and o.type.dtype != dtype:
+        for i, o in enumerate(out):
+            if isinstance(o, _V) and o.type.dtype != dtype and info.promotes_operand(i):
                 out[i] = self.emit1("cast", [o], o.type.with_dtype(dtype))
         return out
 

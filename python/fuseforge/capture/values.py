@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from fuseforge.capture.irtext import _DTYPE_NAMES, _T
+from fuseforge.capture.irtext import _T
+from fuseforge.dtypes import IR_NAME
 
 
 class _V:
@@ -41,7 +42,7 @@ class _Const:
 
     @property
     def is_scalar(self) -> bool:
-        return self.tensor.dim() == 0 and self.tensor.dtype in _DTYPE_NAMES and self.tensor.device.type != "meta"
+        return self.tensor.dim() == 0 and self.tensor.dtype in IR_NAME and self.tensor.device.type != "meta"
 
 
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-#: ATen's name of each IR dtype.
-AT_DTYPES = {"f32": "at::kFloat", "f16": "at::kHalf", "bf16": "at::kBFloat16", "f64": "at::kDouble",
-             "i64": "at::kLong", "i32": "at::kInt", "bool": "at::kBool"}
+from fuseforge.dtypes import ATEN
 
 #: Dynamic shared memory a kernel may use without opting in.
 _DEFAULT_SHARED_LIMIT = 48 * 1024
@@ -89,12 +87,12 @@ def _kernel_host(fn: str, k: Any, plan: Any) -> str:
         b = plan.buffers[o]
         lines.append(_layout(f"Out{i}", b))
         lines.append(f"  at::Tensor out{i} = at::empty_strided(kOut{i}Sizes, kOut{i}Strides, "
-                     f"at::TensorOptions().dtype({AT_DTYPES[b.dtype]}).device(device));")
+                     f"at::TensorOptions().dtype({ATEN[b.dtype]}).device(device));")
         pointers.append(f"out{i}.data_ptr()")
     for i, inp in enumerate(k.inputs):
         b = plan.buffers[inp.memory]
         lines.append(_layout(f"In{i}", b))
-        lines.append(f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {AT_DTYPES[b.dtype]}, "
+        lines.append(f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {ATEN[b.dtype]}, "
                      f"kName, {i}, {max(k.align_bytes, 1)});")
         pointers.append(f"in{i}.data_ptr()")
     args = [f"&p[{i}]" for i in range(len(pointers))]

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from fuseforge.dtypes import torch_text
 from fuseforge.emit.ops import EmitError, literal, step_expr
-from fuseforge.runtime.library_calls import dtype_text
 
 
 @dataclass
@@ -72,7 +72,7 @@ def _steps_code(plan: Any, steps: Any, kernel_fns: dict[int, str]) -> list[str]:
             body.append(f"({outs},) = ext.{kernel_fns[step.kernel]}([{ins}], [{scalars}])")
         else:
             operands = [_var(o.buffer) if o.buffer >= 0 else literal(o.literal) for o in step.operands]
-            expr = step_expr(step, plan, operands)
+            expr = step_expr(step, operands)
             results = [_var(b) for b in step.results]
             if step.op == "opaque" and len(results) == 1:
                 body.append(f"{results[0]} = _ff_first({expr})")
@@ -151,7 +151,7 @@ def _guard_code(mp: ModePlan) -> list[str]:
         if b.kind == "const":
             continue
         x = f"args{_arg(b)}" if b.kind == "user" else access(b.source)
-        conds.append(f"isinstance({x}, torch.Tensor) and {x}.is_cuda and {x}.dtype is {dtype_text(buf.dtype)} "
+        conds.append(f"isinstance({x}, torch.Tensor) and {x}.is_cuda and {x}.dtype is {torch_text(buf.dtype)} "
                      f"and {x}.shape == {tuple(buf.shape)}")
     for i, v in cap.specialized_scalars.items():
         conds.append(f"args[{i}] == {literal(v)}")

@@ -1,17 +1,13 @@
-"""Library steps of a plan as Python source text, for `fuseforge emit`.
-
-The text is library_calls.expression's, the form the executor compiles, except
-for opaque nodes, whose captured argument text is rewritten here as source.
-Operands arrive as source text (variable names or literals).
-"""
+"""Library steps of a plan as Python source text, for `fuseforge emit`: the
+core's torch expression of each step (`Step.torch_expr`, the very text the
+executor compiles, opaque nodes included). Operands arrive as source text
+(variable names or literals)."""
 from __future__ import annotations
 
-import ast
 import math
-import re
 from typing import Any, Sequence
 
-from fuseforge.runtime import library_calls
+from fuseforge._native import core
 
 
 class EmitError(ValueError):
@@ -27,52 +23,11 @@ def literal(v: Any) -> str:
     raise EmitError(f"cannot write literal {v!r}")
 
 
-def _opaque(attrs: dict, a: list[str]) -> str:
-    """An opaque node: its captured argument text with `$i` replaced by the
-    operands and devices by the emitted module's `dev`."""
-    target = attrs["target"]
-    parts = target.split(".")
-    if len(parts) != 3 or not all(p.isidentifier() for p in parts):
-        raise EmitError(f"bad opaque target {target!r}")
-
-    class Rewrite(ast.NodeTransformer):
-        def visit_Name(self, n: ast.Name) -> ast.AST:
-            if n.id.startswith("__ff_t"):
-                return ast.Name(a[int(n.id[6:])], ast.Load())
-            if n.id in ("inf", "nan"):
-                return ast.parse(f"float({n.id!r})", mode="eval").body
-            raise EmitError(f"unexpected name {n.id!r} in opaque arguments of {target}")
-
-        def visit_Call(self, n: ast.Call) -> ast.AST:
-            f = n.func
-            if isinstance(f, ast.Attribute) and f.attr == "device" and isinstance(f.value, ast.Name) \
-                    and f.value.id == "torch":
-                return ast.Name("dev", ast.Load())
-            raise EmitError(f"unexpected call {ast.unparse(n)} in opaque arguments of {target}")
-
-        def visit_Attribute(self, n: ast.Attribute) -> ast.AST:
-            if isinstance(n.value, ast.Name) and n.value.id == "torch":
-                return n  # torch.float32, torch.contiguous_format, ...
-            raise EmitError(f"unexpected attribute {ast.unparse(n)} in opaque arguments of {target}")
-
-    def rewrite(text: str) -> str:
-        tree = ast.parse(re.sub(r"\$(\d+)", lambda m: f"__ff_t{m.group(1)}", text), mode="eval")
-        return ast.unparse(Rewrite().visit(tree).body)
-
-    args = rewrite(attrs.get("args", "[]"))
-    kwargs = rewrite(attrs["kwargs"]) if attrs.get("kwargs") else "{}"
-    return f"torch.ops.{target}(*{args}, **{kwargs})"
-
-
-def step_expr(step: Any, plan: Any, a: Sequence[str]) -> str:
-    """Source of an expression computing one call or view step of `plan`:
-    library_calls.expression (the executor's own calls), or for an opaque node
-    its captured call. `a`: operand texts. Raises EmitError for an op with no
-    torch form."""
-    if step.op == "opaque":
-        return _opaque(step.attrs, list(a))
+def step_expr(step: core.Step, a: Sequence[str]) -> str:
+    """Source of an expression computing one call step over operand texts `a`.
+    Raises EmitError for a step the core cannot write as torch (an opaque
+    node's arguments outside capture's grammar)."""
     try:
-        return library_calls.expression(step, plan, a)
-    except library_calls.NoLibraryCall:
-        raise EmitError(f"fuseforge emit: no Python form for IR op '{step.op}' "
-                        f"(step `{plan.step_text(step)}`)") from None
+        return step.torch_expr(list(a))
+    except ValueError as e:
+        raise EmitError(f"fuseforge emit: no Python form for step `{step.node_text}`: {e}") from None

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fuseforge._native import core
+from fuseforge.dtypes import TORCH
 from fuseforge.runtime import autotune, library_calls
 from fuseforge.runtime.prepared import cached_prepare
 
@@ -42,7 +43,7 @@ class _Type:
 
 
 def _type(b: Any) -> _Type:
-    return _Type(library_calls.DTYPES[b.dtype], tuple(b.shape), tuple(b.strides))
+    return _Type(TORCH[b.dtype], tuple(b.shape), tuple(b.strides))
 
 
 def _raw_stream(device_index: int) -> int:
@@ -111,7 +112,7 @@ class Executor:
 
     def _call(self, step: Any) -> Run:
         """A library call or view: the step's torch expression."""
-        call = library_calls.make_call(step, self.plan, self.device)
+        call = library_calls.make_call(step, self.device)
         operands = [(True, o.buffer) if o.buffer >= 0 else (False, o.literal) for o in step.operands]
         results = list(step.results)
         text = self.plan.step_text(step)
