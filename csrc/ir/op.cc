@@ -14,6 +14,8 @@ constexpr OpInfo kOps[] = {
 
 const OpInfo& op_info(Op op) { return kOps[static_cast<size_t>(op)]; }
 
+size_t op_count() { return sizeof kOps / sizeof kOps[0]; }
+
 std::optional<Op> parse_op(std::string_view name) {
   for (const OpInfo& info : kOps)
     if (info.name == name) return info.op;

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -21,6 +22,7 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(Op op);
+size_t op_count();  // ops in ops.def; Op values are 0 .. op_count() - 1
 std::optional<Op> parse_op(std::string_view name);
 inline std::string_view op_name(Op op) { return op_info(op).name; }
 inline OpKind op_kind(Op op) { return op_info(op).kind; }
