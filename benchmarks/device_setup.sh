@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Installs fuseforge on the lent GPU machine (see docs/ARCHITECTURE.md, "On the lent GPU machine").
-# Its $CXX (/opt/gcc) links libstdc++ statically, which crashes inside a torch
-# process (two libstdc++ copies share iostream locale state): build with the
-# system g++ instead. Pinned nanobind/scikit-build-core and nvidia-cutlass (the
+# Installs fuseforge on a lent GPU machine (docs/DEVELOPING.md, "GPU runs on a
+# lent machine"). A default $CXX that links libstdc++ statically builds an
+# extension that crashes inside a torch process (two libstdc++ copies share
+# iostream locale state): build with the system g++ instead. Pinned nanobind/scikit-build-core and nvidia-cutlass (the
 # GEMM kernels' headers, requirements-headers.txt) come as wheels in .whl/.
 set -euo pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then

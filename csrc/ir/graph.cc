@@ -6,9 +6,24 @@
 
 namespace ff {
 
+int64_t checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw IRError(std::to_string(a) + " * " + std::to_string(b) + " overflows int64");
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw IRError(std::to_string(a) + " + " + std::to_string(b) + " overflows int64");
+  return r;
+}
+
 int64_t numel(const Shape& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = checked_mul(n, d);
   return n;
 }
 
@@ -17,7 +32,7 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    if (i > 0) acc = checked_mul(acc, std::max<int64_t>(shape[i], 1));
   }
   return s;
 }

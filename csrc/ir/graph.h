@@ -28,7 +28,13 @@ struct IRError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Sizes, extents and strides stay within int64: these throw IRError when a
+// product or sum overflows (no such tensor can exist, so only malformed IR,
+// e.g. a fuzzed shape, gets there).
+int64_t checked_mul(int64_t a, int64_t b);
+int64_t checked_add(int64_t a, int64_t b);
 int64_t numel(const Shape& shape);
+// Row-major strides; size-0 dims count as 1, so they too must not overflow.
 Shape contiguous_strides(const Shape& shape);
 
 struct TensorType {

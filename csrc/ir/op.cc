@@ -13,6 +13,7 @@ static_assert(sizeof(kOps) / sizeof(kOps[0]) == kNumOps);
 
 const OpInfo& op_info(Op op) { return kOps[static_cast<size_t>(op)]; }
 
+
 std::optional<Op> parse_op(std::string_view name) {
   for (const OpInfo& info : kOps)
     if (info.name == name) return info.op;

@@ -1,5 +1,6 @@
 #pragma once
 // IR ops: the enum and the per-op facts of ops.def (see there for the row format).
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -41,6 +42,7 @@ inline std::string_view op_name(Op op) { return op_info(op).name; }
 inline OpKind op_kind(Op op) { return op_info(op).kind; }
 std::string_view op_kind_name(OpKind k);
 std::string_view result_dtype_name(ResultDType r);  // "promote", "compare", ...
+// Ops in ops.def; Op values are 0 .. kNumOps - 1.
 constexpr size_t kNumOps = 0
 #define FF_OP(e, name, kind, n, rdt, aten) +1
 #include "ir/ops.def"

@@ -1,6 +1,7 @@
 // Reads the text form that printer.cc writes (grammar: docs/IR.md).
 // Errors are IRError("line L, col C: what was expected").
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <limits>
 
@@ -164,8 +165,10 @@ class Parser {
   int64_t integer() {
     skip_space();
     char* end = nullptr;
+    errno = 0;
     long long v = std::strtoll(s_.c_str() + pos_, &end, 10);
     if (end == s_.c_str() + pos_) fail("expected an integer");
+    if (errno == ERANGE) fail("integer out of the int64 range");
     pos_ = end - s_.c_str();
     return v;
   }
@@ -195,8 +198,10 @@ class Parser {
       if (*end) fail("malformed number '" + tok + "'");
       return Scalar::of_float(v);
     }
+    errno = 0;
     long long v = std::strtoll(tok.c_str(), &end, 10);
     if (*end) fail("malformed number '" + tok + "'");
+    if (errno == ERANGE) fail("integer '" + tok + "' out of the int64 range");
     return Scalar::of_int(v);
   }
   bool starts_number() {
@@ -218,7 +223,10 @@ class Parser {
     }
     for (int64_t dim : t.shape)
       if (dim < 0) fail("negative dimension in type");
-    t.strides = contiguous_strides(t.shape);
+    wrap([&] {
+      numel(t.shape);  // throws when the sizes overflow int64
+      t.strides = contiguous_strides(t.shape);
+    });
     skip_space_inline();
     if (peek() == '{') {
       expect('{');
@@ -226,6 +234,8 @@ class Parser {
       do t.strides.push_back(integer()); while (accept(','));
       expect('}');
       if (t.strides.size() != t.shape.size()) fail("stride count differs from the rank");
+      for (int64_t st : t.strides)
+        if (st < 0) fail("negative stride in type");
     }
     return t;
   }

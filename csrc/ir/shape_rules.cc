@@ -39,9 +39,12 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
   for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
     tensor_numel *= old_shape[d];
     // A chunk ends where the next (outer) dim is not contiguous with this one.
-    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+    // An overflowing product equals no stride, so it ends the chunk too.
+    int64_t contiguous_stride = 0;
+    bool overflows = __builtin_mul_overflow(tensor_numel, chunk_base_stride, &contiguous_stride);
+    if (d == 0 || (old_shape[d - 1] != 1 && (overflows || old_strides[d - 1] != contiguous_stride))) {
       while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
-        new_strides[view_d] = view_numel * chunk_base_stride;
+        new_strides[view_d] = checked_mul(view_numel, chunk_base_stride);
         view_numel *= shape[view_d];
         view_d--;
       }
@@ -150,19 +153,38 @@ std::vector<TensorType> matmul(const Node& n) {
 std::vector<TensorType> convolution(const Node& n) {
   const TensorType& x = operand_type(n, 0);
   const TensorType& w = operand_type(n, 1);
-  size_t sp = x.shape.size() - 2;
   if (x.shape.size() < 3 || w.shape.size() != x.shape.size())
     fail(n, "input " + shape_str(x.shape) + " and weight " + shape_str(w.shape) + " ranks do not fit");
-  auto stride = n.attr_ints("stride"), padding = n.attr_ints("padding"), dilation = n.attr_ints("dilation");
+  const size_t sp = x.shape.size() - 2;
+  // One value for every spatial dim, or one per spatial dim, each >= `least`.
+  auto per_dim = [&](const char* key, std::vector<int64_t> v, int64_t least) {
+    if (v.size() != 1 && v.size() != sp)
+      fail(n, std::string(key) + " has " + std::to_string(v.size()) + " entries for " + std::to_string(sp) + " spatial dims");
+    for (int64_t e : v)
+      if (e < least) fail(n, std::string(key) + " entries must be >= " + std::to_string(least));
+    if (v.size() == 1) v.assign(sp, v[0]);
+    return v;
+  };
+  auto stride = per_dim("stride", n.attr_ints("stride"), 1);
+  auto padding = per_dim("padding", n.attr_ints("padding"), 0);
+  auto dilation = per_dim("dilation", n.attr_ints("dilation"), 1);
   bool transposed = n.attr_bool_or("transposed", false);
   int64_t groups = n.attr_int_or("groups", 1);
-  std::vector<int64_t> out_pad = n.has_attr("output_padding") ? n.attr_ints("output_padding") : std::vector<int64_t>(sp, 0);
-  auto at = [&](const std::vector<int64_t>& v, size_t i) { return v.size() == 1 ? v[0] : v.at(i); };
-  Shape out{x.shape[0], transposed ? w.shape[1] * groups : w.shape[0]};
+  if (groups < 1) fail(n, "groups must be >= 1");
+  auto out_pad = per_dim("output_padding", n.has_attr("output_padding") ? n.attr_ints("output_padding")
+                                                                         : std::vector<int64_t>{0}, 0);
+  Shape out{x.shape[0], transposed ? checked_mul(w.shape[1], groups) : w.shape[0]};
   for (size_t i = 0; i < sp; ++i) {
     int64_t k = w.shape[2 + i], in = x.shape[2 + i];
-    int64_t o = transposed ? (in - 1) * at(stride, i) - 2 * at(padding, i) + at(dilation, i) * (k - 1) + at(out_pad, i) + 1
-                           : (in + 2 * at(padding, i) - at(dilation, i) * (k - 1) - 1) / at(stride, i) + 1;
+    // The receptive field of one output: dilation * (k - 1) + 1.
+    int64_t field = checked_add(checked_mul(dilation[i], std::max<int64_t>(k - 1, 0)), 1);
+    int64_t padded = checked_add(in, checked_mul(2, padding[i]));
+    if (k <= 0 || (!transposed && padded < field))
+      fail(n, "kernel " + shape_str(w.shape) + " does not fit input " + shape_str(x.shape));
+    int64_t o = transposed
+                    ? checked_add(checked_add(checked_mul(in - 1, stride[i]), -checked_mul(2, padding[i])),
+                                  checked_add(field, out_pad[i]))
+                    : (padded - field) / stride[i] + 1;
     if (o <= 0) fail(n, "output size is not positive for input " + shape_str(x.shape));
     out.push_back(o);
   }
@@ -173,10 +195,17 @@ std::vector<TensorType> layout(const Node& n) {
   const TensorType& declared = n.results.at(0)->type;
   if (n.op == Op::Cat) {
     const TensorType& first = operand_type(n, 0);
-    int64_t d = normalize_dim(n.attr_int("dim"), static_cast<int64_t>(first.shape.size()));
+    if (first.shape.empty()) fail(n, "cannot concatenate 0-d tensors");
+    const size_t d = static_cast<size_t>(normalize_dim(n.attr_int("dim"), static_cast<int64_t>(first.shape.size())));
     Shape out = first.shape;
     out[d] = 0;
-    for (size_t i = 0; i < n.operands.size(); ++i) out[d] += operand_type(n, i).shape.at(d);
+    for (size_t i = 0; i < n.operands.size(); ++i) {
+      const Shape& s = operand_type(n, i).shape;
+      bool fits = s.size() == out.size();
+      for (size_t j = 0; fits && j < s.size(); ++j) fits = j == d || s[j] == out[j];
+      if (!fits) fail(n, "operand " + shape_str(s) + " does not fit " + shape_str(first.shape) + " outside dim " + std::to_string(d));
+      out[d] = checked_add(out[d], s[d]);
+    }
     return {TensorType::contiguous(first.dtype, out)};
   }
   const TensorType& in = operand_type(n, 0);
@@ -201,7 +230,7 @@ std::vector<TensorType> layout(const Node& n) {
       int64_t d = normalize_dim(n.attr_int("dim"), rank + 1);
       t.shape = in.shape;
       t.strides = in.strides;
-      int64_t st = d < rank ? in.shape[d] * in.strides[d] : 1;
+      int64_t st = d < rank ? checked_mul(in.shape[d], in.strides[d]) : 1;
       t.shape.insert(t.shape.begin() + d, 1);
       t.strides.insert(t.strides.begin() + d, st);
       return {t};
@@ -222,10 +251,11 @@ std::vector<TensorType> layout(const Node& n) {
       t.shape = in.shape;
       t.strides = in.strides;
       t.shape[b.dim] = b.size;
-      t.strides[b.dim] *= b.step;
+      t.strides[b.dim] = checked_mul(t.strides[b.dim], b.step);
       return {t};
     }
     case Op::Select: {
+      if (rank == 0) fail(n, "cannot select from a 0-d tensor");
       int64_t d = normalize_dim(n.attr_int("dim"), rank);
       int64_t idx = n.attr_int("index");
       if (idx < -in.shape[d] || idx >= in.shape[d]) fail(n, "index " + std::to_string(idx) + " out of range for dim of size " + std::to_string(in.shape[d]));
@@ -263,6 +293,7 @@ std::vector<TensorType> layout(const Node& n) {
 }  // namespace
 
 SliceBounds slice_bounds(const Node& n, const Shape& shape) {
+  if (shape.empty()) fail(n, "cannot slice a 0-d tensor");
   int64_t d = normalize_dim(n.attr_int("dim"), static_cast<int64_t>(shape.size()));
   int64_t size = shape[d];
   int64_t start = n.attr_int_or("start", 0), end = n.attr_int_or("end", size), step = n.attr_int_or("step", 1);
@@ -271,7 +302,7 @@ SliceBounds slice_bounds(const Node& n, const Shape& shape) {
   if (end < 0) end += size;
   start = std::clamp<int64_t>(start, 0, size);
   end = std::clamp<int64_t>(end, start, size);
-  return {d, start, step, (end - start + step - 1) / step};
+  return {d, start, step, end == start ? 0 : (end - start - 1) / step + 1};
 }
 
 int64_t normalize_dim(int64_t dim, int64_t rank) {

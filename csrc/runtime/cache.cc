@@ -1,11 +1,13 @@
 #include "runtime/cache.h"
 
+#include <elf.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -58,6 +60,28 @@ std::uint64_t get_u64(std::string_view in) {
   std::uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
   return v;
+}
+
+// Whether `image` can be what compile_kernel made for `kernel_name`: a cubin
+// is a little-endian ELF64 whose section and program header tables lie inside
+// it and which names the kernel; PTX is NUL-free text with the kernel's
+// .entry. The checksum catches damage; this catches a well-formed entry with
+// the wrong content (another kernel's image, another format), which the
+// driver would otherwise be handed.
+bool plausible_image(const std::string& image, bool is_cubin, const std::string& kernel_name) {
+  if (!is_cubin) {
+    return image.find('\0') == std::string::npos &&
+           image.find(".entry " + kernel_name) != std::string::npos;
+  }
+  Elf64_Ehdr h;
+  if (image.size() < sizeof h) return false;
+  std::memcpy(&h, image.data(), sizeof h);
+  auto table_fits = [&](std::uint64_t offset, std::uint64_t count, std::uint64_t entry_size) {
+    return offset <= image.size() && count * entry_size <= image.size() - offset;
+  };
+  return std::memcmp(h.e_ident, ELFMAG, SELFMAG) == 0 && h.e_ident[EI_CLASS] == ELFCLASS64 &&
+         h.e_ident[EI_DATA] == ELFDATA2LSB && table_fits(h.e_shoff, h.e_shnum, h.e_shentsize) &&
+         table_fits(h.e_phoff, h.e_phnum, h.e_phentsize) && image.find(kernel_name) != std::string::npos;
 }
 
 // The payload of a well-formed entry; nullopt if the file is missing (absent)
@@ -174,7 +198,12 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
   if (!dir.empty()) {
     const std::string path = dir + "/" + file;
     bool corrupt = false;
-    if (std::optional<std::string> image = read_entry(path, corrupt)) {
+    std::optional<std::string> image = read_entry(path, corrupt);
+    if (image && !plausible_image(*image, plan.is_cubin, kernel_name)) {
+      image.reset();
+      corrupt = true;
+    }
+    if (image) {
       result = CompiledKernel{kernel_name, std::move(*image), plan.is_cubin, ""};
     } else if (corrupt) {
       std::error_code ec;

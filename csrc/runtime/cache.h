@@ -7,6 +7,11 @@
 // $FUSEFORGE_DISABLE_CACHE=1 bypasses the disk (the in-memory map stays: it is
 // keyed on the same inputs, so it cannot go stale). The cache never fails a
 // compile: an unwritable directory is reported once on stderr and skipped.
+// Faults: an entry is written to a temporary file and renamed into place, so
+// processes sharing the directory never see part of one; on reading, its
+// header (magic, length, checksum) and its image (an ELF cubin or PTX naming
+// the kernel) are checked, and a damaged or wrong entry is removed, reported
+// and recompiled (tests/cpp/test_cache_faults.cc).
 #include <string>
 #include <vector>
 
