@@ -309,7 +309,7 @@ HostTensor eval_pointwise(const Node& n, const Env& env) {
 
 // ---------------------------------------------------------------- reductions
 
-// One row of a sum/mean/prod/amax/amin/any/var reduction, accumulated in double.
+// One row of a sum/mean/prod/amax/amin/any/var/logsumexp reduction, accumulated in double.
 double reduce_row(const Node& n, const std::vector<double>& x, const int64_t* offs, int64_t len) {
   auto at = [&](int64_t k) { return x[static_cast<size_t>(offs[k])]; };
   switch (n.op) {
@@ -336,6 +336,15 @@ double reduce_row(const Node& n, const std::vector<double>& x, const int64_t* of
       for (int64_t k = 0; k < len; ++k)
         if (at(k) != 0.0) return 1.0;
       return 0.0;
+    }
+    case Op::Logsumexp: {
+      // ATen's form: m = max (0 where infinite), log(sum(exp(x - m))) + m.
+      double m = -kInf;
+      for (int64_t k = 0; k < len; ++k) m = std::isnan(m) || std::isnan(at(k)) ? kNaN : std::max(m, at(k));
+      if (std::isinf(m)) m = 0.0;
+      double s = 0.0;
+      for (int64_t k = 0; k < len; ++k) s += std::exp(at(k) - m);
+      return std::log(s) + m;
     }
     case Op::Var: {
       double mean = 0.0, ss = 0.0;
