@@ -191,6 +191,11 @@ bool env_is_one(const char* name) {
   return env != nullptr && std::string(env) == "1";
 }
 
+bool env_is_zero(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == "0";
+}
+
 // Which matmuls run as generated GEMM kernels: `all` if given, else the
 // FUSEFORGE_GEMM policy (compile.h's GemmPolicy); none without CUTLASS's headers.
 std::vector<ff::DType> gemm_dtypes(std::optional<bool> all, ff::Precision precision) {
@@ -278,7 +283,8 @@ NB_MODULE(_core, m) {
   m.def("interpret", &interpret, "text"_a, "inputs"_a,
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
   m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace,
-                            std::optional<bool> gemm, const std::string& precision, int arch) {
+                            std::optional<bool> gemm, const std::string& precision, int arch,
+                            std::optional<bool> reductions) {
     ff::CompileOptions opts;
     opts.passes = passes;
     opts.trace_passes = trace;
@@ -286,14 +292,16 @@ NB_MODULE(_core, m) {
     opts.gemm_dtypes = gemm_dtypes(gemm, opts.precision);
     opts.autotune = !opts.gemm_dtypes.empty() && env_is_one("FUSEFORGE_AUTOTUNE");
     opts.arch = arch;
+    opts.reductions = reductions ? *reductions : !env_is_zero("FUSEFORGE_REDUCTIONS");
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
-     "precision"_a = "fp32", "arch"_a = 0,
+     "precision"_a = "fp32", "arch"_a = 0, "reductions"_a = nb::none(),
      "gemm: True: matmuls of every dtype as generated GEMM kernels, False: none; default: FUSEFORGE_GEMM "
      "(unset: f32 ones only, and none under tf32; 1: all; 0: none), none without CUTLASS's headers. "
      "precision: fp32 (f32 GEMM kernels in 3xTF32) or tf32 (plain TF32, opt-in). "
      "arch: the target GPU's compute capability (90: Hopper wgmma GEMM kernels where they apply; 0: unknown). "
-     "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`");
+     "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`. "
+     "reductions: reductions, norms and softmax as generated kernels (default: unless FUSEFORGE_REDUCTIONS=0)");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
                             const std::vector<std::string>& options, bool sm90a) {
