@@ -96,10 +96,9 @@ class ReductionScheduler final : public Scheduler {
     const auto d = analyze_reduction_group(nodes);
     if (!d) return false;
     const std::unordered_set<const Node*> members(nodes.begin(), nodes.end());
+    bool applies = false;
     for (Node* n : nodes) {
-      if (op_kind(n->op) == OpKind::Pointwise && !d->per_row.count(n->result()) && d->row_level(n->result()) > 0 &&
-          !apply_pass_pays(*d, options))
-        return false;
+      applies |= op_kind(n->op) == OpKind::Pointwise && !d->per_row.count(n->result()) && d->row_level(n->result()) > 0;
       bool outside = p.feeds_graph_output(n);
       for (Node* u : p.users(n)) {
         if (members.count(u)) continue;
@@ -107,6 +106,11 @@ class ReductionScheduler final : public Scheduler {
         if (p.reaches(u, members)) return false;
       }
       if (outside && !d->covers(n->result())) return false;
+    }
+    if (applies) {
+      const Group g = p.describe_nodes(Group::Kind::Reduction, nodes);
+      const auto l = codegen::reduction_layout(g, *d);
+      if (!apply_pass_pays(choose_reduction_strategy(g, *d, l, options), l, options)) return false;
     }
     return true;
   }

@@ -130,9 +130,12 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int acc
 
 }  // namespace
 
-bool apply_pass_pays(const ReductionDomain& d, const FusionOptions& options) {
-  constexpr int64_t kLongRow = 16384;  // beyond what a block's registers hold of one row
-  return d.rows() >= 2 * sm_count(options.arch) || d.length() <= kLongRow;
+bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
+                     const FusionOptions& options) {
+  const int64_t rows_per_block =
+      s.form == ReductionStrategy::Form::Rows ? s.block / s.threads : int64_t{s.block} / s.threads * s.vector;
+  const int64_t blocks = (l.rows + rows_per_block - 1) / rows_per_block;
+  return s.persistent || blocks >= 2 * sm_count(options.arch);
 }
 
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,

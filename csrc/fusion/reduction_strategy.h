@@ -16,11 +16,13 @@
 
 namespace ff::fusion {
 
-// Whether a kernel over `d` should also apply its results to every element
-// (a normalization's second pass): not when its rows are too few to fill the
-// GPU and too long to stay in registers, since that pass would then run on a
-// few SMs where a separate pointwise kernel uses all of them.
-bool apply_pass_pays(const ReductionDomain& d, const FusionOptions& options);
+// Whether a kernel laid out as `s` should also apply its results to every
+// element (a pointwise pass after the reduction): yes when the inputs stay in
+// registers, or when its blocks fill the GPU twice over; otherwise that pass
+// would stream the inputs again on a few SMs, where a separate pointwise
+// kernel uses all of them.
+bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
+                     const FusionOptions& options);
 
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,
                                                      const codegen::ReductionLayout& l, const FusionOptions& options);

@@ -136,7 +136,7 @@ def _capture_modes(model: torch.nn.Module, inputs: list, modes: Sequence[str], n
 #: Kernel kinds emit writes out, each a source launched with (grid, block,
 #: shared bytes) from the plan: pointwise kernels (self-contained) and GEMM
 #: kernels (which include CUTLASS's headers).
-KERNEL_KINDS = ("pointwise", "gemm")
+KERNEL_KINDS = ("pointwise", "gemm", "reduction")
 
 #: Dynamic shared memory a kernel may use without opting in.
 _DEFAULT_SHARED_LIMIT = 48 * 1024

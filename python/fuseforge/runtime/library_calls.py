@@ -72,6 +72,7 @@ def expression(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) ->
         "prod": lambda: "".join("torch.prod(" for _ in dims) + a[0] + "".join(
             f", dim={d}, keepdim={keep}, dtype={dt})" for d in sorted(dims, reverse=True)),
         "var": lambda: f"torch.var({a[0]}, dim={dims}, correction={at.get('correction', 1)!r}, keepdim={keep})",
+        "logsumexp": lambda: f"torch.logsumexp({a[0]}, dim={dims}, keepdim={keep})",
         "argmax": lambda: f"torch.argmax({a[0]}, dim={at.get('dim')!r}, keepdim={keep})",
         "argmin": lambda: f"torch.argmin({a[0]}, dim={at.get('dim')!r}, keepdim={keep})",
         "softmax": lambda: f"torch.softmax({a[0]}, {at['dim']}, dtype={dt if dt != in_dtype else None})",
