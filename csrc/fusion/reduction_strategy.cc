@@ -63,7 +63,17 @@ int register_budget(int block, int acc_words) {
   return std::min(kMaxCacheWords, 65536 / block - kRegisterOverhead - acc_words);
 }
 
-ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int acc_words) {
+// Loads in flight per thread when the inputs stream: each holds a vector of
+// every input and a slot of every accumulator, within the registers a thread
+// has at `block` threads (4, 2 or 1; 0: not even one fits).
+int streaming_unroll(int block, int vector, int inputs, int acc_words) {
+  const int budget = 65536 / block - kRegisterOverhead;
+  for (int u : {4, 2, 1})
+    if (u * vector * (acc_words + inputs) <= budget) return u;
+  return 0;
+}
+
+ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Rows;
   s.vector = l.inner() || l.reduced.back() > 1 ? vector_width(l, l.reduced.back(), true, l.reduced.size() - 1, true) : 1;
@@ -94,11 +104,19 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int acc_wo
           break;
         }
   }
-  s.unroll = acc_words * s.vector * 4 > 48 ? 2 : 4;
+  if (!s.persistent) {
+    // Streaming: fewer threads per row where a block's registers would not
+    // hold the loads in flight and the accumulators' slots.
+    while (s.threads > 32 && streaming_unroll(s.block, s.vector, inputs, acc_words) < 4) {
+      s.threads /= 2;
+      s.block = block_for(s.threads);
+    }
+    s.unroll = std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words));
+  }
   return s;
 }
 
-ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int acc_words, int arch) {
+ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words, int arch) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Columns;
   const size_t c = static_cast<size_t>(l.contiguous_kept());
@@ -124,7 +142,7 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int acc
   // Shared memory for the merge along threadIdx.y: within 32 KiB.
   const int acc_bytes = acc_words * 8;
   while (s.vector > 1 && s.threads > 1 && int64_t{acc_bytes} * s.block * s.vector > 32 * 1024) s.vector /= 2;
-  s.unroll = acc_words * s.vector * 4 > 48 ? 2 : 4;
+  if (!s.persistent) s.unroll = std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words));
   return s;
 }
 
@@ -142,12 +160,15 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
                                                      const codegen::ReductionLayout& l, const FusionOptions& options) {
   // What the kernel's passes read: which inputs a second pass reads again.
   const codegen::ReductionWriter probe(g, d, l, codegen::ReductionStrategy{}, 0, 1);
-  int reread = 0;
+  int reread = 0, inputs = 0;
   for (const auto& a : l.access)
-    if (!a.is_output && !a.per_row && probe.read_again(&a)) ++reread;
+    if (!a.is_output && !a.per_row) {
+      ++inputs;
+      reread += probe.read_again(&a);
+    }
   const int acc_words = probe.accumulator_words();
-  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, reread, acc_words, options.arch);
-  return rows(l, reread, acc_words);
+  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, reread, inputs, acc_words, options.arch);
+  return rows(l, reread, inputs, acc_words);
 }
 
 }  // namespace ff::fusion

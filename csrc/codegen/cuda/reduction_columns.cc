@@ -222,7 +222,9 @@ class ColumnsKernel {
   // Each column's slots pairwise, then the kY threads along threadIdx.y.
   void merge(int p, ExprMap& expr_of) {
     std::ostringstream& os = os_;
-    const std::string first = slots_ == 1 ? "k" : "k * kUnroll";
+    // Lane k's merged partial (one lane: no loop over lanes around the row values).
+    const std::string lane = s_.vector == 1 ? "0" : "k";
+    const std::string first = slots_ == 1 ? lane : lane + " * kUnroll";
     for (const auto& a : w_.accs) {
       if (a.level != p) continue;
       if (slots_ > 1) {
@@ -232,8 +234,9 @@ class ColumnsKernel {
       }
       if (s_.threads > 1) {
         os << "  __shared__ " << a.type << " partials_" << a.name << "[kY * " << s_.block / s_.threads << " * kVec];\n";
-        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n    " << a.name << "[" << first << "] = ff_column_merge<kY>("
-           << a.name << "[" << first << "], partials_" << a.name << ", threadIdx.x * kVec + k, blockDim.x * kVec);\n";
+        const std::string at = slots_ == 1 ? "k" : "k * kUnroll";
+        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n    " << a.name << "[" << at << "] = ff_column_merge<kY>("
+           << a.name << "[" << at << "], partials_" << a.name << ", threadIdx.x * kVec + k, blockDim.x * kVec);\n";
       }
     }
     w_.emit_row_values(os, p, "  ", expr_of, [&](const Accumulator& a) { return a.name + "[" + first + "]"; });

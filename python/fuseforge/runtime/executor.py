@@ -192,7 +192,10 @@ class Executor:
         scalar_slots = [slots(n) for n in k["scalars"]]
         device = self.device
         if device.type != "cuda":
-            if k["kind"] == "gemm":  # no CPU stand-in for a GEMM kernel: its ATen op
+            # No CPU stand-in for a GEMM kernel: its ATen op. A large reduction
+            # kernel runs op by op too (the sampled check assumes pointwise groups).
+            largest = max(int(np.prod(self.types[n].shape)) for n in k["inputs"] + k["outputs"])
+            if k["kind"] == "gemm" or (k["kind"] == "reduction" and largest > INTERPRET_LIMIT):
                 return self._library_kernel(k, out_slots)
             return self._interpreted_kernel(k, out_slots, out_types, [slots(n) for n in k["inputs"]] + scalar_slots)
         kernel = self.kernels[index]
