@@ -28,7 +28,8 @@ class RowsKernel {
     std::ostringstream& os = os_;
     w_.head(os, s_.describe());
     os << "  typedef " << w_.index_type() << " index_t;\n";
-    os << "  constexpr index_t kRows = " << l_.rows << ", kLength = " << l_.length << ";  // rows, elements per row\n";
+    if (T == B) os << "  constexpr index_t kLength = " << l_.length << ";  // elements per row (a block per row)\n";
+    else os << "  constexpr index_t kRows = " << l_.rows << ", kLength = " << l_.length << ";  // rows, elements per row\n";
     os << "  constexpr int kThreads = " << T << ", kVec = " << V << ";  // threads per row, elements per load\n";
     if (!s_.persistent) os << "  constexpr int kUnroll = " << s_.unroll << ";  // loads in flight per thread\n";
     os << "  const int lane = threadIdx.x" << (T == B ? "" : " % kThreads") << ";\n";
