@@ -15,7 +15,8 @@
 // whole still forms one domain, no path leaves the kernel and comes back
 // into it (a cycle through a library call), every value read outside the
 // kernel spans its rows (or its whole domain), and applying the results to
-// the rows pays (reduction_strategy.h). Pointwise groups run first
+// the rows pays (reduction_strategy.h). A kernel with too few blocks to fill
+// the GPU is not made at all. Pointwise groups run first
 // (scheduler.h), GEMM kernels take their epilogues before this scheduler.
 #include <algorithm>
 
@@ -150,6 +151,11 @@ class ReductionScheduler final : public Scheduler {
       }
     }
     if (feasible(p, kept, options)) order = kept;
+    // Too few blocks for the GPU: the reductions stay library calls.
+    const auto d = analyze_reduction_group(order);
+    const Group g = p.describe_nodes(Group::Kind::Reduction, order);
+    const auto l = codegen::reduction_layout(g, *d);
+    if (!parallel_enough(choose_reduction_strategy(g, *d, l, options), l, options)) return;
     for (int gi : taken) p.release(gi);
     p.add_group(Group::Kind::Reduction, order);
   }

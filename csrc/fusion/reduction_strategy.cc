@@ -148,12 +148,21 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int inp
 
 }  // namespace
 
-bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
-                     const FusionOptions& options) {
+int64_t blocks_of(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l) {
   const int64_t rows_per_block =
       s.form == ReductionStrategy::Form::Rows ? s.block / s.threads : int64_t{s.block} / s.threads * s.vector;
-  const int64_t blocks = (l.rows + rows_per_block - 1) / rows_per_block;
-  return s.persistent || blocks >= 2 * sm_count(options.arch);
+  return (l.rows + rows_per_block - 1) / rows_per_block;
+}
+
+bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
+                     const FusionOptions& options) {
+  return s.persistent || blocks_of(s, l) >= 2 * sm_count(options.arch);
+}
+
+bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
+                     const FusionOptions& options) {
+  constexpr int64_t kSmall = 1 << 20;  // elements: launch-bound either way
+  return l.rows * l.length <= kSmall || blocks_of(s, l) * 4 >= sm_count(options.arch);
 }
 
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,

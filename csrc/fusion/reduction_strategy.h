@@ -24,6 +24,13 @@ namespace ff::fusion {
 bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
                      const FusionOptions& options);
 
+// Whether a kernel laid out as `s` has blocks enough to be worth it: a
+// reduction of few long rows (a global sum, a column sum of a tall thin
+// matrix) on a handful of blocks would be far slower than ATen's, which
+// splits rows across blocks. Small problems always pass.
+bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
+                     const FusionOptions& options);
+
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,
                                                      const codegen::ReductionLayout& l, const FusionOptions& options);
 

@@ -82,13 +82,13 @@ CASES = {
     "amax_channels": (lambda m, x: torch.sigmoid(x.amax(1, keepdim=True)) * 2, [_r(32, 48, 96, 96)], {}),
     "softmax_channels": (lambda m, x: torch.tanh(torch.softmax(x, 1) * 0.5), [_r(32, 96, 48, 48)], {}),
     "logsumexp_middle": (lambda m, x: torch.logsumexp(x, 1), [_r(64, 512, 1024)], {}),
-    "sum_transposed_view": (lambda m, x: x.sum(1), [_transposed(1000, 4096)], {}),
-    "batch_norm_1d_train": (lambda m, x: torch.relu(m.bn(x)), [_r(4096, 1000)], {"bn": nn.BatchNorm1d(1000)}),
+    "sum_transposed_view": (lambda m, x: x.sum(1), [_transposed(32768, 1000)], {}),
+    "batch_norm_1d_train": (lambda m, x: torch.relu(m.bn(x)), [_r(4096, 4096)], {"bn": nn.BatchNorm1d(4096)}),
     # 16-bit inputs (fp32 accumulation)
     "softmax_half": (lambda m, x: torch.softmax(x, -1), [_r(2048, 4096, dtype=torch.float16)], {}),
     "layer_norm_bf16": (lambda m, x: m.ln(x), [_r(4096, 768, dtype=torch.bfloat16)],
                         {"ln": nn.LayerNorm(768).to(torch.bfloat16)}),
-    "sum_half_columns": (lambda m, x: x.sum(0), [_r(8192, 1024, dtype=torch.float16)], {}),
+    "sum_half_columns": (lambda m, x: x.sum(0), [_r(2048, 32768, dtype=torch.float16)], {}),
 }
 
 
