@@ -38,6 +38,7 @@ void ff_emu_shfl(void* value, int bytes, int lane_mask);
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) alignas(n)
 #define __syncthreads() ff_emu_syncthreads()
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) { ff_emu_shfl(&v, sizeof(T), o); return v; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -46,7 +47,27 @@ inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 using std::exp; using std::log; using std::sqrt; using std::tanh; using std::erf; using std::pow;
+// The f16/bf16 conversions (PTX cvt in the kernel's prelude), round to nearest even.
+inline float ff_emu_half_to_float(unsigned short b) { _Float16 h; std::memcpy(&h, &b, 2); return h; }
+inline unsigned short ff_emu_float_to_half(float x) { _Float16 h = static_cast<_Float16>(x); unsigned short b; std::memcpy(&b, &h, 2); return b; }
+inline unsigned short ff_emu_float_to_bf16(float x) {
+  unsigned u; std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 )EMU";
+
+// The kernel's source with its PTX conversions replaced by the host's.
+std::string host_source(std::string src) {
+  const std::pair<const char*, const char*> swaps[] = {
+      {R"(asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));)", "f = ff_emu_half_to_float(h.bits);"},
+      {R"(asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));)", "h.bits = ff_emu_float_to_half(x);"},
+      {R"(asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));)", "h.bits = ff_emu_float_to_bf16(x);"},
+  };
+  for (auto [from, to] : swaps)
+    for (size_t at; (at = src.find(from)) != std::string::npos;) src.replace(at, std::strlen(from), to);
+  return src;
+}
 
 // The fiber scheduler and the launch entry, after the kernel.
 const char* kRuntime = R"EMU(
@@ -118,17 +139,6 @@ extern "C" void ff_emu_run(const unsigned* grid, const unsigned* block, void** p
 }
 )EMU";
 
-std::string storage_of(DType t) {
-  switch (t) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::i64: return "long long";
-    case DType::i32: return "int";
-    case DType::boolean: return "bool";
-    default: throw std::runtime_error("kernel emulator: no host type for " + std::string(dtype_name(t)));
-  }
-}
-
 // A call of the kernel from (pointers, scalars), from its signature.
 std::string entry_for(const codegen::KernelSource& k) {
   const size_t at = k.source.find(") " + k.name + "(");
@@ -180,6 +190,12 @@ void put(Buffer& b, int64_t off, double v) {
   std::memcpy(b.bytes.data() + off * sizeof(T), &x, sizeof(T));
 }
 template <class T>
+T get_raw(const Buffer& b, int64_t off) {
+  T x;
+  std::memcpy(&x, b.bytes.data() + off * sizeof(T), sizeof(T));
+  return x;
+}
+template <class T>
 double get(const Buffer& b, int64_t off) {
   T x;
   std::memcpy(&x, b.bytes.data() + off * sizeof(T), sizeof(T));
@@ -188,6 +204,15 @@ double get(const Buffer& b, int64_t off) {
 
 void store(Buffer& b, int64_t off, double v) {
   switch (b.dtype) {
+    case DType::f16: put<_Float16>(b, off, v); break;
+    case DType::bf16: {  // the value is already a bf16 one (inputs are rounded to their dtype)
+      const float f = static_cast<float>(v);
+      unsigned u;
+      std::memcpy(&u, &f, 4);
+      const unsigned short bits = static_cast<unsigned short>(u >> 16);
+      std::memcpy(b.bytes.data() + off * 2, &bits, 2);
+      break;
+    }
     case DType::f32: put<float>(b, off, v); break;
     case DType::f64: put<double>(b, off, v); break;
     case DType::i64: put<long long>(b, off, v); break;
@@ -198,6 +223,15 @@ void store(Buffer& b, int64_t off, double v) {
 }
 double load(const Buffer& b, int64_t off) {
   switch (b.dtype) {
+    case DType::f16: return static_cast<double>(static_cast<float>(get_raw<_Float16>(b, off)));
+    case DType::bf16: {
+      unsigned short bits;
+      std::memcpy(&bits, b.bytes.data() + off * 2, 2);
+      const unsigned u = static_cast<unsigned>(bits) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
     case DType::f32: return get<float>(b, off);
     case DType::f64: return get<double>(b, off);
     case DType::i64: return get<long long>(b, off);
@@ -225,7 +259,7 @@ std::vector<interp::HostTensor> emulate_kernel(const codegen::KernelSource& k, c
   const std::string src = std::string(dir) + "/kernel.cc", lib = std::string(dir) + "/kernel.so";
   {
     std::ofstream out(src);
-    out << kEmulation << k.source << "\n" << entry_for(k) << kRuntime;
+    out << kEmulation << host_source(k.source) << "\n" << entry_for(k) << kRuntime;
   }
   const std::string cmd = "c++ -std=c++17 -O1 -w -shared -fPIC -o " + lib + " " + src + " > " + dir + "/log.txt 2>&1";
   if (std::system(cmd.c_str()) != 0) {

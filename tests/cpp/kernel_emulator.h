@@ -4,7 +4,7 @@
 // small emulation of the CUDA built-ins it uses (each thread of a block is a
 // fiber; __syncthreads and warp shuffles are barriers across the fibers, so
 // the merges run exactly as written), then launched over the kernel's grid.
-// f32/f64/integer tensors only (the f16/bf16 conversions are PTX).
+// The prelude's PTX f16/bf16 conversions are swapped for the host's.
 #include <string>
 #include <vector>
 

@@ -14,7 +14,8 @@ namespace ff::testing {
 std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vector<interp::HostTensor>& inputs);
 
 // Compares every tensor of `got` with `want`: integer and bool dtypes exactly,
-// floats within rtol/atol (NaNs must match). Returns "" or what differs.
+// floats within rtol/atol (f16/bf16 within one ulp at least; NaNs must
+// match). Returns "" or what differs.
 std::string compare(const std::vector<interp::HostTensor>& got, const std::vector<interp::HostTensor>& want,
                     double rtol, double atol);
 
