@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fuseforge.capture.aten_handlers import _norm_dim, _norm_dims, _register
-from fuseforge.capture.values import _Unsupported
+from fuseforge.capture.aten_handlers import _norm_dim, _norm_dims, _register, _var_attrs
 
 if TYPE_CHECKING:
     from fuseforge.capture.lowering import _Lowerer
@@ -17,15 +16,10 @@ if TYPE_CHECKING:
 def _var_mean(L: _Lowerer, node, a):
     """torch.var_mean(x, dims, correction, keepdim) -> (var, mean)."""
     x = L.value(a["self"])
-    corr = a.get("correction")
-    corr = 1 if corr is None else corr
-    if float(corr) != int(corr):
-        raise _Unsupported("fractional correction")
-    dims = _norm_dims(a.get("dim"), len(x.type.shape))
-    keepdim = bool(a.get("keepdim") or False)
+    attrs = _var_attrs(a, len(x.type.shape))
     var_t, mean_t = L.types(node)
-    var = L.emit1("var", [x], var_t, {"dims": dims, "keepdim": keepdim, "correction": int(corr)})
-    mean = L.emit1("mean", [x], mean_t, {"dims": dims, "keepdim": keepdim})
+    var = L.emit1("var", [x], var_t, attrs)
+    mean = L.emit1("mean", [x], mean_t, {"dims": attrs["dims"], "keepdim": attrs["keepdim"]})
     return [var, mean]
 
 
