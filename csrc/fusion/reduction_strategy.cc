@@ -83,8 +83,9 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs
                                             : static_cast<int>(std::clamp<int64_t>(want, 64, 1024));
   auto block_for = [&](int threads) {
     int block = threads >= 64 ? threads : 256;
-    // Not more rows per block than there are rows.
-    while (block > threads && block / threads / 2 >= l.rows) block /= 2;
+    // Not more rows per block than there are rows, but a whole warp at least:
+    // the warp shuffles name every lane.
+    while (block > threads && block > 32 && block / threads / 2 >= l.rows) block /= 2;
     return block;
   };
   s.block = block_for(s.threads);
