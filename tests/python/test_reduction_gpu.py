@@ -202,7 +202,9 @@ def test_train_batch_norm_running_stats_after_three_steps(layout):
         if layout == "channels_last":
             x = x.to(memory_format=torch.channels_last)
         torch.testing.assert_close(fast(x), eager(x), rtol=1e-4, atol=1e-4)
-    assert _reduction_kernels(fast)
+    # Channels-last statistics are 48 columns of 131072: too few blocks without
+    # splitting columns across blocks, so they stay library calls there.
+    assert bool(_reduction_kernels(fast)) == (layout == "contiguous")
     for name in ("running_mean", "running_var"):
         torch.testing.assert_close(getattr(model[1], name), getattr(eager[1], name), rtol=1e-5, atol=1e-6)
     assert int(model[1].num_batches_tracked) == int(eager[1].num_batches_tracked) == 3
