@@ -17,9 +17,12 @@ namespace ff::fusion {
 // Pointwise: a connected set of pointwise nodes. Gemm: one matmul node that a
 // generated GEMM kernel computes (`gemm` says how), followed by the pointwise
 // epilogue it applies to each result element and, if `gemm.reduce` is set, a
-// view and block reduction whose partials it writes instead.
+// view and block reduction whose partials it writes instead. Reduction:
+// reductions over one domain with the pointwise work before and after them
+// (reduction_domain.h); interior and output values may have the domain's
+// shape or a per-row one.
 struct Group {
-  enum class Kind { Pointwise, Gemm } kind = Kind::Pointwise;
+  enum class Kind { Pointwise, Gemm, Reduction } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only
   std::vector<Node*> nodes;     // topological order
   std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
@@ -27,7 +30,7 @@ struct Group {
   Shape shape;                  // iteration shape: the last node's result shape
 };
 
-std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm"
+std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm", "reduction"
 std::optional<Group::Kind> parse_group_kind(std::string_view name);
 
 struct Step {

@@ -7,13 +7,14 @@
 namespace ff::fusion {
 
 namespace {
-constexpr Group::Kind kKinds[] = {Group::Kind::Pointwise, Group::Kind::Gemm};
+constexpr Group::Kind kKinds[] = {Group::Kind::Pointwise, Group::Kind::Gemm, Group::Kind::Reduction};
 }  // namespace
 
 std::string_view group_kind_name(Group::Kind kind) {
   switch (kind) {  // no default: a new kind must be named (and listed in kKinds)
     case Group::Kind::Pointwise: return "pointwise";
     case Group::Kind::Gemm: return "gemm";
+    case Group::Kind::Reduction: return "reduction";
   }
   return "?";
 }
@@ -83,13 +84,18 @@ std::vector<Node*> PartitionBuilder::release(int group) {
 Group PartitionBuilder::describe(int group) const { return describe(groups_.at(group)); }
 
 Group PartitionBuilder::describe(const Members& m) const {
-  Group pg;
-  pg.kind = m.kind;
+  Group pg = describe_nodes(m.kind, m.nodes);
   pg.gemm = m.gemm;
-  pg.nodes = m.nodes;
-  pg.shape = m.nodes.back()->result()->type.shape;
-  std::unordered_set<const Node*> in(m.nodes.begin(), m.nodes.end());
-  for (Node* n : m.nodes) {
+  return pg;
+}
+
+Group PartitionBuilder::describe_nodes(Group::Kind kind, const std::vector<Node*>& nodes) const {
+  Group pg;
+  pg.kind = kind;
+  pg.nodes = nodes;
+  pg.shape = nodes.back()->result()->type.shape;
+  std::unordered_set<const Node*> in(nodes.begin(), nodes.end());
+  for (Node* n : nodes) {
     for (auto& o : n->operands)
       if (o.is_value() && (!o.value->producer || !in.count(o.value->producer)) &&
           std::find(pg.inputs.begin(), pg.inputs.end(), o.value) == pg.inputs.end())

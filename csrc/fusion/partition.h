@@ -36,6 +36,8 @@ class PartitionBuilder {
   std::vector<Node*> release(int group);
   // The group as it stands: its nodes, inputs, outputs and shape.
   Group describe(int group) const;
+  // The same for a group of `nodes` (topological order) not added yet.
+  Group describe_nodes(Group::Kind kind, const std::vector<Node*>& nodes) const;
   int num_groups() const { return static_cast<int>(groups_.size()); }
 
   // The groups (absorbed ones dropped) and every step in a valid order.

@@ -4,9 +4,10 @@ namespace ff::fusion {
 
 const Scheduler& pointwise_scheduler();  // pointwise_scheduler.cc
 const Scheduler& gemm_scheduler();       // gemm_scheduler.cc
+const Scheduler& reduction_scheduler();  // reduction_scheduler.cc
 
 const std::vector<const Scheduler*>& schedulers() {
-  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler()};
+  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler(), &reduction_scheduler()};
   return all;
 }
 

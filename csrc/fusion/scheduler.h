@@ -13,12 +13,13 @@
 namespace ff::fusion {
 
 // What the schedulers need to know of the compile: which matmuls may become
-// GEMM kernels and the GPU the kernels are for.
+// GEMM kernels, whether reductions do, and the GPU the kernels are for.
 struct FusionOptions {
   std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
   bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
   int arch = 0;                    // the target GPU's compute capability; 0: unknown
   bool variants = false;           // also every other candidate kernel of a group (autotuning)
+  bool reductions = true;          // reductions, norms and softmax as generated kernels (else library calls)
 };
 
 class Scheduler {

@@ -66,6 +66,16 @@ void softmax_row(const std::vector<double>& in, std::vector<double>& out) {
   for (size_t k = 0; k < in.size(); ++k) out[k] = kLog ? in[k] - m - std::log(sum) : std::exp(in[k] - m) / sum;
 }
 
+// ATen's logsumexp of a row: m = max (0 where infinite), log(sum(exp(x - m))) + m.
+double logsumexp_row(const std::vector<double>& row) {
+  double m = -kInf;
+  for (double v : row) m = std::isnan(m) || std::isnan(v) ? kNaN : std::max(m, v);
+  if (std::isinf(m)) m = 0.0;
+  double s = 0.0;
+  for (double v : row) s += std::exp(v - m);
+  return std::log(s) + m;
+}
+
 }  // namespace
 
 // Lambdas over the element values `x` (unary) or `a`, `b` (binary).
@@ -135,6 +145,7 @@ Evaluator reference_semantics(Op op) {
     case Op::Prod: return FF_REDUCE(std::accumulate(row.begin(), row.end(), 1.0, std::multiplies<double>()));
     case Op::Var: return FF_REDUCE(variance(n, row));
     case Op::Any: return FF_REDUCE(FF_BOOL(std::any_of(row.begin(), row.end(), [](double v) { return v != 0.0; })));
+    case Op::Logsumexp: return FF_REDUCE(logsumexp_row(row));
     case Op::Argmax: return [](const Node& n, const Env& env) { return arg_reduce(n, env, true); };
     case Op::Argmin: return [](const Node& n, const Env& env) { return arg_reduce(n, env, false); };
     case Op::Softmax: return [](const Node& n, const Env& env) { return map_rows_along_dim(n, env, softmax_row<false>); };

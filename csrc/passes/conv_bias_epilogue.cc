@@ -6,7 +6,8 @@
 //
 // cuDNN adds a bias in a separate pass over the output; as a pointwise add it
 // fuses into the kernel that already reads the output. Done only when every
-// user of the result is pointwise, so the add always lands in an existing kernel.
+// user of the result is pointwise or a reduction (whose kernel takes the add
+// in as its prologue), so the add always lands in an existing kernel.
 #include <algorithm>
 
 #include "passes/pass.h"
@@ -15,6 +16,28 @@
 namespace ff::passes {
 
 namespace {
+
+// Whether every user of `v` (a convolution's result) is pointwise or a
+// reduction. For a 2-D convolution only reductions over the channels: the
+// add makes conv_channels_last run it NHWC, where a reduction over the
+// channels reads rows of unit stride, but one over N, H, W would have few
+// columns (a batch norm's 48: two blocks) and softmax, log_softmax or
+// layer_norm would write their NCHW result across rows (uncoalesced).
+bool feeds_only_fusible(const Graph& g, const Value* v) {
+  if (g.is_graph_output(v)) return false;
+  auto users = g.users(v);
+  if (users.empty()) return false;
+  const bool nhwc_next = v->type.shape.size() == 4;
+  for (const Node* u : users) {
+    if (op_kind(u->op) == OpKind::Pointwise) continue;
+    if (op_kind(u->op) != OpKind::Reduction) return false;
+    if (!nhwc_next) continue;
+    const bool normalization = u->op == Op::Softmax || u->op == Op::LogSoftmax || u->op == Op::LayerNorm;
+    const bool over_channels = u->has_attr("dims") && u->attr_ints("dims") == std::vector<int64_t>{1};
+    if (normalization || !over_channels) return false;
+  }
+  return true;
+}
 
 class ConvBiasEpilogue : public Pass {
  public:
@@ -43,13 +66,14 @@ class ConvBiasEpilogue : public Pass {
   }
 
  private:
-  // A convolution with a per-output-channel bias whose result only pointwise code reads.
+  // A convolution with a per-output-channel bias whose result only pointwise
+  // code and reductions read.
   static bool movable(const Graph& g, const Node& n) {
     if (n.op != Op::Convolution || n.operands.size() != 3 || !n.operands[2].is_value()) return false;
     const TensorType& bias = n.operands[2].value->type;
     const TensorType& out = n.result()->type;
     return bias.shape.size() == 1 && bias.shape[0] == out.shape.at(1) && bias.dtype == out.dtype &&
-           feeds_only_pointwise(g, n.result());
+           feeds_only_fusible(g, n.result());
   }
 };
 

@@ -13,6 +13,7 @@ std::unique_ptr<Pass> make_broadcast_bmm_to_mm();  // broadcast_bmm_to_mm.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
 std::unique_ptr<Pass> make_conv_channels_last();  // conv_channels_last.cc
 std::unique_ptr<Pass> make_split_gemm_reduction();  // split_gemm_reduction.cc
+std::unique_ptr<Pass> make_pointwise_before_view();  // pointwise_before_view.cc
 
 namespace {
 struct Entry {
@@ -29,6 +30,7 @@ const Entry kPasses[] = {
     {"conv_bias_epilogue", make_conv_bias_epilogue},
     {"conv_channels_last", make_conv_channels_last},
     {"split_gemm_reduction", make_split_gemm_reduction},
+    {"pointwise_before_view", make_pointwise_before_view},
 };
 }  // namespace
 
@@ -47,6 +49,10 @@ std::vector<std::string> pass_names() {
   return out;
 }
 
-std::vector<std::string> default_pipeline() { return {"canonicalize", "matmul_sum_to_gemv", "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_channels_last", "cse", "dce"}; }
+std::vector<std::string> default_pipeline() {
+  return {"canonicalize",       "matmul_sum_to_gemv", "scale_matmul_operand",  "broadcast_bmm_to_mm",
+          "conv_bias_epilogue", "conv_channels_last", "pointwise_before_view", "cse",
+          "dce"};
+}
 
 }  // namespace ff::passes

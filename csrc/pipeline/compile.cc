@@ -78,7 +78,8 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_reduction"});
   out.ir_after = print(*graph);
   graph = parse(out.ir_after);  // value names as printed: the plan, its text and kernels use them
-  fusion::FusionOptions fo{dtypes, options.precision == Precision::tf32, options.arch, options.autotune};
+  fusion::FusionOptions fo{dtypes, options.precision == Precision::tf32, options.arch, options.autotune,
+                          options.reductions};
   out.partition = fusion::partition(*graph, fo);
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const fusion::Group& group = out.partition.groups[i];

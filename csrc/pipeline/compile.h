@@ -43,6 +43,7 @@ struct CompileOptions {
   std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated GEMM kernels (gemm_dtypes())
   bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
+  bool reductions = true;           // reductions, norms and softmax as generated kernels (else library calls)
 };
 
 // Each stage's output: the pipeline's diagnostics and the plan that runs.

@@ -68,7 +68,7 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
 // Options of a compile: `gemm` is a GemmPolicy name (compile.h); matmuls
 // become GEMM kernels only where CUTLASS's headers were found.
 ff::CompileOptions make_options(const std::string& precision, const std::string& gemm, bool autotune, int arch,
-                                const std::vector<std::string>& passes, bool trace) {
+                                const std::vector<std::string>& passes, bool trace, bool reductions) {
   ff::CompileOptions o;
   o.precision = ff::parse_precision(precision);
   o.gemm_dtypes = ff::runtime::cutlass_available() ? ff::gemm_dtypes(ff::parse_gemm_policy(gemm), o.precision)
@@ -77,6 +77,7 @@ ff::CompileOptions make_options(const std::string& precision, const std::string&
   o.arch = arch;
   o.passes = passes;
   o.trace_passes = trace;
+  o.reductions = reductions;
   return o;
 }
 
@@ -115,14 +116,15 @@ NB_MODULE(_core, m) {
   m.attr("PRECISIONS") = ff::precision_names();
   nb::class_<ff::CompileOptions>(m, "CompileOptions", "How to compile (pipeline/compile.h).")
       .def("__init__", [](ff::CompileOptions* o, const std::string& precision, const std::string& gemm, bool autotune,
-                          int arch, const std::vector<std::string>& passes, bool trace) {
-        new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace));
+                          int arch, const std::vector<std::string>& passes, bool trace, bool reductions) {
+        new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
       }, "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
-         "passes"_a = std::vector<std::string>{}, "trace"_a = false,
+         "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true,
          "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
          "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
          "GEMM kernel's other tiles (timed at its first run). arch: the target GPU's compute capability (90: "
-         "Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR after each pass.")
+         "Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR after each pass. "
+         "reductions: reductions, norms and softmax as generated kernels (else library calls).")
       .def_prop_ro("precision", [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
       .def_prop_ro("gemm_dtypes", [](const ff::CompileOptions& o) {
         std::vector<std::string> out;
@@ -130,6 +132,7 @@ NB_MODULE(_core, m) {
         return out;
       })
       .def_ro("autotune", &ff::CompileOptions::autotune)
+      .def_ro("reductions", &ff::CompileOptions::reductions)
       .def_ro("arch", &ff::CompileOptions::arch);
   ff::python::bind_plan(m);
   m.def("compile", [](const std::string& text, const ff::CompileOptions& options) {

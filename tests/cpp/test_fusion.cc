@@ -36,6 +36,14 @@ TEST(Fusion, EpilogueAfterLibraryOpIsOneKernel) {
   EXPECT_EQ(p.groups[0].outputs.size(), 1u);
 }
 
+// The pointwise scheduler's rules around library reductions (reduction
+// kernels off; tests/golden/fusion/ covers the reduction scheduler).
+fusion::FusionOptions library_reductions() {
+  fusion::FusionOptions o;
+  o.reductions = false;
+  return o;
+}
+
 TEST(Fusion, SmallerProducersAreRecomputedOnlyWhenPrivate) {
   // rsqrt(mean + eps) feeds only the row-wise multiply: it joins that kernel.
   auto g = parse(R"(graph @rms(%x: f32[4,8], %w: f32[8] param) {
@@ -48,7 +56,7 @@ TEST(Fusion, SmallerProducersAreRecomputedOnlyWhenPrivate) {
   return %5
 })");
   verify(*g);
-  auto p = fusion::partition(*g);
+  auto p = fusion::partition(*g, library_reductions());
   EXPECT_EQ(kinds(p), (std::vector<std::string>{"kernel", "mean", "kernel"}));
   EXPECT_EQ(p.groups.size(), 2u);
   // If the small value is also a graph output it must be materialized at its own shape.
@@ -59,7 +67,7 @@ TEST(Fusion, SmallerProducersAreRecomputedOnlyWhenPrivate) {
   return %2, %1
 })");
   verify(*g2);
-  auto p2 = fusion::partition(*g2);
+  auto p2 = fusion::partition(*g2, library_reductions());
   ASSERT_EQ(p2.groups.size(), 2u);
   for (auto& grp : p2.groups)
     for (Value* o : grp.outputs) EXPECT_EQ(o->type.shape, grp.shape);
@@ -75,7 +83,7 @@ TEST(Fusion, NoCycleThroughLibraryOps) {
   return %4
 })");
   verify(*g);
-  auto p = fusion::partition(*g);
+  auto p = fusion::partition(*g, library_reductions());
   EXPECT_EQ(kinds(p), (std::vector<std::string>{"kernel", "sum", "kernel"}));
 }
 

@@ -57,10 +57,19 @@ TEST(GemmReduction, SplitOnlyWhereF32MatmulsBecomeGemmKernels) {
 
 using testing::compile_for;
 
+// The kernels of `cg` of one kind.
+std::vector<const codegen::KernelSource*> kernels_of(const CompiledGraph& cg, fusion::Group::Kind kind) {
+  std::vector<const codegen::KernelSource*> out;
+  for (size_t i = 0; i < cg.kernels.size(); ++i)
+    if (cg.partition.groups[i].kind == kind) out.push_back(&cg.kernels[i]);
+  return out;
+}
+
 TEST(GemmReduction, HopperKernelWritesOnlyTheBlockPartials) {
   const CompiledGraph cg = compile_for(kSwishSum, 90);
-  ASSERT_EQ(cg.kernels.size(), 1u);
+  ASSERT_EQ(cg.kernels.size(), 2u);
   const fusion::Group& group = cg.partition.groups[0];
+  ASSERT_EQ(group.kind, fusion::Group::Kind::Gemm);
   EXPECT_EQ(group.nodes.size(), 5u);  // addmm, sigmoid, mul, view, block sum
   EXPECT_EQ(group.gemm.reduce, fusion::GemmSpec::Reduce::Sum);
   EXPECT_TRUE(group.gemm.reduce_rows);
@@ -73,14 +82,12 @@ TEST(GemmReduction, HopperKernelWritesOnlyTheBlockPartials) {
   EXPECT_NE(k.source.find("ff_sm90::reduce_rows<64>(acc, f, M, N, *this, 1.0f, out)"),
             std::string::npos)
       << k.source;
-  // The partials' last sum runs as a library call on the 200 x 5 partials.
-  int library_sums = 0;
-  for (const fusion::Step& s : cg.partition.steps)
-    if (s.kind == fusion::Step::Kind::Node && s.node->op == Op::Sum) {
-      ++library_sums;
-      EXPECT_EQ(s.node->input(0), group.outputs[0]);
-    }
-  EXPECT_EQ(library_sums, 1);
+  // The partials' last sum is a reduction kernel over the 200 x 5 partials.
+  const fusion::Group& last = cg.partition.groups[1];
+  ASSERT_EQ(last.kind, fusion::Group::Kind::Reduction);
+  ASSERT_EQ(last.nodes.size(), 1u);
+  EXPECT_EQ(last.nodes[0]->op, Op::Sum);
+  EXPECT_EQ(last.inputs, std::vector<Value*>{group.outputs[0]});
   const runtime::CompiledKernel bin = runtime::compile_kernel(k.source, k.name, 90, {}, /*sm90a=*/true);
   EXPECT_TRUE(bin.is_cubin);
 }
@@ -96,27 +103,30 @@ TEST(GemmReduction, ColumnMaxAndMeanKernels) {
   return %2, %5
 })";
   const CompiledGraph cg = compile_for(text, 90);
-  ASSERT_EQ(cg.kernels.size(), 2u);
-  std::string sources = cg.kernels[0].source + cg.kernels[1].source;
+  const auto gemms = kernels_of(cg, fusion::Group::Kind::Gemm);
+  ASSERT_EQ(gemms.size(), 2u);
+  EXPECT_EQ(kernels_of(cg, fusion::Group::Kind::Reduction).size(), 2u);  // the partials' reductions
+  std::string sources = gemms[0]->source + gemms[1]->source;
   EXPECT_NE(sources.find("ff_sm90::reduce_cols<64>(acc, f, M, N, *this, 1.0f, out)"), std::string::npos);
   EXPECT_NE(sources.find("static float combine(float a, float b) { return ff_maximum(a, b); }"), std::string::npos);
   EXPECT_NE(sources.find("static float identity() { return __uint_as_float(0xff800000u); }"), std::string::npos);
   EXPECT_NE(sources.find("ff_sm90::reduce_rows<32>(acc, f, M, N, *this, 0.03125f, out)"), std::string::npos);
-  for (const codegen::KernelSource& k : cg.kernels)
-    EXPECT_TRUE(runtime::compile_kernel(k.source, k.name, 90, {}, true).is_cubin) << k.name;
+  for (const codegen::KernelSource* k : gemms)
+    EXPECT_TRUE(runtime::compile_kernel(k->source, k->name, 90, {}, true).is_cubin) << k->name;
   // Other GPUs' CUTLASS kernels reduce as well: the tile goes through shared
   // memory (test_kernels_compile.py builds them with CUTLASS's headers).
   const CompiledGraph sm80 = compile_for(text, 80);
   EXPECT_EQ(sm80.ir_after, cg.ir_after);
-  ASSERT_EQ(sm80.kernels.size(), 2u);
-  for (const codegen::KernelSource& k : sm80.kernels) {
-    EXPECT_TRUE(k.cutlass);
-    EXPECT_NE(k.source.find("EpilogueWithVisitorFromExistingEpilogue<\n    TileVisitor"), std::string::npos);
+  const auto sm80_gemms = kernels_of(sm80, fusion::Group::Kind::Gemm);
+  ASSERT_EQ(sm80_gemms.size(), 2u);
+  for (const codegen::KernelSource* k : sm80_gemms) {
+    EXPECT_TRUE(k->cutlass);
+    EXPECT_NE(k->source.find("EpilogueWithVisitorFromExistingEpilogue<\n    TileVisitor"), std::string::npos);
   }
-  EXPECT_NE(sm80.kernels[0].source.find("fold(shared.epilogue.tile + blk * BLOCK * TILE_LD + c, TILE_LD)"),
+  EXPECT_NE(sm80_gemms[0]->source.find("fold(shared.epilogue.tile + blk * BLOCK * TILE_LD + c, TILE_LD)"),
             std::string::npos);
-  EXPECT_NE(sm80.kernels[1].source.find("fold(shared.epilogue.tile + r * TILE_LD + blk * BLOCK, 1)"), std::string::npos);
-  EXPECT_NE(sm80.kernels[1].source.find("partials[row * (N / BLOCK) + col_block] = v * 0.03125f;"), std::string::npos);
+  EXPECT_NE(sm80_gemms[1]->source.find("fold(shared.epilogue.tile + r * TILE_LD + blk * BLOCK, 1)"), std::string::npos);
+  EXPECT_NE(sm80_gemms[1]->source.find("partials[row * (N / BLOCK) + col_block] = v * 0.03125f;"), std::string::npos);
 }
 
 TEST(GemmReduction, CostModelKeepsTheValueTileWithinTheMainloopsSharedMemory) {
@@ -130,7 +140,8 @@ TEST(GemmReduction, CostModelKeepsTheValueTileWithinTheMainloopsSharedMemory) {
   return %3
 })";
   const CompiledGraph cg = compile_for(text, 80);
-  ASSERT_EQ(cg.partition.groups.size(), 1u);
+  ASSERT_EQ(cg.partition.groups.size(), 2u);  // the GEMM and the partials' reduction
+  ASSERT_EQ(cg.partition.groups[0].kind, fusion::Group::Kind::Gemm);
   const fusion::GemmSpec& spec = cg.partition.groups[0].gemm;
   ASSERT_EQ(spec.reduce, fusion::GemmSpec::Reduce::Sum);
   const codegen::GemmTile t = codegen::choose_gemm_tile(spec);

@@ -279,6 +279,23 @@ TEST(InterpReduction, SoftmaxAndLogSoftmax) {
   for (int k = 3; k < 6; ++k) EXPECT_EQ(out[2].data[k], 1.0);
 }
 
+TEST(InterpReduction, LogsumexpShiftsByTheMaxAndKeepsInfinities) {
+  auto out = RunIR(R"(graph @g(%x: f64[4,3], %y: f32[2,2]) {
+  %0 = logsumexp(%x) {dims=[1], keepdim=false} : f64[4]
+  %1 = logsumexp(%x) {dims=[0], keepdim=true} : f64[1,3]
+  %2 = logsumexp(%y) {dims=[0, 1], keepdim=false} : f32[]
+  return %0, %1, %2
+})", {T(DType::f64, {4, 3}, {1, 2, 3, 1000, 1000, 1000, -kInf, -kInf, -kInf, kInf, 0, kNaN}),
+      F32({2, 2}, {0, 0, 0, 0})});
+  EXPECT_NEAR(out[0].data[0], 3.4076059644443806, 1e-14);
+  EXPECT_NEAR(out[0].data[1], 1000 + std::log(3.0), 1e-12) << "exp(1000) must not overflow";
+  EXPECT_EQ(out[0].data[2], -kInf) << "an all -inf row: the shift is 0, log(0)";
+  EXPECT_TRUE(std::isnan(out[0].data[3])) << "NaN propagates";
+  EXPECT_EQ(out[1].shape, (Shape{1, 3}));
+  EXPECT_EQ(out[1].data[0], kInf) << "+inf: the shift is 0 and the sum overflows";
+  EXPECT_EQ(out[2].data[0], f32(std::log(4.0)));
+}
+
 TEST(InterpReduction, LayerNorm) {
   auto out = RunIR(R"(graph @g(%x: f64[2,4], %w: f64[4] param, %b: f64[4] param) {
   %0 = layer_norm(%x, %w, %b) {eps=0.0, ndims=1} : f64[2,4]

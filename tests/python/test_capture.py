@@ -375,10 +375,11 @@ def test_real_cpu_tensors_capture_like_meta():
 def test_decomposition_table_keeps_ops_whole():
     names = {str(k) for k in decomposition_table()}
     for kept in ("aten.lstm.input", "aten.gru.input", "aten.max_pool2d.default", "aten.silu.default",
-                 "aten.scaled_dot_product_attention.default", "aten.upsample_nearest2d.vec"):
+                 "aten.scaled_dot_product_attention.default", "aten.upsample_nearest2d.vec",
+                 "aten.logsumexp.default"):
         assert kept not in names
     for decomposed in ("aten.linear.default", "aten.matmul.default", "aten.layer_norm.default",
-                       "aten.hardswish.default", "aten.logsumexp.default"):
+                       "aten.hardswish.default"):
         assert decomposed in names
 
 
@@ -449,11 +450,13 @@ REDUCTION_CASES = {
                   [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)]),
     "extrema": (lambda m, x: (x.amax(1), x.amin((0, 1)), x.max(), x.min(), x.argmax(1), x.argmin(), x.argmax(0, True)),
                 [_r(3, 4, 5)]),
-    "max_dim_opaque": (lambda m, x: torch.max(x, dim=1), [_r(3, 4)]),
+    "max_min_dim": (lambda m, x: (*torch.max(x, dim=1), *torch.min(x, 0, keepdim=True)), [_r(3, 4)]),
+    "var_mean": (lambda m, x: (*torch.var_mean(x, 1), *torch.var_mean(x, (0, 2), correction=0, keepdim=True)),
+                 [_r(3, 4, 5)]),
     "var_std": (lambda m, x: (x.var(1), x.var(1, unbiased=False, keepdim=True), x.std(), x.var(correction=0)),
                 [_r(3, 4, 5)]),
     "any_prod": (lambda m, x: ((x > 1).any(1), (x > 1).any(), x.prod(1), x.prod()), [_r(3, 4)]),
-    "logsumexp": (lambda m, x: torch.logsumexp(x, 1), [_r(3, 4, 5)]),
+    "logsumexp": (lambda m, x: (torch.logsumexp(x, 1), torch.logsumexp(x, (0, 2), keepdim=True)), [_r(3, 4, 5)]),
     "softmaxes": (lambda m, x: (torch.softmax(x, -1), torch.log_softmax(x, 0), torch.softmax(x, 1, dtype=torch.float64)),
                   [_r(3, 4)]),
     "softmax_half_to_float": (lambda m, x: torch.softmax(x, -1, dtype=torch.float32), [_r(3, 4, dtype=torch.float16)]),
@@ -494,6 +497,8 @@ NORM_CASES = {
     "native_layer_norm_stats": (lambda m, x, w, b: torch.native_layer_norm(x, [4], w, b, 1e-5),
                                 [_r(3, 4), _r(4), _r(4)]),
     "group_norm": (lambda m, x: m.gn(x), [_r(2, 6, 4, 4)], dict(gn=nn.GroupNorm(3, 6))),
+    "instance_norm": (lambda m, x: (torch.relu(m.inorm(x) * 0.5), m.plain(x)), [_r(2, 4, 5, 5)],
+                      dict(inorm=nn.InstanceNorm2d(4, affine=True), plain=nn.InstanceNorm2d(4))),
     "batch_norm_train": (lambda m, x: m.bn(x), [_r(8, 5)], dict(bn=nn.BatchNorm1d(5))),
     "pools": (lambda m, x: (F.max_pool2d(x, 2), F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, 1),
                             F.max_pool2d(x, 3, 2, 1, return_indices=True)), [_r(2, 3, 8, 8)]),
@@ -577,6 +582,20 @@ def test_op_mapping_details():
     assert cg.output_names[0] == "x"
 
 
+def test_reductions_with_several_results_are_ir_reductions():
+    """var_mean and max/min with indices are one IR reduction per result
+    (a reduction kernel computes them in one pass); logsumexp stays one op;
+    instance norm's batch statistics are var and mean of the [1, N*C, H, W] view."""
+    def ops(name):
+        return [m.group("op") for m in node_lines(case_capture(name).text)]
+
+    assert ops("max_min_dim") == ["amax", "argmax", "amin", "argmin"]
+    assert ops("var_mean") == ["var", "mean", "var", "mean"]
+    assert ops("logsumexp") == ["logsumexp", "logsumexp"]
+    assert case_capture("instance_norm").opaque_targets == ["aten.repeat.default"] * 2  # the per-channel weight and bias
+    assert ops("instance_norm").count("var") == 2
+
+
 def test_opaque_kwargs_and_devices():
     cg = case_capture("sdpa")
     line = next(m for m in node_lines(cg.text) if m.group("op") == "opaque")
@@ -611,7 +630,8 @@ def test_batchnorm_train_and_eval():
         mutated = [b for b, _ in cg.mutations]
         if train:
             assert mutated == ["bn.running_mean", "bn.running_var", "bn.num_batches_tracked"]
-            assert 'target="aten.var_mean.correction"' in cg.text  # batch statistics, then fusible math
+            # batch statistics as IR reductions (one kernel computes both), then fusible math
+            assert "= var(" in cg.text and "= mean(" in cg.text and "opaque" not in cg.text
         else:
             assert mutated == []
             # Eval batch norm is per-channel pointwise math (it fuses), not a library call.
@@ -649,7 +669,8 @@ def test_train_batchnorm_decomposes_like_eager(case):
     with torch.no_grad():
         bn.running_var.uniform_(0.5, 2)
     cg = check_against_eager(Fn(lambda m, x: m.bn(x) * 2, bn=bn).train(), [x], atol=1e-5, rtol=1e-5)
-    assert "var_mean" in cg.text and [b for b, _ in cg.mutations][:2] == ["bn.running_mean", "bn.running_var"]
+    assert "= var(" in cg.text and "opaque" not in cg.text
+    assert [b for b, _ in cg.mutations][:2] == ["bn.running_mean", "bn.running_var"]
 
 
 @pytest.mark.parametrize("case", ["gn_4d", "gn_3d_no_affine", "gn_half"])
@@ -666,7 +687,7 @@ def test_group_norm_decomposes_like_eager(case):
             gn.bias.uniform_(-1, 1)
     tol = 2e-3 if x.dtype == torch.float16 else 1e-5
     cg = check_against_eager(Fn(lambda m, x: torch.nn.functional.silu(m.gn(x)), gn=gn), [x], atol=tol, rtol=tol)
-    assert "native_group_norm" not in cg.text and "var_mean" in cg.text
+    assert "opaque" not in cg.text and "= var(" in cg.text and "= mean(" in cg.text
 
 
 def test_buffer_mutation_by_hand():

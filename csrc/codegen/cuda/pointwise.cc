@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/cuda/op_expr.h"
 #include "codegen/cuda/prelude.h"
@@ -107,11 +108,10 @@ std::string kernel_name(const fusion::Group& g, int id) {
 // Emits the group's nodes as one `const` temporary each, in compute types,
 // rounding to f16/bf16 where the result dtype is 16-bit (as eager stores it).
 // `expr_of` maps the group's inputs to expressions and receives its results.
-void emit_body(std::ostringstream& os, const fusion::Group& g, const std::string& ind,
-               const std::unordered_map<const Value*, std::string>& scalar_param,
-               std::unordered_map<const Value*, std::string>& expr_of) {
-  int tmp = 0;
-  for (Node* n : g.nodes) {
+void emit_nodes(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& ind,
+                const std::unordered_map<const Value*, std::string>& scalar_param,
+                std::unordered_map<const Value*, std::string>& expr_of, int& tmp, const std::string& prefix) {
+  for (Node* n : nodes) {
     DType c = op_compute_dtype(*n);
     std::vector<std::string> args;
     for (size_t i = 0; i < n->operands.size(); ++i) {
@@ -132,10 +132,17 @@ void emit_body(std::ostringstream& os, const fusion::Group& g, const std::string
     if (compute_dtype(r) != c) e = "static_cast<" + compute_type(r) + ">(" + e + ")";
     if (r == DType::f16) e = "ff_round_f16(" + e + ")";
     if (r == DType::bf16) e = "ff_round_bf16(" + e + ")";
-    std::string t = "t" + std::to_string(tmp++);
+    std::string t = prefix + std::to_string(tmp++);
     os << ind << "const " << compute_type(r) << " " << t << " = " << e << ";  // " << op_name(n->op) << "\n";
     expr_of[n->result()] = t;
   }
+}
+
+void emit_body(std::ostringstream& os, const fusion::Group& g, const std::string& ind,
+               const std::unordered_map<const Value*, std::string>& scalar_param,
+               std::unordered_map<const Value*, std::string>& expr_of) {
+  int tmp = 0;
+  emit_nodes(os, g.nodes, ind, scalar_param, expr_of, tmp, "t");
 }
 
 // The index type for a kernel: 32-bit unless some access can reach an
@@ -471,5 +478,17 @@ void emit_pointwise_body(std::ostringstream& os, const std::vector<Node*>& nodes
   g.nodes = nodes;
   emit_body(os, g, indent, {}, expr_of);
 }
+
+void emit_pointwise_nodes(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
+                          const std::unordered_set<const Value*>& scalars,
+                          std::unordered_map<const Value*, std::string>& expr_of, int& next_temp,
+                          const std::string& prefix) {
+  std::unordered_map<const Value*, std::string> scalar_param;
+  for (const Value* v : scalars) scalar_param[v] = expr_of.at(v);
+  emit_nodes(os, nodes, indent, scalar_param, expr_of, next_temp, prefix);
+}
+
+std::string cuda_storage_type(DType t) { return storage_type(t); }
+std::string cuda_compute_type(DType t) { return compute_type(t); }
 
 }  // namespace ff::codegen

@@ -2,6 +2,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/group.h"
@@ -22,5 +23,19 @@ KernelSource generate_pointwise(const fusion::Group& group, int id);
 // expressions and receives each node's result. Used by GEMM epilogues.
 void emit_pointwise_body(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
                          std::unordered_map<const Value*, std::string>& expr_of);
+
+// The same for kernels that declare their own temporaries: names are
+// `prefix` + a number from `next_temp` (advanced), and the values in `scalars`
+// are double kernel parameters (their expressions in `expr_of`).
+void emit_pointwise_nodes(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
+                          const std::unordered_set<const Value*>& scalars,
+                          std::unordered_map<const Value*, std::string>& expr_of, int& next_temp,
+                          const std::string& prefix);
+
+// CUDA spellings shared by the generators: a dtype's storage type (ff_half
+// for f16) and the type it computes in (float for f16); op_expr.h's
+// cuda_literal converts a literal to that compute type.
+std::string cuda_storage_type(DType t);
+std::string cuda_compute_type(DType t);
 
 }  // namespace ff::codegen

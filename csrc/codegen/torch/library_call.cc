@@ -172,6 +172,7 @@ std::string torch_expr(const Node& n, const std::vector<std::string>& operands) 
       return f.call("torch.var", a[0] + ", dim=" + f.dims() + ", correction=" + f.attr_or("correction", "1") +
                                      ", keepdim=" + f.keep());
     case Op::Any: return f.reduce("torch.any");
+    case Op::Logsumexp: return f.reduce("torch.logsumexp");
     case Op::Argmax: return f.call("torch.argmax", a[0] + ", dim=" + f.attr_or("dim", "None") + ", keepdim=" + f.keep());
     case Op::Argmin: return f.call("torch.argmin", a[0] + ", dim=" + f.attr_or("dim", "None") + ", keepdim=" + f.keep());
     case Op::Softmax: return f.softmax("torch.softmax");

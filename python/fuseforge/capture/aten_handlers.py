@@ -300,15 +300,18 @@ _register(["any.dim", "any.dims"], _reduce("any", "dim"))
 _register(["any.default"], _reduce("any", None, all_dims=True))
 
 
-def _var(L: _Lowerer, node, a):
-    x = L.value(a["self"])
+def _var_attrs(a: dict, rank: int) -> dict:
+    """var's attributes from var/var_mean's arguments (correction 1 unless given)."""
     corr = a.get("correction")
     corr = 1 if corr is None else corr
     if float(corr) != int(corr):
         raise _Unsupported("fractional correction")
-    dims = _norm_dims(a.get("dim"), len(x.type.shape))
-    return L.emit1("var", [x], L.rtype(node),
-                   {"dims": dims, "keepdim": bool(a.get("keepdim") or False), "correction": int(corr)})
+    return {"dims": _norm_dims(a.get("dim"), rank), "keepdim": bool(a.get("keepdim") or False), "correction": int(corr)}
+
+
+def _var(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    return L.emit1("var", [x], L.rtype(node), _var_attrs(a, len(x.type.shape)))
 
 
 _register(["var.correction"], _var)

@@ -218,12 +218,13 @@ class Executor:
         by_ops = self._op_by_op(index)
         shape = self.types[k.outputs[0]].shape
         numel = int(np.prod(shape)) if shape else 1
-        if numel > INTERPRET_LIMIT and k.kind != "pointwise":
+        largest = max(int(np.prod(self.types[b].shape)) for b in [*k.outputs, *(i.buffer for i in k.inputs)])
+        if largest > INTERPRET_LIMIT and k.kind != "pointwise":  # the sampled check assumes a pointwise group
             return by_ops
         slots = list(k.graph_inputs)
         memory = {i.buffer: i.memory for i in k.inputs}
         outs = [(o, self.types[o]) for o in k.outputs]
-        sampled = k.sampled_graph(INTERPRET_SAMPLE) if numel > INTERPRET_LIMIT else None
+        sampled = k.sampled_graph(INTERPRET_SAMPLE) if largest > INTERPRET_LIMIT else None
 
         def value(env: Env, b: int) -> Any:
             m = memory.get(b, b)

@@ -5,7 +5,9 @@ read here and nowhere else:
 - FUSEFORGE_GEMM: auto (default: f32 matmuls at the fp32 precision), all (or
   1: f32, f16 and bf16) or off (or 0);
 - FUSEFORGE_AUTOTUNE=1: each GEMM kernel's other tiles are compiled too and
-  timed at its first run (the choice is cached on disk).
+  timed at its first run (the choice is cached on disk);
+- FUSEFORGE_REDUCTIONS=0: reductions, norms and softmax stay library calls
+  (to compare with the generated reduction kernels).
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def compile_options(precision: str = "fp32", arch: int = 0, *, gemm: str | None 
     try:
         return core.CompileOptions(precision=precision, gemm=policy,
                                    autotune=os.environ.get("FUSEFORGE_AUTOTUNE") == "1", arch=arch,
-                                   passes=passes or [], trace=trace)
+                                   passes=passes or [], trace=trace,
+                                   reductions=os.environ.get("FUSEFORGE_REDUCTIONS") != "0")
     except ValueError as e:
         where = "" if gemm is not None else "FUSEFORGE_GEMM is " + repr(policy) + ": "
         raise ValueError(f"fuseforge: {where}{e}") from None

@@ -1,0 +1,41 @@
+#pragma once
+// CUDA for reduction groups (fusion/reduction_domain.h): the reductions, the
+// pointwise work that produces what they read and what reads their results,
+// including the results applied back to every element of the rows (softmax,
+// norms), in one kernel. Accumulation is in f32 for f16/bf16 (f64 for f64);
+// every partial result is combined in a fixed order, so a kernel gives the
+// same bits on every run, and all threads of a row see the same row values.
+#include <string>
+
+#include "codegen/cuda/kernel_source.h"
+#include "codegen/cuda/reduction_layout.h"
+
+namespace ff::codegen {
+
+// How a reduction kernel lays its threads over the domain; the reduction
+// scheduler's cost model picks one per group.
+struct ReductionStrategy {
+  // Rows: the reduced elements of a row are contiguous (or nearly): `threads`
+  // threads share a row, reading along it (1-32: several rows per warp,
+  // combined with warp shuffles; 64-1024: a block per row).
+  // Columns: the main input is unit-stride along a kept dim: each thread
+  // walks `vector` adjacent rows ("columns") down the reduced extent, and
+  // `threads` threads along threadIdx.y split that extent (combined through
+  // shared memory), so every load is coalesced across the columns.
+  enum class Form { Rows, Columns } form = Form::Rows;
+  int threads = 32;
+  int block = 256;    // threads per block (Columns: blockDim.x * threads)
+  int vector = 1;     // Rows: elements per load along the row; Columns: adjacent columns per thread
+  int unroll = 4;     // loads in flight per thread when the inputs stream
+  // The row's inputs stay in registers from the first pass to the last, so a
+  // normalization (statistics, then the apply) reads them once; otherwise
+  // each pass reads them again.
+  bool persistent = false;
+  // One line saying the above, for the kernel's header and golden tests.
+  std::string describe() const;
+};
+
+KernelSource generate_reduction(const fusion::Group& g, const fusion::ReductionDomain& d, const ReductionLayout& l,
+                                const ReductionStrategy& s, int id);
+
+}  // namespace ff::codegen

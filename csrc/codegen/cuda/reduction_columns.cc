@@ -1,0 +1,153 @@
+// Reduction kernels of the Columns form, for inputs that are unit-stride
+// along a kept dim (a reduction over channels of NCHW, over the rows of a
+// matrix): each thread takes `vector` adjacent rows ("columns" of the
+// reduced extent), which the column index enumerates with that unit-stride
+// dim innermost, so a warp's loads are contiguous; the `threads` threads
+// along threadIdx.y split the reduced extent, thread y taking elements
+// y, y + threads, ..., and their partials merge through shared memory.
+#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/reduction_kernel.h"
+
+namespace ff::codegen {
+
+namespace {
+
+class ColumnsKernel final : public ReductionKernel {
+ public:
+  using ReductionKernel::ReductionKernel;
+
+  KernelSource generate() {
+    const int Y = s_.threads, BX = s_.block / s_.threads, V = s_.vector;
+    w_.ks.block = BX;
+    w_.ks.block_y = Y;
+    w_.ks.grid[0] = (l_.rows + int64_t{BX} * V - 1) / (int64_t{BX} * V);
+    w_.ks.items = l_.rows * l_.length;
+    items_ = s_.persistent ? static_cast<int>((l_.length + Y - 1) / Y) : s_.unroll;
+    slots_ = s_.persistent ? 1 : s_.unroll;  // per column
+    accumulators_ = V * slots_;
+    // The kept dims, the unit-stride one innermost.
+    const int inner = l_.contiguous_kept();
+    for (size_t d = 0; d < l_.kept.size(); ++d)
+      if (static_cast<int>(d) != inner) order_.push_back(d);
+    if (inner >= 0) order_.push_back(static_cast<size_t>(inner));
+    Shape sizes;
+    for (size_t d : order_) sizes.push_back(l_.kept[d]);
+
+    std::ostringstream& os = os_;
+    w_.head(os, s_.describe());
+    os << "  typedef " << w_.index_type() << " index_t;\n";
+    os << "  constexpr index_t kColumns = " << l_.rows << ", kLength = " << l_.length
+       << ";  // rows (columns of the reduced extent), elements per row\n";
+    os << "  constexpr int kVec = " << V << ", kY = " << Y << ";  // adjacent columns per thread, threads along the reduced extent\n";
+    if (!s_.persistent) os << "  constexpr int kUnroll = " << s_.unroll << ";  // loads in flight per thread and column\n";
+    os << "  const index_t first = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;\n";
+    os << "  const bool col_valid = first < kColumns;\n";
+    os << "  // Threads past the last column still take part in the merges: they address the last columns.\n";
+    os << "  const index_t col = col_valid ? first : kColumns - kVec;\n";
+    os << "  // The column's offset in each tensor, from its coordinates over the kept dims (";
+    for (size_t i = 0; i < order_.size(); ++i) os << (i ? ", " : "") << "k" << i << ": dim " << order_[i];
+    os << ").\n";
+    emit_unravel(os, "  ", "col", sizes, "k");
+    for (const auto& a : l_.access) {
+      Shape st;
+      for (size_t d : order_) st.push_back(a.kept[d]);
+      os << "  const index_t base_" << a.param << " = " << offset_expr("k", st) << ";\n";
+    }
+    emit_aligned();
+    ExprMap expr_of;
+    w_.bind_scalars(expr_of);
+    w_.emit_row_inputs(os, "  ", expr_of, [&](const ReductionAccess& a) { return "base_" + a.param + lane_step(a); });
+    declare_caches();
+    for (int p = 1; p <= w_.passes(); ++p) pass(p, expr_of);
+    const auto outs = w_.row_outputs();
+    if (!outs.empty()) {
+      os << "  if (threadIdx.y == 0 && col_valid) {\n#pragma unroll\n    for (int k = 0; k < kVec; ++k) {\n";
+      for (const ReductionAccess* a : outs)
+        os << "      " << a->param << "[base_" << a->param << lane_step(*a) << "] = ff_store<"
+           << cuda_storage_type(a->dtype) << ">(" << expr_of.at(a->value) << ");\n";
+      os << "    }\n  }\n";
+    }
+    os << "}\n";
+    w_.ks.source = os.str();
+    return w_.ks;
+  }
+
+ private:
+  std::vector<size_t> order_;
+
+  // How an access steps across a thread's columns: a vector load (unit
+  // stride), one value for all (stride 0, or one column), or one load each.
+  enum class Kind { Vector, Same, Lanes };
+  int64_t column_stride(const ReductionAccess& a) const { return order_.empty() ? 0 : a.kept[order_.back()]; }
+  Kind kind(const ReductionAccess& a) const {
+    if (s_.vector == 1 || column_stride(a) == 0) return Kind::Same;
+    return column_stride(a) == 1 ? Kind::Vector : Kind::Lanes;
+  }
+  // The offset from a thread's first column to its column k.
+  std::string lane_step(const ReductionAccess& a) const {
+    const int64_t st = column_stride(a);
+    if (s_.vector == 1 || st == 0) return "";
+    return st == 1 ? " + k" : " + k * " + std::to_string(st);
+  }
+
+  bool per_lane(const ReductionAccess& a) const override { return kind(a) != Kind::Same; }
+  bool vectorized(const ReductionAccess& a) const override { return kind(a) == Kind::Vector; }
+  std::string stream_loop() const override {
+    return "for (index_t start = threadIdx.y; start < kLength; start += kY * kUnroll)";
+  }
+  std::string element(const std::string& u) const override {
+    return s_.persistent ? "(" + u + " * kY + static_cast<index_t>(threadIdx.y))" : "start + " + u + " * kY";
+  }
+  bool tail() const override { return l_.length % (int64_t{s_.threads} * items_) != 0; }
+  std::string slot() const override { return slots_ == 1 ? "k" : "k * kUnroll + u"; }
+  std::string index() const override { return "e"; }
+
+  void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
+    switch (kind(a)) {
+      case Kind::Same: os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n"; break;
+      case Kind::Lanes:
+        os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << dst << "[k] = "
+            << load_expr(a, elem_offset(a) + lane_step(a)) << ";\n";
+        break;
+      case Kind::Vector: vector_load(a, dst, in); break;
+    }
+  }
+
+  void store(const ReductionAccess& a, const std::string& in) override {
+    if (kind(a) == Kind::Vector) {
+      vector_store(a, in);
+      return;
+    }
+    os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << a.param << "[" << elem_offset(a)
+        << lane_step(a) << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param << "[k]);\n";
+  }
+
+  // Each column's slots pairwise, then the kY threads along threadIdx.y.
+  void merge(int p, ExprMap& expr_of) override {
+    std::ostringstream& os = os_;
+    // Lane k's merged partial (one lane: no loop over lanes around the row values).
+    const std::string lane = s_.vector == 1 ? "0" : "k";
+    const std::string first = slots_ == 1 ? lane : lane + " * kUnroll";
+    for (const auto& a : w_.accs) {
+      if (a.level != p) continue;
+      if (slots_ > 1) {
+        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n#pragma unroll\n    for (int w = 1; w < kUnroll; w *= 2)\n"
+           << "#pragma unroll\n      for (int i = 0; i + w < kUnroll; i += 2 * w) " << a.name << "[k * kUnroll + i].merge("
+           << a.name << "[k * kUnroll + i + w]);\n";
+      }
+      if (s_.threads > 1) {
+        os << "  __shared__ " << a.type << " partials_" << a.name << "[kY * " << s_.block / s_.threads << " * kVec];\n";
+        const std::string at = slots_ == 1 ? "k" : "k * kUnroll";
+        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n    " << a.name << "[" << at << "] = ff_column_merge<kY>("
+           << a.name << "[" << at << "], partials_" << a.name << ", threadIdx.x * kVec + k, blockDim.x * kVec);\n";
+      }
+    }
+    w_.emit_row_values(os, p, "  ", expr_of, [&](const Accumulator& a) { return a.name + "[" + first + "]"; });
+  }
+};
+
+}  // namespace
+
+KernelSource generate_reduction_columns(ReductionWriter& w) { return ColumnsKernel(w).generate(); }
+
+}  // namespace ff::codegen

@@ -1,0 +1,116 @@
+#include "codegen/cuda/reduction_kernel.h"
+
+#include "codegen/cuda/pointwise.h"
+
+namespace ff::codegen {
+
+std::string ReductionKernel::elem_offset(const ReductionAccess& a) const {
+  const std::string r = offset_expr("e", a.reduced);
+  return "base_" + a.param + (r == "0" ? "" : " + " + r);
+}
+
+void ReductionKernel::emit_aligned() {
+  std::string cond;
+  for (const auto& a : l_.access)
+    if (!a.per_row && vectorized(a))
+      cond += std::string(cond.empty() ? "" : " &&") + " (reinterpret_cast<unsigned long long>(" + a.param + ") % " +
+              std::to_string(s_.vector * dtype_size(a.dtype)) + " == 0)";
+  if (cond.empty()) return;
+  os_ << "  // Vector loads and stores where the pointers allow them (views may start anywhere).\n";
+  os_ << "  const bool aligned =" << cond << ";\n";
+}
+
+void ReductionKernel::declare_caches() {
+  if (!s_.persistent) return;
+  for (const auto& a : l_.access)
+    if (!a.is_output && !a.per_row && w_.read_again(&a)) {
+      os_ << "  " << cuda_compute_type(a.dtype) << " c_" << a.param << "[" << items_ << "]"
+          << (per_lane(a) ? "[kVec]" : "") << ";  // %" << a.value->name << ", held in registers across the passes\n";
+      cached_.insert(&a);
+    }
+}
+
+void ReductionKernel::vector_load(const ReductionAccess& a, const std::string& dst, const std::string& in) {
+  const std::string st = cuda_storage_type(a.dtype);
+  os_ << in << "if (aligned) {\n" << in << "  const ff_vec<" << st << ", kVec> v = *reinterpret_cast<const ff_vec<"
+      << st << ", kVec>*>(" << a.param << " + " << elem_offset(a) << ");\n";
+  os_ << "#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << dst << "[k] = ff_load(v.v[k]);\n";
+  os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << dst << "[k] = "
+      << load_expr(a, elem_offset(a) + " + k") << ";\n" << in << "}\n";
+}
+
+void ReductionKernel::vector_store(const ReductionAccess& a, const std::string& in) {
+  const std::string st = cuda_storage_type(a.dtype);
+  os_ << in << "if (aligned) {\n" << in << "  ff_vec<" << st << ", kVec> v;\n";
+  os_ << "#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) v.v[k] = ff_store<" << st << ">(y_" << a.param
+      << "[k]);\n";
+  os_ << in << "  *reinterpret_cast<ff_vec<" << st << ", kVec>*>(" << a.param << " + " << elem_offset(a) << ") = v;\n";
+  os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << a.param << "["
+      << elem_offset(a) << " + k] = ff_store<" << st << ">(y_" << a.param << "[k]);\n" << in << "}\n";
+}
+
+void ReductionKernel::pass(int p, ExprMap& expr_of) {
+  std::ostringstream& os = os_;
+  const bool reduce = p <= w_.d.levels;
+  os << "  // ---- pass " << p << ": " << (reduce ? "reduce" : "apply the row values") << "\n";
+  if (reduce) w_.declare_accumulators(os, p, "  ", accumulators_);
+  const auto& inputs = w_.element_inputs(p);
+  const std::string x = "x" + std::to_string(p) + "_";  // this pass's registers
+  std::string ind = "  ";
+  if (!s_.persistent) {
+    os << ind << stream_loop() << " {\n";
+    ind += "  ";
+  }
+  // Loads first, for all items, so that their latencies overlap.
+  std::vector<const ReductionAccess*> local;
+  for (const ReductionAccess* a : inputs) {
+    const bool cached = cached_.count(a) != 0;
+    if (cached && loaded_.count(a)) continue;
+    if (!cached)
+      os << ind << cuda_compute_type(a->dtype) << " " << x << a->param << "[" << items_ << "]"
+         << (per_lane(*a) ? "[kVec]" : "") << ";\n";
+    local.push_back(a);
+  }
+  auto open_items = [&](bool with_e) {
+    os << "#pragma unroll\n" << ind << "for (int u = 0; u < " << items_ << "; ++u) {\n";
+    if (with_e || tail()) os << ind << "  const index_t e = " << element("u") << ";\n";
+    std::string in = ind + "  ";
+    if (tail()) {
+      os << in << "if (e < kLength) {\n";
+      in += "  ";
+    }
+    return in;
+  };
+  auto close_items = [&] {
+    if (tail()) os << ind << "  }\n";
+    os << ind << "}\n";
+  };
+  if (!local.empty()) {
+    const std::string in = open_items(true);
+    emit_unravel(os, in, "e", l_.reduced, "e");
+    for (const ReductionAccess* a : local) load(*a, (cached_.count(a) ? "c_" : x) + a->param + "[u]", in);
+    close_items();
+    for (const ReductionAccess* a : local)
+      if (cached_.count(a)) loaded_.insert(a);
+  }
+  // Then the arithmetic, element by element.
+  const auto& outs = w_.element_outputs(p);
+  bool indexed = false;
+  for (const auto& a : w_.accs) indexed |= a.level == p && a.indexed();
+  const std::string in = open_items(!outs.empty() || indexed);
+  if (!outs.empty()) emit_unravel(os, in, "e", l_.reduced, "e");
+  for (const ReductionAccess* a : outs) os << in << cuda_compute_type(a->dtype) << " y_" << a->param << "[kVec];\n";
+  os << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) {\n";
+  ExprMap local_expr = expr_of;
+  for (const ReductionAccess* a : inputs)
+    local_expr[a->value] = (cached_.count(a) ? "c_" : x) + a->param + "[u]" + (per_lane(*a) ? "[k]" : "");
+  w_.emit_element(os, p, in + "  ", local_expr, slot(), index());
+  for (const ReductionAccess* a : outs) os << in << "  y_" << a->param << "[k] = " << local_expr.at(a->value) << ";\n";
+  os << in << "}\n";
+  for (const ReductionAccess* a : outs) store(*a, in);
+  close_items();
+  if (!s_.persistent) os << "  }\n";
+  if (reduce) merge(p, expr_of);
+}
+
+}  // namespace ff::codegen

@@ -1,0 +1,117 @@
+// Reduction kernels of the Rows form: `threads` threads share a row and read
+// along it, `vector` elements per load; several rows per block when a row
+// takes less than a warp, a block per row otherwise. Each thread's element
+// p of the row (p = 0, 1, ...) starts at (p * threads + lane) * vector, so a
+// warp's loads are contiguous.
+#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/reduction_kernel.h"
+
+namespace ff::codegen {
+
+namespace {
+
+class RowsKernel final : public ReductionKernel {
+ public:
+  using ReductionKernel::ReductionKernel;
+
+  KernelSource generate() {
+    const int T = s_.threads, B = s_.block, V = s_.vector;
+    const int64_t per_block = B / T;
+    w_.ks.block = B;
+    w_.ks.grid[0] = (l_.rows + per_block - 1) / per_block;
+    w_.ks.items = l_.rows * l_.length;
+    items_ = s_.persistent ? static_cast<int>((l_.length + int64_t{T} * V - 1) / (int64_t{T} * V)) : s_.unroll;
+    slots_ = s_.persistent ? V : s_.unroll * V;
+    accumulators_ = slots_;
+
+    std::ostringstream& os = os_;
+    w_.head(os, s_.describe());
+    os << "  typedef " << w_.index_type() << " index_t;\n";
+    if (T == B) os << "  constexpr index_t kLength = " << l_.length << ";  // elements per row (a block per row)\n";
+    else os << "  constexpr index_t kRows = " << l_.rows << ", kLength = " << l_.length << ";  // rows, elements per row\n";
+    os << "  constexpr int kThreads = " << T << ", kVec = " << V << ";  // threads per row, elements per load\n";
+    if (!s_.persistent) os << "  constexpr int kUnroll = " << s_.unroll << ";  // loads in flight per thread\n";
+    os << "  const int lane = threadIdx.x" << (T == B ? "" : " % kThreads") << ";\n";
+    if (T == B) {
+      os << "  const index_t row = blockIdx.x;\n  constexpr bool row_valid = true;\n";
+    } else {
+      os << "  const index_t first = static_cast<index_t>(blockIdx.x) * " << per_block << " + threadIdx.x / kThreads;\n";
+      os << "  const bool row_valid = first < kRows;\n";
+      os << "  // Lanes of a row past the last one still take part in the shuffles: they address the last row.\n";
+      os << "  const index_t row = row_valid ? first : kRows - 1;\n";
+    }
+    os << "  // The row's offset in each tensor, from its coordinates over the kept dims.\n";
+    emit_unravel(os, "  ", "row", l_.kept, "k");
+    for (const auto& a : l_.access) os << "  const index_t base_" << a.param << " = " << offset_expr("k", a.kept) << ";\n";
+    emit_aligned();
+    ExprMap expr_of;
+    w_.bind_scalars(expr_of);
+    w_.emit_row_inputs(os, "  ", expr_of, [](const ReductionAccess& a) { return "base_" + a.param; });
+    declare_caches();
+    for (int p = 1; p <= w_.passes(); ++p) pass(p, expr_of);
+    const auto outs = w_.row_outputs();
+    if (!outs.empty()) {
+      os << "  if (lane == 0 && row_valid) {\n";
+      for (const ReductionAccess* a : outs)
+        os << "    " << a->param << "[base_" << a->param << "] = ff_store<" << cuda_storage_type(a->dtype) << ">("
+           << expr_of.at(a->value) << ");\n";
+      os << "  }\n";
+    }
+    os << "}\n";
+    w_.ks.source = os.str();
+    return w_.ks;
+  }
+
+ private:
+  // Unit stride along the row's innermost dim: kVec values per load.
+  bool per_lane(const ReductionAccess& a) const override { return s_.vector > 1 && a.reduced.back() == 1; }
+  bool vectorized(const ReductionAccess& a) const override { return per_lane(a); }
+  std::string stream_loop() const override {
+    return "for (index_t start = static_cast<index_t>(lane) * kVec; start < kLength; start += kThreads * kVec * kUnroll)";
+  }
+  std::string element(const std::string& u) const override {
+    return s_.persistent ? "(" + u + " * kThreads + lane) * kVec" : "start + " + u + " * (kThreads * kVec)";
+  }
+  bool tail() const override { return l_.length % (int64_t{s_.threads} * s_.vector * items_) != 0; }
+  std::string slot() const override { return s_.persistent ? "k" : "u * kVec + k"; }
+  std::string index() const override { return "e + k"; }
+
+  void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
+    if (per_lane(a)) vector_load(a, dst, in);
+    else os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n";
+  }
+
+  void store(const ReductionAccess& a, const std::string& in) override {
+    if (per_lane(a)) vector_store(a, in);
+    else  // kVec == 1
+      os_ << in << a.param << "[" << elem_offset(a) << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param
+          << "[0]);\n";
+  }
+
+  // The thread's slots pairwise, then the row's threads; every thread of the
+  // row ends with the row's result and computes the row values.
+  void merge(int p, ExprMap& expr_of) override {
+    std::ostringstream& os = os_;
+    for (const auto& a : w_.accs) {
+      if (a.level != p) continue;
+      if (slots_ > 1) {
+        os << "#pragma unroll\n  for (int w = 1; w < " << slots_ << "; w *= 2)\n"
+           << "#pragma unroll\n    for (int i = 0; i + w < " << slots_ << "; i += 2 * w) " << a.name
+           << "[i].merge(" << a.name << "[i + w]);\n";
+      }
+      if (s_.threads > 32) {
+        os << "  __shared__ " << a.type << " partials_" << a.name << "[kThreads / 32];\n";
+        os << "  " << a.name << "[0] = ff_block_merge<kThreads>(" << a.name << "[0], partials_" << a.name << ");\n";
+      } else if (s_.threads > 1) {
+        os << "  " << a.name << "[0] = ff_warp_merge<kThreads>(" << a.name << "[0]);\n";
+      }
+    }
+    w_.emit_row_values(os, p, "  ", expr_of, [](const Accumulator& a) { return a.name + "[0]"; });
+  }
+};
+
+}  // namespace
+
+KernelSource generate_reduction_rows(ReductionWriter& w) { return RowsKernel(w).generate(); }
+
+}  // namespace ff::codegen

@@ -1,0 +1,184 @@
+#include "fusion/reduction_strategy.h"
+
+#include <algorithm>
+
+#include "codegen/cuda/reduction_emit.h"
+
+namespace ff::fusion {
+
+namespace {
+
+using codegen::ReductionAccess;
+using codegen::ReductionStrategy;
+
+constexpr int kVectorBytes = 16;
+constexpr int kLoadsPerThread = 8;     // 16-byte loads a thread aims at per row pass
+constexpr int kMaxCacheWords = 64;     // registers a thread may spend holding its inputs
+constexpr int kRegisterOverhead = 40;  // registers for everything else (indices, temporaries)
+
+int pow2_ceil(int64_t x) {
+  int p = 1;
+  while (p < x && p < (1 << 20)) p *= 2;
+  return p;
+}
+
+int sm_count(int arch) {
+  switch (arch) {
+    case 80: return 108;
+    case 86: return 84;
+    case 89: return 128;
+    default: return 132;  // Hopper and unknown
+  }
+}
+
+// The widest vector (up to 16 bytes) along a dim: every access that steps
+// along it with unit stride keeps its other strides aligned to it, and the
+// dim's extent is a multiple; accesses with another stride along it rule
+// vectors out when `strict`.
+int vector_width(const codegen::ReductionLayout& l, int64_t extent, bool reduced_dim, size_t dim, bool strict) {
+  int widest = 0;
+  for (const ReductionAccess& a : l.access)
+    if ((reduced_dim ? a.reduced : a.kept)[dim] == 1) widest = std::max(widest, dtype_size(a.dtype));
+  if (widest == 0) return 1;
+  for (int v = kVectorBytes / widest; v > 1; v /= 2) {
+    bool ok = extent % v == 0;
+    for (const ReductionAccess& a : l.access) {
+      if (reduced_dim && a.per_row) continue;
+      const int64_t s = (reduced_dim ? a.reduced : a.kept)[dim];
+      if (s != 1) {
+        ok &= !strict || s == 0;
+        continue;
+      }
+      for (size_t i = 0; i < a.kept.size(); ++i) ok &= (!reduced_dim && i == dim) || a.kept[i] % v == 0;
+      for (size_t i = 0; i < a.reduced.size(); ++i) ok &= (reduced_dim && i == dim) || a.reduced[i] % v == 0;
+    }
+    if (ok) return v;
+  }
+  return 1;
+}
+
+// Register words a thread needs to hold `per_thread` elements of each input read again.
+int cache_words(int64_t per_thread, int reread) { return static_cast<int>(std::min<int64_t>(per_thread * reread, 1 << 20)); }
+int register_budget(int block, int acc_words) {
+  return std::min(kMaxCacheWords, 65536 / block - kRegisterOverhead - acc_words);
+}
+
+// Loads in flight per thread when the inputs stream: each holds a vector of
+// every input and a slot of every accumulator, within the registers a thread
+// has at `block` threads (4, 2 or 1; 0: not even one fits).
+int streaming_unroll(int block, int vector, int inputs, int acc_words) {
+  const int budget = 65536 / block - kRegisterOverhead;
+  for (int u : {4, 2, 1})
+    if (u * vector * (acc_words + inputs) <= budget) return u;
+  return 0;
+}
+
+ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words) {
+  ReductionStrategy s;
+  s.form = ReductionStrategy::Form::Rows;
+  s.vector = l.inner() || l.reduced.back() > 1 ? vector_width(l, l.reduced.back(), true, l.reduced.size() - 1, true) : 1;
+  const int64_t loads = (l.length + s.vector - 1) / s.vector;
+  const int64_t want = pow2_ceil((loads + kLoadsPerThread - 1) / kLoadsPerThread);
+  s.threads = loads <= 32 * kLoadsPerThread ? static_cast<int>(std::min<int64_t>(want, 32))
+                                            : static_cast<int>(std::clamp<int64_t>(want, 64, 1024));
+  auto block_for = [&](int threads) {
+    int block = threads >= 64 ? threads : 256;
+    // Not more rows per block than there are rows, but a whole warp at least:
+    // the warp shuffles name every lane.
+    while (block > threads && block > 32 && block / threads / 2 >= l.rows) block /= 2;
+    return block;
+  };
+  s.block = block_for(s.threads);
+  if (reread > 0) {
+    // The thread count nearest the preferred one (more threads first) whose
+    // share of the row fits in registers; none: the inputs stream.
+    auto fits = [&](int threads) {
+      const int64_t per_thread = (loads + threads - 1) / threads * s.vector;
+      return cache_words(per_thread, reread) <= register_budget(block_for(threads), acc_words * s.vector);
+    };
+    for (int step = 0; step <= 10 && !s.persistent; ++step)
+      for (int t : {s.threads << step, s.threads >> step})
+        if (t >= 1 && t <= 1024 && fits(t)) {
+          s.threads = t;
+          s.block = block_for(t);
+          s.persistent = true;
+          break;
+        }
+  }
+  if (!s.persistent) {
+    // Streaming: fewer threads per row where a block's registers would not
+    // hold the loads in flight and the accumulators' slots.
+    while (s.threads > 32 && streaming_unroll(s.block, s.vector, inputs, acc_words) < 4) {
+      s.threads /= 2;
+      s.block = block_for(s.threads);
+    }
+    s.unroll = std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words));
+  }
+  return s;
+}
+
+ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words, int arch) {
+  ReductionStrategy s;
+  s.form = ReductionStrategy::Form::Columns;
+  const size_t c = static_cast<size_t>(l.contiguous_kept());
+  s.vector = vector_width(l, l.kept[c], false, c, false);
+  const int64_t column_threads = (l.rows + s.vector - 1) / s.vector;
+  const int64_t target = int64_t{sm_count(arch)} * 2048;
+  const int max_y = static_cast<int>(std::min<int64_t>(32, std::max<int64_t>(1, pow2_ceil(l.length + 1) / 2)));
+  s.threads = std::min(max_y, pow2_ceil((target + column_threads - 1) / column_threads));
+  auto fit_block = [&] { s.block = std::max(32, 256 / s.threads) * s.threads; };
+  fit_block();
+  if (reread > 0) {
+    for (;;) {
+      const int64_t per_thread = (l.length + s.threads - 1) / s.threads * s.vector;
+      if (cache_words(per_thread, reread) <= register_budget(s.block, acc_words * s.vector)) {
+        s.persistent = true;
+        break;
+      }
+      if (s.threads >= max_y) break;
+      s.threads *= 2;
+      fit_block();
+    }
+  }
+  // Shared memory for the merge along threadIdx.y: within 32 KiB.
+  const int acc_bytes = acc_words * 8;
+  while (s.vector > 1 && s.threads > 1 && int64_t{acc_bytes} * s.block * s.vector > 32 * 1024) s.vector /= 2;
+  if (!s.persistent) s.unroll = std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words));
+  return s;
+}
+
+}  // namespace
+
+int64_t blocks_of(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l) {
+  const int64_t rows_per_block =
+      s.form == ReductionStrategy::Form::Rows ? s.block / s.threads : int64_t{s.block} / s.threads * s.vector;
+  return (l.rows + rows_per_block - 1) / rows_per_block;
+}
+
+bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
+                     const FusionOptions& options) {
+  return s.persistent || blocks_of(s, l) >= 2 * sm_count(options.arch);
+}
+
+bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
+                     const FusionOptions& options) {
+  constexpr int64_t kSmall = 1 << 20;  // elements: launch-bound either way
+  return l.rows * l.length <= kSmall || blocks_of(s, l) * 4 >= sm_count(options.arch);
+}
+
+codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,
+                                                     const codegen::ReductionLayout& l, const FusionOptions& options) {
+  // What the kernel's passes read: which inputs a second pass reads again.
+  const codegen::ReductionWriter probe(g, d, l, codegen::ReductionStrategy{}, 0, 1);
+  int reread = 0, inputs = 0;
+  for (const auto& a : l.access)
+    if (!a.is_output && !a.per_row) {
+      ++inputs;
+      reread += probe.read_again(&a);
+    }
+  const int acc_words = probe.accumulator_words();
+  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, reread, inputs, acc_words, options.arch);
+  return rows(l, reread, inputs, acc_words);
+}
+
+}  // namespace ff::fusion

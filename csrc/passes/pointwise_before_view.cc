@@ -1,0 +1,78 @@
+// pointwise_before_view: moves pointwise work on a reshaped tensor before
+// the reshape.
+//
+//   %v = view(%y) : [64,96,94,94] ; %z = relu(%v)
+// becomes
+//   %r = relu(%y) : <%y's shape> ; %z = view(%r) : [64,96,94,94]
+//
+// Group and instance norms normalize a reshaped view of their input (the
+// channels split into groups, the batch merged into channels) and reshape
+// the result back; the activation after the norm then joins the norm's
+// kernel instead of reading its result in another one. Done for pointwise
+// nodes whose only tensor operand (maybe several times) is a view, squeeze or
+// unsqueeze of a contiguous tensor, the other operands literals or 0-d values,
+// and whose result is contiguous: every element is computed as before, only
+// addressed through the other shape.
+#include <unordered_set>
+
+#include "passes/pass.h"
+#include "passes/patterns.h"
+
+namespace ff::passes {
+
+namespace {
+
+bool is_reshape(Op op) { return op == Op::View || op == Op::Squeeze || op == Op::Unsqueeze; }
+
+// The reshape that `n` reads as its only tensor operand, if it can move.
+Node* reshape_read(const Node& n) {
+  if (op_kind(n.op) != OpKind::Pointwise || n.op == Op::Full || !n.result()->type.is_contiguous()) return nullptr;
+  const Value* x = nullptr;
+  for (const Operand& o : n.operands) {
+    if (is_rank0(o)) continue;
+    if (x && o.value != x) return nullptr;
+    x = o.value;
+  }
+  if (!x || !x->producer || !is_reshape(x->producer->op)) return nullptr;
+  Node* reshape = x->producer;
+  const Value* src = reshape->input(0);
+  if (!src->type.is_contiguous() || !x->type.is_contiguous() || src->type.shape.empty()) return nullptr;
+  return reshape;
+}
+
+class PointwiseBeforeView final : public Pass {
+ public:
+  std::string_view name() const override { return "pointwise_before_view"; }
+
+  bool run(Graph& g) override {
+    bool changed = false;
+    std::vector<Node*> order;
+    for (auto& n : g.nodes()) order.push_back(n.get());
+    for (Node* n : order) {
+      Node* reshape = reshape_read(*n);
+      if (!reshape) continue;
+      Value* src = reshape->input(0);
+      Value* x = reshape->result();
+      std::vector<Operand> ops = n->operands;
+      for (Operand& o : ops)
+        if (o.is_value() && o.value == x) o.value = src;
+      const TensorType& t = n->result()->type;
+      Node* moved = g.insert_before(n, n->op, ops, {TensorType::contiguous(t.dtype, src->type.shape)}, n->attrs);
+      Node* back = g.insert_before(n, Op::View, {Operand::of(moved->result())}, {t});
+      g.replace_all_uses(n->result(), back->result());
+      changed = true;
+    }
+    // The moved nodes' old forms are unused now.
+    std::unordered_set<const Node*> dead;
+    for (auto& n : g.nodes())
+      if (reshape_read(*n) && g.users(n->result()).empty() && !g.is_graph_output(n->result())) dead.insert(n.get());
+    g.erase_nodes_if([&](const Node* n) { return dead.count(n) != 0; });
+    return changed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_pointwise_before_view() { return std::make_unique<PointwiseBeforeView>(); }
+
+}  // namespace ff::passes

@@ -1,0 +1,69 @@
+#include "plan_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "fusion/subgraph.h"
+#include "kernel_emulator.h"
+
+namespace ff::testing {
+
+std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vector<interp::HostTensor>& inputs) {
+  const Graph& g = *cg.plan.graph;
+  std::unordered_map<const Value*, interp::HostTensor> env;
+  for (size_t i = 0; i < g.inputs().size(); ++i) env[g.inputs()[i]] = inputs.at(i);
+  auto gather = [&](const std::vector<Value*>& values) {
+    std::vector<interp::HostTensor> in;
+    for (const Value* v : values) in.push_back(env.at(v));
+    return in;
+  };
+  for (const auto& step : cg.partition.steps) {
+    if (step.kind == fusion::Step::Kind::Kernel) {
+      const fusion::Group& group = cg.partition.groups[step.group];
+      auto out = emulate_kernel(cg.kernels[step.group], group, gather(group.inputs));
+      for (size_t i = 0; i < group.outputs.size(); ++i) {
+        // emulate_kernel returns the outputs in the kernel's parameter order.
+        const auto& names = cg.kernels[step.group].outputs;
+        for (size_t j = 0; j < names.size(); ++j)
+          if (names[j] == group.outputs[i]->name) env[group.outputs[i]] = out[j];
+      }
+      continue;
+    }
+    fusion::Group one;
+    one.nodes = {step.node};
+    for (auto& o : step.node->operands)
+      if (o.is_value()) one.inputs.push_back(o.value);
+    one.outputs = {step.node->result()};
+    auto out = interp::run(*fusion::extract_subgraph(one, "step"), gather(one.inputs));
+    env[step.node->result()] = out.at(0);
+  }
+  std::vector<interp::HostTensor> result;
+  for (const Value* v : g.outputs()) result.push_back(env.at(v));
+  for (const auto& m : g.mutations()) result.push_back(env.at(m.value));
+  return result;
+}
+
+std::string compare(const std::vector<interp::HostTensor>& got, const std::vector<interp::HostTensor>& want,
+                    double rtol, double atol) {
+  if (got.size() != want.size()) return "output count " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto &a = got[i], &b = want[i];
+    if (a.shape != b.shape || a.data.size() != b.data.size()) return "output " + std::to_string(i) + ": shape differs";
+    const bool exact = !is_floating(b.dtype);
+    // 16-bit results may round the other way after another summation order: one ulp.
+    const double ulp = b.dtype == DType::f16 ? 1.0 / 1024 : b.dtype == DType::bf16 ? 1.0 / 128 : 0.0;
+    const double rt = std::max(rtol, ulp), at = std::max(atol, ulp);
+    for (size_t k = 0; k < a.data.size(); ++k) {
+      const double x = a.data[k], y = b.data[k];
+      const bool same = std::isnan(y) ? std::isnan(x) : x == y || (!exact && std::abs(x - y) <= at + rt * std::abs(y));
+      if (!same)
+        return "output " + std::to_string(i) + " element " + std::to_string(k) + ": got " + std::to_string(x) +
+               ", want " + std::to_string(y);
+    }
+  }
+  return "";
+}
+
+}  // namespace ff::testing

@@ -1,0 +1,75 @@
+"""Reduction kernels without a GPU: the dev problems' plans (which reductions
+became generated kernels), the plans of the GPU test's cases, and ptxas's
+report for their kernels (no register spills)."""
+import re
+
+import pytest
+import torch
+
+from fuseforge._native import core
+from fuseforge.capture import capture
+from fuseforge.harness.problem import load_problem
+from fuseforge.runtime.options import compile_ir
+
+from conftest import ROOT
+from test_reduction_gpu import CASES, build_case
+
+DEV = ROOT / "benchmarks" / "problems" / "dev"
+
+# Each dev problem with reductions: the ops its reduction kernels compute (in
+# plan order), and the library ops left (besides views and convolutions).
+EXPECTED = {
+    "rmsnorm_manual": ([["mean"]], []),
+    "softmax_rows": ([["softmax"]], []),
+    "logsumexp_mean": ([["logsumexp"], ["mean"]], []),
+    "max_and_argmax": ([["amax", "argmax"]], []),
+    "layernorm_residual_dropout_eval": ([["layer_norm"]], []),
+    "classifier_head": ([["mean"], ["log_softmax"]], []),
+    "linear_gelu_layernorm": ([["layer_norm"]], []),
+    "conv2d_groupnorm_silu": ([["var", "mean"]], []),
+    "conv2d_instancenorm_scale": ([["var", "mean"]], ["opaque", "opaque"]),  # the weight and bias repeated per sample
+    "conv2d_channel_max_sigmoid": ([["amax"]], []),
+    "convtranspose2d_softmax_channels": ([["softmax"]], []),
+    "conv2d_batchnorm_train_scale": ([["var", "mean"]], []),
+    "convtranspose3d_layernorm_pool": ([["layer_norm"]], ["opaque"]),  # avg_pool3d
+    "conv3d_softmax_maxpool": ([["softmax"]], ["opaque"]),  # max_pool3d
+    "conv2d_avgpool_sigmoid_sum": ([["sum"]], ["opaque"]),  # avg_pool2d
+}
+_REDUCTIONS = {"sum", "mean", "amax", "amin", "prod", "var", "any", "argmax", "argmin", "logsumexp", "softmax",
+               "log_softmax", "layer_norm"}
+_FREE = {"view", "permute", "expand", "squeeze", "unsqueeze", "convolution"}
+
+
+def _plan(model, inputs, name):
+    return compile_ir(capture(model, inputs, name=name).text, arch=90).plan
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_dev_problem_reductions_are_kernels(name):
+    mod = load_problem(DEV / f"{name}.py")
+    torch.manual_seed(0)
+    plan = _plan(mod.Model(*mod.get_init_inputs()), mod.get_inputs(), name)
+    steps = [*plan.prepare, *plan.run]
+    kernels = [plan.kernels[s.kernel] for s in steps if s.kind == "launch"]
+    reductions = [[n.op for n in k.nodes if n.op in _REDUCTIONS] for k in kernels if k.kind == "reduction"]
+    library = [s.op for s in steps if s.kind in ("call", "view") and s.op not in _FREE]
+    assert (reductions, library) == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_gpu_cases_plan_reduction_kernels(monkeypatch, name):
+    """The GPU test's cases (smaller here: the plan does not depend on the
+    values) each run their reductions as kernels, and those build without
+    register spills for sm_90."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
+    model, xs = build_case(name, "cpu")
+    plan = _plan(model, xs, name)
+    kernels = [k for k in plan.kernels if k.kind == "reduction"]
+    assert kernels and not [s for s in plan.run if s.kind == "call" and s.op in _REDUCTIONS]
+    for k in kernels:
+        is_cubin, _, log = core.nvrtc_compile(k.translation_unit, k.name, 90, options=["-Xptxas=-v"])
+        assert is_cubin, log
+        # A few bytes at most: the IEEE division's slow path (Welford's push
+        # divides, as ATen's does) saves registers around its call.
+        spills = re.findall(r"(\d+) bytes spill stores", log)
+        assert spills and all(int(s) <= 16 for s in spills), (k.name, log)
