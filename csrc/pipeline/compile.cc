@@ -49,8 +49,12 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   auto trace = [&](std::string_view pass, const Graph& g) {
     out.pass_trace.emplace_back(std::string(pass), print(g));
   };
+  passes::PassOptions pass_options;
+  pass_options.tf32 = options.precision == Precision::tf32;
+  pass_options.eager_conv_tf32 = options.eager_conv_tf32;
+  pass_options.conv_channels_last = options.conv_channels_last;
   auto run = [&](const std::vector<std::string>& names) {
-    passes::PassManager pm(names);
+    passes::PassManager pm(names, pass_options);
     if (options.trace_passes) pm.run(*out.graph, 4, trace);
     else pm.run(*out.graph);
   };

@@ -2,6 +2,7 @@
 // The compiler driver: IR text in, optimized graph + partition + kernel
 // sources out. Runs passes, partitions into fused groups (a scheduler per
 // group kind picks each kernel) and generates CUDA.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,11 @@ struct CompileOptions {
   std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated GEMM kernels (gemm_dtypes())
   bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
+  // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
+  // under the user's flags, as probed on the GPU (conv_precision.cc), and
+  // whether it timed faster channels-last (autotuning; conv_layout.cc).
+  std::map<std::string, bool> eager_conv_tf32;
+  std::map<std::string, bool> conv_channels_last;
 };
 
 struct CompiledGraph {

@@ -3,6 +3,7 @@
 // handle, so the extension does not link libtorch.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include "interp/interpreter.h"
+#include "ir/conv.h"
 #include "ir/graph.h"
 #include "passes/pass.h"
 #include "pipeline/compile.h"
@@ -151,6 +153,33 @@ nb::dict plan_to_py(const ff::CompiledGraph& cg) {
   return plan;
 }
 
+// The convolutions of an IR graph as the front end's precision probe needs
+// them: signature (the key its answers are given back under) and parameters.
+nb::list convolutions(const std::string& text) {
+  auto g = ff::parse(text);
+  ff::verify(*g);
+  nb::list out;
+  for (auto& n : g->nodes()) {
+    const auto spec = ff::conv_spec(*n);
+    if (!spec) continue;
+    nb::dict d;
+    d["signature"] = ff::conv_signature(*n);
+    d["dtype"] = std::string(ff::dtype_name(spec->dtype));
+    d["input"] = type_tuple(n->input(0)->type);
+    d["weight"] = type_tuple(n->input(1)->type);
+    d["stride"] = nb::cast(spec->stride);
+    d["padding"] = nb::cast(spec->padding);
+    d["dilation"] = nb::cast(spec->dilation);
+    d["transposed"] = spec->transposed;
+    d["output_padding"] = nb::cast(spec->output_padding);
+    d["groups"] = spec->groups;
+    d["flops"] = spec->flops();
+    d["text"] = ff::print_node(*n);
+    out.append(d);
+  }
+  return out;
+}
+
 using F64Array = nb::ndarray<nb::numpy, const double, nb::c_contig, nb::device::cpu>;
 
 std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, const std::vector<F64Array>& arrays) {
@@ -278,8 +307,12 @@ NB_MODULE(_core, m) {
   m.def("interpret", &interpret, "text"_a, "inputs"_a,
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
   m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace,
-                            std::optional<bool> gemm, const std::string& precision, int arch) {
+                            std::optional<bool> gemm, const std::string& precision, int arch,
+                            const std::map<std::string, bool>& conv_tf32,
+                            const std::map<std::string, bool>& conv_channels_last) {
     ff::CompileOptions opts;
+    opts.eager_conv_tf32 = conv_tf32;
+    opts.conv_channels_last = conv_channels_last;
     opts.passes = passes;
     opts.trace_passes = trace;
     opts.precision = ff::parse_precision(precision);
@@ -288,12 +321,17 @@ NB_MODULE(_core, m) {
     opts.arch = arch;
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
-     "precision"_a = "fp32", "arch"_a = 0,
+     "precision"_a = "fp32", "arch"_a = 0, "conv_tf32"_a = std::map<std::string, bool>{},
+     "conv_channels_last"_a = std::map<std::string, bool>{},
      "gemm: True: matmuls of every dtype as generated GEMM kernels, False: none; default: FUSEFORGE_GEMM "
      "(unset: f32 ones only, and none under tf32; 1: all; 0: none), none without CUTLASS's headers. "
      "precision: fp32 (f32 GEMM kernels in 3xTF32) or tf32 (plain TF32, opt-in). "
      "arch: the target GPU's compute capability (90: Hopper wgmma GEMM kernels where they apply; 0: unknown). "
-     "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`");
+     "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`. "
+     "conv_tf32: per conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 "
+     "policy keeps it IEEE); conv_channels_last: per signature, whether it timed faster channels-last");
+  m.def("convolutions", &convolutions, "text"_a,
+        "The graph's convolutions: signature, dtype, input/weight types and parameters (for the precision probe).");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
                             const std::vector<std::string>& options, bool sm90a) {
