@@ -47,8 +47,16 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies) {
     // favour one, so channels-last is not modelled as faster.
     t.cudnn_nchw = t.cudnn_channels_last = ms(flops, kSimtF32, bytes);
   } else {
+    // Tensor cores read channels-last tiles: cuDNN's contiguous-layout
+    // kernels pay for that (the seed's conv: about 1.3 ms channels-last, 5.0
+    // contiguous). Modelled as at least transposing input and result, and at
+    // least torch.compile's average ratio; grouped convs lose channels-last.
     t.cudnn_channels_last = ms(flops, f32 ? kTf32 : kHalf, bytes);
-    t.cudnn_nchw = t.cudnn_channels_last / channels_last_ratio(s);
+    const double ratio = channels_last_ratio(s);
+    t.cudnn_nchw = t.cudnn_channels_last / ratio;
+    if (ratio < 1)
+      t.cudnn_nchw =
+          std::max(t.cudnn_nchw, t.cudnn_channels_last + copy_ms(s.input_bytes()) + copy_ms(s.output_bytes()));
   }
   t.kernel = kernel_applies ? ms(flops, f32 ? (s.tf32 ? kKernelTf32 : kKernel3xTf32) : kKernelHalf, bytes) : inf;
   return t;

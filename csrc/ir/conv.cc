@@ -29,11 +29,14 @@ double ConvSpec::flops() const {
   return 2.0 * batch * out_channels * product(output_size) * in_per_group() * window;
 }
 
-double ConvSpec::bytes() const {
-  const double weight = static_cast<double>(in_channels) * out_per_group() * product(kernel);
-  return (static_cast<double>(batch) * (in_channels * product(input_size) + out_channels * product(output_size)) +
-          weight) *
-         dtype_size(dtype);
+double ConvSpec::input_bytes() const {
+  return static_cast<double>(batch) * in_channels * product(input_size) * dtype_size(dtype);
+}
+double ConvSpec::weight_bytes() const {
+  return static_cast<double>(in_channels) * out_per_group() * product(kernel) * dtype_size(dtype);
+}
+double ConvSpec::output_bytes() const {
+  return static_cast<double>(batch) * out_channels * product(output_size) * dtype_size(dtype);
 }
 
 std::optional<ConvSpec> conv_spec(const Node& n) {

@@ -31,8 +31,11 @@ struct ConvSpec {
   bool grouped() const { return groups > 1 && in_per_group() > 1; }
   // Multiply-adds times two.
   double flops() const;
-  // Bytes of input, weight and result at the conv's dtype.
-  double bytes() const;
+  // Bytes at the conv's dtype of the input, the weight, the result, all three.
+  double input_bytes() const;
+  double weight_bytes() const;
+  double output_bytes() const;
+  double bytes() const { return input_bytes() + weight_bytes() + output_bytes(); }
 };
 
 // The parameters of a convolution node (stride etc. broadcast to every spatial
