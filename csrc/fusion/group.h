@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fusion/conv.h"
 #include "fusion/gemm.h"
 #include "ir/graph.h"
 
@@ -16,17 +17,20 @@ namespace ff::fusion {
 // Pointwise: a connected set of pointwise nodes. Gemm: one matmul node that a
 // generated GEMM kernel computes (`gemm` says how), followed by the pointwise
 // epilogue it applies to each result element and, if `gemm.reduce` is set, a
-// view and block reduction whose partials it writes instead.
+// view and block reduction whose partials it writes instead. Conv: one
+// convolution that a generated implicit-GEMM kernel computes (`conv` says
+// how), followed by the pointwise epilogue it applies before writing.
 struct Group {
-  enum class Kind { Pointwise, Gemm } kind = Kind::Pointwise;
+  enum class Kind { Pointwise, Gemm, Conv } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only
+  ConvKernelSpec conv;          // Kind::Conv only
   std::vector<Node*> nodes;     // topological order
   std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
   std::vector<Value*> outputs;  // group values read outside it (or graph outputs)
   Shape shape;                  // iteration shape: the last node's result shape
 };
 
-std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm"
+std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm", "conv"
 
 struct Step {
   enum class Kind { Kernel, Node } kind;

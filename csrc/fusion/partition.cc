@@ -10,6 +10,7 @@ std::string_view group_kind_name(Group::Kind kind) {
   switch (kind) {
     case Group::Kind::Pointwise: return "pointwise";
     case Group::Kind::Gemm: return "gemm";
+    case Group::Kind::Conv: return "conv";
   }
   return "?";
 }
@@ -56,10 +57,11 @@ bool PartitionBuilder::reaches(const Node* from, const std::unordered_set<const 
   return false;
 }
 
-int PartitionBuilder::add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm) {
+int PartitionBuilder::add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm,
+                                const ConvKernelSpec& conv) {
   const int id = static_cast<int>(groups_.size());
   for (Node* n : nodes) group_of_[n] = id;
-  groups_.push_back({kind, gemm, std::move(nodes)});
+  groups_.push_back({kind, gemm, conv, std::move(nodes)});
   return id;
 }
 
@@ -76,6 +78,7 @@ Group PartitionBuilder::describe(const Members& m) const {
   Group pg;
   pg.kind = m.kind;
   pg.gemm = m.gemm;
+  pg.conv = m.conv;
   pg.nodes = m.nodes;
   pg.shape = m.nodes.back()->result()->type.shape;
   std::unordered_set<const Node*> in(m.nodes.begin(), m.nodes.end());

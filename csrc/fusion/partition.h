@@ -30,7 +30,8 @@ class PartitionBuilder {
 
   // Adds a group of `nodes`, in the order its kernel computes them (a
   // topological one); returns its index.
-  int add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm = {});
+  int add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm = {},
+                const ConvKernelSpec& conv = {});
   // Empties group `group` (dropped at finish()) and returns its nodes, for a
   // new group to take them in.
   std::vector<Node*> release(int group);
@@ -45,6 +46,7 @@ class PartitionBuilder {
   struct Members {
     Group::Kind kind;
     GemmSpec gemm;
+    ConvKernelSpec conv;
     std::vector<Node*> nodes;
     bool released = false;
   };

@@ -4,9 +4,11 @@ namespace ff::fusion {
 
 const Scheduler& pointwise_scheduler();  // pointwise_scheduler.cc
 const Scheduler& gemm_scheduler();       // gemm_scheduler.cc
+const Scheduler& conv_scheduler();       // conv_scheduler.cc
 
 const std::vector<const Scheduler*>& schedulers() {
-  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler()};
+  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler(),
+                                                  &conv_scheduler()};
   return all;
 }
 

@@ -53,6 +53,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   pass_options.tf32 = options.precision == Precision::tf32;
   pass_options.eager_conv_tf32 = options.eager_conv_tf32;
   pass_options.conv_channels_last = options.conv_channels_last;
+  pass_options.conv_kernels = !options.conv_dtypes.empty();
   auto run = [&](const std::vector<std::string>& names) {
     passes::PassManager pm(names, pass_options);
     if (options.trace_passes) pm.run(*out.graph, 4, trace);
@@ -64,7 +65,13 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   const auto& dtypes = options.gemm_dtypes;
   if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_reduction"});
   out.ir_after = print(*out.graph);
-  fusion::FusionOptions fo{dtypes, options.precision == Precision::tf32, options.arch, options.autotune};
+  fusion::FusionOptions fo;
+  fo.gemm_dtypes = dtypes;
+  fo.conv_dtypes = options.conv_dtypes;
+  fo.conv_always = options.conv_always;
+  fo.tf32 = options.precision == Precision::tf32;
+  fo.arch = options.arch;
+  fo.variants = options.autotune;
   out.partition = fusion::partition(*out.graph, fo);
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const fusion::Group& group = out.partition.groups[i];

@@ -41,6 +41,10 @@ struct CompileOptions {
   bool trace_passes = false;        // record the IR after every pass that changed it
   Precision precision = Precision::fp32;
   std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated GEMM kernels (gemm_dtypes())
+  // Convolutions of these dtypes may run as generated implicit-GEMM kernels
+  // (where the cost model prefers them to cuDNN); empty: none.
+  std::vector<DType> conv_dtypes;
+  bool conv_always = false;         // every conv a kernel covers, not only where the cost model prefers it
   bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
   // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32

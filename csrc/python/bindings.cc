@@ -234,6 +234,22 @@ std::vector<ff::DType> gemm_dtypes(std::optional<bool> all, ff::Precision precis
   return ff::gemm_dtypes(policy, precision);
 }
 
+// Which convolutions run as generated conv kernels: the policy `given`, else
+// FUSEFORGE_CONV_KERNELS: "auto" (also "1": where the cost model prefers them
+// to cuDNN), "always" (every conv one covers: tests and probes), "off" (also
+// "0" and unset: off by default until measured on a GPU against cuDNN). Without
+// CUTLASS's headers, none unless a policy is given.
+void set_conv_policy(ff::CompileOptions& opts, const std::optional<std::string>& given) {
+  const char* env = std::getenv("FUSEFORGE_CONV_KERNELS");
+  const std::string policy = given ? *given : env != nullptr ? env : "off";
+  if (policy == "off" || policy == "0" || policy.empty()) return;
+  if (policy != "auto" && policy != "1" && policy != "always")
+    throw std::invalid_argument("fuseforge: conv kernel policy '" + policy + "' is unknown; expected auto (1), always or off (0)");
+  if (!given && !ff::runtime::cutlass_available()) return;
+  opts.conv_dtypes = {ff::DType::f32, ff::DType::f16, ff::DType::bf16};
+  opts.conv_always = policy == "always";
+}
+
 std::vector<std::string> kernel_options(bool cutlass) {
   if (!cutlass) return {};
   if (!ff::runtime::cutlass_available())
@@ -309,27 +325,32 @@ NB_MODULE(_core, m) {
   m.def("compile_graph", [](const std::string& text, const std::vector<std::string>& passes, bool trace,
                             std::optional<bool> gemm, const std::string& precision, int arch,
                             const std::map<std::string, bool>& conv_tf32,
-                            const std::map<std::string, bool>& conv_channels_last) {
+                            const std::map<std::string, bool>& conv_channels_last,
+                            const std::optional<std::string>& conv) {
     ff::CompileOptions opts;
+    set_conv_policy(opts, conv);
     opts.eager_conv_tf32 = conv_tf32;
     opts.conv_channels_last = conv_channels_last;
     opts.passes = passes;
     opts.trace_passes = trace;
     opts.precision = ff::parse_precision(precision);
     opts.gemm_dtypes = gemm_dtypes(gemm, opts.precision);
-    opts.autotune = !opts.gemm_dtypes.empty() && env_is_one("FUSEFORGE_AUTOTUNE");
+    opts.autotune = !(opts.gemm_dtypes.empty() && opts.conv_dtypes.empty()) && env_is_one("FUSEFORGE_AUTOTUNE");
     opts.arch = arch;
     return plan_to_py(ff::compile_graph(text, opts));
   }, "text"_a, "passes"_a = std::vector<std::string>{}, "trace"_a = false, "gemm"_a = nb::none(),
      "precision"_a = "fp32", "arch"_a = 0, "conv_tf32"_a = std::map<std::string, bool>{},
-     "conv_channels_last"_a = std::map<std::string, bool>{},
+     "conv_channels_last"_a = std::map<std::string, bool>{}, "conv"_a = nb::none(),
      "gemm: True: matmuls of every dtype as generated GEMM kernels, False: none; default: FUSEFORGE_GEMM "
      "(unset: f32 ones only, and none under tf32; 1: all; 0: none), none without CUTLASS's headers. "
      "precision: fp32 (f32 GEMM kernels in 3xTF32) or tf32 (plain TF32, opt-in). "
      "arch: the target GPU's compute capability (90: Hopper wgmma GEMM kernels where they apply; 0: unknown). "
      "with FUSEFORGE_AUTOTUNE=1 each GEMM kernel also lists its other tile candidates as `variants`. "
      "conv_tf32: per conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 "
-     "policy keeps it IEEE); conv_channels_last: per signature, whether it timed faster channels-last");
+     "policy keeps it IEEE); conv_channels_last: per signature, whether it timed faster channels-last. "
+     "conv: 'auto': convs may become generated implicit-GEMM kernels where the cost model prefers them to "
+     "cuDNN, 'always': every conv one covers, 'off'; default: FUSEFORGE_CONV_KERNELS (unset: off), and "
+     "none without CUTLASS's headers");
   m.def("convolutions", &convolutions, "text"_a,
         "The graph's convolutions: signature, dtype, input/weight types and parameters (for the precision probe).");
 

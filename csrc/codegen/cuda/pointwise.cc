@@ -14,8 +14,6 @@
 
 namespace ff::codegen {
 
-namespace {
-
 std::string storage_type(DType t) {
   switch (t) {
     case DType::f32: return "float";
@@ -29,6 +27,8 @@ std::string storage_type(DType t) {
   return "?";
 }
 std::string compute_type(DType t) { return storage_type(compute_dtype(t)); }
+
+namespace {
 
 // A literal converted to the compute type `t` exactly as ATen casts a wrapped
 // Python scalar: the double is rounded to float first for f32 math.

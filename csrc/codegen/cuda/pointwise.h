@@ -16,6 +16,11 @@ namespace ff::codegen {
 // math unless offsets need 64 bits. `id` makes the kernel name unique.
 KernelSource generate_pointwise(const fusion::Group& group, int id);
 
+// C++ types of a dtype's storage (f16/bf16: ff_half/ff_bf16, from
+// cuda_half_prelude) and of the math on it (f16/bf16 compute in float).
+std::string storage_type(DType t);
+std::string compute_type(DType t);
+
 // The per-element body of `nodes` (pointwise, no scalar inputs): one `const`
 // temporary each in its compute type, rounded where the result dtype is
 // 16-bit (as eager stores it). `expr_of` maps the values they read to
