@@ -14,35 +14,47 @@ int64_t ConvKernelSpec::gemm_k() const {
   return k;
 }
 
+namespace {
+
+// Elements per vector access: the largest power of two up to 16 bytes that
+// divides the input channels; 0 where no form of the kernel loads them (below
+// cp.async's 4 bytes, or 3-D convs, whose CUTLASS iterators load 16 bytes).
+int alignment_of(const ConvSpec& s) {
+  const int element = dtype_size(s.dtype);
+  int a = 16 / element;
+  while (a > 1 && s.in_channels % a != 0) a /= 2;
+  if (a * element < 4 || (s.dims == 3 && a * element != 16)) return 0;
+  return a;
+}
+
+}  // namespace
+
+bool conv_kernel_covers(const ConvSpec& s) {
+  if (s.transposed || s.groups != 1 || (s.dims != 2 && s.dims != 3)) return false;
+  if (s.dtype != DType::f32 && s.dtype != DType::f16 && s.dtype != DType::bf16) return false;
+  // CUTLASS's conv iterators index in 32 bits; its optimized ones take windows up to 32 wide.
+  const double limit = static_cast<double>(int64_t{1} << 31) * dtype_size(s.dtype);
+  if (s.input_bytes() >= limit || s.output_bytes() >= limit || s.weight_bytes() >= limit) return false;
+  for (int64_t k : s.kernel)
+    if (k > 32) return false;
+  if (s.batch == 0 || s.out_channels == 0) return false;
+  for (int64_t v : s.output_size)
+    if (v == 0) return false;
+  return alignment_of(s) != 0;
+}
+
 std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   const auto spec = conv_spec(n);
-  if (!spec || spec->transposed || spec->groups != 1 || (spec->dims != 2 && spec->dims != 3)) return std::nullopt;
-  if (spec->dtype != DType::f32 && spec->dtype != DType::f16 && spec->dtype != DType::bf16) return std::nullopt;
+  if (!spec || !conv_kernel_covers(*spec)) return std::nullopt;
   const TensorType& x = n.input(0)->type;
   const TensorType& w = n.input(1)->type;
-  const TensorType& y = n.result()->type;
-  if (!is_channels_last(x) || !is_channels_last(w) || !is_channels_last(y) || w.dtype != spec->dtype ||
-      x.dtype != spec->dtype)
+  if (!is_channels_last(x) || !is_channels_last(w) || !is_channels_last(n.result()->type) ||
+      x.dtype != spec->dtype || w.dtype != spec->dtype)
     return std::nullopt;
   if (spec->has_bias && n.input(2)->type.dtype != spec->dtype) return std::nullopt;
-  // CUTLASS's conv iterators index in 32 bits; its optimized ones take
-  // windows up to 32 wide.
-  constexpr int64_t kIndexLimit = int64_t{1} << 31;
-  if (numel(x.shape) >= kIndexLimit || numel(y.shape) >= kIndexLimit || numel(w.shape) >= kIndexLimit)
-    return std::nullopt;
-  for (int64_t k : spec->kernel)
-    if (k > 32) return std::nullopt;
-  if (spec->batch == 0 || numel(y.shape) == 0) return std::nullopt;
   ConvKernelSpec s;
   s.conv = *spec;
-  const int element = dtype_size(spec->dtype);
-  for (int a = 16 / element; a >= 1; a /= 2)
-    if (spec->in_channels % a == 0) {
-      s.alignment = a;
-      break;
-    }
-  if (s.alignment * element < 4) return std::nullopt;  // cp.async moves 4 bytes at least
-  if (spec->dims == 3 && s.alignment * element != 16) return std::nullopt;  // CUTLASS's 3-D iterators load 16 bytes
+  s.alignment = alignment_of(*spec);
   return s;
 }
 

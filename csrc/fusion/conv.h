@@ -22,6 +22,11 @@ struct ConvKernelSpec {
   int64_t gemm_k() const;
 };
 
+// The kernel spec of a conv node, or nullopt where no kernel covers it.
 std::optional<ConvKernelSpec> match_conv_kernel(const Node& conv);
+
+// Whether a kernel covers a conv of these parameters once its operands and
+// result are channels-last (what the layout pass asks before making them so).
+bool conv_kernel_covers(const ConvSpec& spec);
 
 }  // namespace ff::fusion

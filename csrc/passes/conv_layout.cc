@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fusion/conv.h"
 #include "fusion/conv_cost.h"
 #include "ir/conv.h"
 #include "passes/pass.h"
@@ -120,17 +121,13 @@ class ConvLayout : public Pass {
       if (it != measured_->end()) return it->second;
     }
     const ConvSpec spec = *conv_spec(conv);
-    const fusion::ConvTimes t = fusion::conv_times(spec, kernels_ && kernel_fits(spec));
+    const fusion::ConvTimes t = fusion::conv_times(spec, kernels_ && fusion::conv_kernel_covers(spec));
     double conversions = 0;
     if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
     if (!is_channels_last(conv.input(1)->type)) conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
     if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(bytes_of(conv.result()->type));
     return t.best_channels_last() + conversions < t.cudnn_nchw;
   }
-
-  // Generated conv kernels: forward 2-D/3-D convs without groups (fusion/conv.h
-  // decides the rest when scheduling).
-  static bool kernel_fits(const ConvSpec& s) { return !s.transposed && s.groups == 1; }
 
   // The conv's input can be had channels-last without a copy: it is already,
   // or a kernel, a conv or a pooling op makes it (and may make it channels-last).

@@ -174,6 +174,8 @@ nb::list convolutions(const std::string& text) {
     d["output_padding"] = nb::cast(spec->output_padding);
     d["groups"] = spec->groups;
     d["flops"] = spec->flops();
+    d["fp32_precision"] = n->has_attr("fp32_precision") ? n->attr_string("fp32_precision") : std::string();
+    d["channels_last"] = ff::is_channels_last(n->result()->type);
     d["text"] = ff::print_node(*n);
     out.append(d);
   }
@@ -352,7 +354,8 @@ NB_MODULE(_core, m) {
      "cuDNN, 'always': every conv one covers, 'off'; default: FUSEFORGE_CONV_KERNELS (unset: off), and "
      "none without CUTLASS's headers");
   m.def("convolutions", &convolutions, "text"_a,
-        "The graph's convolutions: signature, dtype, input/weight types and parameters (for the precision probe).");
+        "The graph's convolutions: signature, dtype, input/weight types, parameters, fp32_precision and "
+        "whether the result is channels-last (for the precision probe and diagnostics).");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
                             const std::vector<std::string>& options, bool sm90a) {

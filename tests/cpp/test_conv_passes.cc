@@ -118,5 +118,26 @@ TEST(ConvLayout, ATimingOverridesTheCostModel) {
   EXPECT_TRUE(g->outputs()[1]->type.is_contiguous());
 }
 
+TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
+  // cuDNN's IEEE convs gain nothing channels-last; a 3xTF32 kernel (which
+  // needs channels-last) is modelled faster than cuDNN's SIMT fp32.
+  const char* text = R"(graph @g(%x: f32[64,64,64,64], %w: f32[128,64,3,3] param) {
+  %0 = relu(%x) : f32[64,64,64,64]
+  %1 = convolution(%0, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[64,128,64,64]
+  %2 = relu(%1) : f32[64,128,64,64]
+  return %2
+}
+)";
+  auto without = parse(text);
+  passes::PassManager({"conv_precision", "conv_layout"}).run(*without);
+  EXPECT_FALSE(is_channels_last(nth_conv(*without, 0)->result()->type)) << print(*without);
+  auto with = parse(text);
+  passes::PassOptions options;
+  options.conv_kernels = true;
+  passes::PassManager({"conv_precision", "conv_layout"}, options).run(*with);
+  EXPECT_TRUE(is_channels_last(nth_conv(*with, 0)->result()->type)) << print(*with);
+  EXPECT_EQ(precision_of(*with, 0), "ieee");
+}
+
 }  // namespace
 }  // namespace ff
