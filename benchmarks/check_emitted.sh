@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${EMIT_DIR:-$(mktemp -d /tmp/fuseforge-emit-XXXX)}
 mkdir -p "$dir"
 for p in "$@"; do
-  python3 -m fuseforge.cli emit "$p" -o "$dir/$(basename "$p")" > /dev/null || echo "EMIT FAILED: $p" >&2 &
+  python3 -m fuseforge.harness.cli emit "$p" -o "$dir/$(basename "$p")" > /dev/null || echo "EMIT FAILED: $p" >&2 &
 done
 wait
 for f in "$dir"/*.py; do

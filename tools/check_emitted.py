@@ -3,7 +3,7 @@ fuseforge: ModelNew gets Model's state_dict; in the model's own mode (or
 --mode) its outputs and updated buffers must match Model's over several seeds
 (atol=rtol=1e-4, or where eager itself is far from fp64 — TF32 convolutions —
 no worse than twice eager's error against fp64, as `fuseforge run` judges);
---time also times Model and ModelNew the way fuseforge/timing.py does.
+--time also times Model and ModelNew the way fuseforge/harness/timing.py does.
 
   python tools/check_emitted.py model_new.py [--mode train|eval] [--seeds N] [--time] [--json OUT]
                                 [--bench REPORT.json --problem NAME]
@@ -30,8 +30,8 @@ from torch.utils import _pytree as pytree
 
 
 def _timing_module():
-    """fuseforge/timing.py loaded by path (it imports only torch), not through the package."""
-    path = Path(__file__).resolve().parents[1] / "python" / "fuseforge" / "timing.py"
+    """fuseforge/harness/timing.py loaded by path (it imports only torch), not through the package."""
+    path = Path(__file__).resolve().parents[1] / "python" / "fuseforge" / "harness" / "timing.py"
     spec = importlib.util.spec_from_file_location("_ff_timing_standalone", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,7 @@
 """Times cuDNN convolution of the conv seed's shapes in NCHW vs channels-last
 (TF32 as eager allows), to decide the conv layout policy."""
 import torch
-from fuseforge.timing import time_cuda
+from fuseforge.harness.timing import time_cuda
 
 x = torch.rand(128, 64, 128, 128, device="cuda")
 w = torch.randn(128, 64, 3, 3, device="cuda")

@@ -1,6 +1,6 @@
 """GEMM throughput of fuseforge's generated kernels against eager (cuBLAS) on
 the matmul shapes of the problems: TFLOP/s and fraction of the precision's
-dense tensor-core peak (fuseforge.roofline: a third of TF32's for f32, whose
+dense tensor-core peak (fuseforge.harness.roofline: a third of TF32's for f32, whose
 3xTF32 issues three TF32 MMAs per product; FP16's for f16/bf16), plus max abs
 error against fp64 for both and fuseforge's bias toward zero over eager's
 (errors summed along the fp64 result's signs per row, the largest row: a
@@ -17,9 +17,9 @@ import torch
 os.environ.setdefault("FUSEFORGE_GEMM", "1")  # f16/bf16 GEMM kernels are opt-in
 
 import fuseforge
-from fuseforge.module import precision_context
-from fuseforge.roofline import roofline
-from fuseforge.timing import time_cuda
+from fuseforge.harness.roofline import roofline
+from fuseforge.harness.timing import time_cuda
+from fuseforge.runtime.precision import precision_context
 
 #: (name, batch, M, N, K, dtype, weight transposed): the matmuls of the problem files.
 SHAPES = [

@@ -9,7 +9,7 @@ import time
 import torch
 
 import fuseforge
-from fuseforge.problem import load_problem
+from fuseforge.harness.problem import load_problem
 
 
 def host_us(fn, n=50):

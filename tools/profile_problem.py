@@ -9,8 +9,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import fuseforge
-from fuseforge.module import precision_context
-from fuseforge.problem import load_problem
+from fuseforge.harness.problem import load_problem
+from fuseforge.runtime.precision import precision_context
 
 mod = load_problem(sys.argv[1])
 torch.manual_seed(0)

@@ -7,6 +7,6 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from fuseforge.module import OptimizedModule, optimize
+from fuseforge.runtime.module import OptimizedModule, optimize
 
 __all__ = ["OptimizedModule", "optimize", "__version__"]

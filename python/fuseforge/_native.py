@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from fuseforge import _core  # noqa: F401  (re-exported)
-from fuseforge.cutlass_headers import cutlass_include_dir
+from fuseforge.runtime.cutlass_headers import cutlass_include_dir
 
 
 def _library_dirs() -> list[str]:

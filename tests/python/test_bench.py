@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fuseforge import bench, cli
-from fuseforge.roofline import plan_bytes, plan_flops, roofline, roofline_cells
+from fuseforge.harness import bench, cli
+from fuseforge.harness.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
 from conftest import PROBLEMS, ROOT
 
@@ -48,7 +48,7 @@ def _args(**kw):
 def test_find_problems_covers_the_suite(tmp_path):
     found = bench.find_problems([str(ROOT / "benchmarks" / "problems")])
     assert [p.resolve() for p in found] == [p.resolve() for p in PROBLEMS]
-    assert len(found) == 29
+    assert len(found) == 36
     with pytest.raises(FileNotFoundError):
         bench.find_problems([str(tmp_path / "nope")])
     (tmp_path / "a").mkdir()

@@ -33,7 +33,7 @@ from fuseforge.capture import (
     format_float,
     run_opaque,
 )
-from fuseforge.problem import load_problem, problem_name
+from fuseforge.harness.problem import load_problem, problem_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBLEMS = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "problems", "*", "*.py")))

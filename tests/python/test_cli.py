@@ -7,7 +7,7 @@ import textwrap
 import pytest
 import torch
 
-from fuseforge import cli
+from fuseforge.harness import cli
 
 PROBLEM = textwrap.dedent('''
     import torch

@@ -13,10 +13,12 @@ import sys
 import pytest
 import torch
 
-from fuseforge import aten_ops, emit
-from fuseforge.cutlass_headers import cutlass_include_dir
-from fuseforge.emit_ops import EmitError, step_expr
-from fuseforge.problem import load_problem, problem_name
+from fuseforge import emit
+from fuseforge.emit import writer
+from fuseforge.emit.ops import EmitError, step_expr
+from fuseforge.harness.problem import load_problem, problem_name
+from fuseforge.runtime import library_calls
+from fuseforge.runtime.cutlass_headers import cutlass_include_dir
 
 from conftest import PROBLEMS, ROOT
 
@@ -46,7 +48,7 @@ def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
     for name, path in emitted.items():
         text = path.read_text()
         compile(text, str(path), "exec")
-        file_includes, body = emit._split_includes(_source(text, "_FF_CUDA_SOURCE"))
+        file_includes, body = writer._split_includes(_source(text, "_FF_CUDA_SOURCE"))
         includes.update(dict.fromkeys(file_includes))
         parts.append(f"namespace p_{name} {{\n{body}\n}}")
     assert any("cutlass" in inc for inc in includes), "no problem emitted a CUTLASS GEMM kernel"
@@ -84,7 +86,7 @@ def test_seed_host_wrappers_compile_against_torch_headers(emitted, tmp_path):
 
 
 def _random(t):
-    dtype, shape, strides = aten_ops.DTYPES[t[0]], t[1], t[2]
+    dtype, shape, strides = library_calls.DTYPES[t[0]], t[1], t[2]
     if dtype == torch.bool:
         return torch.rand(shape) > 0.5
     if not dtype.is_floating_point:
@@ -96,7 +98,7 @@ def _random(t):
 
 def _cheap(plan, step):
     """Small enough to run on the CPU in CI (big GEMMs and convolutions are skipped)."""
-    from fuseforge.roofline import _step_flops
+    from fuseforge.harness.roofline import _step_flops
     names = [v for kind, v in step["operands"] if kind == "value"] + step["results"]
     return sum(math.prod(plan["values"][n][1]) for n in names) <= 1 << 23 and _step_flops(plan, step) <= 1 << 31
 
@@ -117,7 +119,7 @@ def test_library_steps_as_text_match_the_executor(path):
             values = [(kind, v) for kind, v in step["operands"]]
             env = {v: _random(plan["values"][v]) for kind, v in values if kind == "value"}
             operands = [env[v] if kind == "value" else v for kind, v in values]
-            want = aten_ops.make_call(step, plan["values"], torch.device("cpu"))(operands)
+            want = library_calls.make_call(step, plan["values"], torch.device("cpu"))(operands)
             names = {v: f"a{i}" for i, (kind, v) in enumerate(values) if kind == "value"}
             text = step_expr(step, [names[v] if kind == "value" else repr(v) for kind, v in values],
                              [plan["values"][v] if kind == "value" else None for kind, v in values])
@@ -232,7 +234,7 @@ def test_gemm_kernels_are_emitted_and_need_cutlass(emitted, tmp_path):
 
 
 def test_cli_emit_writes_the_file(tmp_path):
-    from fuseforge import cli
+    from fuseforge.harness import cli
     out = tmp_path / "model_new.py"
     assert cli.main(["emit", str(SEEDS[-1]), "-o", str(out)]) == 0
     assert "class ModelNew(Model)" in out.read_text()

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fuseforge import emit
-from fuseforge.problem import problem_name
+from fuseforge.harness.problem import problem_name
 
 from conftest import PROBLEMS, ROOT
 

@@ -3,7 +3,7 @@ through, and the library calls steps make."""
 import pytest
 import torch
 
-from fuseforge.executor import _kernel_only_views, _value_types
+from fuseforge.runtime.executor import _kernel_only_views, _value_types
 
 
 def _plan(steps, kernels, values, outputs):
@@ -44,16 +44,16 @@ def test_library_calls_take_numbers_where_torch_needs_tensors():
     """maximum/minimum need tensors: a literal or a scalar input (a Python
     number at run time, a rank-0 value in the plan) is wrapped as a 0-d tensor;
     an op with no torch form is a clear error."""
-    from fuseforge import aten_ops
+    from fuseforge.runtime import library_calls
     values = {"x": ("f32", [3], [1]), "s": ("f32", [], [])}
     step = {"op": "maximum", "attrs": {}, "result_types": [("f32", [3], [1])],
             "operands": [("value", "x"), ("literal", 0.5)]}
     x = torch.tensor([0.0, 1.0, -2.0])
-    torch.testing.assert_close(aten_ops.make_call(step, values, torch.device("cpu"))([x, 0.5]),
+    torch.testing.assert_close(library_calls.make_call(step, values, torch.device("cpu"))([x, 0.5]),
                                torch.tensor([0.5, 1.0, 0.5]))
     step["operands"] = [("value", "s"), ("value", "x")]
     step["op"] = "minimum"
-    torch.testing.assert_close(aten_ops.make_call(step, values, torch.device("cpu"))([0.25, x]),
+    torch.testing.assert_close(library_calls.make_call(step, values, torch.device("cpu"))([0.25, x]),
                                torch.tensor([0.0, 0.25, -2.0]))
-    with pytest.raises(aten_ops.NoLibraryCall, match="no library call for IR op 'fancy'"):
-        aten_ops.make_call({**step, "op": "fancy"}, values, torch.device("cpu"))
+    with pytest.raises(library_calls.NoLibraryCall, match="no library call for IR op 'fancy'"):
+        library_calls.make_call({**step, "op": "fancy"}, values, torch.device("cpu"))

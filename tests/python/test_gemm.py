@@ -6,7 +6,7 @@ import torch
 
 from fuseforge._native import core
 from fuseforge.capture import capture
-from fuseforge.executor import Executor
+from fuseforge.runtime.executor import Executor
 
 
 class Linear(torch.nn.Module):
@@ -73,7 +73,7 @@ def test_fallback_reviews_kernel_inputs_and_matches_aten():
 
 
 def test_autotune_times_once_and_caches_the_choice(monkeypatch, tmp_path):
-    from fuseforge import autotune
+    from fuseforge.runtime import autotune
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
     timed = []
 
@@ -114,7 +114,8 @@ def test_tf32_precision_changes_only_f32_gemm_math(monkeypatch):
     """Under precision="tf32" f32 matmuls stay cuBLAS calls by default (TF32
     there) and become plain-TF32 kernels with gemm=True; an unknown precision
     is a clear error, and precision_context restores the global setting."""
-    from fuseforge.module import optimize, precision_context
+    from fuseforge.runtime.module import optimize
+    from fuseforge.runtime.precision import precision_context
     monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
     x = torch.randn(5, 12)
     text = capture(Linear(), [x], name="l").text

@@ -9,7 +9,7 @@ import torch
 import fuseforge
 from fuseforge._native import core
 from fuseforge.capture import capture
-from fuseforge.executor import Executor
+from fuseforge.runtime.executor import Executor
 
 
 class LinearReduce(torch.nn.Module):

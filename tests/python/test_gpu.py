@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fuseforge
-from fuseforge.cli import check_correctness, _build
-from fuseforge.problem import problem_name
+from fuseforge.harness.check import build_model, check_correctness
+from fuseforge.harness.problem import problem_name
 
 from conftest import PROBLEMS
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
 def test_problem_matches_eager(path):
-    mod, model = _build(str(path), None, "cuda")
+    mod, model = build_model(str(path), None, "cuda")
     result = check_correctness(mod, model, seeds=2, device="cuda")
     assert result["correct"], result
     torch.cuda.empty_cache()
@@ -24,7 +24,7 @@ def test_problem_matches_eager(path):
 
 @pytest.mark.parametrize("path", [p for p in PROBLEMS if "batchnorm" in p.stem], ids=problem_name)
 def test_train_mode_updates_buffers_like_eager(path):
-    mod, model = _build(str(path), "train", "cuda")
+    mod, model = build_model(str(path), "train", "cuda")
     result = check_correctness(mod, model, seeds=2, device="cuda")
     assert result["correct"], result
 
@@ -200,7 +200,7 @@ def test_gemm_epilogue_reading_a_residual_or_bias_vector(gemm_on, dtype):
 
 
 def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch, tmp_path):
-    from fuseforge import autotune
+    from fuseforge.runtime import autotune
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)
@@ -302,7 +302,7 @@ def test_hopper_gemm_kernel_batches_views_and_epilogue_source():
 def test_gemm_problems_with_gemm_kernels(gemm_on, path):
     """The matmul problems with GEMM kernels on: eager's 1e-4 (or at most twice
     eager's error against fp64, as check_correctness allows)."""
-    mod, model = _build(str(path), None, "cuda")
+    mod, model = build_model(str(path), None, "cuda")
     result = check_correctness(mod, model, seeds=2, device="cuda")
     print(f"{path.stem}: err vs fp64 {result['max_err_vs_fp64']:.3g} (eager {result['eager_err_vs_fp64']:.3g})")
     assert result["correct"], result
@@ -315,7 +315,7 @@ def test_tf32_precision_matches_eager_at_tf32(monkeypatch, gemm):
     default or as TF32 GEMM kernels with FUSEFORGE_GEMM=1; error vs fp64 at
     most twice eager-with-TF32's, and TF32-sized (the fast path really runs).
     The global matmul precision is restored after each call."""
-    from fuseforge.module import precision_context
+    from fuseforge.runtime.precision import precision_context
     if gemm is None:
         monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
     else:
@@ -343,7 +343,7 @@ def test_tf32_problem_passes_the_check_at_its_precision():
     """Judged against eager at TF32, whose error vs fp64 is TF32-sized (H100:
     7.6e-4 here, against 5.9e-5 for eager fp32)."""
     path = next(p for p in PROBLEMS if p.stem == "gemm_sigmoid_scaling_residual_add")
-    mod, model = _build(str(path), None, "cuda")
+    mod, model = build_model(str(path), None, "cuda")
     result = check_correctness(mod, model, seeds=1, device="cuda", precision="tf32")
     assert result["correct"] and result["eager_err_vs_fp64"] > 2e-4, result
 
@@ -351,7 +351,7 @@ def test_tf32_problem_passes_the_check_at_its_precision():
 def test_side_by_side_timing_interleaves_the_candidates():
     """Each round times every candidate once, in turn (a GPU still raising its
     clocks must not bias whichever would be timed first)."""
-    from fuseforge.timing import time_cuda
+    from fuseforge.harness.timing import time_cuda
     calls = []
     x = torch.randn(1 << 20, device="cuda")
     ms = time_cuda({"a": lambda: calls.append("a") or x.mul(2), "b": lambda: calls.append("b") or x.add(1)},

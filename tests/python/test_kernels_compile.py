@@ -7,7 +7,7 @@ import torch
 
 from fuseforge._native import core
 from fuseforge.capture import capture
-from fuseforge.problem import load_problem, problem_name
+from fuseforge.harness.problem import load_problem, problem_name
 
 from conftest import PROBLEMS
 

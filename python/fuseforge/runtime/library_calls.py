@@ -3,9 +3,9 @@
 `expression` gives the Python source of the torch call a plan step makes,
 over operand texts. The executor compiles it once per step into a function
 of the operand list (`make_call`); `fuseforge emit` writes the same text into
-emitted files (emit_ops.step_expr), so both run the very same calls. Opaque
+emitted files (fuseforge.emit.ops.step_expr), so both run the very same calls. Opaque
 nodes (ATen ops the IR does not model) keep their captured argument text:
-capture.compile_opaque_call decodes it here, emit_ops rewrites it as source.
+capture.opaque.compile_opaque_call decodes it here, emit.ops rewrites it as source.
 """
 from __future__ import annotations
 

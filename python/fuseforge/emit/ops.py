@@ -1,6 +1,6 @@
 """Library steps of a plan as Python source text, for `fuseforge emit`.
 
-The text is aten_ops.expression's, the form the executor compiles, except
+The text is library_calls.expression's, the form the executor compiles, except
 for opaque nodes, whose captured argument text is rewritten here as source.
 Operands arrive as source text (variable names or literals).
 """
@@ -11,8 +11,8 @@ import math
 import re
 from typing import Any, Sequence
 
-from fuseforge import aten_ops
-from fuseforge.aten_ops import Type
+from fuseforge.runtime import library_calls
+from fuseforge.runtime.library_calls import Type
 
 
 class EmitError(ValueError):
@@ -66,14 +66,14 @@ def _opaque(attrs: dict, a: list[str]) -> str:
 
 
 def step_expr(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) -> str:
-    """Source of an expression computing one library step: aten_ops.expression
+    """Source of an expression computing one library step: library_calls.expression
     (the executor's own calls), or for an opaque node its captured call. `a`:
     operand texts; `in_types`: their plan types (None for literals). Raises
     EmitError for an op with no torch form."""
     if step["op"] == "opaque":
         return _opaque(step["attrs"], list(a))
     try:
-        return aten_ops.expression(step, a, in_types)
-    except aten_ops.NoLibraryCall:
+        return library_calls.expression(step, a, in_types)
+    except library_calls.NoLibraryCall:
         raise EmitError(f"fuseforge emit: no Python form for IR op '{step['op']}' "
                         f"(step `{step.get('text', step['op'])}`)") from None

@@ -140,7 +140,7 @@ def roofline(plan: dict, device_name: str, ms: float, precision: str = "fp32") -
 
 #: What the TFLOP/s and roofline columns of `run` and `bench` mean.
 ROOFLINE_LEGEND = ("TFLOP/s: matmul/conv FLOPs ÷ fuseforge time · roofline: ideal time (plan bytes at the DRAM peak, "
-                   "FLOPs at their precision's tensor-core peak) ÷ fuseforge time (fuseforge/roofline.py)")
+                   "FLOPs at their precision's tensor-core peak) ÷ fuseforge time (fuseforge/harness/roofline.py)")
 
 
 def roofline_cells(row: dict[str, Any]) -> tuple[str, str]:

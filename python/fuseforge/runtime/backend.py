@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from fuseforge.module import OptimizedModule
+from fuseforge.runtime.module import OptimizedModule
 
 
 def fuseforge_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:

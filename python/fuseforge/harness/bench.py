@@ -1,12 +1,12 @@
 """`fuseforge bench`: a benchmark suite report over many problem files.
 
-Each problem runs as `python -m fuseforge.cli run FILE --compile-times --json
+Each problem runs as `python -m fuseforge.harness.cli run FILE --compile-times --json
 TMP` in a fresh subprocess (its own process group, killed after `--timeout`
 seconds), so one crash, hang or CUDA error cannot take the suite down. The
 per-problem figures are those of `fuseforge run` (correctness vs eager and
 fp64 over several seeds; eager, inductor and fuseforge timed in one process
-with cold L2, CUDA events, warm-up and median; see fuseforge.timing), plus
-cold and cached compile times and a roofline estimate (fuseforge.roofline).
+with cold L2, CUDA events, warm-up and median; see fuseforge.harness.timing), plus
+cold and cached compile times and a roofline estimate (fuseforge.harness.roofline).
 
 With `--jobs N` (N > 1, GPU only) compiling and timing are split: first up to
 N problems at a time run `fuseforge run --compile-only`, which measures the
@@ -34,9 +34,9 @@ import torch
 from rich.progress import Progress
 from rich.table import Table
 
-from fuseforge.cli import console
-from fuseforge.problem import problem_name
-from fuseforge.roofline import ROOFLINE_LEGEND, roofline_cells
+from fuseforge.harness.cli import console
+from fuseforge.harness.problem import problem_name
+from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
 #: Keys every problem's entry has in the JSON report (None where not measured).
 PROBLEM_KEYS = ("correct", "max_err_vs_eager", "max_err_vs_fp64", "eager_ms", "inductor_ms", "fuseforge_ms",
@@ -76,7 +76,7 @@ def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-ti
     on a crash or a timeout, a row with correct=False and the reason in `error`."""
     with tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp:
         out = os.path.join(tmp, "row.json")
-        cmd = [sys.executable, "-m", "fuseforge.cli", "run", str(path), "--json", out, *([phase] if phase else []),
+        cmd = [sys.executable, "-m", "fuseforge.harness.cli", "run", str(path), "--json", out, *([phase] if phase else []),
                "--against", args.against, "--seeds", str(args.seeds), "--precision", args.precision]
         if args.mode:
             cmd += ["--mode", args.mode]
@@ -220,7 +220,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Runs the suite (or merges reports with --merge); exit code 0 only when
     every problem is correct."""
-    from fuseforge.module import check_precision
+    from fuseforge.runtime.precision import check_precision
     if args.plot:
         _matplotlib()  # fail before the runs, not after
     if args.merge:

@@ -14,8 +14,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from fuseforge import aten_ops, autotune
 from fuseforge._native import core
+from fuseforge.runtime import autotune, library_calls
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ValueType:
 
 
 def _value_types(plan: dict) -> dict[str, ValueType]:
-    return {name: ValueType(aten_ops.DTYPES[d], tuple(shape), tuple(strides))
+    return {name: ValueType(library_calls.DTYPES[d], tuple(shape), tuple(strides))
             for name, (d, shape, strides) in plan["values"].items()}
 
 
@@ -100,7 +100,7 @@ def _same_layout(x: torch.Tensor, t: ValueType) -> bool:
     return all(n == 1 or a == b for n, a, b in zip(t.shape, x.stride(), t.strides))
 
 
-def _run_nodes(calls: list[tuple[aten_ops.Call, list, str]], local: dict[str, Any], outputs: list[str]) -> list:
+def _run_nodes(calls: list[tuple[library_calls.Call, list, str]], local: dict[str, Any], outputs: list[str]) -> list:
     """Runs (call, operands, result) triples over the named values in `local`;
     returns the values named `outputs`."""
     for call, operands, result in calls:
@@ -323,13 +323,13 @@ class Executor:
             return _run_nodes(calls, {n: env[s] for n, s in zip(names, in_slots)}, k["outputs"])
         return run
 
-    def _node_calls(self, k: dict) -> list[tuple[aten_ops.Call, list, str]]:
+    def _node_calls(self, k: dict) -> list[tuple[library_calls.Call, list, str]]:
         """A kernel's nodes as (ATen call, operands, result name)."""
         values = self.plan["values"]
-        return [(aten_ops.make_call(n, values, self.device), n["operands"], n["results"][0]) for n in k["nodes"]]
+        return [(library_calls.make_call(n, values, self.device), n["operands"], n["results"][0]) for n in k["nodes"]]
 
     def _library_step(self, step: dict, slots: _Slots) -> Callable[[list], None]:
-        call = aten_ops.make_call(step, self.plan["values"], self.device)
+        call = library_calls.make_call(step, self.plan["values"], self.device)
         operands: list[tuple[bool, Any]] = [(True, slots(v)) if kind == "value" else (False, v)
                                             for kind, v in step["operands"]]
         result_slots = [slots(n) for n in step["results"]]

@@ -1,19 +1,19 @@
 """OptimizedModule: the drop-in replacement that `fuseforge.optimize` returns."""
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
-from fuseforge.executor import Executor
+from fuseforge.runtime.executor import Executor
+from fuseforge.runtime.precision import check_precision, precision_context
 
 log = logging.getLogger("fuseforge")
 
@@ -68,39 +68,6 @@ def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
             return ("S", type(x))
         return ("O", repr(x))
     return (module.training, tuple(describe(a) for a in args))
-
-
-#: Precision policies with a code path; `check_precision` rejects the others.
-#: "fp32" (the default) keeps fp32 accuracy: f32 matmuls run as 3xTF32 GEMM
-#: kernels. "tf32" (opt-in, faster, about 1e-3 relative error) computes f32
-#: matmuls in plain TF32: cuBLAS's TF32 kernels, or TF32 GEMM kernels with
-#: FUSEFORGE_GEMM=1. Convolutions use TF32 under both, as eager does.
-PRECISIONS = ("fp32", "tf32")
-
-
-def check_precision(precision: str) -> None:
-    """Raises ValueError naming the available policies if `precision` has none."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} is not available yet; available: {', '.join(PRECISIONS)}")
-
-
-def precision_context(precision: str) -> contextlib.AbstractContextManager:
-    """Within it, library f32 matmuls follow `precision` (TF32 allowed under
-    "tf32"; nothing changes under "fp32"). Used around fused forwards and, by
-    `fuseforge run`/`bench`, around the eager and inductor baselines, so that
-    all three compute the same work."""
-    check_precision(precision)
-    return _tf32_matmuls() if precision == "tf32" else contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _tf32_matmuls() -> Iterator[None]:
-    saved = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(saved)
 
 
 class _NoBackward(torch.autograd.Function):
@@ -228,7 +195,7 @@ def optimize(model: nn.Module, example_inputs: Sequence[Any] | None = None, *,
     `example_inputs`, if given, are used to compile right away (on CUDA
     inputs); otherwise compilation happens at the first call. `precision`
     "fp32" (the default) keeps fp32 accuracy; "tf32" is the faster opt-in
-    policy (see PRECISIONS).
+    policy (see fuseforge.runtime.precision.PRECISIONS).
     """
     opt = OptimizedModule(model, precision=precision)
     if example_inputs is not None:

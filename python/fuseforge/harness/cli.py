@@ -19,8 +19,6 @@ import copy
 import json
 import os
 import sys
-import tempfile
-import time
 from typing import Any, Sequence
 
 import torch
@@ -28,181 +26,24 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from fuseforge.roofline import ROOFLINE_LEGEND, roofline_cells
+from fuseforge.harness.check import (
+    build_model,
+    check_correctness,
+    compile_times,
+    flatten_tensors,
+    fp64_reference,
+    judge,
+    problem_inputs,
+    time_all,
+)
+from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
 console = Console()
 
 
-def _flatten(x: Any) -> list[torch.Tensor]:
-    from torch.utils import _pytree as pytree
-    return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
-
-
-def _build(problem_path: str, mode: str | None, device: str):
-    from fuseforge.problem import load_problem
-    mod = load_problem(problem_path)
-    torch.manual_seed(0)
-    model = mod.Model(*mod.get_init_inputs())
-    if mode is not None:
-        model.train(mode == "train")
-    return mod, model.to(device)
-
-
-def _inputs(mod: Any, seed: int, device: str, dtype: torch.dtype | None = None) -> list[Any]:
-    torch.manual_seed(seed)
-    out = []
-    for x in mod.get_inputs():
-        if isinstance(x, torch.Tensor):
-            x = x.to(device)
-            if dtype is not None and x.is_floating_point():
-                x = x.to(dtype)
-        out.append(x)
-    return out
-
-
-def _max_err(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
-    err = 0.0
-    for x, y in zip(a, b):
-        if x.shape != y.shape:
-            return float("inf")
-        d = (x.double() - y.double()).abs()
-        d = torch.where(torch.isnan(x.double()) & torch.isnan(y.double()), torch.zeros_like(d), d)
-        err = max(err, float(d.max()) if d.numel() else 0.0)
-    return err
-
-
-def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], tol: float = 1e-4) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and x.dtype == y.dtype and torch.allclose(x.double(), y.double(), rtol=tol, atol=tol, equal_nan=True)
-        for x, y in zip(a, b))
-
-
-def _buffers(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [b.detach().clone() for _, b in sorted(model.named_buffers())]
-
-
-def _judge(out: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], ref64: Sequence[torch.Tensor],
-           out_buf: Sequence[torch.Tensor], ref_buf: Sequence[torch.Tensor]) -> tuple[bool, float, float, float]:
-    """(correct, error vs eager, error vs fp64, eager's error vs fp64). Correct:
-    outputs and updated buffers within 1e-4 of eager; where eager itself is far
-    from fp64 (fp16 models, TF32 convs, long fp32 sums) the output bar is being
-    no worse than twice eager's error against fp64."""
-    err, err64, eager64 = _max_err(out, ref), _max_err(out, ref64), _max_err(ref, ref64)
-    buffers_ok = _close(out_buf, ref_buf)
-    ok = buffers_ok and (_close(out, ref) or (all(o.dtype == r.dtype for o, r in zip(out, ref))
-                                              and err64 <= 2 * eager64 + 1e-6))
-    return ok, err, err64, eager64
-
-
-def _fp64_reference(mod: Any, model: torch.nn.Module, state: dict, seed: int, device: str) -> list[torch.Tensor]:
-    """Outputs of a float64 copy of `model` with `state` loaded, on the seed's inputs."""
-    m64 = copy.deepcopy(model)
-    m64.load_state_dict(state)
-    m64 = m64.double()
-    with torch.no_grad():
-        return _flatten(m64(*_inputs(mod, seed, device, torch.float64)))
-
-
-def check_correctness(mod: Any, model: torch.nn.Module, seeds: int, device: str, precision: str = "fp32") -> dict:
-    """Compares fuseforge with eager (outputs and updated buffers) and both with
-    an fp64 reference, over `seeds` fresh random inputs, each from the same state.
-    Eager runs under the same precision policy (TF32 matmuls under "tf32"), so
-    the bar for a faster policy is eager's own error at that policy."""
-    import fuseforge
-    from fuseforge.module import precision_context
-    snapshot = copy.deepcopy(model.state_dict())
-    fast = fuseforge.optimize(copy.deepcopy(model), precision=precision)
-    result = {"correct": True, "max_err_vs_eager": 0.0, "max_err_vs_fp64": 0.0, "eager_err_vs_fp64": 0.0}
-    for seed in range(seeds):
-        inputs = _inputs(mod, seed, device)
-        model.load_state_dict(snapshot)
-        fast.load_state_dict(snapshot)
-        with torch.no_grad(), precision_context(precision):
-            ref = _flatten(model(*inputs))
-            out = _flatten(fast(*inputs))
-        ref_buf, out_buf = _buffers(model), _buffers(fast)
-        ref64 = _fp64_reference(mod, model, snapshot, seed, device)
-        ok, err, err64, eager64 = _judge(out, ref, ref64, out_buf, ref_buf)
-        result["correct"] &= ok
-        result["max_err_vs_eager"] = max(result["max_err_vs_eager"], err)
-        result["max_err_vs_fp64"] = max(result["max_err_vs_fp64"], err64)
-        result["eager_err_vs_fp64"] = max(result["eager_err_vs_fp64"], eager64)
-    return result
-
-
-def compile_times(mod: Any, model: torch.nn.Module, precision: str = "fp32", keep: bool = False) -> dict:
-    """Seconds of the first optimized call (capture, passes, NVRTC, module
-    load), once with an empty kernel cache (compile_s_cold) and once more in a
-    new OptimizedModule with the disk cache that the first filled and this
-    process's in-memory kernels forgotten (compile_s_warm). Eager runs once
-    before, so CUDA and library initialization are not counted. `keep` copies
-    the kernels compiled into the real disk cache, so later runs find them."""
-    import shutil
-
-    import fuseforge
-    from fuseforge._native import core
-    inputs = _inputs(mod, 1234, "cuda")
-    out: dict[str, Any] = {}
-    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="fuseforge-cold-") as cache, torch.no_grad():
-        os.environ["FUSEFORGE_CACHE_DIR"] = cache
-        try:
-            model(*inputs)
-            for key in ("compile_s_cold", "compile_s_warm"):
-                core.clear_memory_cache()
-                fast = fuseforge.optimize(copy.deepcopy(model), precision=precision)
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                fast(*inputs)
-                torch.cuda.synchronize()
-                out[key] = time.perf_counter() - t0
-        finally:
-            if saved is None:
-                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
-            else:
-                os.environ["FUSEFORGE_CACHE_DIR"] = saved
-        if keep and core.cache_dir():
-            shutil.copytree(cache, core.cache_dir(), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("autotune.json"))
-    return out
-
-
-def time_all(mod: Any, model: torch.nn.Module, against: list[str], precision: str = "fp32") -> dict:
-    """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
-    fuseforge, timed interleaved (fuseforge.timing), and fuseforge's roofline
-    estimate (fuseforge.roofline); all three under the same precision policy."""
-    import fuseforge
-    from fuseforge.module import precision_context
-    from fuseforge.roofline import roofline
-    from fuseforge.timing import time_cuda
-    inputs = _inputs(mod, 1234, "cuda")
-    out: dict[str, Any] = {}
-    with torch.no_grad(), precision_context(precision):
-        fast = fuseforge.optimize(copy.deepcopy(model), precision=precision)
-        t0 = time.perf_counter()
-        fast(*inputs)
-        torch.cuda.synchronize()
-        out["compile_s"] = time.perf_counter() - t0
-        fns = {"fuseforge": lambda: fast(*inputs)}
-        if "eager" in against:
-            fns["eager"] = lambda: model(*inputs)
-        if "inductor" in against:
-            compiled = torch.compile(copy.deepcopy(model))
-            compiled(*inputs)  # compiles outside the timed rounds
-            fns["inductor"] = lambda: compiled(*inputs)
-        out.update({f"{name}_ms": ms for name, ms in time_cuda(fns).items()})
-        specs = fast.specializations()
-        if specs:  # none when the model could not be captured and ran eagerly
-            out.update(roofline(specs[0].plan, torch.cuda.get_device_name(), out["fuseforge_ms"], precision))
-    for ref in ("eager", "inductor"):
-        if f"{ref}_ms" in out:
-            out[f"speedup_vs_{ref}"] = out[f"{ref}_ms"] / out["fuseforge_ms"]
-    return out
-
-
 def _run_gpu(args: argparse.Namespace) -> dict:
-    from fuseforge.problem import problem_name
-    mod, model = _build(args.problem, args.mode, "cuda")
+    from fuseforge.harness.problem import problem_name
+    mod, model = build_model(args.problem, args.mode, "cuda")
     name = problem_name(args.problem)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"{name}: checking", total=2)
@@ -213,9 +54,9 @@ def _run_gpu(args: argparse.Namespace) -> dict:
             row.update(compile_times(mod, model, args.precision, keep=args.compile_only))
         if args.compile_only:
             if "inductor" in args.against.split(","):  # fills inductor's own disk caches
-                from fuseforge.module import precision_context
+                from fuseforge.runtime.precision import precision_context
                 with torch.no_grad(), precision_context(args.precision):
-                    torch.compile(copy.deepcopy(model))(*_inputs(mod, 1234, "cuda"))
+                    torch.compile(copy.deepcopy(model))(*problem_inputs(mod, 1234, "cuda"))
             return row
         progress.update(task, description=f"{name}: checking")
         row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision))
@@ -238,13 +79,13 @@ def _run_gpu(args: argparse.Namespace) -> dict:
 def _run_cpu(args: argparse.Namespace) -> dict:
     from fuseforge._native import CPU_CHECK_ARCH, core
     from fuseforge.capture import capture
-    from fuseforge.executor import Executor
-    from fuseforge.problem import problem_name
-    mod, model = _build(args.problem, args.mode, "cpu")
+    from fuseforge.runtime.executor import Executor
+    from fuseforge.harness.problem import problem_name
+    mod, model = build_model(args.problem, args.mode, "cpu")
     name = problem_name(args.problem)
     console.print(f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
                   "and checking the optimized plan on the CPU")
-    inputs = _inputs(mod, 0, "cpu")
+    inputs = problem_inputs(mod, 0, "cpu")
     captured = capture(model, inputs, name=type(model).__name__)
     plan = core.compile_graph(captured.text, precision=args.precision, arch=CPU_CHECK_ARCH)
     console.rule("IR as captured")
@@ -273,11 +114,11 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     with torch.no_grad():
         outs, new_buffers = executor(ir_inputs)
         reference = copy.deepcopy(model)
-        ref = _flatten(reference(*inputs))
+        ref = flatten_tensors(reference(*inputs))
     ref_buffers = dict(reference.named_buffers())
     want_buffers = [ref_buffers[n] for n, _ in captured.mutations]
-    ref64 = _fp64_reference(mod, model, snapshot, 0, "cpu")
-    row["correct"], row["max_err_vs_eager"], row["max_err_vs_fp64"], row["eager_err_vs_fp64"] = _judge(
+    ref64 = fp64_reference(mod, model, snapshot, 0, "cpu")
+    row["correct"], row["max_err_vs_eager"], row["max_err_vs_fp64"], row["eager_err_vs_fp64"] = judge(
         outs, ref, ref64, list(new_buffers), want_buffers)
     verdict = "[green]is correct[/green]" if row["correct"] else "[red]is WRONG[/red]"
     console.print(f"optimized plan on the CPU {verdict} (max abs err {row['max_err_vs_eager']:.2e}; vs fp64 "
@@ -287,7 +128,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fuseforge.module import check_precision
+    from fuseforge.runtime.precision import check_precision
     check_precision(args.precision)
     if args.compile_only and not torch.cuda.is_available():
         raise ValueError("--compile-only needs a CUDA GPU (it times the first optimized call)")
@@ -301,8 +142,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from fuseforge._native import core, target_arch
     from fuseforge.capture import capture
-    mod, model = _build(args.problem, args.mode, "cpu")
-    captured = capture(model, _inputs(mod, 0, "cpu"), name=type(model).__name__)
+    mod, model = build_model(args.problem, args.mode, "cpu")
+    captured = capture(model, problem_inputs(mod, 0, "cpu"), name=type(model).__name__)
     # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH).
     plan = core.compile_graph(captured.text, trace=True, arch=target_arch())
     console.rule("IR as captured")
@@ -320,7 +161,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-#: --precision choices; fuseforge.module.check_precision says which are implemented.
+#: --precision choices; fuseforge.runtime.precision.check_precision says which are implemented.
 PRECISIONS = ("fp32", "tf32", "bf16")
 
 
@@ -364,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--plot", help="write a speedup plot (PNG; needs matplotlib)")
     bench.add_argument("--merge", nargs="+", metavar="JSON",
                        help="instead of running: combine --json reports of parts of a suite into one")
-    bench.set_defaults(fn=_lazy("fuseforge.bench", "cmd_bench"))
+    bench.set_defaults(fn=_lazy("fuseforge.harness.bench", "cmd_bench"))
     emit = sub.add_parser("emit", help="write a standalone ModelNew file (torch only, CUDA inline)")
     emit.add_argument("problem")
     emit.add_argument("-o", "--output", required=True, help="the Python file to write")

@@ -41,10 +41,10 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from fuseforge.cutlass_headers import cutlass_include_dir
-from fuseforge.aten_ops import dtype_text
-from fuseforge.emit_ops import EmitError, literal, step_expr
-from fuseforge.problem import load_problem, problem_name
+from fuseforge.emit.ops import EmitError, literal, step_expr
+from fuseforge.harness.problem import load_problem, problem_name
+from fuseforge.runtime.cutlass_headers import cutlass_include_dir
+from fuseforge.runtime.library_calls import dtype_text
 
 __all__ = ["EmitError", "emit_problem", "cuda_sources", "cmd_emit"]
 

@@ -1,0 +1,558 @@
+"""Per-ATen-op handlers: (lowerer, node, bound args) -> env entry. A handler
+raises _Unsupported to get an opaque node instead."""
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from fuseforge.capture.graph import CaptureError
+from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
+
+if TYPE_CHECKING:
+    from fuseforge.capture.lowering import _Lowerer
+
+aten = torch.ops.aten
+
+def _literal_for(value: Any, dtype: torch.dtype) -> Any:
+    """A fill value as the literal kind that matches `dtype`."""
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if dtype.is_floating_point:
+        return float(value)
+    if dtype == torch.bool:
+        return bool(value)
+    return int(value)
+
+
+def _norm_dim(d: int, rank: int) -> int:
+    r = max(rank, 1)
+    if not -r <= d < r:
+        raise CaptureError(f"dim {d} out of range for rank {rank}")
+    return d + r if d < 0 else d
+
+
+def _norm_dims(dims: Any, rank: int) -> list[int]:
+    if dims is None:
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    if len(dims) == 0:
+        return list(range(rank))
+    return sorted({_norm_dim(int(d), rank) for d in dims})
+
+
+_HANDLERS: dict[Any, Callable[[_Lowerer, fx.Node, dict], Any]] = {}
+
+
+def _op(name: str, overload: str):
+    packet = getattr(aten, name, None)
+    return getattr(packet, overload, None) if packet is not None else None
+
+
+def _register(specs: Sequence[str], fn: Callable) -> None:
+    for spec in specs:
+        name, overload = spec.split(".")
+        op = _op(name, overload)
+        if op is not None:
+            _HANDLERS[op] = fn
+
+
+def _unary(irop: str):
+    def h(L: _Lowerer, node, a):
+        return L.pointwise(irop, [L.operand(a["self"])], L.rtype(node))
+    return h
+
+
+for _name in ["neg", "abs", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sigmoid", "tanh", "relu",
+              "silu", "sin", "cos", "reciprocal", "erf", "floor", "ceil", "trunc", "sign",
+              "logical_not", "isnan"]:
+    _register([f"{_name}.default"], _unary(_name))
+_register(["round.default"], _unary("round"))
+
+
+def _gelu(L: _Lowerer, node, a):
+    approx = a.get("approximate") or "none"
+    if approx not in ("none", "tanh"):
+        raise _Unsupported(approx)
+    return L.pointwise("gelu", [L.operand(a["self"])], L.rtype(node), {"approximate": approx})
+
+
+_register(["gelu.default"], _gelu)
+
+
+def _binary(irop: str, lhs: str = "self", rhs: str = "other"):
+    def h(L: _Lowerer, node, a):
+        return L.pointwise(irop, [L.operand(a[lhs]), L.operand(a[rhs])], L.rtype(node))
+    return h
+
+
+def _scaled(L: _Lowerer, y: Any, alpha: Any) -> Any:
+    """alpha * y for add/sub's alpha: folded into a literal, else a mul node."""
+    if alpha is None or (not isinstance(alpha, bool) and alpha == 1):
+        return y
+    if isinstance(y, _Lit) and y.const is None:
+        return _Lit(y.value * alpha)
+    return L.emit1("mul", [y, _Lit(alpha)], L.infer(torch.mul, y, alpha))
+
+
+def _add_sub(irop: str, reverse: bool = False):
+    def h(L: _Lowerer, node, a):
+        x, y = L.operand(a["self"]), L.operand(a["other"])
+        if reverse:  # rsub: other - alpha * self
+            return L.pointwise(irop, [y, _scaled(L, x, a.get("alpha"))], L.rtype(node))
+        return L.pointwise(irop, [x, _scaled(L, y, a.get("alpha"))], L.rtype(node))
+    return h
+
+
+_register(["add.Tensor", "add.Scalar"], _add_sub("add"))
+_register(["sub.Tensor", "sub.Scalar"], _add_sub("sub"))
+_register(["rsub.Tensor", "rsub.Scalar"], _add_sub("sub", reverse=True))
+_register(["mul.Tensor", "mul.Scalar"], _binary("mul"))
+_register(["div.Tensor", "div.Scalar"], _binary("div"))
+_register(["maximum.default"], _binary("maximum"))
+_register(["minimum.default"], _binary("minimum"))
+_register(["remainder.Tensor", "remainder.Scalar"], _binary("remainder"))
+_register(["fmod.Tensor", "fmod.Scalar"], _binary("fmod"))
+_register(["pow.Tensor_Scalar"], _binary("pow", "self", "exponent"))
+_register(["pow.Tensor_Tensor"], _binary("pow", "self", "exponent"))
+_register(["pow.Scalar"], _binary("pow", "self", "exponent"))
+for _name in ["eq", "ne", "lt", "le", "gt", "ge"]:
+    _register([f"{_name}.Tensor", f"{_name}.Scalar"], _binary(_name))
+_register(["logical_and.default"], _binary("logical_and"))
+_register(["logical_or.default"], _binary("logical_or"))
+
+
+def _bitwise_bool(irop: str, unary: bool = False):
+    def h(L: _Lowerer, node, a):
+        names = ["self"] if unary else ["self", "other"]
+        ops = [L.operand(a[n]) for n in names]
+        t = L.rtype(node)
+        if t.dtype != torch.bool or any(isinstance(o, _V) and o.type.dtype != torch.bool for o in ops) \
+                or any(isinstance(o, _Lit) and not isinstance(o.value, bool) for o in ops):
+            raise _Unsupported("bitwise op on non-bool tensors")
+        return L.pointwise(irop, ops, t)
+    return h
+
+
+_register(["bitwise_and.Tensor", "bitwise_and.Scalar"], _bitwise_bool("logical_and"))
+_register(["bitwise_or.Tensor", "bitwise_or.Scalar"], _bitwise_bool("logical_or"))
+_register(["bitwise_not.default"], _bitwise_bool("logical_not", unary=True))
+
+
+def _div_mode(L: _Lowerer, node, a):
+    x, y = L.operand(a["self"]), L.operand(a["other"])
+    mode = a.get("rounding_mode")
+    t = L.rtype(node)
+    if mode is None:
+        return L.pointwise("div", [x, y], t)
+    if not t.dtype.is_floating_point or mode not in ("floor", "trunc"):
+        raise _Unsupported("integer division with rounding")
+    q = L.pointwise("div", [x, y], L.infer(torch.div, x, y))
+    return L.emit1(mode, [q], t)
+
+
+_register(["div.Tensor_mode", "div.Scalar_mode"], _div_mode)
+
+
+def _where(L: _Lowerer, node, a):
+    return L.pointwise("where", [L.operand(a["condition"]), L.operand(a["self"]), L.operand(a["other"])],
+                       L.rtype(node))
+
+
+_register(["where.self"], _where)
+
+
+def _clamp(L: _Lowerer, node, a):
+    x = L.operand(a["self"])
+    lo, hi = a.get("min"), a.get("max")
+    t = L.rtype(node)
+    if lo is None and hi is None:
+        raise _Unsupported("clamp without bounds")
+    if lo is not None and hi is not None:
+        lo_o = L.operand(lo)
+        mid = L.pointwise("maximum", [x, lo_o], L.infer(lambda u, v: torch.clamp(u, min=v), x, lo_o))
+        return L.pointwise("minimum", [mid, L.operand(hi)], t)
+    if lo is not None:
+        return L.pointwise("maximum", [x, L.operand(lo)], t)
+    return L.pointwise("minimum", [x, L.operand(hi)], t)
+
+
+_register(["clamp.default", "clamp.Tensor"], _clamp)
+
+
+def _clamp_side(irop: str, key: str):
+    def h(L: _Lowerer, node, a):
+        return L.pointwise(irop, [L.operand(a["self"]), L.operand(a[key])], L.rtype(node))
+    return h
+
+
+def _hardtanh(L: _Lowerer, node, a):
+    x = L.operand(a["self"])
+    lo, hi = a.get("min_val"), a.get("max_val")
+    mid = L.pointwise("maximum", [x, L.operand(lo)], L.infer(lambda u: torch.clamp(u, min=lo), x))
+    return L.pointwise("minimum", [mid, L.operand(hi)], L.rtype(node))
+
+
+def _leaky_relu(L: _Lowerer, node, a):
+    # x > 0 ? x : x * slope, as ATen computes it
+    x = L.value(a["self"])
+    slope = a.get("negative_slope")
+    slope = 0.01 if slope is None else slope
+    cond = L.emit1("gt", [x, _Lit(0)], L.infer(lambda u: u > 0, x))
+    neg = L.emit1("mul", [x, _Lit(slope)], L.infer(lambda u: u * slope, x))
+    return L.emit1("where", [cond, x, neg], L.rtype(node))
+
+
+_register(["hardtanh.default"], _hardtanh)
+_register(["leaky_relu.default"], _leaky_relu)
+_register(["clamp_min.default", "clamp_min.Tensor"], _clamp_side("maximum", "min"))
+_register(["clamp_max.default", "clamp_max.Tensor"], _clamp_side("minimum", "max"))
+
+
+# ---- copies, casts, aliases
+
+
+def _passthrough(L: _Lowerer, node, a):
+    v = L.env.get(node.args[0])
+    if v is None:
+        raise _Unsupported("alias of a non-value")
+    return v
+
+
+def _copy(L: _Lowerer, node, a):
+    src = L.env.get(node.args[0])
+    if isinstance(src, _Const) and src.is_scalar:
+        return src  # a copy of a 0-d constant is the constant: a literal at its uses
+    x = L.value(node.args[0])
+    t = L.rtype(node)
+    return L.emit1("cast" if t.dtype != x.type.dtype else "copy", [x], t)
+
+
+def _to_copy(L: _Lowerer, node, a):
+    device = a.get("device")
+    src = node.args[0]
+    src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
+    if device is not None and isinstance(src_val, torch.Tensor) and torch.device(device) != src_val.device:
+        raise _Unsupported("device change")
+    return _copy(L, node, a)
+
+
+_register(["alias.default", "detach.default", "lift_fresh.default"], _passthrough)
+_register(["clone.default", "lift_fresh_copy.default"], _copy)
+_register(["_to_copy.default"], _to_copy)
+_convert = getattr(getattr(torch.ops, "prims", None), "convert_element_type", None)
+if _convert is not None:
+    _HANDLERS[_convert.default] = _copy
+
+
+# ---- tensor factories
+
+
+def _full(value_key: str | None, const: Any = None):
+    def h(L: _Lowerer, node, a):
+        t = L.rtype(node)
+        v = const if value_key is None else a[value_key]
+        if isinstance(v, fx.Node):
+            o = L.operand(v)
+            if isinstance(o, _V) and o.type.shape != ():
+                raise _Unsupported("non-scalar fill")
+            if isinstance(o, _Lit):
+                o = _Lit(_literal_for(o.value, t.dtype))
+            return L.emit1("full", [o], t)
+        if not isinstance(v, (bool, int, float)):
+            raise _Unsupported(f"fill value {v!r}")
+        return L.emit1("full", [_Lit(_literal_for(v, t.dtype))], t)
+    return h
+
+
+_register(["full.default", "full_like.default", "new_full.default"], _full("fill_value"))
+_register(["scalar_tensor.default"], _full("s"))
+_register(["zeros.default", "zeros_like.default", "new_zeros.default"], _full(None, 0))
+_register(["ones.default", "ones_like.default", "new_ones.default"], _full(None, 1))
+
+
+# ---- reductions
+
+
+def _cast_to(L: _Lowerer, x: _V, dtype: Any) -> _V:
+    if dtype is None or dtype == x.type.dtype:
+        return x
+    return L.emit1("cast", [x], L.infer(lambda u: u.to(dtype), x))
+
+
+def _reduce(irop: str, dim_key: str | None, with_dtype: bool = False, all_dims: bool = False):
+    def h(L: _Lowerer, node, a):
+        x = L.value(a["self"])
+        if with_dtype:
+            x = _cast_to(L, x, a.get("dtype"))
+        rank = len(x.type.shape)
+        dims = _norm_dims(None if all_dims or dim_key is None else a.get(dim_key), rank)
+        keepdim = bool(a.get("keepdim") or False) if not all_dims else False
+        return L.emit1(irop, [x], L.rtype(node), {"dims": dims, "keepdim": keepdim})
+    return h
+
+
+_register(["sum.dim_IntList"], _reduce("sum", "dim", with_dtype=True))
+_register(["sum.default"], _reduce("sum", None, with_dtype=True, all_dims=True))
+_register(["mean.dim"], _reduce("mean", "dim", with_dtype=True))
+_register(["mean.default"], _reduce("mean", None, with_dtype=True, all_dims=True))
+_register(["amax.default"], _reduce("amax", "dim"))
+_register(["amin.default"], _reduce("amin", "dim"))
+_register(["max.default"], _reduce("amax", None, all_dims=True))
+_register(["min.default"], _reduce("amin", None, all_dims=True))
+_register(["prod.dim_int"], _reduce("prod", "dim", with_dtype=True))
+_register(["prod.default"], _reduce("prod", None, with_dtype=True, all_dims=True))
+_register(["any.dim", "any.dims"], _reduce("any", "dim"))
+_register(["any.default"], _reduce("any", None, all_dims=True))
+
+
+def _var(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    corr = a.get("correction")
+    corr = 1 if corr is None else corr
+    if float(corr) != int(corr):
+        raise _Unsupported("fractional correction")
+    dims = _norm_dims(a.get("dim"), len(x.type.shape))
+    return L.emit1("var", [x], L.rtype(node),
+                   {"dims": dims, "keepdim": bool(a.get("keepdim") or False), "correction": int(corr)})
+
+
+_register(["var.correction"], _var)
+
+
+def _arg_reduce(irop: str):
+    def h(L: _Lowerer, node, a):
+        x = L.value(a["self"])
+        attrs: dict[str, Any] = {"keepdim": bool(a.get("keepdim") or False)}
+        if a.get("dim") is not None:
+            attrs["dim"] = _norm_dim(int(a["dim"]), len(x.type.shape))
+        return L.emit1(irop, [x], L.rtype(node), attrs)
+    return h
+
+
+_register(["argmax.default"], _arg_reduce("argmax"))
+_register(["argmin.default"], _arg_reduce("argmin"))
+
+
+def _softmax(irop: str, with_dtype: bool = False):
+    def h(L: _Lowerer, node, a):
+        x = L.value(a["self"])
+        if with_dtype:
+            x = _cast_to(L, x, a.get("dtype"))
+        return L.emit1(irop, [x], L.rtype(node), {"dim": _norm_dim(int(a["dim"]), len(x.type.shape))})
+    return h
+
+
+_register(["_softmax.default"], _softmax("softmax"))
+_register(["_log_softmax.default"], _softmax("log_softmax"))
+_register(["softmax.int"], _softmax("softmax", with_dtype=True))
+_register(["log_softmax.int"], _softmax("log_softmax", with_dtype=True))
+
+
+def _layer_norm(L: _Lowerer, node, a):
+    w, b = a.get("weight"), a.get("bias")
+    if w is None or b is None:
+        raise _Unsupported("layer norm without weight or bias")
+    for u in node.users:
+        if u.target is not operator.getitem or u.args[1] != 0:
+            raise _Unsupported("mean/rstd results are used")
+    x = L.value(a["input"])
+    t0 = L.types(node)[0]
+    v = L.emit1("layer_norm", [x, L.value(w), L.value(b)], t0,
+                {"ndims": len(a["normalized_shape"]), "eps": float(a["eps"])})
+    return [v, None, None]
+
+
+_register(["native_layer_norm.default"], _layer_norm)
+
+
+def _cumsum(L: _Lowerer, node, a):
+    x = _cast_to(L, L.value(a["self"]), a.get("dtype"))
+    return L.emit1("cumsum", [x], L.rtype(node), {"dim": _norm_dim(int(a["dim"]), len(x.type.shape))})
+
+
+_register(["cumsum.default"], _cumsum)
+
+
+# ---- matmul and convolution
+
+
+def _mm(irop: str):
+    def h(L: _Lowerer, node, a):
+        return L.emit1(irop, [L.value(a["self"]), L.value(a["mat2"])], L.rtype(node))
+    return h
+
+
+_register(["mm.default"], _mm("mm"))
+_register(["bmm.default"], _mm("bmm"))
+
+
+def _addmm(L: _Lowerer, node, a):
+    attrs = {}
+    for k in ("beta", "alpha"):
+        v = a.get(k)
+        if v is not None and not (v == 1 and not isinstance(v, bool)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise _Unsupported(f"{k}={v!r}")
+            attrs[k] = v
+    return L.emit1("addmm", [L.value(a["self"]), L.value(a["mat1"]), L.value(a["mat2"])], L.rtype(node), attrs)
+
+
+_register(["addmm.default"], _addmm)
+
+
+def _convolution(L: _Lowerer, node, a):
+    ops = [L.value(a["input"]), L.value(a["weight"])]
+    if a.get("bias") is not None:
+        ops.append(L.value(a["bias"]))
+    attrs = {
+        "stride": [int(s) for s in a["stride"]],
+        "padding": [int(s) for s in a["padding"]],
+        "dilation": [int(s) for s in a["dilation"]],
+        "transposed": bool(a["transposed"]),
+        "output_padding": [int(s) for s in a["output_padding"]],
+        "groups": int(a["groups"]),
+    }
+    return L.emit1("convolution", ops, L.rtype(node), attrs)
+
+
+_register(["convolution.default"], _convolution)
+
+
+# ---- layout
+
+
+def _view(L: _Lowerer, node, a):
+    return L.emit1("view", [L.value(a["self"])], L.rtype(node))
+
+
+def _expand(L: _Lowerer, node, a):
+    return L.emit1("expand", [L.value(a["self"])], L.rtype(node))
+
+
+def _permute(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    rank = len(x.type.shape)
+    return L.emit1("permute", [x], L.rtype(node), {"dims": [_norm_dim(int(d), rank) for d in a["dims"]]})
+
+
+def _transpose(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    rank = len(x.type.shape)
+    if rank == 0:
+        return x
+    d0, d1 = _norm_dim(int(a["dim0"]), rank), _norm_dim(int(a["dim1"]), rank)
+    dims = list(range(rank))
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return L.emit1("permute", [x], L.rtype(node), {"dims": dims})
+
+
+def _t(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    if len(x.type.shape) < 2:
+        return x
+    return L.emit1("permute", [x], L.rtype(node), {"dims": [1, 0]})
+
+
+def _unsqueeze(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    return L.emit1("unsqueeze", [x], L.rtype(node), {"dim": _norm_dim(int(a["dim"]), len(x.type.shape) + 1)})
+
+
+def _squeeze(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    rank = len(x.type.shape)
+    d = a.get("dim", a.get("dims"))
+    if isinstance(d, (list, tuple)):
+        dims = [_norm_dim(int(x), rank) for x in d]
+    elif d is not None:
+        dims = [_norm_dim(int(d), rank)]
+    else:
+        dims = list(range(rank))
+    return L.emit1("squeeze", [x], L.rtype(node), {"dims": sorted(set(dims))})
+
+
+def _slice_bounds(size: int, start: Any, end: Any) -> tuple[int, int]:
+    start = 0 if start is None else int(start)
+    end = size if end is None else int(end)
+    if start < 0:
+        start += size
+    if end < 0:
+        end += size
+    start = min(max(start, 0), size)
+    end = min(max(end, start), size)
+    return start, end
+
+
+def _slice(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    rank = len(x.type.shape)
+    if rank == 0:
+        raise _Unsupported("slice of a 0-d tensor")
+    dim = _norm_dim(int(a["dim"]), rank)
+    step = int(a.get("step") or 1)
+    if step <= 0:
+        raise _Unsupported("non-positive step")
+    start, end = _slice_bounds(x.type.shape[dim], a.get("start"), a.get("end"))
+    return L.emit1("slice", [x], L.rtype(node), {"dim": dim, "start": start, "end": end, "step": step})
+
+
+def _select(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    rank = len(x.type.shape)
+    dim = _norm_dim(int(a["dim"]), rank)
+    idx = int(a["index"])
+    if idx < 0:
+        idx += x.type.shape[dim]
+    return L.emit1("select", [x], L.rtype(node), {"dim": dim, "index": idx})
+
+
+def _cat(L: _Lowerer, node, a):
+    t = L.rtype(node)
+    ops = []
+    for x in a["tensors"]:
+        v = L.value(x)
+        if len(v.type.shape) == 1 and v.type.shape[0] == 0 and len(t.shape) != 1:
+            continue  # legacy: empty 1-d tensors are skipped
+        if v.type.dtype != t.dtype:
+            v = L.emit1("cast", [v], v.type.with_dtype(t.dtype))
+        ops.append(v)
+    if not ops:
+        raise _Unsupported("cat of nothing")
+    return L.emit1("cat", ops, t, {"dim": _norm_dim(int(a["dim"]), len(t.shape))})
+
+
+def _split(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    rank = len(x.type.shape)
+    dim = _norm_dim(int(a.get("dim") or 0), rank)
+    types = L.types(node)
+    out, start = [], 0
+    for t in types:
+        n = t.shape[dim]
+        out.append(L.emit1("slice", [x], t, {"dim": dim, "start": start, "end": start + n, "step": 1}))
+        start += n
+    return out
+
+
+def _unbind(L: _Lowerer, node, a):
+    x = L.value(a["self"])
+    dim = _norm_dim(int(a.get("dim") or 0), len(x.type.shape))
+    return [L.emit1("select", [x], t, {"dim": dim, "index": i}) for i, t in enumerate(L.types(node))]
+
+
+_register(["view.default", "_unsafe_view.default"], _view)
+_register(["expand.default"], _expand)
+_register(["permute.default"], _permute)
+_register(["transpose.int"], _transpose)
+_register(["t.default"], _t)
+_register(["unsqueeze.default"], _unsqueeze)
+_register(["squeeze.dim", "squeeze.dims", "squeeze.default"], _squeeze)
+_register(["slice.Tensor"], _slice)
+_register(["select.int"], _select)
+_register(["cat.default"], _cat)
+_register(["split.Tensor", "split_with_sizes.default"], _split)
+_register(["unbind.int"], _unbind)

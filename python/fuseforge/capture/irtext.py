@@ -1,0 +1,120 @@
+"""IR text as the C++ printer writes it (docs/IR.md): types, literals,
+attributes and value names, so that capture's ``print(parse(text)) == text``."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from fuseforge.capture.graph import CaptureError
+
+_DTYPE_NAMES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "bool",
+}
+
+_NAME_RE = re.compile(r"[^A-Za-z0-9_.]")
+
+
+def format_float(v: float) -> str:
+    """A float literal exactly as the C++ printer writes it (shortest %g that
+    reads back to the same double, with '.0' when it would look like an int)."""
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    s = ""
+    for prec in range(1, 18):
+        s = "%.*g" % (prec, v)
+        if float(s) == v:
+            break
+    if not any(c in s for c in ".en"):
+        s += ".0"
+    return s
+
+
+def _format_literal(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    return format_float(v)
+
+
+def _quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _format_attr(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return format_float(v)
+    if isinstance(v, str):
+        return _quote(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(int(x)) for x in v) + "]"
+    raise CaptureError(f"cannot print attribute value {v!r}")
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out = [0] * len(shape)
+    acc = 1
+    for i in range(len(shape) - 1, -1, -1):
+        out[i] = acc
+        acc *= max(shape[i], 1)
+    return tuple(out)
+
+
+def _static_int(x: Any, what: str) -> int:
+    try:
+        return int(x)
+    except Exception as e:  # a SymInt without a hint
+        raise CaptureError(f"{what}: dynamic size {x!r} (fuseforge graphs have static shapes)") from e
+
+
+@dataclass(frozen=True)
+class _T:
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @staticmethod
+    def of(t: Any, what: str) -> "_T":
+        if isinstance(t, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise CaptureError(f"{what}: a data-dependent scalar ({t}); fuseforge graphs cannot use "
+                               "values read from tensors (.item(), .tolist(), Python control flow on data)")
+        if not isinstance(t, torch.Tensor):
+            raise CaptureError(f"{what}: expected a tensor value, got {type(t).__name__}")
+        if t.dtype not in _DTYPE_NAMES:
+            raise CaptureError(f"{what}: dtype {t.dtype} is not supported by the IR "
+                               f"(supported: {', '.join(_DTYPE_NAMES.values())})")
+        shape = tuple(_static_int(s, what) for s in t.shape)
+        try:
+            strides = tuple(_static_int(s, what) for s in t.stride())
+        except RuntimeError:  # tensors without strides (sparse, nested)
+            raise CaptureError(f"{what}: tensor without strides ({t.layout})")
+        return _T(t.dtype, shape, strides)
+
+    def with_dtype(self, dtype: torch.dtype) -> "_T":
+        return _T(dtype, self.shape, self.strides)
+
+    def text(self) -> str:
+        s = f"{_DTYPE_NAMES[self.dtype]}[{','.join(str(d) for d in self.shape)}]"
+        if self.strides != _contiguous_strides(self.shape):
+            s += "{" + ",".join(str(d) for d in self.strides) + "}"
+        return s
+
+    def meta(self) -> torch.Tensor:
+        return torch.empty_strided(self.shape, self.strides, dtype=self.dtype, device="meta")

@@ -1,0 +1,417 @@
+"""Lowering of an exported program to IR text: graph inputs, one IR node (or a
+few) per ATen node through the handlers of aten_handlers.py, ``opaque`` nodes
+for the rest, and the outputs and buffer write-backs."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from fuseforge.capture.aten_handlers import _HANDLERS
+from fuseforge.capture.graph import CaptureError, InputBinding
+from fuseforge.capture.irtext import _NAME_RE, _T, _format_attr, _format_literal
+from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
+
+# pointwise ops whose result is bool whatever their operands are
+_BOOL_RESULT_OPS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "isnan"}
+
+
+def _category(dtype: torch.dtype) -> int:
+    return 2 if dtype.is_floating_point else 0 if dtype == torch.bool else 1
+
+
+def _py_value(t: torch.Tensor) -> Any:
+    v = t.item()
+    if t.dtype.is_floating_point:
+        return float(v)
+    if t.dtype == torch.bool:
+        return bool(v)
+    return int(v)
+
+
+def _bind(node: fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    out: dict[str, Any] = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args) and not a.kwarg_only:
+            out[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            out[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            out[a.name] = None
+    return out
+
+
+class _Lowerer:
+    def __init__(self, ep: torch.export.ExportedProgram, graph_name: str,
+                 user_leaves: list[tuple[str, str, str | int] | None]):
+        self.ep = ep
+        self.graph_name = graph_name
+        self.user_leaves = user_leaves      # per USER_INPUT spec: (ir name, kind, source) or None
+        self.env: dict[fx.Node, Any] = {}
+        self.lines: list[str] = []
+        self.next_id = 0
+        self.user_inputs: list[tuple[_V, str]] = []
+        self.state_inputs: list[tuple[_V, str]] = []
+        self.const_inputs: list[tuple[_V, str]] = []
+        self.bindings_user: list[InputBinding] = []
+        self.bindings_state: list[InputBinding] = []
+        self.bindings_const: list[InputBinding] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self.names: set[str] = set()
+        self.opaque_targets: list[str] = []
+
+    # ---- names and inputs
+
+    def _unique(self, name: str) -> str:
+        name = _NAME_RE.sub("_", name) or "input"
+        if name.isdigit():
+            name = "_" + name
+        base, k = name, 1
+        while name in self.names:
+            name = f"{base}_{k}"
+            k += 1
+        self.names.add(name)
+        return name
+
+    def _const_value(self, c: _Const) -> _V:
+        if c.value is None:
+            name = self._unique(c.key)
+            c.value = _V(name, _T.of(c.tensor, f"constant {c.key}"))
+            self.const_inputs.append((c.value, "const"))
+            self.bindings_const.append(InputBinding(name, "const", name))
+            self.constants[name] = c.tensor
+        return c.value
+
+    # ---- emission
+
+    def emit(self, op: str, operands: Sequence[Any], types: Sequence[_T],
+             attrs: dict[str, Any] | None = None) -> list[_V]:
+        results = []
+        for t in types:
+            results.append(_V(str(self.next_id), t))
+            self.next_id += 1
+        ops = []
+        for o in operands:
+            if isinstance(o, _V):
+                ops.append("%" + o.name)
+            elif isinstance(o, _Lit):
+                ops.append(_format_literal(o.value))
+            else:
+                raise CaptureError(f"internal: bad operand {o!r} for {op}")
+        line = ", ".join("%" + r.name for r in results) + f" = {op}(" + ", ".join(ops) + ")"
+        if attrs:
+            line += " {" + ", ".join(f"{k}={_format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
+        line += " : " + ", ".join(t.text() for t in types)
+        self.lines.append(line)
+        return results
+
+    def emit1(self, op: str, operands: Sequence[Any], t: _T, attrs: dict[str, Any] | None = None) -> _V:
+        return self.emit(op, operands, [t], attrs)[0]
+
+    # ---- operands
+
+    def operand(self, x: Any) -> Any:
+        """A tensor argument or Python number as a value or a literal."""
+        if isinstance(x, fx.Node):
+            v = self.env.get(x)
+            if isinstance(v, _V):
+                return v
+            if isinstance(v, _Const):
+                return _Lit(_py_value(v.tensor), v) if v.is_scalar else self._const_value(v)
+            if isinstance(v, _Lit):
+                return v
+            raise CaptureError(f"node {x.name} has no tensor value here ({type(v).__name__})")
+        if isinstance(x, (bool, int, float)):
+            return _Lit(x)
+        raise _Unsupported(f"operand {x!r}")
+
+    def value(self, x: Any) -> _V:
+        """A tensor argument as an IR value (literals from constants become inputs)."""
+        o = self.operand(x) if not isinstance(x, (_V, _Lit)) else x
+        if isinstance(o, _V):
+            return o
+        if o.const is not None:
+            return self._const_value(o.const)
+        raise _Unsupported("a Python number where a tensor is needed")
+
+    def types(self, node: fx.Node) -> list[_T]:
+        val = node.meta.get("val")
+        what = f"node {node.name} ({node.target})"
+        if isinstance(val, (list, tuple)):
+            return [_T.of(v, f"{what} result {i}") for i, v in enumerate(val)]
+        return [_T.of(val, what)]
+
+    def rtype(self, node: fx.Node) -> _T:
+        ts = self.types(node)
+        if len(ts) != 1:
+            raise _Unsupported("multiple results")
+        return ts[0]
+
+    def infer(self, fn: Callable, *args: Any) -> _T:
+        """The type of fn(*args) computed on meta tensors."""
+        def meta(o):
+            if isinstance(o, _V):
+                return o.type.meta()
+            if isinstance(o, _Lit):
+                if o.const is not None:
+                    return o.const.tensor.to("meta")
+                return o.value
+            return o
+        return _T.of(fn(*[meta(a) for a in args]), "intermediate")
+
+    def pointwise(self, op: str, operands: list[Any], t: _T, attrs: dict | None = None) -> _V:
+        if operands and all(isinstance(o, _Lit) for o in operands):
+            operands = [self.value(operands[0])] + list(operands[1:])
+        if op not in _BOOL_RESULT_OPS and t.dtype != torch.bool:
+            operands = self._cast_operands(op, operands, t.dtype)
+        return self.emit1(op, operands, t, attrs)
+
+    def _cast_operands(self, op: str, operands: list[Any], dtype: torch.dtype) -> list[Any]:
+        """Makes promotion explicit: where eager computes in a wider type than its
+        tensor operands have (an int tensor times a float literal, a bool tensor
+        plus an int), the operands are cast to the result dtype first."""
+        first = 1 if op == "where" else 0
+        dim_dt = zero_dt = None
+        for o in operands[first:]:
+            if isinstance(o, _V):
+                if o.type.shape:
+                    dim_dt = o.type.dtype if dim_dt is None else torch.promote_types(dim_dt, o.type.dtype)
+                else:
+                    zero_dt = o.type.dtype if zero_dt is None else torch.promote_types(zero_dt, o.type.dtype)
+        promoted = dim_dt
+        if promoted is None or (zero_dt is not None and _category(zero_dt) > _category(promoted)):
+            promoted = zero_dt if promoted is None else torch.promote_types(promoted, zero_dt)
+        if promoted is None or promoted == dtype:
+            return operands
+        out = list(operands)
+        for i in range(first, len(out)):
+            o = out[i]
+            if isinstance(o, _V) and o.type.dtype != dtype:
+                out[i] = self.emit1("cast", [o], o.type.with_dtype(dtype))
+        return out
+
+    # ---- main
+
+    def run(self) -> dict[str, Any]:
+        ep = self.ep
+        sig = ep.graph_signature
+        placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(sig.input_specs):
+            raise CaptureError("internal: placeholders and input specs differ")
+        mutated = {s.target for s in sig.output_specs if s.kind.name == "BUFFER_MUTATION"}
+
+        user_idx = 0
+        for node, spec in zip(placeholders, sig.input_specs):
+            kind = spec.kind.name
+            if kind == "USER_INPUT":
+                leaf = self.user_leaves[user_idx] if user_idx < len(self.user_leaves) else None
+                user_idx += 1
+                if not isinstance(spec.arg, torch.export.graph_signature.TensorArgument):
+                    self.env[node] = None
+                    continue
+                if leaf is None:
+                    raise CaptureError(f"internal: no binding for user input {node.name}")
+                name, ikind, source = leaf
+                name = self._unique(name)
+                v = _V(name, _T.of(node.meta.get("val"), f"input {name}"))
+                self.env[node] = v
+                self.user_inputs.append((v, "scalar" if ikind == "scalar" else ""))
+                self.bindings_user.append(InputBinding(name, ikind, source))
+            elif kind in ("PARAMETER", "BUFFER"):
+                if not node.users and spec.target not in mutated:
+                    self.env[node] = None
+                    continue
+                name = self._unique(spec.target)
+                v = _V(name, _T.of(node.meta.get("val"), f"{kind.lower()} {spec.target}"))
+                self.env[node] = v
+                k = "param" if kind == "PARAMETER" else "buffer"
+                self.state_inputs.append((v, k))
+                self.bindings_state.append(InputBinding(name, k, spec.target))
+            elif kind == "CONSTANT_TENSOR":
+                t = ep.constants.get(spec.target)
+                if not isinstance(t, torch.Tensor):
+                    raise CaptureError(f"constant {spec.target} is not a tensor")
+                self.env[node] = _Const(spec.target, t)
+            else:
+                raise CaptureError(f"unsupported graph input kind {kind} ({spec.target})")
+
+        for node in ep.graph.nodes:
+            if node.op == "call_function":
+                self.env[node] = self.lower(node)
+            elif node.op in ("placeholder", "output"):
+                continue
+            else:
+                raise CaptureError(f"unsupported graph node {node.format_node()}")
+
+        self._check_rnn_types()
+        return self._finish()
+
+    def _finish(self) -> dict[str, Any]:
+        sig = self.ep.graph_signature
+        out_node = next(n for n in self.ep.graph.nodes if n.op == "output")
+        out_args = list(out_node.args[0])
+        if len(out_args) != len(sig.output_specs):
+            raise CaptureError("internal: outputs and output specs differ")
+        by_name = {n.name: n for n in self.ep.graph.nodes}
+        outputs: list[str] = []
+        output_constants: dict[int, Any] = {}
+        mutations: list[tuple[str, str]] = []
+        buffer_inputs = {b.source: b.ir_name for b in self.bindings_state if b.kind == "buffer"}
+        leaf = 0
+        for arg, spec in zip(out_args, sig.output_specs):
+            kind = spec.kind.name
+            if kind == "USER_OUTPUT":
+                if isinstance(arg, fx.Node):
+                    outputs.append(self._output_value(arg).name)
+                elif isinstance(arg, (bool, int, float, str, type(None))):
+                    output_constants[leaf] = arg
+                else:
+                    raise CaptureError(f"unsupported output {arg!r}")
+                leaf += 1
+            elif kind == "BUFFER_MUTATION":
+                v = self._output_value(arg if isinstance(arg, fx.Node) else by_name[spec.arg.name])
+                mutations.append((spec.target, v.name))
+                if spec.target not in buffer_inputs:
+                    raise CaptureError(f"internal: mutated buffer {spec.target} is not an input")
+            elif kind == "USER_INPUT_MUTATION":
+                raise CaptureError(f"forward mutates its input {spec.target!r} in place; fuseforge graphs "
+                                   "may only write back buffers")
+            else:
+                raise CaptureError(f"unsupported graph output kind {kind} ({spec.target})")
+
+        inputs = self.user_inputs + self.state_inputs + self.const_inputs
+        head = ", ".join(f"%{v.name}: {v.type.text()}" + (f" {k}" if k else "") for v, k in inputs)
+        lines = [f"graph @{self.graph_name}({head}) {{"]
+        lines += ["  " + l for l in self.lines]
+        lines.append("  return" + (" " + ", ".join("%" + o for o in outputs) if outputs else ""))
+        for buf, v in mutations:
+            lines.append(f"  mutate %{buffer_inputs[buf]} = %{v}")
+        lines.append("}")
+        return dict(
+            text="\n".join(lines) + "\n",
+            input_bindings=self.bindings_user + self.bindings_state + self.bindings_const,
+            output_names=outputs,
+            mutations=[(buf, v) for buf, v in mutations],
+            constants=self.constants,
+            output_constants=output_constants,
+            opaque_targets=self.opaque_targets,
+        )
+
+    def _output_value(self, node: fx.Node) -> _V:
+        v = self.env.get(node)
+        if isinstance(v, _V):
+            return v
+        if isinstance(v, _Const):
+            return self._const_value(v)
+        if isinstance(v, _Lit) and v.const is not None:
+            return self._const_value(v.const)
+        raise CaptureError(f"output {node.name} is not a tensor value")
+
+    def _check_rnn_types(self) -> None:
+        # The hidden states an RNN op returns have the shapes of the hidden states it
+        # takes; older PyTorch decompositions got this wrong for LSTM (pytorch#151200).
+        for node in self.ep.graph.nodes:
+            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                continue
+            if node.target.__name__.split(".")[0] not in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+                continue
+            hx = node.args[1]
+            hx = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+            val = node.meta.get("val")
+            for i, h in enumerate(hx):
+                if not isinstance(h, fx.Node):
+                    continue
+                got = tuple(val[i + 1].shape)
+                want = tuple(h.meta["val"].shape)
+                if got != want:
+                    raise CaptureError(f"{node.target}: traced hidden state {i} has shape {list(got)}, "
+                                       f"expected {list(want)} (a PyTorch decomposition bug)")
+
+    # ---- per-node lowering
+
+    def lower(self, node: fx.Node) -> Any:
+        target = node.target
+        if target is operator.getitem:
+            src, idx = node.args
+            vals = self.env.get(src)
+            if not isinstance(vals, list):
+                raise CaptureError(f"getitem on a single value ({node.format_node()})")
+            v = vals[idx]
+            if v is None:
+                raise CaptureError(f"internal: result {idx} of {src.name} was not lowered")
+            return v
+        if not isinstance(target, torch._ops.OpOverload):
+            raise CaptureError(f"unsupported graph node {node.format_node()} (target {target})")
+        if not target._schema.returns and not node.users:
+            return None  # a run-time check such as aten._assert_tensor_metadata: nothing to compute
+        handler = _HANDLERS.get(target)
+        try:
+            if handler is not None:
+                try:
+                    return handler(self, node, _bind(node))
+                except _Unsupported:
+                    pass
+            return self.opaque(node)
+        except CaptureError:
+            raise
+        except Exception as e:
+            raise CaptureError(f"cannot lower {node.format_node()}: {type(e).__name__}: {e}") from e
+
+    def opaque(self, node: fx.Node) -> Any:
+        schema = node.target._schema
+        operands: list[_V] = []
+
+        def render(v: Any) -> str:
+            if isinstance(v, fx.Node):
+                operands.append(self.value(v) if not isinstance(self.env.get(v), _Const)
+                                else self._const_value(self.env[v]))
+                return f"${len(operands) - 1}"
+            if isinstance(v, (list, tuple)):
+                return "[" + ", ".join(render(e) for e in v) + "]"
+            if v is None or isinstance(v, (bool, str)):
+                return repr(v)
+            if isinstance(v, int):
+                return str(v)
+            if isinstance(v, float):
+                if math.isnan(v):
+                    return "nan"
+                if math.isinf(v):
+                    return "inf" if v > 0 else "-inf"
+                return repr(v)
+            if isinstance(v, torch.device):
+                return f"torch.device({v.type!r}, {v.index})" if v.index is not None else f"torch.device({v.type!r})"
+            if isinstance(v, (torch.dtype, torch.layout, torch.memory_format)):
+                return str(v)
+            raise CaptureError(f"{node.target}: cannot express argument {v!r} in an opaque node")
+
+        positional: list[tuple[bool, Any]] = []
+        kwargs: dict[str, Any] = {}
+        for i, a in enumerate(schema.arguments):
+            if a.kwarg_only:
+                if a.name in node.kwargs:
+                    kwargs[a.name] = node.kwargs[a.name]
+                continue
+            if i < len(node.args):
+                positional.append((True, node.args[i]))
+            elif a.name in node.kwargs:
+                positional.append((True, node.kwargs[a.name]))
+            else:
+                positional.append((False, a.default_value if a.has_default_value() else None))
+        while positional and not positional[-1][0]:
+            positional.pop()
+        attrs = {"target": str(node.target)}
+        attrs["args"] = "[" + ", ".join(render(v) for _, v in positional) + "]"
+        if kwargs:
+            attrs["kwargs"] = "{" + ", ".join(f"{k!r}: {render(v)}" for k, v in kwargs.items()) + "}"
+        val = node.meta.get("val")
+        types = self.types(node)
+        results = self.emit("opaque", operands, types, attrs)
+        self.opaque_targets.append(attrs["target"])
+        return list(results) if isinstance(val, (list, tuple)) else results[0]
