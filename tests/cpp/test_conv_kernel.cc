@@ -120,6 +120,23 @@ TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
   EXPECT_EQ(kt.source.find("OpMultiplyAddFastF32"), std::string::npos);
 }
 
+TEST(ConvKernel, NarrowLoadsTakeTheSmallestTile) {
+  // Three input channels: 4-byte loads, with which the bigger tiles spill.
+  auto g = parse(R"(graph @g(%x: f32[128,3,128,128]{49152,1,384,3}, %w: f32[32,3,3,3]{27,1,9,3} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1], transposed=false} : f32[128,32,128,128]{524288,1,4096,32}
+  return %0
+})");
+  verify(*g);
+  const auto s = fusion::match_conv_kernel(*first_conv(*g));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->alignment, 1);
+  ASSERT_EQ(codegen::conv_tiles(*s).size(), 1u);
+  EXPECT_EQ(codegen::choose_conv_tile(*s).m, 64);
+  auto wide = *s;
+  wide.alignment = 4;
+  EXPECT_EQ(codegen::conv_tiles(wide).size(), 3u);
+}
+
 TEST(ConvKernel, TheCostModelChoosesBetweenTheKernelAndCudnn) {
   // f16: cuDNN's tensor-core convs (modelled 450 TFLOP/s) beat our mma.sync
   // kernel (250) where compute dominates and nothing is fused; where the

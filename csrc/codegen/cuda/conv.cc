@@ -67,11 +67,25 @@ fusion::GemmSpec conv_as_gemm(const fusion::ConvKernelSpec& s) {
   return g;
 }
 
+std::vector<GemmTile> conv_tiles(const fusion::ConvKernelSpec& s) {
+  std::vector<GemmTile> tiles = gemm_tiles(conv_as_gemm(s));
+  // Loads narrower than 16 bytes multiply the iterators' per-thread state:
+  // with 4- or 8-byte f32 loads, 128x64 (3xTF32) and 128x128 (TF32) tiles
+  // spill registers (ptxas, sm_90); the smallest tile never did. Such convs
+  // have few input channels (a first layer) and are bandwidth-bound anyway.
+  if (s.alignment * dtype_size(s.conv.dtype) < 16) tiles.erase(tiles.begin(), tiles.end() - 1);
+  return tiles;
+}
+
+GemmTile choose_conv_tile(const fusion::ConvKernelSpec& s) {
+  const std::vector<GemmTile> tiles = conv_tiles(s);
+  return tiles.size() == 1 ? tiles[0] : choose_gemm_tile(conv_as_gemm(s));
+}
+
 std::vector<KernelSource> conv_variants(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
-  const fusion::GemmSpec g = conv_as_gemm(s);
-  const GemmTile chosen = choose_gemm_tile(g);
+  const GemmTile chosen = choose_conv_tile(s);
   std::vector<KernelSource> out;
-  for (const GemmTile& t : gemm_tiles(g))
+  for (const GemmTile& t : conv_tiles(s))
     if (t.m != chosen.m || t.n != chosen.n) out.push_back(generate_conv(group, s, id, &t));
   return out;
 }
@@ -79,7 +93,7 @@ std::vector<KernelSource> conv_variants(const fusion::Group& group, const fusion
 KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id,
                            const GemmTile* tile) {
   const fusion::GemmSpec gemm = conv_as_gemm(s);
-  const GemmTile t = tile ? *tile : choose_gemm_tile(gemm);
+  const GemmTile t = tile ? *tile : choose_conv_tile(s);
   const ConvSpec& c = s.conv;
   const bool f32 = c.dtype == DType::f32, split = f32 && !gemm.tf32, three_d = c.dims == 3;
   const std::string math = split ? "3xtf32" : f32 ? "tf32" : std::string(dtype_name(c.dtype));

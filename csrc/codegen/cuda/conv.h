@@ -14,6 +14,11 @@ namespace ff::codegen {
 // K = channels x window): the GEMM tile cost model and candidates apply.
 fusion::GemmSpec conv_as_gemm(const fusion::ConvKernelSpec& spec);
 
+// The candidate tiles of a conv kernel (the GEMM's, but only the smallest for
+// loads narrower than 16 bytes), and the cost model's pick among them.
+std::vector<GemmTile> conv_tiles(const fusion::ConvKernelSpec& spec);
+GemmTile choose_conv_tile(const fusion::ConvKernelSpec& spec);
+
 // The kernel of a Conv group: CUTLASS's forward-conv mainloop (Sm80 mma.sync,
 // which Hopper runs; channels-last input and weight; f32 as 3xTF32, or one
 // TF32 MMA where the conv's fp32_precision is "tf32"; f16/bf16 accumulate in
