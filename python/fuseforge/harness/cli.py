@@ -142,10 +142,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from fuseforge._native import core, target_arch
     from fuseforge.capture import capture
+    from fuseforge.runtime import conv_probe
     mod, model = build_model(args.problem, args.mode, "cpu")
     captured = capture(model, problem_inputs(mod, 0, "cpu"), name=type(model).__name__)
-    # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH).
-    plan = core.compile_graph(captured.text, trace=True, arch=target_arch())
+    # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH),
+    # each conv's precision as probed on it (without one: IEEE).
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    plan = core.compile_graph(captured.text, trace=True, arch=target_arch(),
+                              **conv_probe.decide(captured.text, "fp32", device))
     console.rule("IR as captured")
     console.print(plan["ir_before"], markup=False, highlight=False)
     for pass_name, ir in plan["pass_trace"]:
@@ -158,7 +162,30 @@ def cmd_explain(args: argparse.Namespace) -> int:
             console.print(f"kernel  {k['name']}  ({len(k['nodes'])} ops fused, {k['vector_width']}-wide)")
         else:
             console.print(f"library {step['text']}", markup=False, highlight=False)
+    _explain_convs(captured.text, plan, device)
     return 0
+
+
+def _explain_convs(text: str, plan: dict, device: torch.device) -> None:
+    """Each f32 conv's fp32_precision and layout, and the probe behind the precision."""
+    from fuseforge._native import core
+    from fuseforge.runtime import conv_probe
+    rows = [(c, after, probe) for (c, after), (_, probe) in
+            zip(zip(core.convolutions(text), core.convolutions(plan["ir_after"])), conv_probe.evidence(text, device))]
+    if not rows:
+        return
+    console.rule("convolutions")
+    for c, after, probe in rows:
+        layout = "channels-last" if after["channels_last"] else "contiguous"
+        if c["dtype"] != "f32":
+            why = f"{c['dtype']}: no TF32 question"
+        elif probe is None:
+            why = "not probed (no GPU here, or a forced or tf32 policy): IEEE unless told otherwise"
+        else:
+            why = (f"eager's conv error vs fp64 {probe['eager_error']:.1e} (rms), TF32's {probe['tf32_error']:.1e}: "
+                   f"eager {'uses' if probe['tf32'] else 'does not use'} TF32")
+        console.print(f"{c['text']}\n  -> fp32_precision={after['fp32_precision'] or '-'}, {layout}; {why}",
+                      markup=False, highlight=False)
 
 
 #: --precision choices; fuseforge.runtime.precision.check_precision says which are implemented.

@@ -30,6 +30,10 @@ def _value_types(plan: dict) -> dict[str, ValueType]:
             for name, (d, shape, strides) in plan["values"].items()}
 
 
+#: Kernel kinds whose group also runs as ATen calls (its nodes), where the
+#: kernel cannot: no CPU stand-in, no compile, a misaligned operand.
+_LIBRARY_BACKED = ("gemm", "conv")
+
 #: CPU stand-ins interpret groups up to this many elements whole, larger ones on a sample.
 INTERPRET_LIMIT = 1 << 22
 INTERPRET_SAMPLE = 1 << 14
@@ -172,15 +176,15 @@ class Executor:
 
     @staticmethod
     def _load(k: dict, arch: int) -> Any:
-        """The compiled kernel; None for a GEMM kernel that does not compile
-        here (e.g. headers that do not fit this NVRTC): it runs through ATen."""
+        """The compiled kernel; None for a GEMM or conv kernel that does not
+        compile here (e.g. headers that do not fit this NVRTC): it runs through ATen."""
         try:
             return core.PointwiseKernel(k["source"], k["name"], arch, k["items"], k["block"], k["unroll"],
                                         k["grid"], k["block_y"], k["shared_bytes"], k["cutlass"], k["sm90a"])
         except RuntimeError as e:
-            if k["kind"] != "gemm":
+            if k["kind"] not in _LIBRARY_BACKED:
                 raise
-            warnings.warn(f"fuseforge: GEMM kernel {k['name']} did not compile; running it through ATen:\n"
+            warnings.warn(f"fuseforge: {k['kind']} kernel {k['name']} did not compile; running it through ATen:\n"
                           f"{str(e)[:2000]}")
             return None
 
@@ -192,7 +196,7 @@ class Executor:
         scalar_slots = [slots(n) for n in k["scalars"]]
         device = self.device
         if device.type != "cuda":
-            if k["kind"] == "gemm":  # no CPU stand-in for a GEMM kernel: its ATen op
+            if k["kind"] in _LIBRARY_BACKED:  # no CPU stand-in for a GEMM or conv kernel: its ATen ops
                 return self._library_kernel(k, out_slots)
             return self._interpreted_kernel(k, out_slots, out_types, [slots(n) for n in k["inputs"]] + scalar_slots)
         kernel = self.kernels[index]
@@ -206,10 +210,11 @@ class Executor:
         # results, graph inputs) may not, and the kernel's index math is specialized.
         checked = [(j, self.types[n]) for j, n in enumerate(roots) if n not in self._kernel_results]
         empty_strided = torch.empty_strided
-        # A GEMM kernel vectorizes every access: a view starting off that
-        # alignment (or a kernel that did not compile) runs through ATen.
+        # A GEMM or conv kernel vectorizes its operands' accesses: a view
+        # starting off that alignment (or a kernel that did not compile) runs
+        # through ATen.
         align = k["align_bytes"]
-        fallback = self._gemm_fallback(k) if k["kind"] == "gemm" else None
+        fallback = self._gemm_fallback(k) if k["kind"] in _LIBRARY_BACKED else None
         tune = kernel is not None and bool(k.get("variants")) and autotune.enabled()
 
         def run(env: list) -> None:
@@ -223,9 +228,13 @@ class Executor:
             if fallback is not None and (kernel is None or any(p % align for p in pointers)):
                 outs = fallback(ins)
             else:
-                if tune:  # first run: time the candidate tiles on these operands
-                    kernel, tune = self._tuned(k, kernel, dev_index, pointers), False
-                kernel.launch(dev_index, pointers, [float(env[s]) for s in scalar_slots], _raw_stream(dev_index))
+                if tune:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
+                    library = (lambda: fallback(ins)) if k["kind"] == "conv" else None
+                    kernel, tune = self._tuned(k, kernel, dev_index, pointers, library), False
+                if kernel is None:  # cuDNN won
+                    outs = fallback(ins)
+                else:
+                    kernel.launch(dev_index, pointers, [float(env[s]) for s in scalar_slots], _raw_stream(dev_index))
             for s, t in zip(out_slots, outs):
                 env[s] = t
         return run
@@ -276,8 +285,11 @@ class Executor:
         return run
 
     @staticmethod
-    def _tuned(k: dict, default: Any, dev_index: int, pointers: list[int]) -> Any:
-        """The fastest of a GEMM kernel's candidate tiles (autotune.choose)."""
+    def _tuned(k: dict, default: Any, dev_index: int, pointers: list[int],
+               library: Callable[[], Any] | None = None) -> Any:
+        """The fastest of a GEMM or conv kernel's candidate tiles and, given
+        `library` (a conv's ATen calls), of that: then None if it wins
+        (autotune.choose)."""
         arch = core.device_arch(dev_index)
         candidates = [(k["name"], default)]
         for v in k["variants"]:
@@ -285,9 +297,12 @@ class Executor:
                 candidates.append((v["name"], core.PointwiseKernel(v["source"], v["name"], arch, 0, v["block"], 1,
                                                                    v["grid"], 1, v["shared_bytes"], True)))
             except RuntimeError as e:
-                warnings.warn(f"fuseforge: GEMM candidate {v['name']} did not compile; not timed: {str(e)[:500]}")
+                warnings.warn(f"fuseforge: {k['kind']} candidate {v['name']} did not compile; not timed: {str(e)[:500]}")
         stream = _raw_stream(dev_index)
-        runs = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
+        runs: list[Callable[[], Any]] = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
+        if library is not None:
+            candidates.append(("library", None))
+            runs.append(library)
         best = autotune.choose(autotune.key(k["source"], arch), [n for n, _ in candidates], runs)
         return candidates[best][1]
 

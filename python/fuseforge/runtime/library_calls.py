@@ -6,9 +6,13 @@ of the operand list (`make_call`); `fuseforge emit` writes the same text into
 emitted files (fuseforge.emit.ops.step_expr), so both run the very same calls. Opaque
 nodes (ATen ops the IR does not model) keep their captured argument text:
 capture.opaque.compile_opaque_call decodes it here, emit.ops rewrites it as source.
+A convolution carrying the fp32_precision its conv_precision pass decided
+runs through `_ff_convolution`, which emitted files carry verbatim (hence the
+prefix).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Sequence
 
 import torch
@@ -36,6 +40,43 @@ POINTWISE: dict[str, str] = {
 
 class NoLibraryCall(LookupError):
     """An IR op with no torch form here."""
+
+
+# _ff_conv_fp32 and _ff_convolution are copied verbatim into emitted files:
+# they use only contextlib and torch, and annotations that need no import.
+@contextlib.contextmanager
+def _ff_conv_fp32(value: str):
+    """Within it, cuDNN convolutions compute f32 as `value` ("ieee" or "tf32");
+    the user's setting comes back after (torch < 2.9: the allow_tf32 switch)."""
+    cudnn = torch.backends.cudnn
+    conv = getattr(cudnn, "conv", None)
+    saved = conv.fp32_precision if conv is not None else cudnn.allow_tf32
+    if conv is not None:
+        conv.fp32_precision = value
+    else:
+        cudnn.allow_tf32 = value == "tf32"
+    try:
+        yield
+    finally:
+        if conv is not None:
+            conv.fp32_precision = saved
+        else:
+            cudnn.allow_tf32 = saved
+
+
+def _ff_convolution(fp32_precision: str, *args) -> torch.Tensor:
+    """aten.convolution with cuDNN's f32 math as the conv's fp32_precision says."""
+    with _ff_conv_fp32(fp32_precision):
+        return torch.ops.aten.convolution.default(*args)
+
+
+def _convolution(at: dict, a: list[str]) -> str:
+    args = (f"{a[0]}, {a[1]}, {a[2] if len(a) > 2 else None}, {at['stride']}, {at['padding']}, {at['dilation']}, "
+            f"{bool(at.get('transposed', False))}, {at.get('output_padding', [0] * len(at['stride']))}, "
+            f"{at.get('groups', 1)}")
+    if "fp32_precision" in at:
+        return f"_ff_convolution({at['fp32_precision']!r}, {args})"
+    return f"torch.ops.aten.convolution.default({args})"
 
 
 def dtype_text(name: str) -> str:
@@ -79,10 +120,7 @@ def expression(step: dict, a: Sequence[str], in_types: Sequence[Type | None]) ->
         "layer_norm": lambda: (f"torch.nn.functional.layer_norm({a[0]}, {a[0]}.shape[{rank - at['ndims']}:], "
                                f"{a[1]}, {a[2]}, {at['eps']!r})"),
         "cumsum": lambda: f"torch.cumsum({a[0]}, {at['dim']}, dtype={dt})",
-        "convolution": lambda: (
-            f"torch.ops.aten.convolution.default({a[0]}, {a[1]}, {a[2] if len(a) > 2 else None}, {at['stride']}, "
-            f"{at['padding']}, {at['dilation']}, {bool(at.get('transposed', False))}, "
-            f"{at.get('output_padding', [0] * len(at['stride']))}, {at.get('groups', 1)})"),
+        "convolution": lambda: _convolution(at, a),
         "permute": lambda: f"{a[0]}.permute({at['dims']})",
         "unsqueeze": lambda: f"{a[0]}.unsqueeze({at['dim']})",
         "squeeze": lambda: f"{a[0]}.squeeze({tuple(at['dims'])})" if "dims" in at else f"{a[0]}.squeeze()",
@@ -115,4 +153,5 @@ def make_call(step: dict, values: dict[str, Type], device: torch.device) -> Call
     operands = step["operands"]
     text = expression(step, [f"a[{i}]" for i in range(len(operands))],
                       [values[v] if kind == "value" else None for kind, v in operands])
-    return eval(f"lambda a: {text}", {"torch": torch, "dev": device})  # noqa: S307 - our own generated text
+    namespace = {"torch": torch, "dev": device, "_ff_convolution": _ff_convolution}
+    return eval(f"lambda a: {text}", namespace)  # noqa: S307 - our own generated text
