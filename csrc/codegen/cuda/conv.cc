@@ -189,31 +189,16 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
      << "      : where(Coordinates::Params(cutlass::layout::RowMajor(N)), nullptr, cutlass::MatrixCoord(M, N), thread,\n"
      << "              origin_),\n"
      << "        tile(tile_), origin(origin_) {}\n"
-     << "  CUTLASS_DEVICE void set_k_partition(int, int) {}\n"
-     << "  CUTLASS_DEVICE void set_batch_index(int) {}\n"
-     << "  CUTLASS_DEVICE void begin_epilogue() {}\n"
-     << "  CUTLASS_DEVICE void begin_step(int) {}\n"
-     << "  CUTLASS_DEVICE void begin_row(int) {}\n"
+     << tile_visitor_noop_hooks()
      << "  CUTLASS_DEVICE void visit(int, int, int, int frag, AccumulatorFragment const& acc) {\n"
      << "    const cutlass::MatrixCoord at = where.thread_start() + Coordinates::ThreadMap::iteration_offset(frag);\n"
      << "    CUTLASS_PRAGMA_UNROLL\n"
      << "    for (int j = 0; j < kElementsPerAccess; ++j)\n"
      << "      tile[(at.row() - origin.row()) * TILE_LD + at.column() + j - origin.column()] = acc[j];\n"
      << "  }\n"
-     << "  CUTLASS_DEVICE void end_row(int) {}\n"
      << "  CUTLASS_DEVICE void end_step(int) { ++where; }  // the next step's rows\n"
-     << "  CUTLASS_DEVICE void end_epilogue() {}\n"
      << "};\n"
-     << "using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorFromExistingEpilogue<\n"
-     << "    TileVisitor, Default::Epilogue>::Epilogue;\n"
-     << "// The tile is written after the mainloop is done with its stages.\n"
-     << "union SharedStorage {\n"
-     << "  Mma::SharedStorage main_loop;\n"
-     << "  struct {\n    Epilogue::SharedStorage exchange;\n    float tile[BM * TILE_LD];\n  } epilogue;\n"
-     << "};\n"
-     << "static_assert(sizeof(SharedStorage) <= " << ks.shared_bytes << ", \"shared memory size\");\n"
-     << "static_assert(Mma::WarpCount::kCount * 32 == THREADS, \"block size\");\n"
-     << "}  // namespace\n\n";
+     << tile_shared_storage(ks.shared_bytes);
 
   const std::string el = storage_type(c.dtype);
   os << "extern \"C\" __global__ void __launch_bounds__(" << ks.block << ") " << ks.name << "("
