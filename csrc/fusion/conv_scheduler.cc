@@ -59,11 +59,8 @@ class ConvScheduler final : public Scheduler {
   // inputs (kernel arguments the conv kernel does not take).
   static std::optional<int> epilogue_group(const PartitionBuilder& p, const Node* conv) {
     const Value* r = conv->result();
-    if (p.feeds_graph_output(conv) || p.users(conv).empty()) return std::nullopt;
-    const auto gi = p.group_of(p.users(conv).front());
+    const auto gi = p.group_of_all_users(conv);
     if (!gi) return std::nullopt;
-    for (Node* u : p.users(conv))
-      if (p.group_of(u) != gi) return std::nullopt;
     const Group pg = p.describe(*gi);
     if (pg.kind != Group::Kind::Pointwise || pg.outputs.size() != 1) return std::nullopt;
     const TensorType& out = pg.outputs[0]->type;

@@ -43,6 +43,14 @@ std::optional<int> PartitionBuilder::group_of(const Node* n) const {
   return it->second;
 }
 
+std::optional<int> PartitionBuilder::group_of_all_users(const Node* n) const {
+  if (feeds_graph_output(n) || users(n).empty()) return std::nullopt;
+  const auto g = group_of(users(n).front());
+  for (Node* u : users(n))
+    if (!g || group_of(u) != g) return std::nullopt;
+  return g;
+}
+
 bool PartitionBuilder::reaches(const Node* from, const std::unordered_set<const Node*>& members) const {
   std::vector<const Node*> stack{from};
   std::unordered_set<const Node*> seen;

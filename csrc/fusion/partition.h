@@ -25,6 +25,9 @@ class PartitionBuilder {
   int index(const Node* n) const { return index_.at(n); }
   // The group that holds `n`, if any.
   std::optional<int> group_of(const Node* n) const;
+  // The group that holds every user of `n` (which has users and no result a
+  // graph output), if one does: where an epilogue for `n` can come from.
+  std::optional<int> group_of_all_users(const Node* n) const;
   // Whether `from` reaches any node of `members` through nodes outside it.
   bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
 
