@@ -144,6 +144,15 @@ def test_without_a_gpu_or_under_the_tf32_policy_nothing_is_probed(fake_gpu):
     assert fake_gpu == []
 
 
+def test_a_probe_that_cannot_run_leaves_the_conv_ieee(fake_gpu, monkeypatch):
+    def out_of_memory(conv, device):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+    monkeypatch.setattr(conv_probe, "measure_precision", out_of_memory)
+    with pytest.warns(UserWarning, match="could not probe the precision"):
+        decided = conv_probe.decide(TWO_CONVS, "fp32", torch.device("cuda"))
+    assert _precisions(core.compile_graph(TWO_CONVS, **decided)) == ["ieee", "ieee"]
+
+
 def test_a_forced_precision_overrides_the_probe(fake_gpu, monkeypatch):
     monkeypatch.setenv("FUSEFORGE_CONV_PRECISION", "tf32")
     decided = conv_probe.decide(TWO_CONVS, "fp32", torch.device("cuda"))

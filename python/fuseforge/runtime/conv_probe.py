@@ -25,6 +25,7 @@ IEEE.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -113,6 +114,17 @@ def measure_layout(conv: dict, device: torch.device, fp32_precision: str) -> dic
     return {"contiguous_ms": contiguous, "channels_last_ms": channels_last}
 
 
+def _probed_tf32(key: str, conv: dict, device: torch.device) -> bool:
+    """The probe's answer for one conv; IEEE (with a warning) where it cannot
+    run, e.g. out of memory for a conv of that size."""
+    try:
+        return bool(_cached(key, lambda: measure_precision(conv, device))["tf32"])
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
+        warnings.warn(f"fuseforge: could not probe the precision of `{conv['text']}` ({str(e)[:200]}); "
+                      "it runs in IEEE fp32")
+        return False
+
+
 def decide(text: str, precision: str, device: torch.device) -> dict[str, Any]:
     """compile_graph's conv arguments for an IR graph: `conv_tf32` (per f32
     conv signature: eager's conv uses TF32, as probed; unneeded under the tf32
@@ -124,17 +136,18 @@ def decide(text: str, precision: str, device: torch.device) -> dict[str, Any]:
     forced = os.environ.get("FUSEFORGE_CONV_PRECISION", "")
     if forced not in ("", "probe", "ieee", "tf32"):
         raise ValueError(f"FUSEFORGE_CONV_PRECISION is {forced!r}; expected probe, ieee or tf32")
-    env = _environment(device)
+    convs = core.convolutions(text)
     conv_tf32: dict[str, bool] = {}
     conv_channels_last: dict[str, bool] = {}
-    for conv in core.convolutions(text):
+    env = _environment(device) if convs else ""
+    for conv in convs:
         sig = conv["signature"]
         math = "tf32"
         if conv["dtype"] == "f32":
             if forced in ("ieee", "tf32"):
                 conv_tf32[sig] = forced == "tf32"
             elif precision != "tf32":
-                conv_tf32[sig] = _cached(f"{env}|{sig}", lambda: measure_precision(conv, device))["tf32"]
+                conv_tf32[sig] = _probed_tf32(f"{env}|{sig}", conv, device)
             math = "tf32" if precision == "tf32" or conv_tf32.get(sig) else "ieee"
         if autotune.enabled() and len(conv["input"][1]) in (4, 5):
             t = _cached(f"{env}|{sig}|layout {math}", lambda: measure_layout(conv, device, math))
