@@ -60,11 +60,8 @@ class GemmScheduler final : public Scheduler {
   // as its source operand (then `spec` is updated to read it).
   static std::optional<int> epilogue_group(const PartitionBuilder& p, const Node* mm, GemmSpec& spec) {
     const Value* r = mm->result();
-    if (p.feeds_graph_output(mm) || p.users(mm).empty()) return std::nullopt;
-    const auto gi = p.group_of(p.users(mm).front());
+    const auto gi = p.group_of_all_users(mm);
     if (!gi) return std::nullopt;
-    for (Node* u : p.users(mm))
-      if (p.group_of(u) != gi) return std::nullopt;
     const Group pg = p.describe(*gi);
     if (pg.kind != Group::Kind::Pointwise) return std::nullopt;
     if (pg.outputs.size() != 1 || !(pg.outputs[0]->type == r->type)) return std::nullopt;

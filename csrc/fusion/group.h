@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fusion/conv.h"
 #include "fusion/gemm.h"
 #include "ir/graph.h"
 
@@ -20,17 +21,20 @@ namespace ff::fusion {
 // view and block reduction whose partials it writes instead. Reduction:
 // reductions over one domain with the pointwise work before and after them
 // (reduction_domain.h); interior and output values may have the domain's
-// shape or a per-row one.
+// shape or a per-row one. Conv: one convolution that a generated
+// implicit-GEMM kernel computes (`conv` says how), followed by the pointwise
+// epilogue it applies before writing.
 struct Group {
-  enum class Kind { Pointwise, Gemm, Reduction } kind = Kind::Pointwise;
+  enum class Kind { Pointwise, Gemm, Reduction, Conv } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only
+  ConvKernelSpec conv;          // Kind::Conv only
   std::vector<Node*> nodes;     // topological order
   std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
   std::vector<Value*> outputs;  // group values read outside it (or graph outputs)
   Shape shape;                  // iteration shape: the last node's result shape
 };
 
-std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm", "reduction"
+std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm", "reduction", "conv"
 std::optional<Group::Kind> parse_group_kind(std::string_view name);
 
 struct Step {

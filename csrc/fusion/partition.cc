@@ -7,7 +7,8 @@
 namespace ff::fusion {
 
 namespace {
-constexpr Group::Kind kKinds[] = {Group::Kind::Pointwise, Group::Kind::Gemm, Group::Kind::Reduction};
+constexpr Group::Kind kKinds[] = {Group::Kind::Pointwise, Group::Kind::Gemm, Group::Kind::Reduction,
+                                   Group::Kind::Conv};
 }  // namespace
 
 std::string_view group_kind_name(Group::Kind kind) {
@@ -15,6 +16,7 @@ std::string_view group_kind_name(Group::Kind kind) {
     case Group::Kind::Pointwise: return "pointwise";
     case Group::Kind::Gemm: return "gemm";
     case Group::Kind::Reduction: return "reduction";
+    case Group::Kind::Conv: return "conv";
   }
   return "?";
 }
@@ -53,6 +55,14 @@ std::optional<int> PartitionBuilder::group_of(const Node* n) const {
   return it->second;
 }
 
+std::optional<int> PartitionBuilder::group_of_all_users(const Node* n) const {
+  if (feeds_graph_output(n) || users(n).empty()) return std::nullopt;
+  const auto g = group_of(users(n).front());
+  for (Node* u : users(n))
+    if (!g || group_of(u) != g) return std::nullopt;
+  return g;
+}
+
 bool PartitionBuilder::reaches(const Node* from, const std::unordered_set<const Node*>& members) const {
   std::vector<const Node*> stack{from};
   std::unordered_set<const Node*> seen;
@@ -67,10 +77,11 @@ bool PartitionBuilder::reaches(const Node* from, const std::unordered_set<const 
   return false;
 }
 
-int PartitionBuilder::add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm) {
+int PartitionBuilder::add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm,
+                                const ConvKernelSpec& conv) {
   const int id = static_cast<int>(groups_.size());
   for (Node* n : nodes) group_of_[n] = id;
-  groups_.push_back({kind, gemm, std::move(nodes)});
+  groups_.push_back({kind, gemm, conv, std::move(nodes)});
   return id;
 }
 
@@ -86,6 +97,7 @@ Group PartitionBuilder::describe(int group) const { return describe(groups_.at(g
 Group PartitionBuilder::describe(const Members& m) const {
   Group pg = describe_nodes(m.kind, m.nodes);
   pg.gemm = m.gemm;
+  pg.conv = m.conv;
   return pg;
 }
 

@@ -25,12 +25,16 @@ class PartitionBuilder {
   int index(const Node* n) const { return index_.at(n); }
   // The group that holds `n`, if any.
   std::optional<int> group_of(const Node* n) const;
+  // The group that holds every user of `n` (which has users and no result a
+  // graph output), if one does: where an epilogue for `n` can come from.
+  std::optional<int> group_of_all_users(const Node* n) const;
   // Whether `from` reaches any node of `members` through nodes outside it.
   bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
 
   // Adds a group of `nodes`, in the order its kernel computes them (a
   // topological one); returns its index.
-  int add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm = {});
+  int add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm = {},
+                const ConvKernelSpec& conv = {});
   // Empties group `group` (dropped at finish()) and returns its nodes, for a
   // new group to take them in.
   std::vector<Node*> release(int group);
@@ -47,6 +51,7 @@ class PartitionBuilder {
   struct Members {
     Group::Kind kind;
     GemmSpec gemm;
+    ConvKernelSpec conv;
     std::vector<Node*> nodes;
     bool released = false;
   };

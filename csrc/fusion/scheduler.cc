@@ -5,9 +5,14 @@ namespace ff::fusion {
 const Scheduler& pointwise_scheduler();  // pointwise_scheduler.cc
 const Scheduler& gemm_scheduler();       // gemm_scheduler.cc
 const Scheduler& reduction_scheduler();  // reduction_scheduler.cc
+const Scheduler& conv_scheduler();       // conv_scheduler.cc
 
+// Reductions claim before convs: a conv's epilogue that a reduction also reads
+// (a bias before a softmax) joins the reduction, which reads the conv's result
+// once either way.
 const std::vector<const Scheduler*>& schedulers() {
-  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler(), &reduction_scheduler()};
+  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler(), &reduction_scheduler(),
+                                                  &conv_scheduler()};
   return all;
 }
 

@@ -3,6 +3,7 @@
 // by name in pass_registry.cc; PassManager runs a list of them, verifying the
 // graph after each one.
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -12,10 +13,29 @@
 
 namespace ff::passes {
 
+// What some passes need to know of the compile beyond the graph; the defaults
+// are those of a compile for no particular GPU (ff-opt, golden tests).
+struct PassOptions {
+  // The opt-in "tf32" precision policy: f32 convolutions may use TF32.
+  bool tf32 = false;
+  // Per convolution signature (conv_signature()): whether eager's own conv of
+  // that shape computes in TF32 under the user's flags (probed on the GPU by
+  // the front end). A convolution without an entry is taken not to.
+  std::map<std::string, bool> eager_conv_tf32;
+  // Per convolution signature: whether it ran faster channels-last than
+  // contiguous when timed (autotuning); overrides the cost model.
+  std::map<std::string, bool> conv_channels_last;
+  // Convolutions may run as generated implicit-GEMM kernels (channels-last),
+  // which need CUTLASS's headers.
+  bool conv_kernels = false;
+};
+
 class Pass {
  public:
   virtual ~Pass() = default;
   virtual std::string_view name() const = 0;
+  // Called before run() with the compile's options (most passes ignore them).
+  virtual void configure(const PassOptions& options) {}
   // Rewrites `g` in place; returns whether anything changed.
   virtual bool run(Graph& g) = 0;
 };
@@ -28,7 +48,7 @@ std::vector<std::string> default_pipeline();
 
 class PassManager {
  public:
-  explicit PassManager(std::vector<std::string> names = default_pipeline());
+  explicit PassManager(std::vector<std::string> names = default_pipeline(), PassOptions options = {});
   // Runs each pass once, in order, then repeats the list until nothing changes
   // (at most `max_rounds` times). Verifies after every pass; a verifier error
   // names the pass that broke the graph. `trace`, if set, receives
@@ -38,6 +58,7 @@ class PassManager {
 
  private:
   std::vector<std::string> names_;
+  PassOptions options_;
 };
 
 }  // namespace ff::passes

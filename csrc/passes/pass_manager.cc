@@ -2,7 +2,8 @@
 
 namespace ff::passes {
 
-PassManager::PassManager(std::vector<std::string> names) : names_(std::move(names)) {
+PassManager::PassManager(std::vector<std::string> names, PassOptions options)
+    : names_(std::move(names)), options_(std::move(options)) {
   for (auto& n : names_) create_pass(n);  // unknown names fail here, not mid-pipeline
 }
 
@@ -12,6 +13,7 @@ void PassManager::run(Graph& g, int max_rounds,
     bool changed = false;
     for (auto& name : names_) {
       auto pass = create_pass(name);
+      pass->configure(options_);
       bool c = pass->run(g);
       try {
         verify(g);

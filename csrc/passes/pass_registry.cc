@@ -11,7 +11,8 @@ std::unique_ptr<Pass> make_matmul_sum_to_gemv();   // matmul_sum_to_gemv.cc
 std::unique_ptr<Pass> make_scale_matmul_operand();  // scale_matmul_operand.cc
 std::unique_ptr<Pass> make_broadcast_bmm_to_mm();  // broadcast_bmm_to_mm.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
-std::unique_ptr<Pass> make_conv_channels_last();  // conv_channels_last.cc
+std::unique_ptr<Pass> make_conv_precision();  // conv_precision.cc
+std::unique_ptr<Pass> make_conv_layout();     // conv_layout.cc
 std::unique_ptr<Pass> make_split_gemm_reduction();  // split_gemm_reduction.cc
 std::unique_ptr<Pass> make_pointwise_before_view();  // pointwise_before_view.cc
 
@@ -28,7 +29,8 @@ const Entry kPasses[] = {
     {"scale_matmul_operand", make_scale_matmul_operand},
     {"broadcast_bmm_to_mm", make_broadcast_bmm_to_mm},
     {"conv_bias_epilogue", make_conv_bias_epilogue},
-    {"conv_channels_last", make_conv_channels_last},
+    {"conv_precision", make_conv_precision},
+    {"conv_layout", make_conv_layout},
     {"split_gemm_reduction", make_split_gemm_reduction},
     {"pointwise_before_view", make_pointwise_before_view},
 };
@@ -49,9 +51,11 @@ std::vector<std::string> pass_names() {
   return out;
 }
 
+// conv_precision first: it decides on the convolutions as captured.
 std::vector<std::string> default_pipeline() {
-  return {"canonicalize",       "matmul_sum_to_gemv", "scale_matmul_operand",  "broadcast_bmm_to_mm",
-          "conv_bias_epilogue", "conv_channels_last", "pointwise_before_view", "cse",
+  return {"conv_precision",      "canonicalize",       "matmul_sum_to_gemv", "scale_matmul_operand",
+          "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_layout",        "pointwise_before_view",
+          "cse",
           "dce"};
 }
 

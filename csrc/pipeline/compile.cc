@@ -66,8 +66,13 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   auto trace = [&](std::string_view pass, const Graph& g) {
     out.pass_trace.emplace_back(std::string(pass), print(g));
   };
+  passes::PassOptions pass_options;
+  pass_options.tf32 = options.precision == Precision::tf32;
+  pass_options.eager_conv_tf32 = options.eager_conv_tf32;
+  pass_options.conv_channels_last = options.conv_channels_last;
+  pass_options.conv_kernels = !options.conv_dtypes.empty();
   auto run = [&](const std::vector<std::string>& names) {
-    passes::PassManager pm(names);
+    passes::PassManager pm(names, pass_options);
     if (options.trace_passes) pm.run(*graph, 4, trace);
     else pm.run(*graph);
   };
@@ -78,8 +83,14 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_reduction"});
   out.ir_after = print(*graph);
   graph = parse(out.ir_after);  // value names as printed: the plan, its text and kernels use them
-  fusion::FusionOptions fo{dtypes, options.precision == Precision::tf32, options.arch, options.autotune,
-                          options.reductions};
+  fusion::FusionOptions fo;
+  fo.gemm_dtypes = dtypes;
+  fo.conv_dtypes = options.conv_dtypes;
+  fo.conv_always = options.conv_always;
+  fo.tf32 = options.precision == Precision::tf32;
+  fo.arch = options.arch;
+  fo.variants = options.autotune;
+  fo.reductions = options.reductions;
   out.partition = fusion::partition(*graph, fo);
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const fusion::Group& group = out.partition.groups[i];

@@ -2,6 +2,7 @@
 // The compiler driver: IR text in, optimized graph + partition + kernel
 // sources out. Runs passes, partitions into fused groups (a scheduler per
 // group kind picks each kernel) and generates CUDA.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,9 +42,18 @@ struct CompileOptions {
   bool trace_passes = false;        // record the IR after every pass that changed it
   Precision precision = Precision::fp32;
   std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated GEMM kernels (gemm_dtypes())
+  // Convolutions of these dtypes may run as generated implicit-GEMM kernels
+  // (where the cost model prefers them to cuDNN); empty: none.
+  std::vector<DType> conv_dtypes;
+  bool conv_always = false;         // every conv a kernel covers, not only where the cost model prefers it
   bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
   bool reductions = true;           // reductions, norms and softmax as generated kernels (else library calls)
+  // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
+  // under the user's flags, as probed on the GPU (conv_precision.cc), and
+  // whether it timed faster channels-last (autotuning; conv_layout.cc).
+  std::map<std::string, bool> eager_conv_tf32;
+  std::map<std::string, bool> conv_channels_last;
 };
 
 // Each stage's output: the pipeline's diagnostics and the plan that runs.

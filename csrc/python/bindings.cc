@@ -3,6 +3,7 @@
 // handle, so the extension does not link libtorch.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include "interp/interpreter.h"
+#include "ir/conv.h"
 #include "ir/graph.h"
 #include "passes/pass.h"
 #include "pipeline/compile.h"
@@ -29,6 +31,39 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace {
+
+nb::tuple type_tuple(const ff::TensorType& t) {
+  return nb::make_tuple(std::string(ff::dtype_name(t.dtype)), nb::cast(t.shape), nb::cast(t.strides));
+}
+
+// The convolutions of an IR graph as the front end's precision probe needs
+// them: signature (the key its answers are given back under) and parameters.
+nb::list convolutions(const std::string& text) {
+  auto g = ff::parse(text);
+  ff::verify(*g);
+  nb::list out;
+  for (auto& n : g->nodes()) {
+    const auto spec = ff::conv_spec(*n);
+    if (!spec) continue;
+    nb::dict d;
+    d["signature"] = ff::conv_signature(*n);
+    d["dtype"] = std::string(ff::dtype_name(spec->dtype));
+    d["input"] = type_tuple(n->input(0)->type);
+    d["weight"] = type_tuple(n->input(1)->type);
+    d["stride"] = nb::cast(spec->stride);
+    d["padding"] = nb::cast(spec->padding);
+    d["dilation"] = nb::cast(spec->dilation);
+    d["transposed"] = spec->transposed;
+    d["output_padding"] = nb::cast(spec->output_padding);
+    d["groups"] = spec->groups;
+    d["flops"] = spec->flops();
+    d["fp32_precision"] = n->has_attr("fp32_precision") ? n->attr_string("fp32_precision") : std::string();
+    d["channels_last"] = ff::is_channels_last(n->result()->type);
+    d["text"] = ff::print_node(*n);
+    out.append(d);
+  }
+  return out;
+}
 
 using F64Array = nb::ndarray<nb::numpy, const double, nb::c_contig, nb::device::cpu>;
 
@@ -67,6 +102,18 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
 
 // Options of a compile: `gemm` is a GemmPolicy name (compile.h); matmuls
 // become GEMM kernels only where CUTLASS's headers were found.
+// Which convolutions run as generated conv kernels: "auto" (also "1": where
+// the cost model prefers them to cuDNN), "always" (every conv one covers:
+// tests and probes), "off" (also "0" and ""); none without CUTLASS's headers.
+void set_conv_policy(ff::CompileOptions& opts, const std::string& policy) {
+  if (policy == "off" || policy == "0" || policy.empty()) return;
+  if (policy != "auto" && policy != "1" && policy != "always")
+    throw std::invalid_argument("conv kernel policy '" + policy + "' is unknown; expected auto (1), always or off (0)");
+  if (!ff::runtime::cutlass_available()) return;
+  opts.conv_dtypes = {ff::DType::f32, ff::DType::f16, ff::DType::bf16};
+  opts.conv_always = policy == "always";
+}
+
 ff::CompileOptions make_options(const std::string& precision, const std::string& gemm, bool autotune, int arch,
                                 const std::vector<std::string>& passes, bool trace, bool reductions) {
   ff::CompileOptions o;
@@ -116,15 +163,25 @@ NB_MODULE(_core, m) {
   m.attr("PRECISIONS") = ff::precision_names();
   nb::class_<ff::CompileOptions>(m, "CompileOptions", "How to compile (pipeline/compile.h).")
       .def("__init__", [](ff::CompileOptions* o, const std::string& precision, const std::string& gemm, bool autotune,
-                          int arch, const std::vector<std::string>& passes, bool trace, bool reductions) {
+                          int arch, const std::vector<std::string>& passes, bool trace, bool reductions,
+                          const std::string& conv, const std::map<std::string, bool>& conv_tf32,
+                          const std::map<std::string, bool>& conv_channels_last) {
         new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
+        set_conv_policy(*o, conv);
+        o->eager_conv_tf32 = conv_tf32;
+        o->conv_channels_last = conv_channels_last;
       }, "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
-         "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true,
+         "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "off",
+         "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
          "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
          "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
-         "GEMM kernel's other tiles (timed at its first run). arch: the target GPU's compute capability (90: "
-         "Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR after each pass. "
-         "reductions: reductions, norms and softmax as generated kernels (else library calls).")
+         "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
+         "capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR "
+         "after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). "
+         "conv: auto (convs may become generated implicit-GEMM kernels where the cost model prefers them to "
+         "cuDNN), always (every conv one covers) or off; none where CUTLASS's headers are missing. conv_tf32: per "
+         "conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it "
+         "IEEE); conv_channels_last: per signature, whether it timed faster channels-last.")
       .def_prop_ro("precision", [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
       .def_prop_ro("gemm_dtypes", [](const ff::CompileOptions& o) {
         std::vector<std::string> out;
@@ -138,6 +195,9 @@ NB_MODULE(_core, m) {
   m.def("compile", [](const std::string& text, const ff::CompileOptions& options) {
     return ff::compile_graph(text, options);
   }, "text"_a, "options"_a, "Compiles IR text: passes, fusion, CUDA generation and the plan (a Compiled).");
+  m.def("convolutions", &convolutions, "text"_a,
+        "The graph's convolutions: signature, dtype, input/weight types, parameters, fp32_precision and "
+        "whether the result is channels-last (for the precision probe and diagnostics).");
 
   m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
                             const std::vector<std::string>& options, bool sm90a) {

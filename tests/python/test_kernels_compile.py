@@ -8,7 +8,7 @@ import torch
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.harness.problem import load_problem, problem_name
-from fuseforge.runtime.options import compile_ir
+from fuseforge.runtime.options import compile_ir, compile_options
 
 from conftest import PROBLEMS
 
@@ -173,3 +173,49 @@ def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch
     for kk in kernels:
         is_cubin, size, log = core.nvrtc_compile(kk.translation_unit, kk.name, 90, options=["-Xptxas=-v"], sm90a=True)
         assert is_cubin and " 0 bytes spill stores" in log and "Performance Loss" not in log, (kk.name, log)
+
+
+CONV_PROBLEMS = [p for p in PROBLEMS if "conv" in p.read_text().lower()]
+
+
+def _conv_plan(text, convs, **kw):
+    """The plan for sm_90 with conv_probe's answers `convs` (FUSEFORGE_CONV_KERNELS from the test)."""
+    return core.compile(text, compile_options(arch=90, convs=convs, **kw)).plan
+
+
+@pytest.mark.parametrize("path", CONV_PROBLEMS, ids=problem_name)
+def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path):
+    """Every conv kernel a problem can get (conv kernels for every conv one
+    covers, all convs channels-last) builds for sm_90 without register spills:
+    the forward convs without groups (2-D and 3-D) become kernels, with the
+    pointwise group after them fused; the others stay cuDNN calls."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    text = _capture(path).text
+    convs = core.convolutions(text)
+    plan = _conv_plan(text, {"conv_channels_last": {c["signature"]: True for c in convs}})
+    kernels = [k for k in plan.kernels if k.kind == "conv"]
+    covered = [c for c in convs if not c["transposed"] and c["groups"] == 1]
+    assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
+    for k in kernels:
+        assert k.cutlass and k.shared_bytes > 0 and len(k.inputs) >= 2 and k.nodes[0].op == "convolution"
+        is_cubin, size, log = core.nvrtc_compile(k.translation_unit, k.name, 90, cutlass=True, options=["-Xptxas=-v"])
+        assert is_cubin and " 0 bytes spill stores" in log, (k.name, log)
+
+
+
+def test_conv_kernel_tiles_all_build(monkeypatch):
+    """The autotuning candidates of an f32 conv kernel (the other tiles) build too."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    text = """graph @g(%x: f32[8,32,40,40]{51200,1,1280,32}, %w: f32[96,32,3,3]{288,1,96,32} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,96,40,40]{153600,1,3840,96}
+  %1 = sigmoid(%0) : f32[8,96,40,40]
+  return %1
+}"""
+    (k,) = _conv_plan(text, {}, passes=["cse"]).kernels
+    assert k.kind == "conv" and len(k.variants) == 2
+    for name, unit in [(k.name, k.translation_unit)] + [(v.name, v.translation_unit) for v in k.variants]:
+        is_cubin, size, log = core.nvrtc_compile(unit, name, 90, cutlass=True, options=["-Xptxas=-v"])
+        assert is_cubin and " 0 bytes spill stores" in log, (name, log)

@@ -14,6 +14,31 @@ int sm80_reduce_shared_bytes(const GemmTile& t) {
   return std::max(t.shared_bytes(DType::f32), exchange + tile);
 }
 
+std::string tile_visitor_noop_hooks() {
+  return "  CUTLASS_DEVICE void set_k_partition(int, int) {}\n"
+         "  CUTLASS_DEVICE void set_batch_index(int) {}\n"
+         "  CUTLASS_DEVICE void begin_epilogue() {}\n"
+         "  CUTLASS_DEVICE void begin_step(int) {}\n"
+         "  CUTLASS_DEVICE void begin_row(int) {}\n"
+         "  CUTLASS_DEVICE void end_row(int) {}\n"
+         "  CUTLASS_DEVICE void end_epilogue() {}\n";
+}
+
+std::string tile_shared_storage(int shared_bytes) {
+  return "using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorFromExistingEpilogue<\n"
+         "    TileVisitor, Default::Epilogue>::Epilogue;\n"
+         "// The tile is written after the mainloop is done with its stages.\n"
+         "union SharedStorage {\n"
+         "  Mma::SharedStorage main_loop;\n"
+         "  struct {\n    Epilogue::SharedStorage exchange;\n    float tile[BM * TILE_LD];\n  } epilogue;\n"
+         "};\n"
+         "static_assert(sizeof(SharedStorage) <= " +
+         std::to_string(shared_bytes) +
+         ", \"shared memory size\");\n"
+         "static_assert(Mma::WarpCount::kCount * 32 == THREADS, \"block size\");\n"
+         "}  // namespace\n\n";
+}
+
 std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& s, const GemmTile& t, bool addmm,
                                bool has_source) {
   using Source = fusion::GemmSpec::Source;
@@ -41,12 +66,7 @@ std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& s
      << "      : where(OutputTileIterator::Params(cutlass::layout::RowMajor(N)), nullptr, cutlass::MatrixCoord(M, N),\n"
      << "              thread, origin_),\n"
      << "        tile(tile_), src(src_), origin(origin_) {}\n"
-     << gemm_epilogue_value(s, "EpilogueOp::apply") << gemm_reduction_members(s)
-     << "  CUTLASS_DEVICE void set_k_partition(int, int) {}\n"
-     << "  CUTLASS_DEVICE void set_batch_index(int) {}\n"
-     << "  CUTLASS_DEVICE void begin_epilogue() {}\n"
-     << "  CUTLASS_DEVICE void begin_step(int) {}\n"
-     << "  CUTLASS_DEVICE void begin_row(int) {}\n"
+     << gemm_epilogue_value(s, "EpilogueOp::apply") << gemm_reduction_members(s) << tile_visitor_noop_hooks()
      << "  CUTLASS_DEVICE void visit(int, int, int, int frag, AccumulatorFragment const& acc) {\n"
      << "    const cutlass::MatrixCoord at = where.thread_start() + OutputTileIterator::ThreadMap::iteration_offset(frag);\n"
      << "    CUTLASS_PRAGMA_UNROLL\n"
@@ -55,9 +75,7 @@ std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& s
      << "      tile[(row - origin.row()) * TILE_LD + col - origin.column()] =\n"
      << "          row < M && col < N ? value(row, col, acc[j]) : identity();\n"
      << "    }\n  }\n"
-     << "  CUTLASS_DEVICE void end_row(int) {}\n"
      << "  CUTLASS_DEVICE void end_step(int) { ++where; }  // the next step's rows\n"
-     << "  CUTLASS_DEVICE void end_epilogue() {}\n"
      << "};\n"
      << "// x[0], x[stride], ..., x[(BLOCK - 1) * stride] combined pairwise.\n"
      << "__device__ __forceinline__ float fold(const float* x, int stride) {\n"
@@ -70,16 +88,7 @@ std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& s
      << "    for (int k = 0; k < half; ++k) v[k] = TileVisitor::combine(v[k], v[k + half]);\n"
      << "  return v[0];\n"
      << "}\n"
-     << "using Epilogue = cutlass::epilogue::threadblock::EpilogueWithVisitorFromExistingEpilogue<\n"
-     << "    TileVisitor, Default::Epilogue>::Epilogue;\n"
-     << "// The tile is written after the mainloop is done with its stages.\n"
-     << "union SharedStorage {\n"
-     << "  Mma::SharedStorage main_loop;\n"
-     << "  struct {\n    Epilogue::SharedStorage exchange;\n    float tile[BM * TILE_LD];\n  } epilogue;\n"
-     << "};\n"
-     << "static_assert(sizeof(SharedStorage) <= " << ks.shared_bytes << ", \"shared memory size\");\n"
-     << "static_assert(Mma::WarpCount::kCount * 32 == THREADS, \"block size\");\n"
-     << "}  // namespace\n\n";
+     << tile_shared_storage(ks.shared_bytes);
   const std::string src = s.source == Source::Bias ? "bias" : s.source == Source::EpilogueInput ? "source" : "";
   os << "FF_EXTERN_C __global__ void __launch_bounds__(" << ks.block << ") " << ks.name
      << "(float* out, const float* a, const float* b" << (addmm ? ", const float* bias" : "")

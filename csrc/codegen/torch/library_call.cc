@@ -90,10 +90,13 @@ struct Form {
     std::vector<int64_t> stride = n.attr_ints("stride");
     std::string bias = a.size() > 2 ? a[2] : "None";
     std::string out_pad = attr_or("output_padding", py::ints(std::vector<int64_t>(stride.size(), 0)));
-    return call("torch.ops.aten.convolution.default",
-                a[0] + ", " + a[1] + ", " + bias + ", " + py::ints(stride) + ", " + py::ints(n.attr_ints("padding")) +
-                    ", " + py::ints(n.attr_ints("dilation")) + ", " + py::boolean(n.attr_bool_or("transposed", false)) +
-                    ", " + out_pad + ", " + attr_or("groups", "1"));
+    std::string args = a[0] + ", " + a[1] + ", " + bias + ", " + py::ints(stride) + ", " +
+                       py::ints(n.attr_ints("padding")) + ", " + py::ints(n.attr_ints("dilation")) + ", " +
+                       py::boolean(n.attr_bool_or("transposed", false)) + ", " + out_pad + ", " + attr_or("groups", "1");
+    // A conv whose f32 math conv_precision decided runs under that cuDNN
+    // setting: _ff_convolution (runtime/library_calls.py, copied into emitted files).
+    if (n.has_attr("fp32_precision")) return call("_ff_convolution", py::attr(n.attrs.at("fp32_precision")) + ", " + args);
+    return call("torch.ops.aten.convolution.default", args);
   }
   std::string opaque() const {
     const std::string& target = n.attr_string("target");

@@ -147,8 +147,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from fuseforge.runtime.options import compile_ir
     mod, model = build_model(args.problem, args.mode, "cpu")
     captured = capture(model, problem_inputs(mod, 0, "cpu"), name=type(model).__name__)
-    # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH).
-    compiled = compile_ir(captured.text, args.precision, target_arch(), trace=True)
+    # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH),
+    # each conv's precision as probed on it (without one: IEEE).
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    compiled = compile_ir(captured.text, args.precision, target_arch(), trace=True, device=device)
     console.rule("IR as captured")
     _print_text(compiled.ir_before)
     for pass_name, ir in compiled.pass_trace:
@@ -156,12 +158,34 @@ def cmd_explain(args: argparse.Namespace) -> int:
         _print_text(ir)
     console.rule(f"plan ({args.precision})")
     _print_text(str(compiled.plan))
+    _explain_convs(captured.text, compiled.ir_after, device)
     return 0
 
 
 def _print_text(text: str) -> None:
     """IR or plan text as it is: no markup, no highlighting, lines unwrapped."""
     console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _explain_convs(text: str, ir_after: str, device: torch.device) -> None:
+    """Each f32 conv's fp32_precision and layout, and the probe behind the precision."""
+    from fuseforge._native import core
+    from fuseforge.runtime import conv_probe
+    rows = [(c, after, probe) for (c, after), (_, probe) in
+            zip(zip(core.convolutions(text), core.convolutions(ir_after)), conv_probe.evidence(text, device))]
+    if not rows:
+        return
+    console.rule("convolutions")
+    for c, after, probe in rows:
+        layout = "channels-last" if after["channels_last"] else "contiguous"
+        if c["dtype"] != "f32":
+            why = f"{c['dtype']}: no TF32 question"
+        elif probe is None:
+            why = "not probed (no GPU here, or a forced or tf32 policy): IEEE unless told otherwise"
+        else:
+            why = (f"eager's conv error vs fp64 {probe['eager_error']:.1e} (rms), TF32's {probe['tf32_error']:.1e}: "
+                   f"eager {'uses' if probe['tf32'] else 'does not use'} TF32")
+        _print_text(f"{c['text']}\n  -> fp32_precision={after['fp32_precision'] or '-'}, {layout}; {why}")
 
 
 def _lazy(module: str, name: str) -> Any:

@@ -15,8 +15,10 @@ The estimate, stated so that nobody mistakes it for more:
   it is computed at (`op_peak`): f16/bf16 at the FP16 peak; f32 matmuls
   under the fp32 policy at a third of the TF32 peak (3xTF32: three TF32 MMAs
   per product, the fp32-accurate ceiling), under `tf32` at the TF32 peak;
-  f32 convolutions at the TF32 peak (cuDNN uses TF32 as eager does:
-  torch.backends.cudnn.allow_tf32 defaults to True).
+  f32 convolutions by the math their fp32_precision attribute allows: "tf32"
+  at the TF32 peak, "ieee" at a third of it in a generated conv kernel
+  (3xTF32) and at the non-tensor fp32 peak in cuDNN (its IEEE convs run
+  SIMT kernels).
 - compute time = sum of FLOPs / peak; ideal time = max(bytes / peak DRAM
   bandwidth, compute time); roofline fraction = ideal time / measured time
   (1.0 = at the roofline); tensor_peak_fraction = compute time / measured
@@ -99,14 +101,20 @@ def peaks(device_name: str) -> Peaks | None:
     return None
 
 
-def op_peak(op: str, dtype: str, p: Peaks, precision: str = "fp32") -> float:
+def op_peak(op: str, dtype: str, p: Peaks, precision: str = "fp32", fp32_precision: str | None = None,
+            in_kernel: bool = False) -> float:
     """FLOP/s ceiling of a matmul or convolution computed in `dtype` under the
-    `precision` policy (see the module docstring)."""
+    `precision` policy; a conv's `fp32_precision` attribute and whether a
+    generated kernel (`in_kernel`) computes it (see the module docstring)."""
     if dtype in ("f16", "bf16"):
         return p.fp16
     if dtype != "f32":
         return p.fp32
-    if op == "convolution" or precision == "tf32":
+    if op == "convolution":
+        if fp32_precision == "tf32" or (fp32_precision is None and precision == "tf32"):
+            return p.tf32
+        return p.tf32 / 3 if in_kernel else p.fp32
+    if precision == "tf32":
         return p.tf32
     return p.tf32 / 3
 
@@ -114,9 +122,18 @@ def op_peak(op: str, dtype: str, p: Peaks, precision: str = "fp32") -> float:
 def _flop_nodes(plan: Any) -> list[Any]:
     """The run section's calls and the nodes of its kernels (a GEMM kernel
     holds its matmul); prepare's work is not part of a call."""
-    nodes: list[Any] = []
+    return [n for n, _ in _nodes_where(plan)]
+
+
+def _nodes_where(plan: Any) -> list[tuple[Any, bool]]:
+    """(node, whether a generated kernel computes it) for the run section's
+    calls and the nodes of its kernels."""
+    nodes: list[tuple[Any, bool]] = []
     for s in plan.run:
-        nodes += list(plan.kernels[s.kernel].nodes) if s.kind == "launch" else [s] if s.kind == "call" else []
+        if s.kind == "launch":
+            nodes += [(n, True) for n in plan.kernels[s.kernel].nodes]
+        elif s.kind == "call":
+            nodes.append((s, False))
     return nodes
 
 
@@ -124,13 +141,14 @@ def roofline(plan: Any, device_name: str, ms: float, precision: str = "fp32") ->
     """bytes, flops, tflops (achieved), ideal_ms, roofline_fraction and
     tensor_peak_fraction (None for an unknown device, or without FLOPs)."""
     nbytes = plan_bytes(plan)
-    counted = [(n, _step_flops(plan, n)) for n in _flop_nodes(plan) if n.op in _FLOP_OPS]
-    flops = sum(f for _, f in counted)
+    counted = [(n, k, _step_flops(plan, n)) for n, k in _nodes_where(plan) if n.op in _FLOP_OPS]
+    flops = sum(f for _, _, f in counted)
     result: dict[str, Any] = {"bytes": nbytes, "flops": flops, "tflops": flops / ms / 1e9 if flops and ms > 0 else None,
                               "ideal_ms": None, "roofline_fraction": None, "tensor_peak_fraction": None}
     p = peaks(device_name)
     if p is not None and ms > 0:
-        compute_s = sum(f / op_peak(n.op, plan.buffers[n.results[0]].dtype, p, precision) for n, f in counted)
+        compute_s = sum(f / op_peak(n.op, plan.buffers[n.results[0]].dtype, p, precision,
+                                    n.attrs.get("fp32_precision"), in_kernel) for n, in_kernel, f in counted)
         ideal_s = max(nbytes / p.dram, compute_s)
         result["ideal_ms"] = ideal_s * 1e3
         result["roofline_fraction"] = ideal_s * 1e3 / ms

@@ -15,7 +15,7 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from fuseforge._native import core
 
@@ -24,29 +24,34 @@ def key(source: str, arch: int) -> str:
     return f"sm{arch}-{hashlib.sha256(source.encode()).hexdigest()[:32]}"
 
 
-def _path() -> Path | None:
+#: The file of the tile choices; conv_probe keeps its measurements beside it.
+CHOICES = "autotune.json"
+
+
+def _path(file: str) -> Path | None:
     directory = core.cache_dir()
-    return Path(directory) / "autotune.json" if directory else None
+    return Path(directory) / file if directory else None
 
 
-def load() -> dict[str, str]:
-    """The cached choices (kernel key -> name of the chosen candidate); {} if none or unreadable."""
-    path = _path()
+def load(file: str = CHOICES) -> dict[str, Any]:
+    """A cache file's records (the tile choices: kernel key -> name of the
+    chosen candidate); {} if none or unreadable."""
+    path = _path(file)
     try:
         return json.loads(path.read_text()) if path is not None and path.is_file() else {}
     except (OSError, ValueError):
         return {}
 
 
-def store(k: str, name: str) -> None:
-    """Records a choice (temporary file, then rename); never fails the run."""
-    path = _path()
+def store(k: str, value: Any, file: str = CHOICES) -> None:
+    """Records one entry in a cache file (temporary file, then rename); never fails the run."""
+    path = _path(file)
     if path is None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = load()
-        data[k] = name
+        data = load(file)
+        data[k] = value
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune-")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)

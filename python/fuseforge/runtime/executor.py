@@ -31,6 +31,10 @@ from fuseforge.runtime.prepared import cached_prepare
 INTERPRET_LIMIT = 1 << 22
 INTERPRET_SAMPLE = 1 << 14
 
+#: Kernel kinds whose group also runs as library calls (its nodes) where the
+#: kernel cannot: it did not compile here, or (conv) cuDNN timed faster.
+_LIBRARY_BACKED = ("gemm", "conv")
+
 Env = list  # a value per plan buffer (None where not live)
 Run = Callable[[Env], None]
 
@@ -83,13 +87,13 @@ class Executor:
         self.step_texts = [plan.step_text(s) for s in [*plan.prepare, *plan.run]]
 
     def _load_kernels(self) -> None:
-        """Compiles every kernel; a GEMM kernel that does not compile here
-        (e.g. headers that do not fit this NVRTC) runs op by op instead."""
+        """Compiles every kernel; a GEMM or conv kernel that does not compile
+        here (e.g. headers that do not fit this NVRTC) runs op by op instead."""
         for i, (k, loaded) in enumerate(zip(self.plan.kernels, core.load_kernels(self.plan.kernels, self.arch))):
             if not isinstance(loaded, str):
                 self.kernels[i] = loaded
-            elif k.kind == "gemm":
-                warnings.warn(f"fuseforge: GEMM kernel {k.name} did not compile; running it through ATen:\n"
+            elif k.kind in _LIBRARY_BACKED:
+                warnings.warn(f"fuseforge: {k.kind} kernel {k.name} did not compile; running it through ATen:\n"
                               f"{loaded[:2000]}")
             else:
                 raise RuntimeError(loaded)
@@ -171,12 +175,14 @@ class Executor:
         checked = [(j, self.types[i.memory], i.relayout) for j, i in enumerate(k.inputs) if i.relayout or align]
         scalars = list(k.scalars)
         empty_strided = torch.empty_strided
-        by_ops = self._op_by_op(index) if kernel is None else None  # a GEMM kernel that did not compile
+        # Its library calls: for a kernel that did not compile, and for a conv
+        # kernel that autotuning may find slower than cuDNN.
+        by_ops = self._op_by_op(index) if kernel is None or k.kind == "conv" else None
         tune = kernel is not None and len(k.variants) > 0  # listed only when autotuning
 
         def run(env: Env) -> None:
             nonlocal kernel, tune
-            if by_ops is not None:
+            if kernel is None:
                 by_ops(env)
                 return
             ins = [env[m] for m in memory]
@@ -186,24 +192,33 @@ class Executor:
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
             out_tensors = [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
-            if tune:  # first run: time the candidate tiles on these operands
-                kernel, tune = self._tuned(k, kernel, pointers), False
+            if tune:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
+                library = (lambda: by_ops(env)) if k.kind == "conv" else None
+                kernel, tune = self._tuned(k, kernel, pointers, library), False
+                if kernel is None:  # cuDNN won
+                    by_ops(env)
+                    return
             kernel.launch(dev_index, pointers, [float(env[s]) for s in scalars], _raw_stream(dev_index))
             for (o, _), t in zip(outs, out_tensors):
                 env[o] = t
         return run
 
-    def _tuned(self, k: Any, default: Any, pointers: list[int]) -> Any:
-        """The fastest of a GEMM kernel's candidate tiles (autotune.choose)."""
+    def _tuned(self, k: Any, default: Any, pointers: list[int], library: Callable[[], Any] | None = None) -> Any:
+        """The fastest of a GEMM or conv kernel's candidate tiles and, given
+        `library` (a conv's library calls), of that: then None if it wins
+        (autotune.choose)."""
         dev_index = self.device.index or 0
         candidates = [(k.name, default)]
         for v in k.variants:
             try:
                 candidates.append((v.name, core.load_variant(v, k, self.arch)))
             except RuntimeError as e:
-                warnings.warn(f"fuseforge: GEMM candidate {v.name} did not compile; not timed: {str(e)[:500]}")
+                warnings.warn(f"fuseforge: {k.kind} candidate {v.name} did not compile; not timed: {str(e)[:500]}")
         stream = _raw_stream(dev_index)
-        runs = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
+        runs: list[Callable[[], Any]] = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
+        if library is not None:
+            candidates.append(("library", None))
+            runs.append(library)
         best = autotune.choose(autotune.key(k.source, self.arch), [n for n, _ in candidates], runs)
         return candidates[best][1]
 
@@ -219,7 +234,8 @@ class Executor:
         shape = self.types[k.outputs[0]].shape
         numel = int(np.prod(shape)) if shape else 1
         largest = max(int(np.prod(self.types[b].shape)) for b in [*k.outputs, *(i.buffer for i in k.inputs)])
-        if largest > INTERPRET_LIMIT and k.kind != "pointwise":  # the sampled check assumes a pointwise group
+        # The sampled check assumes a pointwise group; convs have no reference semantics.
+        if (largest > INTERPRET_LIMIT and k.kind != "pointwise") or k.kind == "conv":
             return by_ops
         slots = list(k.graph_inputs)
         memory = {i.buffer: i.memory for i in k.inputs}

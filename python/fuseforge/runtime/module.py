@@ -14,7 +14,7 @@ from fuseforge._native import core
 from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
-from fuseforge.runtime.precision import check_precision, precision_context
+from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
 
 log = logging.getLogger("fuseforge")
 
@@ -59,16 +59,18 @@ def _tensor_meta(t: torch.Tensor) -> tuple:
 
 
 def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
-    """What a specialization is looked up by: mode, and each argument's shape,
-    dtype, device and strides (Python numbers by type only: they are kernel
-    arguments). Parameters and buffers are checked by `Specialization.gather`."""
+    """What a specialization is looked up by: mode, the user's cuDNN conv
+    precision flag (which convs may use TF32 depends on it), and each
+    argument's shape, dtype, device and strides (Python numbers by type only:
+    they are kernel arguments). Parameters and buffers are checked by
+    `Specialization.gather`."""
     def describe(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             return ("T", x.shape, x.dtype, x.device, x.stride())
         if isinstance(x, (bool, int, float)):
             return ("S", type(x))
         return ("O", repr(x))
-    return (module.training, tuple(describe(a) for a in args))
+    return (module.training, eager_conv_precision(), tuple(describe(a) for a in args))
 
 
 class _NoBackward(torch.autograd.Function):
@@ -168,7 +170,7 @@ class OptimizedModule(nn.Module):
         self._ff_model.training = self.training
         captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
         arch = core.device_arch(device.index or 0) if device.type == "cuda" else 0
-        compiled = compile_ir(captured.text, self.precision, arch)
+        compiled = compile_ir(captured.text, self.precision, arch, device=device)
         executor = Executor(compiled.plan, device)
         getters = captured.input_getters(self._ff_model, device)
         state_meta = [_tensor_meta(getattr(*src)) for kind, src in getters if kind == "state"]

@@ -1,5 +1,6 @@
-"""Precision policies: which ones exist, and the context that makes library
-f32 matmuls follow one."""
+"""Precision policies: which ones exist, the context that makes library
+f32 matmuls follow one, and cuDNN's conv precision: what eager's convs may
+use under the user's flags, and a context that sets it for a call."""
 from __future__ import annotations
 
 import contextlib
@@ -8,12 +9,15 @@ from typing import Iterator
 import torch
 
 from fuseforge._native import core
+from fuseforge.runtime.library_calls import _ff_conv_fp32
 
 #: The precision policies (the core's list): "fp32" (the default) keeps fp32
 #: accuracy: f32 matmuls run as 3xTF32 GEMM kernels. "tf32" (opt-in, faster,
 #: about 1e-3 relative error) computes f32 matmuls in plain TF32: cuBLAS's
-#: TF32 kernels, or TF32 GEMM kernels with FUSEFORGE_GEMM=1. Convolutions use
-#: TF32 under both, as eager does.
+#: TF32 kernels, or TF32 GEMM kernels with FUSEFORGE_GEMM=1. f32 convolutions
+#: use TF32 under "tf32"; under "fp32" only where eager's own conv of that
+#: shape does under the user's flags (probed on the GPU: runtime/conv_probe.py),
+#: so their error stays within twice eager's.
 PRECISIONS: tuple[str, ...] = tuple(core.PRECISIONS)
 
 
@@ -40,3 +44,19 @@ def _tf32_matmuls() -> Iterator[None]:
         yield
     finally:
         torch.set_float32_matmul_precision(saved)
+
+
+def eager_conv_precision() -> str:
+    """"tf32" or "ieee": the math cuDNN convolutions may use under the current
+    flags: torch.backends.cudnn.conv.fp32_precision, where "none" inherits
+    cuDNN's, then the generic setting (the legacy allow_tf32 switch sets them)."""
+    for value in (torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.fp32_precision,
+                  torch.backends.fp32_precision):
+        if value != "none":
+            return value
+    return "ieee"
+
+
+#: Within `conv_fp32_precision(value)`, cuDNN convolutions compute f32 as
+#: `value` ("ieee" or "tf32"); the user's setting comes back after.
+conv_fp32_precision = _ff_conv_fp32

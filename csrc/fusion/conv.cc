@@ -1,0 +1,61 @@
+#include "fusion/conv.h"
+
+namespace ff::fusion {
+
+int64_t ConvKernelSpec::gemm_m() const {
+  int64_t m = conv.batch;
+  for (int64_t v : conv.output_size) m *= v;
+  return m;
+}
+
+int64_t ConvKernelSpec::gemm_k() const {
+  int64_t k = conv.in_channels;
+  for (int64_t v : conv.kernel) k *= v;
+  return k;
+}
+
+namespace {
+
+// Elements per vector access: the largest power of two up to 16 bytes that
+// divides the input channels; 0 where no form of the kernel loads them (below
+// cp.async's 4 bytes, or 3-D convs, whose CUTLASS iterators load 16 bytes).
+int alignment_of(const ConvSpec& s) {
+  const int element = dtype_size(s.dtype);
+  int a = 16 / element;
+  while (a > 1 && s.in_channels % a != 0) a /= 2;
+  if (a * element < 4 || (s.dims == 3 && a * element != 16)) return 0;
+  return a;
+}
+
+}  // namespace
+
+bool conv_kernel_covers(const ConvSpec& s) {
+  if (s.transposed || s.groups != 1 || (s.dims != 2 && s.dims != 3)) return false;
+  if (s.dtype != DType::f32 && s.dtype != DType::f16 && s.dtype != DType::bf16) return false;
+  // CUTLASS's conv iterators index in 32 bits; its optimized ones take windows up to 32 wide.
+  const double limit = static_cast<double>(int64_t{1} << 31) * dtype_size(s.dtype);
+  if (s.input_bytes() >= limit || s.output_bytes() >= limit || s.weight_bytes() >= limit) return false;
+  for (int64_t k : s.kernel)
+    if (k > 32) return false;
+  if (s.batch == 0 || s.out_channels == 0) return false;
+  for (int64_t v : s.output_size)
+    if (v == 0) return false;
+  return alignment_of(s) != 0;
+}
+
+std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
+  const auto spec = conv_spec(n);
+  if (!spec || !conv_kernel_covers(*spec)) return std::nullopt;
+  const TensorType& x = n.input(0)->type;
+  const TensorType& w = n.input(1)->type;
+  if (!is_channels_last(x) || !is_channels_last(w) || !is_channels_last(n.result()->type) ||
+      x.dtype != spec->dtype || w.dtype != spec->dtype)
+    return std::nullopt;
+  if (spec->has_bias && n.input(2)->type.dtype != spec->dtype) return std::nullopt;
+  ConvKernelSpec s;
+  s.conv = *spec;
+  s.alignment = alignment_of(*spec);
+  return s;
+}
+
+}  // namespace ff::fusion

@@ -1,0 +1,65 @@
+#include "fusion/conv_cost.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ff::fusion {
+
+namespace {
+
+// The modelled GPU is an H100 SXM, the suite's. Effective rates, not peaks:
+// cuDNN's NHWC TF32 conv of the seed (128x64x128x128, 3x3, 128 out) took
+// about 1.3 ms (230 TFLOP/s) inside torch.compile's plan, its NCHW fp32 conv
+// 5.0 ms (59, SIMT); CUTLASS 2.x 3xTF32 GEMMs reach 70-73 (gemm_roofline).
+constexpr double kSimtF32 = 55e12;      // IEEE f32: no tensor cores in cuDNN
+constexpr double kTf32 = 230e12;        // cuDNN TF32 tensor cores, channels-last
+constexpr double kHalf = 450e12;        // cuDNN f16/bf16 tensor cores, channels-last
+constexpr double kKernel3xTf32 = 65e12; // our implicit GEMM, f32 as 3xTF32
+constexpr double kKernelTf32 = 170e12;  // our implicit GEMM, 1xTF32
+constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
+constexpr double kBandwidth = 2.5e12;   // bytes/s, HBM3 effective
+
+// cuDNN's channels-last time over its NCHW time for tensor-core math, by conv
+// class: torch.compile's averages over TorchBench's convs (inductor's
+// decide_layout_opt). Grouped convs with several channels per group are the
+// one class that loses.
+double channels_last_ratio(const ConvSpec& s) {
+  if (s.grouped()) return 1.358;
+  if (s.out_per_group() <= 64 && s.in_per_group() <= 64) return 0.783;
+  const int64_t window = s.kernel.empty() ? 1 : s.kernel[0];
+  if (s.out_channels * 2 <= s.in_channels && window > 1) return 0.725;
+  return 0.823;
+}
+
+double ms(double flops, double rate, double bytes) { return 1e3 * std::max(flops / rate, bytes / kBandwidth); }
+
+}  // namespace
+
+double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
+
+ConvTimes conv_times(const ConvSpec& s, bool kernel_applies) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double flops = s.flops(), bytes = s.bytes();
+  const bool f32 = s.dtype == DType::f32;
+  ConvTimes t;
+  if (f32 && !s.tf32) {
+    // IEEE f32: cuDNN runs SIMT kernels in either layout; nothing is known to
+    // favour one, so channels-last is not modelled as faster.
+    t.cudnn_nchw = t.cudnn_channels_last = ms(flops, kSimtF32, bytes);
+  } else {
+    // Tensor cores read channels-last tiles: cuDNN's contiguous-layout
+    // kernels pay for that (the seed's conv: about 1.3 ms channels-last, 5.0
+    // contiguous). Modelled as at least transposing input and result, and at
+    // least torch.compile's average ratio; grouped convs lose channels-last.
+    t.cudnn_channels_last = ms(flops, f32 ? kTf32 : kHalf, bytes);
+    const double ratio = channels_last_ratio(s);
+    t.cudnn_nchw = t.cudnn_channels_last / ratio;
+    if (ratio < 1)
+      t.cudnn_nchw =
+          std::max(t.cudnn_nchw, t.cudnn_channels_last + copy_ms(s.input_bytes()) + copy_ms(s.output_bytes()));
+  }
+  t.kernel = kernel_applies ? ms(flops, f32 ? (s.tf32 ? kKernelTf32 : kKernel3xTf32) : kKernelHalf, bytes) : inf;
+  return t;
+}
+
+}  // namespace ff::fusion

@@ -1,0 +1,26 @@
+#pragma once
+// The cost model of convolutions: how long one takes in each layout and on
+// each engine (cuDNN through ATen, or a generated implicit-GEMM kernel), and
+// what a layout conversion costs. The layout pass (conv_layout.cc) and the
+// conv scheduler both decide with it; FUSEFORGE_AUTOTUNE=1 confirms by timing
+// (the front end's probe), and tools/conv_probe.py measures the figures.
+#include "ir/conv.h"
+
+namespace ff::fusion {
+
+// Modelled milliseconds of one convolution per way of running it; infinity
+// where a way does not apply.
+struct ConvTimes {
+  double cudnn_nchw = 0;           // ATen/cuDNN, contiguous (NCHW/NCDHW) operands
+  double cudnn_channels_last = 0;  // ATen/cuDNN, channels-last operands
+  double kernel = 0;               // a generated implicit-GEMM kernel (channels-last), when applicable
+  double best_channels_last() const { return cudnn_channels_last < kernel ? cudnn_channels_last : kernel; }
+};
+
+// `kernel_applies`: whether a generated conv kernel can run this conv.
+ConvTimes conv_times(const ConvSpec& spec, bool kernel_applies);
+
+// Milliseconds to read and write `bytes` once (a layout conversion).
+double copy_ms(double bytes);
+
+}  // namespace ff::fusion

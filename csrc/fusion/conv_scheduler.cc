@@ -1,0 +1,85 @@
+// ConvScheduler: each convolution a generated implicit-GEMM kernel covers
+// (conv.h) becomes a group where the cost model says the kernel beats cuDNN,
+// with the pointwise group that reads its result as the kernel's epilogue:
+// bias, activations, scale, clamp, per-channel ops, residuals, so that the
+// result is written once, in whatever layout the epilogue's output has.
+#include <algorithm>
+
+#include "codegen/cuda/conv.h"
+#include "fusion/conv_cost.h"
+#include "fusion/scheduler.h"
+
+namespace ff::fusion {
+
+namespace {
+
+class ConvScheduler final : public Scheduler {
+ public:
+  Group::Kind kind() const override { return Group::Kind::Conv; }
+
+  void claim(PartitionBuilder& p, const FusionOptions& options) const override {
+    if (options.conv_dtypes.empty()) return;
+    for (auto& n : p.graph().nodes()) {
+      auto spec = match_conv_kernel(*n);
+      if (!spec || std::find(options.conv_dtypes.begin(), options.conv_dtypes.end(), spec->conv.dtype) ==
+                       options.conv_dtypes.end())
+        continue;
+      const auto epilogue = epilogue_group(p, n.get());
+      if (!options.conv_always && !kernel_is_faster(*spec, epilogue.has_value())) continue;
+      std::vector<Node*> members{n.get()};
+      if (epilogue) {
+        std::vector<Node*> ep = p.release(*epilogue);
+        members.insert(members.end(), ep.begin(), ep.end());
+      }
+      p.add_group(Group::Kind::Conv, std::move(members), {}, *spec);
+    }
+  }
+
+  codegen::KernelSource generate(const Group& g, int id, const FusionOptions&) const override {
+    return codegen::generate_conv(g, g.conv, id);
+  }
+
+  std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions&) const override {
+    return codegen::conv_variants(g, g.conv, id);
+  }
+
+ private:
+  // The kernel against cuDNN's channels-last conv, which writes its result
+  // and has the epilogue read it back.
+  static bool kernel_is_faster(const ConvKernelSpec& spec, bool fuses_epilogue) {
+    const ConvTimes t = conv_times(spec.conv, true);
+    const double unfused = t.cudnn_channels_last + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
+    return t.kernel < unfused;
+  }
+
+  // The pointwise group that can be `conv`'s epilogue: it holds every user of
+  // the conv's result (which is no graph output), computes one floating
+  // output of the result's shape, and every value it reads or computes
+  // broadcasts to that shape (per-channel vectors, residuals); no scalar
+  // inputs (kernel arguments the conv kernel does not take).
+  static std::optional<int> epilogue_group(const PartitionBuilder& p, const Node* conv) {
+    const Value* r = conv->result();
+    const auto gi = p.group_of_all_users(conv);
+    if (!gi) return std::nullopt;
+    const Group pg = p.describe(*gi);
+    if (pg.kind != Group::Kind::Pointwise || pg.outputs.size() != 1) return std::nullopt;
+    const TensorType& out = pg.outputs[0]->type;
+    if (out.shape != r->type.shape || !(out.dtype == DType::f32 || out.dtype == DType::f16 || out.dtype == DType::bf16))
+      return std::nullopt;
+    for (const Node* m : pg.nodes)
+      if (!broadcasts_to(m->result()->type.shape, r->type.shape)) return std::nullopt;
+    for (const Value* v : pg.inputs)
+      if ((v->is_input() && v->input_kind == InputKind::Scalar) || !broadcasts_to(v->type.shape, r->type.shape))
+        return std::nullopt;
+    return gi;
+  }
+};
+
+}  // namespace
+
+const Scheduler& conv_scheduler() {
+  static const ConvScheduler s;
+  return s;
+}
+
+}  // namespace ff::fusion

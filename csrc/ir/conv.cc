@@ -1,0 +1,115 @@
+#include "ir/conv.h"
+
+#include <sstream>
+
+namespace ff {
+
+namespace {
+
+std::string ints(const Shape& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+int64_t product(const Shape& v) {
+  int64_t p = 1;
+  for (int64_t x : v) p *= x;
+  return p;
+}
+
+}  // namespace
+
+double ConvSpec::flops() const {
+  // Every input (transposed) or output (forward) element meets a kernel window
+  // of the other side's channels in its group.
+  const double window = static_cast<double>(product(kernel));
+  if (transposed)
+    return 2.0 * batch * in_channels * product(input_size) * out_per_group() * window;
+  return 2.0 * batch * out_channels * product(output_size) * in_per_group() * window;
+}
+
+double ConvSpec::input_bytes() const {
+  return static_cast<double>(batch) * in_channels * product(input_size) * dtype_size(dtype);
+}
+double ConvSpec::weight_bytes() const {
+  return static_cast<double>(in_channels) * out_per_group() * product(kernel) * dtype_size(dtype);
+}
+double ConvSpec::output_bytes() const {
+  return static_cast<double>(batch) * out_channels * product(output_size) * dtype_size(dtype);
+}
+
+std::optional<ConvSpec> conv_spec(const Node& n) {
+  if (n.op != Op::Convolution || n.operands.size() < 2 || !n.operands[0].is_value() || !n.operands[1].is_value())
+    return std::nullopt;
+  const TensorType& x = n.input(0)->type;
+  const TensorType& w = n.input(1)->type;
+  const TensorType& y = n.result()->type;
+  const size_t rank = x.shape.size();
+  if (rank < 3 || rank > 5 || w.shape.size() != rank || y.shape.size() != rank) return std::nullopt;
+  ConvSpec s;
+  s.dtype = y.dtype;
+  s.dims = static_cast<int>(rank - 2);
+  s.transposed = n.attr_bool_or("transposed", false);
+  s.groups = n.attr_int_or("groups", 1);
+  s.batch = x.shape[0];
+  s.in_channels = x.shape[1];
+  s.out_channels = y.shape[1];
+  if (s.groups < 1 || s.in_channels % s.groups != 0 || s.out_channels % s.groups != 0) return std::nullopt;
+  auto per_dim = [&](const char* key, int64_t dflt) {
+    Shape v = n.has_attr(key) ? n.attr_ints(key) : Shape{};
+    if (v.empty()) v.push_back(dflt);
+    if (v.size() == 1) v.resize(s.dims, v[0]);
+    return v;
+  };
+  s.stride = per_dim("stride", 1);
+  s.padding = per_dim("padding", 0);
+  s.dilation = per_dim("dilation", 1);
+  s.output_padding = per_dim("output_padding", 0);
+  if (static_cast<int>(s.stride.size()) != s.dims || static_cast<int>(s.padding.size()) != s.dims ||
+      static_cast<int>(s.dilation.size()) != s.dims || static_cast<int>(s.output_padding.size()) != s.dims)
+    return std::nullopt;
+  s.input_size.assign(x.shape.begin() + 2, x.shape.end());
+  s.output_size.assign(y.shape.begin() + 2, y.shape.end());
+  s.kernel.assign(w.shape.begin() + 2, w.shape.end());
+  s.has_bias = n.operands.size() > 2 && n.operands[2].is_value();
+  s.tf32 = n.has_attr("fp32_precision") && n.attr_string("fp32_precision") == "tf32";
+  return s;
+}
+
+std::string conv_signature(const Node& conv) {
+  const TensorType& x = conv.input(0)->type;
+  const TensorType& w = conv.input(1)->type;
+  const auto spec = conv_spec(conv);
+  if (!spec) throw IRError("conv_signature: '" + print_node(conv) + "' is not a convolution this build describes");
+  std::ostringstream os;
+  os << dtype_name(spec->dtype) << " x" << ints(x.shape) << ints(x.strides) << " w" << ints(w.shape)
+     << ints(w.strides) << " stride=" << ints(spec->stride) << " padding=" << ints(spec->padding)
+     << " dilation=" << ints(spec->dilation) << " transposed=" << (spec->transposed ? 1 : 0)
+     << " output_padding=" << ints(spec->output_padding) << " groups=" << spec->groups;
+  return os.str();
+}
+
+Shape channels_last_strides(const Shape& s) {
+  Shape st(s.size(), 0);
+  if (s.size() < 3) return contiguous_strides(s);
+  int64_t acc = 1;
+  st[1] = acc;
+  acc *= s[1];
+  for (size_t d = s.size(); d-- > 2;) {
+    st[d] = acc;
+    acc *= s[d];
+  }
+  st[0] = acc;
+  return st;
+}
+
+bool is_channels_last(const TensorType& t) {
+  if (t.shape.size() < 3) return false;
+  const Shape cl = channels_last_strides(t.shape);
+  for (size_t d = 0; d < t.shape.size(); ++d)
+    if (t.shape[d] != 1 && t.strides[d] != cl[d]) return false;
+  return true;
+}
+
+}  // namespace ff

@@ -1,0 +1,57 @@
+#pragma once
+// A convolution node's parameters, read once from its operands and attributes
+// for the passes, schedulers and front end that reason about convolutions.
+#include <optional>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace ff {
+
+struct ConvSpec {
+  DType dtype = DType::f32;
+  int dims = 2;                  // spatial dims (1, 2 or 3)
+  bool transposed = false;
+  int64_t batch = 0;
+  int64_t in_channels = 0;       // of the input x
+  int64_t out_channels = 0;      // of the result
+  int64_t groups = 1;
+  Shape input_size, output_size, kernel;               // spatial extents
+  Shape stride, padding, dilation, output_padding;     // one per spatial dim
+  bool has_bias = false;
+  // f32 only: the math the convolution may use (its fp32_precision attribute,
+  // conv_precision.cc): TF32, or IEEE fp32 (none: not decided, taken as IEEE).
+  bool tf32 = false;
+
+  int64_t in_per_group() const { return in_channels / groups; }
+  int64_t out_per_group() const { return out_channels / groups; }
+  // One input channel per group (groups > 1): a depthwise (or depthwise-multiplier) conv.
+  bool depthwise() const { return groups > 1 && in_per_group() == 1; }
+  // Several groups with several input channels each.
+  bool grouped() const { return groups > 1 && in_per_group() > 1; }
+  // Multiply-adds times two.
+  double flops() const;
+  // Bytes at the conv's dtype of the input, the weight, the result, all three.
+  double input_bytes() const;
+  double weight_bytes() const;
+  double output_bytes() const;
+  double bytes() const { return input_bytes() + weight_bytes() + output_bytes(); }
+};
+
+// The parameters of a convolution node (stride etc. broadcast to every spatial
+// dim); nullopt for any other node or a shape that does not fit.
+std::optional<ConvSpec> conv_spec(const Node& n);
+
+// What identifies a convolution's numerics to the front end's precision probe:
+// dtype, input and weight shapes and strides, stride, padding, dilation,
+// transposition, output padding and groups (not the bias: ATen adds it
+// separately, the conv kernel is the same). One line, stable across versions.
+std::string conv_signature(const Node& conv);
+
+// Channels-last strides of a [N, C, spatial...] shape: C unit-stride, then
+// the spatial dims in order, N outermost (torch.channels_last / _3d).
+Shape channels_last_strides(const Shape& shape);
+// Whether `t` (rank >= 3) is laid out channels-last: C unit-stride and dense.
+bool is_channels_last(const TensorType& t);
+
+}  // namespace ff

@@ -1,0 +1,207 @@
+// conv_layout: runs each convolution in the layout fastest for it, and lays
+// out the values around it so that the conversions cost nothing where they can.
+//
+// Every 2-D and 3-D convolution (forward or transposed, any groups) is
+// weighed with the cost model (fusion/conv_cost.h): cuDNN on contiguous
+// operands against channels-last (cuDNN, or a generated kernel where
+// PassOptions::conv_kernels allows), channels-last paying for the conversions
+// it needs: the input's when no kernel can write it channels-last, the
+// weight's, and the result's when it is returned or read by a library op that
+// would copy it. A timing of both layouts (PassOptions::conv_channels_last,
+// from the front end's autotuning probe) overrides the model.
+//
+// A channels-last conv gets channels-last operands and result. Then the
+// layout spreads: a pointwise op or a pooling op (ATen keeps its input's
+// memory format) reading a channels-last value of its own shape writes
+// channels-last too, so conv -> norm -> relu -> pool -> conv chains stay
+// channels-last; a conv's input made by a pointwise kernel is written
+// channels-last by that kernel; only what remains gets a `copy`. Values that
+// are returned keep the strides eager gives them (a conv's result through a
+// `copy` back), and pointwise kernels read any strides, so the conversion
+// back fuses into the epilogue that already reads the conv.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "fusion/conv.h"
+#include "fusion/conv_cost.h"
+#include "ir/conv.h"
+#include "passes/pass.h"
+
+namespace ff::passes {
+
+namespace {
+
+// ATen ops that return their input's memory format (pooling).
+bool keeps_memory_format(const Node& n) {
+  if (n.op != Op::Opaque || !n.has_attr("target")) return false;
+  static const std::set<std::string> targets{
+      "aten.max_pool2d.default", "aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default",
+      "aten.max_pool3d.default", "aten.max_pool3d_with_indices.default"};
+  return targets.count(n.attr_string("target")) != 0;
+}
+
+// Library ops that read a channels-last value as fast as a contiguous one:
+// reductions over given dims and batch/group norm's statistics (var_mean).
+bool reads_any_layout(const Node& n) {
+  if (n.op == Op::Convolution || keeps_memory_format(n)) return true;
+  switch (n.op) {
+    case Op::Sum: case Op::Mean: case Op::Amax: case Op::Amin: case Op::Var: return true;
+    default: break;
+  }
+  return n.op == Op::Opaque && n.has_attr("target") && n.attr_string("target").rfind("aten.var_mean", 0) == 0;
+}
+
+bool pointwise(const Node& n) { return op_kind(n.op) == OpKind::Pointwise; }
+
+// A value whose layout this pass may choose: rank 4 or 5, floating, not returned.
+bool placeable(const Graph& g, const Value* v) {
+  const size_t rank = v->type.shape.size();
+  return (rank == 4 || rank == 5) && is_floating(v->type.dtype) && !g.is_graph_output(v);
+}
+
+double bytes_of(const TensorType& t) { return static_cast<double>(numel(t.shape)) * dtype_size(t.dtype); }
+
+TensorType channels_last(TensorType t) {
+  t.strides = channels_last_strides(t.shape);
+  return t;
+}
+
+class ConvLayout : public Pass {
+ public:
+  std::string_view name() const override { return "conv_layout"; }
+
+  void configure(const PassOptions& options) override {
+    kernels_ = options.conv_kernels;
+    measured_ = &options.conv_channels_last;
+  }
+
+  bool run(Graph& g) override {
+    std::vector<Node*> convs;
+    std::unordered_set<const Node*> contiguous;  // convs that stay on contiguous operands
+    for (auto& n : g.nodes()) {
+      if (!candidate(g, *n)) continue;
+      if (prefers_channels_last(g, *n)) convs.push_back(n.get());
+      else contiguous.insert(n.get());
+    }
+    if (convs.empty()) return false;
+    for (Node* conv : convs) {
+      Value* w = conv->input(1);
+      if (!is_channels_last(w->type))
+        conv->operands[1] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(w)}, {channels_last(w->type)})->result());
+      Value* y = conv->result();
+      const TensorType returned = y->type;
+      y->type = channels_last(y->type);
+      if (g.is_graph_output(y)) keep_returned_layout(g, conv, returned);
+    }
+    spread(g, contiguous);
+    for (Node* conv : convs) place_input(g, conv, contiguous);
+    return true;
+  }
+
+ private:
+  bool kernels_ = false;
+  const std::map<std::string, bool>* measured_ = nullptr;
+
+  // 2-D and 3-D floating convs not yet channels-last (nor a buffer's new value).
+  static bool candidate(const Graph& g, const Node& n) {
+    const auto spec = conv_spec(n);
+    if (!spec || !(spec->dims == 2 || spec->dims == 3) || n.results.size() != 1 || !is_floating(spec->dtype) ||
+        spec->dtype == DType::f64 || is_channels_last(n.result()->type))
+      return false;
+    for (const auto& m : g.mutations())
+      if (m.value == n.result()) return false;
+    return true;
+  }
+
+  bool prefers_channels_last(const Graph& g, const Node& conv) const {
+    if (measured_ != nullptr) {
+      auto it = measured_->find(conv_signature(conv));
+      if (it != measured_->end()) return it->second;
+    }
+    const ConvSpec spec = *conv_spec(conv);
+    const fusion::ConvTimes t = fusion::conv_times(spec, kernels_ && fusion::conv_kernel_covers(spec));
+    double conversions = 0;
+    if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
+    if (!is_channels_last(conv.input(1)->type)) conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
+    if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(bytes_of(conv.result()->type));
+    return t.best_channels_last() + conversions < t.cudnn_nchw;
+  }
+
+  // The conv's input can be had channels-last without a copy: it is already,
+  // or a kernel, a conv or a pooling op makes it (and may make it channels-last).
+  static bool input_is_free(const Graph& g, const Value& x) {
+    if (is_channels_last(x.type)) return true;
+    const Node* p = x.producer;
+    if (p == nullptr || !placeable(g, &x)) return false;
+    return pointwise(*p) || p->op == Op::Convolution || keeps_memory_format(*p);
+  }
+
+  // The conv's channels-last result costs no conversion: it is not returned
+  // and every library op that reads it reads any layout.
+  static bool result_is_free(const Graph& g, const Value& y) {
+    if (g.is_graph_output(&y)) return false;
+    for (const Node* u : g.users(&y))
+      if (!pointwise(*u) && !reads_any_layout(*u)) return false;
+    return true;
+  }
+
+  // The conv's result is returned: a copy gives back the captured strides.
+  static void keep_returned_layout(Graph& g, Node* conv, const TensorType& returned) {
+    Value* y = conv->result();
+    Node* next = nullptr;
+    for (size_t i = 0; i + 1 < g.nodes().size(); ++i)
+      if (g.nodes()[i].get() == conv) next = g.nodes()[i + 1].get();
+    Node* back = next ? g.insert_before(next, Op::Copy, {Operand::of(y)}, {returned})
+                      : g.add_node(Op::Copy, {Operand::of(y)}, {returned});
+    for (Value*& o : g.mutable_outputs())
+      if (o == y) o = back->result();
+  }
+
+  // Pointwise and pooling ops reading a channels-last value of their own
+  // shape write channels-last too (not a returned value, nor the input of a
+  // conv kept contiguous), in graph order so that chains follow.
+  static void spread(Graph& g, const std::unordered_set<const Node*>& contiguous) {
+    for (auto& np : g.nodes()) {
+      Node& n = *np;
+      if (!(pointwise(n) || keeps_memory_format(n)) || n.results.empty()) continue;
+      Value* r = n.result();
+      if (!placeable(g, r) || is_channels_last(r->type) || feeds(g, r, contiguous)) continue;
+      // Pooling follows its input; a pointwise op, the operands of its own shape.
+      bool reads_channels_last = false;
+      for (const Operand& o : n.operands)
+        reads_channels_last |= o.is_value() && is_channels_last(o.value->type) &&
+                               (keeps_memory_format(n) || o.value->type.shape == r->type.shape);
+      if (!reads_channels_last) continue;
+      for (Value* res : n.results)  // max_pool's indices too
+        if (res->type.shape == r->type.shape) res->type = channels_last(res->type);
+    }
+  }
+
+  // Whether `v` is the input of one of `convs`.
+  static bool feeds(const Graph& g, const Value* v, const std::unordered_set<const Node*>& convs) {
+    for (const Node* u : g.users(v))
+      if (convs.count(u) && u->input(0) == v) return true;
+    return false;
+  }
+
+  // A channels-last conv's input: written channels-last by the pointwise
+  // kernel that makes it where it can, else copied.
+  static void place_input(Graph& g, Node* conv, const std::unordered_set<const Node*>& contiguous) {
+    Value* x = conv->input(0);
+    if (is_channels_last(x->type)) return;
+    const Node* p = x->producer;
+    if (p != nullptr && pointwise(*p) && p->results.size() == 1 && placeable(g, x) && !feeds(g, x, contiguous)) {
+      x->type = channels_last(x->type);
+      return;
+    }
+    conv->operands[0] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(x)}, {channels_last(x->type)})->result());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_conv_layout() { return std::make_unique<ConvLayout>(); }
+
+}  // namespace ff::passes

@@ -1,0 +1,60 @@
+// conv_precision: records on every f32 convolution the math it may use, as
+// the attribute fp32_precision = "ieee" | "tf32" (torch's own names).
+//
+// The fp32 policy promises each convolution an error against fp64 at most
+// twice eager's for the same conv under the same flags. cuDNN chooses TF32
+// per algorithm: eager's NCHW conv of one shape may run in full fp32 while
+// the channels-last conv of the same shape runs TF32 (measured: 3.4e-4 against
+// 1.9e-7), so a layout change alone can bring TF32 in. Hence a conv may use
+// TF32 only under the opt-in "tf32" policy or where eager's own conv of that
+// signature does (PassOptions::eager_conv_tf32, probed once per signature on
+// the GPU by the front end); anything unknown is IEEE. The attribute is what
+// the library call applies (cuDNN's TF32 switch around it), what a conv kernel
+// compiles to (1xTF32 or 3xTF32) and what explain prints.
+//
+// A convolution that already has the attribute keeps it: the decision is
+// made once, on the captured graph, before other passes change the conv.
+#include "ir/conv.h"
+#include "passes/pass.h"
+
+namespace ff::passes {
+
+namespace {
+
+class ConvPrecision : public Pass {
+ public:
+  std::string_view name() const override { return "conv_precision"; }
+
+  void configure(const PassOptions& options) override {
+    tf32_ = options.tf32;
+    eager_ = &options.eager_conv_tf32;
+  }
+
+  bool run(Graph& g) override {
+    bool changed = false;
+    for (auto& n : g.nodes()) {
+      if (n->op != Op::Convolution || n->has_attr("fp32_precision") || n->result()->type.dtype != DType::f32 ||
+          !conv_spec(*n))
+        continue;
+      n->attrs["fp32_precision"] = std::string(tf32_ || eager_tf32(*n) ? "tf32" : "ieee");
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  bool tf32_ = false;
+  const std::map<std::string, bool>* eager_ = nullptr;
+
+  bool eager_tf32(const Node& conv) const {
+    if (eager_ == nullptr) return false;
+    auto it = eager_->find(conv_signature(conv));
+    return it != eager_->end() && it->second;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_conv_precision() { return std::make_unique<ConvPrecision>(); }
+
+}  // namespace ff::passes

@@ -1,0 +1,160 @@
+"""What eager's own convolutions do, found out on the GPU: whether eager's
+conv of a signature computes in TF32 under the user's flags (the precision
+contract's question), and with autotuning on, which layout runs it faster.
+
+The fp32 policy promises each conv an error against fp64 at most twice
+eager's for the same conv under the same flags. cuDNN decides TF32 per
+algorithm, so the answer differs by shape and layout (an NCHW conv measured
+1.9e-7 where the channels-last conv of the same shape gave 3.4e-4): it is
+measured, once per (signature, device, torch/cuDNN version, flags), on random
+data of the captured shapes and strides, and cached in memory and in
+<cache dir>/conv_probe.json. The answer goes to the compiler
+(CompileOptions's conv_tf32 and conv_channels_last, via runtime/options.py), whose
+conv_precision pass writes it on the conv as fp32_precision="tf32"|"ieee"
+(explain shows it; the executor and emitted files apply it with
+precision.conv_fp32_precision; conv kernels compile 1xTF32 or 3xTF32).
+
+The test: eager's conv error against fp64 (root mean square over the first
+batch sample) against the error TF32 itself brings (the same conv on
+TF32-rounded operands, accumulated in fp64). TF32 is allowed where that
+error is within 1.6x eager's, i.e. where TF32 math keeps the contract with a
+margin for its accumulation: eager's TF32 convs measure about 1x, its fp32
+ones about 1/1000x. Without a GPU nothing is probed and every f32 conv stays
+IEEE.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from fuseforge._native import core
+from fuseforge.runtime import autotune
+from fuseforge.dtypes import TORCH
+from fuseforge.runtime.precision import conv_fp32_precision, eager_conv_precision
+
+#: TF32 is allowed where the TF32 rounding error is at most this times eager's.
+TF32_MARGIN = 1.6
+_CACHE_FILE = "conv_probe.json"
+_memory: dict[str, dict] = {}
+
+
+def _environment(device: torch.device) -> str:
+    """What the answers depend on besides the conv: GPU, torch and cuDNN
+    versions, and the flags eager's convs run under."""
+    return (f"{torch.cuda.get_device_name(device)}|torch {torch.__version__}|cudnn "
+            f"{torch.backends.cudnn.version()}|conv {eager_conv_precision()}|benchmark "
+            f"{torch.backends.cudnn.benchmark}|deterministic {torch.backends.cudnn.deterministic}")
+
+
+def _cached(key: str, measure: Callable[[], dict]) -> dict:
+    if key in _memory:
+        return _memory[key]
+    found = autotune.load(_CACHE_FILE).get(key)
+    if not isinstance(found, dict):
+        found = measure()
+        autotune.store(key, found, _CACHE_FILE)
+    _memory[key] = found
+    return found
+
+
+def _tensor(t: tuple, device: torch.device, generator: torch.Generator) -> torch.Tensor:
+    dtype, shape, strides = TORCH[t[0]], tuple(t[1]), tuple(t[2])
+    x = torch.empty_strided(shape, strides, dtype=dtype, device=device)
+    return x.copy_(torch.randn(shape, generator=generator, device=device, dtype=dtype))
+
+
+def _call(conv: dict, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.convolution.default(x, w, None, conv["stride"], conv["padding"], conv["dilation"],
+                                              conv["transposed"], conv["output_padding"], conv["groups"])
+
+
+def _round_tf32(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to TF32 (10 mantissa bits, to nearest, ties away) as f64."""
+    bits = x.float().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()
+
+
+def _rms(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b).pow(2).mean().sqrt())
+
+
+def operands(conv: dict, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random input and weight of a conv's captured shapes, strides and dtype."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return _tensor(conv["input"], device, g), _tensor(conv["weight"], device, g)
+
+
+def measure_precision(conv: dict, device: torch.device) -> dict:
+    """Eager's conv of `conv`'s signature under the current flags: its error
+    against fp64 and TF32's (first batch sample, root mean square), and
+    whether TF32 stays within TF32_MARGIN of eager's."""
+    with torch.no_grad():
+        x, w = operands(conv, device)
+        y = _call(conv, x, w)[:1]
+        ref = _call(conv, x[:1].double(), w.double())
+        tf32 = _call(conv, _round_tf32(x[:1]), _round_tf32(w))
+        eager, tf32_err = _rms(y, ref), _rms(tf32, ref)
+    return {"eager_error": eager, "tf32_error": tf32_err, "tf32": tf32_err <= TF32_MARGIN * eager}
+
+
+def measure_layout(conv: dict, device: torch.device, fp32_precision: str) -> dict:
+    """Milliseconds of the conv on contiguous and on channels-last operands,
+    under the math it will use."""
+    from fuseforge.runtime.autotune import cuda_time
+    with torch.no_grad(), conv_fp32_precision(fp32_precision):
+        x, w = operands(conv, device)
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        xc, wc = x.contiguous(), w.contiguous()
+        xl, wl = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+        contiguous = cuda_time(lambda: _call(conv, xc, wc))
+        channels_last = cuda_time(lambda: _call(conv, xl, wl))
+    return {"contiguous_ms": contiguous, "channels_last_ms": channels_last}
+
+
+def _probed_tf32(key: str, conv: dict, device: torch.device) -> bool:
+    """The probe's answer for one conv; IEEE (with a warning) where it cannot
+    run, e.g. out of memory for a conv of that size."""
+    try:
+        return bool(_cached(key, lambda: measure_precision(conv, device))["tf32"])
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
+        warnings.warn(f"fuseforge: could not probe the precision of `{conv['text']}` ({str(e)[:200]}); "
+                      "it runs in IEEE fp32")
+        return False
+
+
+def decide(text: str, precision: str, device: torch.device, *, forced: str = "probe",
+           tune_layout: bool = False) -> dict[str, dict[str, bool]]:
+    """CompileOptions' conv arguments for an IR graph: `conv_tf32` (per f32
+    conv signature: eager's conv uses TF32, as probed; unneeded under the tf32
+    policy) and `conv_channels_last` (per signature, timed, with
+    `tune_layout`). Empty without a GPU. `forced` "ieee" or "tf32" sets every
+    f32 conv's math instead of probing (diagnostics)."""
+    if device.type != "cuda":
+        return {}
+    convs = core.convolutions(text)
+    conv_tf32: dict[str, bool] = {}
+    conv_channels_last: dict[str, bool] = {}
+    env = _environment(device) if convs else ""
+    for conv in convs:
+        sig = conv["signature"]
+        math = "tf32"
+        if conv["dtype"] == "f32":
+            if forced in ("ieee", "tf32"):
+                conv_tf32[sig] = forced == "tf32"
+            elif precision != "tf32":
+                conv_tf32[sig] = _probed_tf32(f"{env}|{sig}", conv, device)
+            math = "tf32" if precision == "tf32" or conv_tf32.get(sig) else "ieee"
+        if tune_layout and len(conv["input"][1]) in (4, 5):
+            t = _cached(f"{env}|{sig}|layout {math}", lambda: measure_layout(conv, device, math))
+            conv_channels_last[sig] = t["channels_last_ms"] < t["contiguous_ms"]
+    return {"conv_tf32": conv_tf32, "conv_channels_last": conv_channels_last}
+
+
+def evidence(text: str, device: torch.device) -> list[tuple[str, dict | None]]:
+    """For explain: each conv's node text and its cached precision probe, if any."""
+    if device.type != "cuda":
+        return [(c["text"], None) for c in core.convolutions(text)]
+    env = _environment(device)
+    return [(c["text"], _memory.get(f"{env}|{c['signature']}")) for c in core.convolutions(text)]

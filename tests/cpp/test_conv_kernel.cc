@@ -1,0 +1,168 @@
+// Conv kernels: which convs one covers (match_conv_kernel), how the conv
+// scheduler groups them with their epilogue and when it prefers cuDNN, and
+// what the generated source says. NVRTC compiles of it (CUTLASS's headers):
+// tests/python/test_kernels_compile.py.
+#include <gtest/gtest.h>
+
+#include "codegen/cuda/conv.h"
+#include "fusion/conv.h"
+#include "fusion/scheduler.h"
+#include "passes/pass.h"
+
+namespace ff {
+namespace {
+
+fusion::FusionOptions conv_kernels() {
+  fusion::FusionOptions o;
+  o.conv_dtypes = {DType::f32, DType::f16, DType::bf16};
+  return o;
+}
+
+// The seed's conv, channels-last as conv_layout leaves it, with its epilogue
+// (bias, min with a constant, a per-channel add, a scale) writing NCHW.
+const char* kSeed = R"(graph @seed(%x: f32[128,64,128,128]{1048576,1,8192,64}, %w: f32[128,64,3,3]{576,1,192,64} param, %b: f32[128,1,1] param, %cb: f32[128] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[128,128,126,126]{2032128,1,16128,128}
+  %1 = view(%cb) : f32[128,1,1]
+  %2 = add(%0, %1) : f32[128,128,126,126]
+  %3 = minimum(%2, 0.5) : f32[128,128,126,126]
+  %4 = add(%3, %b) : f32[128,128,126,126]
+  %5 = mul(%4, 2.0) : f32[128,128,126,126]
+  return %5
+}
+)";
+
+Node* first_conv(const Graph& g) {
+  for (auto& n : g.nodes())
+    if (n->op == Op::Convolution) return n.get();
+  return nullptr;
+}
+
+TEST(ConvKernel, CoversChannelsLastForwardConvsWithoutGroups) {
+  auto g = parse(kSeed);
+  verify(*g);
+  const auto s = fusion::match_conv_kernel(*first_conv(*g));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->alignment, 4);  // 64 channels: 16-byte loads
+  EXPECT_EQ(s->gemm_m(), 128 * 126 * 126);
+  EXPECT_EQ(s->gemm_n(), 128);
+  EXPECT_EQ(s->gemm_k(), 64 * 9);
+  EXPECT_FALSE(s->conv.tf32);
+}
+
+TEST(ConvKernel, LeavesContiguousTransposedGroupedAndNarrowConvsToCudnn) {
+  const char* cases[] = {
+      // contiguous operands
+      R"(graph @g(%x: f32[2,8,10,10], %w: f32[16,8,3,3] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,16,8,8]
+  return %0
+})",
+      // groups
+      R"(graph @g(%x: f32[2,8,10,10]{800,1,80,8}, %w: f32[16,4,3,3]{36,1,12,4} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=2, padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,16,8,8]{1024,1,128,16}
+  return %0
+})",
+      // transposed
+      R"(graph @g(%x: f32[2,8,10,10]{800,1,80,8}, %w: f32[8,16,3,3]{144,1,48,16} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=true} : f32[2,16,12,12]{2304,1,192,16}
+  return %0
+})",
+      // f16 with an odd channel count: 2-byte loads, below cp.async's 4
+      R"(graph @g(%x: f16[2,3,10,10]{300,1,30,3}, %w: f16[16,3,3,3]{27,1,9,3} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : f16[2,16,8,8]{1024,1,128,16}
+  return %0
+})"};
+  for (const char* text : cases) {
+    auto g = parse(text);
+    verify(*g);
+    EXPECT_FALSE(fusion::match_conv_kernel(*first_conv(*g))) << text;
+  }
+}
+
+TEST(ConvKernel, TheEpilogueGroupJoinsTheConv) {
+  auto g = parse(kSeed);
+  verify(*g);
+  const fusion::Partition p = fusion::partition(*g, conv_kernels());
+  ASSERT_EQ(p.groups.size(), 1u);
+  const fusion::Group& group = p.groups[0];
+  EXPECT_EQ(group.kind, fusion::Group::Kind::Conv);
+  EXPECT_EQ(group.nodes.size(), 5u);  // conv, add, minimum, add, mul
+  ASSERT_EQ(group.outputs.size(), 1u);
+  EXPECT_TRUE(group.outputs[0]->type.is_contiguous());
+  // Without conv kernels the conv is a library call and the epilogue a pointwise kernel.
+  const fusion::Partition off = fusion::partition(*g);
+  ASSERT_EQ(off.groups.size(), 1u);
+  EXPECT_EQ(off.groups[0].kind, fusion::Group::Kind::Pointwise);
+}
+
+TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
+  auto g = parse(kSeed);
+  verify(*g);
+  const fusion::Partition p = fusion::partition(*g, conv_kernels());
+  const codegen::KernelSource ks = codegen::generate_conv(p.groups[0], p.groups[0].conv, 0);
+  EXPECT_EQ(ks.name, "ff_conv2d_add_minimum_mul_3xtf32_128x128_0") << ks.source;
+  EXPECT_NE(ks.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
+  EXPECT_NE(ks.source.find("DefaultConv2dFprop"), std::string::npos);
+  // NCHW output: threads walk pixels; per-channel inputs are read by channel.
+  EXPECT_NE(ks.source.find("threads walking pixels"), std::string::npos) << ks.source;
+  EXPECT_NE(ks.source.find("in0[col]"), std::string::npos) << ks.source;
+  EXPECT_NE(ks.source.find("out[n * 2032128 + col * 15876 + p * 126 + q]"), std::string::npos) << ks.source;
+  EXPECT_EQ(ks.inputs.size(), 4u);  // x, w, and the two per-channel tensors
+  EXPECT_EQ(ks.align_bytes, 16);
+  EXPECT_EQ(ks.grid[0], (128 * 126 * 126 + 127) / 128);
+  EXPECT_EQ(ks.grid[1], 1);
+  // A TF32 conv runs one TF32 MMA per product.
+  std::string tf32 = kSeed;
+  tf32.replace(tf32.find("\"ieee\""), 6, "\"tf32\"");
+  auto h = parse(tf32);
+  const fusion::Partition q = fusion::partition(*h, conv_kernels());
+  const codegen::KernelSource kt = codegen::generate_conv(q.groups[0], q.groups[0].conv, 0);
+  EXPECT_NE(kt.name.find("_tf32_"), std::string::npos);
+  EXPECT_EQ(kt.source.find("OpMultiplyAddFastF32"), std::string::npos);
+}
+
+TEST(ConvKernel, NarrowLoadsTakeTheSmallestTile) {
+  // Three input channels: 4-byte loads, with which the bigger tiles spill.
+  auto g = parse(R"(graph @g(%x: f32[128,3,128,128]{49152,1,384,3}, %w: f32[32,3,3,3]{27,1,9,3} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1], transposed=false} : f32[128,32,128,128]{524288,1,4096,32}
+  return %0
+})");
+  verify(*g);
+  const auto s = fusion::match_conv_kernel(*first_conv(*g));
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->alignment, 1);
+  ASSERT_EQ(codegen::conv_tiles(*s).size(), 1u);
+  EXPECT_EQ(codegen::choose_conv_tile(*s).m, 64);
+  auto wide = *s;
+  wide.alignment = 4;
+  EXPECT_EQ(codegen::conv_tiles(wide).size(), 3u);
+}
+
+TEST(ConvKernel, TheCostModelChoosesBetweenTheKernelAndCudnn) {
+  // f16: cuDNN's tensor-core convs (modelled 450 TFLOP/s) beat our mma.sync
+  // kernel (250) where compute dominates and nothing is fused; where the
+  // conv is bandwidth-bound and a relu follows, the fused kernel saves the
+  // result's round trip through memory.
+  auto kind_of = [](const char* text) {
+    auto g = parse(text);
+    verify(*g);
+    const fusion::Partition p = fusion::partition(*g, conv_kernels());
+    for (const fusion::Group& group : p.groups)
+      if (group.kind == fusion::Group::Kind::Conv) return std::string("kernel");
+    return std::string("cudnn");
+  };
+  EXPECT_EQ(kind_of(R"(graph @g(%x: f16[64,256,56,56]{802816,1,14336,256}, %w: f16[256,256,3,3]{2304,1,768,256} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1], transposed=false} : f16[64,256,56,56]{802816,1,14336,256}
+  %1 = opaque(%0) {args="[$0, [2, 2], [2, 2]]", target="aten.max_pool2d.default"} : f16[64,256,28,28]
+  return %1
+})"),
+            "cudnn");
+  EXPECT_EQ(kind_of(R"(graph @g(%x: f16[64,16,56,56]{50176,1,896,16}, %w: f16[16,16,1,1]{16,1,16,16} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : f16[64,16,56,56]{50176,1,896,16}
+  %1 = relu(%0) : f16[64,16,56,56]
+  return %1
+})"),
+            "kernel");
+}
+
+}  // namespace
+}  // namespace ff

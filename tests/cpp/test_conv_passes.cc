@@ -1,0 +1,143 @@
+// Tests of the convolution description (ir/conv.h) and of the passes that
+// need the compile's options (conv_precision, conv_layout); their option-free
+// behaviour is in the golden cases.
+#include <gtest/gtest.h>
+
+#include "ir/conv.h"
+#include "passes/pass.h"
+
+namespace ff {
+namespace {
+
+const char* kTwoConvs = R"(graph @g(%x: f32[8,64,32,32], %w: f32[64,64,3,3] param, %v: f32[8,64,16,16]) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,64,32,32]
+  %1 = convolution(%v, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,64,16,16]
+  %2 = relu(%0) : f32[8,64,32,32]
+  %3 = relu(%1) : f32[8,64,16,16]
+  return %2, %3
+}
+)";
+
+Node* nth_conv(const Graph& g, int k) {
+  for (auto& n : g.nodes())
+    if (n->op == Op::Convolution && k-- == 0) return n.get();
+  return nullptr;
+}
+
+TEST(ConvSpec, DescribesForwardAndTransposedConvs) {
+  auto g = parse(R"(graph @g(%x: f32[2,8,5,5], %w: f32[8,3,4,4] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=2, output_padding=[1, 1], padding=[1, 1], stride=[2, 2], transposed=true} : f32[2,6,11,11]
+  return %0
+}
+)");
+  verify(*g);
+  const auto s = conv_spec(*nth_conv(*g, 0));
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->transposed);
+  EXPECT_EQ(s->dims, 2);
+  EXPECT_EQ(s->in_channels, 8);
+  EXPECT_EQ(s->out_channels, 6);
+  EXPECT_EQ(s->out_per_group(), 3);
+  EXPECT_TRUE(s->grouped());
+  EXPECT_FALSE(s->depthwise());
+  // Each of the 2*8*25 input elements meets 3 outputs channels x 16 taps.
+  EXPECT_DOUBLE_EQ(s->flops(), 2.0 * 2 * 8 * 25 * 3 * 16);
+  EXPECT_EQ(s->output_padding, (Shape{1, 1}));
+  EXPECT_FALSE(s->tf32);
+}
+
+TEST(ConvSpec, SignatureNamesShapesStridesAndParameters) {
+  auto g = parse(kTwoConvs);
+  EXPECT_EQ(conv_signature(*nth_conv(*g, 0)),
+            "f32 x[8,64,32,32][65536,1024,32,1] w[64,64,3,3][576,9,3,1] stride=[1,1] padding=[1,1] "
+            "dilation=[1,1] transposed=0 output_padding=[0,0] groups=1");
+  EXPECT_NE(conv_signature(*nth_conv(*g, 0)), conv_signature(*nth_conv(*g, 1)));
+}
+
+TEST(ConvSpec, ChannelsLastStrides) {
+  EXPECT_EQ(channels_last_strides({2, 3, 4, 5}), (Shape{60, 1, 15, 3}));
+  EXPECT_EQ(channels_last_strides({2, 3, 4, 5, 6}), (Shape{360, 1, 90, 18, 3}));
+  EXPECT_TRUE(is_channels_last({DType::f32, {2, 3, 4, 5}, {60, 1, 15, 3}}));
+  EXPECT_FALSE(is_channels_last(TensorType::contiguous(DType::f32, {2, 3, 4, 5})));
+  // One channel: contiguous and channels-last at once.
+  EXPECT_TRUE(is_channels_last(TensorType::contiguous(DType::f32, {2, 1, 4, 5})));
+}
+
+std::string precision_of(const Graph& g, int k) { return nth_conv(g, k)->attr_string("fp32_precision"); }
+
+TEST(ConvPrecision, TF32OnlyWhereEagerUsesItOrThePolicyAllowsIt) {
+  auto g = parse(kTwoConvs);
+  passes::PassOptions options;
+  options.eager_conv_tf32[conv_signature(*nth_conv(*g, 1))] = true;
+  options.eager_conv_tf32[conv_signature(*nth_conv(*g, 0))] = false;
+  passes::PassManager({"conv_precision"}, options).run(*g);
+  EXPECT_EQ(precision_of(*g, 0), "ieee");
+  EXPECT_EQ(precision_of(*g, 1), "tf32");
+
+  auto h = parse(kTwoConvs);
+  passes::PassOptions tf32;
+  tf32.tf32 = true;
+  passes::PassManager({"conv_precision"}, tf32).run(*h);
+  EXPECT_EQ(precision_of(*h, 0), "tf32");
+  EXPECT_EQ(precision_of(*h, 1), "tf32");
+}
+
+TEST(ConvPrecision, TheDecisionOnTheCapturedConvSurvivesTheOtherPasses) {
+  // conv_layout changes the conv's operands (and so its signature) in the
+  // first round; the second round must not decide again. (The first conv's
+  // input comes from a kernel, which writes it channels-last for free.)
+  auto g = parse(R"(graph @g(%x: f32[8,64,32,32], %w: f32[64,64,3,3] param, %v: f32[8,64,16,16]) {
+  %0 = sigmoid(%x) : f32[8,64,32,32]
+  %1 = convolution(%0, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,64,32,32]
+  %2 = convolution(%v, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,64,16,16]
+  %3 = relu(%1) : f32[8,64,32,32]
+  %4 = relu(%2) : f32[8,64,16,16]
+  return %3, %4
+}
+)");
+  passes::PassOptions options;
+  options.eager_conv_tf32[conv_signature(*nth_conv(*g, 0))] = true;
+  passes::PassManager(passes::default_pipeline(), options).run(*g);
+  EXPECT_EQ(precision_of(*g, 0), "tf32");
+  EXPECT_TRUE(is_channels_last(nth_conv(*g, 0)->result()->type)) << print(*g);
+  EXPECT_EQ(precision_of(*g, 1), "ieee");
+  EXPECT_FALSE(is_channels_last(nth_conv(*g, 1)->result()->type)) << print(*g);
+}
+
+TEST(ConvLayout, ATimingOverridesTheCostModel) {
+  // IEEE convs stay contiguous by the model; timed faster channels-last, they move.
+  auto g = parse(kTwoConvs);
+  passes::PassOptions options;
+  options.conv_channels_last[conv_signature(*nth_conv(*g, 1))] = true;
+  passes::PassManager({"conv_precision", "conv_layout"}, options).run(*g);
+  EXPECT_FALSE(is_channels_last(nth_conv(*g, 0)->result()->type));
+  EXPECT_TRUE(is_channels_last(nth_conv(*g, 1)->result()->type));
+  EXPECT_TRUE(is_channels_last(nth_conv(*g, 1)->input(0)->type));
+  EXPECT_TRUE(is_channels_last(nth_conv(*g, 1)->input(1)->type));
+  // The relu reading it writes the returned value contiguous, as eager.
+  EXPECT_TRUE(g->outputs()[1]->type.is_contiguous());
+}
+
+TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
+  // cuDNN's IEEE convs gain nothing channels-last; a 3xTF32 kernel (which
+  // needs channels-last) is modelled faster than cuDNN's SIMT fp32.
+  const char* text = R"(graph @g(%x: f32[64,64,64,64], %w: f32[128,64,3,3] param) {
+  %0 = relu(%x) : f32[64,64,64,64]
+  %1 = convolution(%0, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[64,128,64,64]
+  %2 = relu(%1) : f32[64,128,64,64]
+  return %2
+}
+)";
+  auto without = parse(text);
+  passes::PassManager({"conv_precision", "conv_layout"}).run(*without);
+  EXPECT_FALSE(is_channels_last(nth_conv(*without, 0)->result()->type)) << print(*without);
+  auto with = parse(text);
+  passes::PassOptions options;
+  options.conv_kernels = true;
+  passes::PassManager({"conv_precision", "conv_layout"}, options).run(*with);
+  EXPECT_TRUE(is_channels_last(nth_conv(*with, 0)->result()->type)) << print(*with);
+  EXPECT_EQ(precision_of(*with, 0), "ieee");
+}
+
+}  // namespace
+}  // namespace ff

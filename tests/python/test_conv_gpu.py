@@ -1,0 +1,117 @@
+"""GPU tests of the conv precision contract and of conv kernels: under the
+fp32 policy every conv problem (train and eval) stays within twice eager's
+error against fp64, and so does each conv as fuseforge runs it (its decided
+math, its layout, cuDNN or a generated kernel). Skipped without a GPU;
+tools/conv_probe.py prints the figures behind them."""
+import copy
+
+import pytest
+import torch
+
+from fuseforge._native import core
+from fuseforge.capture import capture
+from fuseforge.harness.check import build_model, check_correctness
+from fuseforge.harness.problem import problem_name
+from fuseforge.runtime import conv_probe
+from fuseforge.runtime.options import compile_ir
+from fuseforge.runtime.precision import conv_fp32_precision
+
+from conftest import PROBLEMS
+
+pytestmark = pytest.mark.gpu
+
+CONV_PROBLEMS = [p for p in PROBLEMS if "conv" in p.read_text().lower()]
+DEV = torch.device("cuda")
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("path", CONV_PROBLEMS, ids=problem_name)
+def test_conv_problem_keeps_the_precision_contract(path, mode):
+    """fuseforge's outputs within twice eager's error against fp64 (or within
+    1e-4 of eager), with eager under the same (default) flags."""
+    mod, model = build_model(str(path), mode, "cuda")
+    result = check_correctness(mod, model, seeds=1, device="cuda")
+    assert result["correct"], result
+    assert result["max_err_vs_fp64"] <= 2 * result["eager_err_vs_fp64"] + 1e-6 or \
+        result["max_err_vs_eager"] <= 1e-4, result
+    torch.cuda.empty_cache()
+
+
+def _convs_as_run(path):
+    """(captured conv, the same conv after fuseforge's passes) pairs of a problem (eval)."""
+    mod, model = build_model(str(path), "eval", "cpu")
+    text = capture(model, mod.get_inputs(), name=problem_name(path)).text
+    compiled = compile_ir(text, "fp32", device=DEV)
+    return zip(core.convolutions(text), core.convolutions(compiled.ir_after))
+
+
+def _call(c, x, w):
+    return torch.ops.aten.convolution.default(x, w, None, c["stride"], c["padding"], c["dilation"], c["transposed"],
+                                              c["output_padding"], c["groups"])
+
+
+@pytest.mark.parametrize("path", CONV_PROBLEMS, ids=problem_name)
+def test_each_conv_as_run_is_within_twice_eagers_error(path):
+    """Each conv in the math and layout fuseforge chose for it, on random
+    operands, against eager's conv of the same signature: error against fp64
+    (root mean square, first sample) at most 2x eager's; TF32 only where the
+    probe found eager using it."""
+    for captured, run in _convs_as_run(path):
+        if captured["dtype"] != "f32":
+            continue
+        probe = conv_probe.measure_precision(captured, DEV)
+        assert (run["fp32_precision"] == "tf32") == probe["tf32"], (captured["text"], run["text"], probe)
+        with torch.no_grad():
+            x, w = conv_probe.operands(captured, DEV)
+            ref = _call(captured, x[:1].double(), w.double())
+            if run["channels_last"]:
+                fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+                x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+            with conv_fp32_precision(run["fp32_precision"]):
+                y = _call(captured, x, w)[:1]
+        ours = float((y.double() - ref).pow(2).mean().sqrt())
+        assert ours <= 2 * probe["eager_error"], (captured["text"], run["text"], ours, probe)
+
+
+def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
+    """Every conv a kernel covers run as a generated kernel (all convs
+    channels-last, FUSEFORGE_CONV_KERNELS=always: 3xTF32, or 1xTF32 where
+    decided, with the epilogue fused): each conv problem stays correct."""
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    decide = conv_probe.decide
+
+    def all_channels_last(text, precision, device, **kw):
+        out = decide(text, precision, device, **kw)
+        out["conv_channels_last"] = {c["signature"]: True for c in core.convolutions(text)}
+        return out
+    monkeypatch.setattr(conv_probe, "decide", all_channels_last)
+    import fuseforge
+    for path in CONV_PROBLEMS:
+        mod, model = build_model(str(path), "eval", "cuda")
+        result = check_correctness(mod, model, seeds=1, device="cuda")
+        assert result["correct"], (path.stem, result)
+        fast = fuseforge.optimize(copy.deepcopy(model))
+        with torch.no_grad():
+            fast(*[x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()])
+        kernels = [k for s in fast.specializations() for k in s.compiled.plan.kernels if k.kind == "conv"]
+        covered = [c for c in core.convolutions(fast.specializations()[0].captured.text)
+                   if not c["transposed"] and c["groups"] == 1]
+        assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
+        torch.cuda.empty_cache()
+
+
+def test_eager_flags_are_respected(monkeypatch):
+    """With TF32 convs switched off by the user, no conv runs TF32 (the probe
+    sees eager in IEEE fp32), and the user's setting is intact afterwards."""
+    path = next(p for p in PROBLEMS if p.stem == "conv2d_min_add_multiply")
+    mod, model = build_model(str(path), "eval", "cuda")
+    saved = torch.backends.cudnn.conv.fp32_precision
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    try:
+        for captured, run in _convs_as_run(path):
+            assert run["fp32_precision"] == "ieee", run["text"]
+        result = check_correctness(mod, model, seeds=1, device="cuda")
+        assert result["correct"], result
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    finally:
+        torch.backends.cudnn.conv.fp32_precision = saved
