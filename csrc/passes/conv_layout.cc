@@ -18,7 +18,10 @@
 // channels-last by that kernel; only what remains gets a `copy`. Values that
 // are returned keep the strides eager gives them (a conv's result through a
 // `copy` back), and pointwise kernels read any strides, so the conversion
-// back fuses into the epilogue that already reads the conv.
+// back fuses into the epilogue that already reads the conv. Views and other
+// layout ops derive their strides from their input's, so a conv result they
+// read reaches them through that copy too, and the layout does not spread
+// to a value they read.
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -54,6 +57,13 @@ bool reads_any_layout(const Node& n) {
 }
 
 bool pointwise(const Node& n) { return op_kind(n.op) == OpKind::Pointwise; }
+
+// Whether a view (or another layout op, whose strides follow its input's) reads `v`.
+bool read_by_layout_op(const Graph& g, const Value* v) {
+  for (const Node* u : g.users(v))
+    if (op_kind(u->op) == OpKind::Layout) return true;
+  return false;
+}
 
 // A value whose layout this pass may choose: rank 4 or 5, floating, not returned.
 bool placeable(const Graph& g, const Value* v) {
@@ -91,9 +101,9 @@ class ConvLayout : public Pass {
       if (!is_channels_last(w->type))
         conv->operands[1] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(w)}, {channels_last(w->type)})->result());
       Value* y = conv->result();
-      const TensorType returned = y->type;
+      const TensorType captured = y->type;
       y->type = channels_last(y->type);
-      if (g.is_graph_output(y)) keep_returned_layout(g, conv, returned);
+      if (g.is_graph_output(y) || read_by_layout_op(g, y)) keep_captured_layout(g, conv, captured);
     }
     spread(g, contiguous);
     for (Node* conv : convs) place_input(g, conv, contiguous);
@@ -139,7 +149,7 @@ class ConvLayout : public Pass {
   }
 
   // The conv's channels-last result costs no conversion: it is not returned
-  // and every library op that reads it reads any layout.
+  // and every library op that reads it reads any layout (not a view).
   static bool result_is_free(const Graph& g, const Value& y) {
     if (g.is_graph_output(&y)) return false;
     for (const Node* u : g.users(&y))
@@ -147,16 +157,23 @@ class ConvLayout : public Pass {
     return true;
   }
 
-  // The conv's result is returned: a copy gives back the captured strides.
-  static void keep_returned_layout(Graph& g, Node* conv, const TensorType& returned) {
+  // The conv's result is returned or viewed: a copy gives the captured
+  // strides back to the graph's outputs and to the layout ops that read it.
+  static void keep_captured_layout(Graph& g, Node* conv, const TensorType& captured) {
     Value* y = conv->result();
+    std::vector<Node*> views;
+    for (Node* u : g.users(y))
+      if (op_kind(u->op) == OpKind::Layout) views.push_back(u);
     Node* next = nullptr;
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i)
       if (g.nodes()[i].get() == conv) next = g.nodes()[i + 1].get();
-    Node* back = next ? g.insert_before(next, Op::Copy, {Operand::of(y)}, {returned})
-                      : g.add_node(Op::Copy, {Operand::of(y)}, {returned});
+    Node* back = next ? g.insert_before(next, Op::Copy, {Operand::of(y)}, {captured})
+                      : g.add_node(Op::Copy, {Operand::of(y)}, {captured});
     for (Value*& o : g.mutable_outputs())
       if (o == y) o = back->result();
+    for (Node* v : views)
+      for (Operand& o : v->operands)
+        if (o.is_value() && o.value == y) o = Operand::of(back->result());
   }
 
   // Pointwise and pooling ops reading a channels-last value of their own
@@ -167,7 +184,8 @@ class ConvLayout : public Pass {
       Node& n = *np;
       if (!(pointwise(n) || keeps_memory_format(n)) || n.results.empty()) continue;
       Value* r = n.result();
-      if (!placeable(g, r) || is_channels_last(r->type) || feeds(g, r, contiguous)) continue;
+      if (!placeable(g, r) || is_channels_last(r->type) || feeds(g, r, contiguous) || read_by_layout_op(g, r))
+        continue;
       // Pooling follows its input; a pointwise op, the operands of its own shape.
       bool reads_channels_last = false;
       for (const Operand& o : n.operands)
@@ -192,7 +210,8 @@ class ConvLayout : public Pass {
     Value* x = conv->input(0);
     if (is_channels_last(x->type)) return;
     const Node* p = x->producer;
-    if (p != nullptr && pointwise(*p) && p->results.size() == 1 && placeable(g, x) && !feeds(g, x, contiguous)) {
+    if (p != nullptr && pointwise(*p) && p->results.size() == 1 && placeable(g, x) && !feeds(g, x, contiguous) &&
+        !read_by_layout_op(g, x)) {
       x->type = channels_last(x->type);
       return;
     }
