@@ -159,12 +159,14 @@ std::vector<std::string> kernel_options(bool cutlass) {
 }
 
 void bind_plan(nb::module_& m) {
-  nb::bind_vector<std::vector<Buffer>>(m, "BufferList");
-  nb::bind_vector<std::vector<Kernel>>(m, "KernelList");
-  nb::bind_vector<std::vector<Step>>(m, "StepList");
-  nb::bind_vector<std::vector<Arg>>(m, "ArgList");
-  nb::bind_vector<std::vector<KernelInput>>(m, "KernelInputList");
-  nb::bind_vector<std::vector<Kernel::Variant>>(m, "VariantList");
+  // Elements (indexed or iterated) keep their list, and so the plan, alive.
+  constexpr auto kKeep = nb::rv_policy::reference_internal;
+  nb::bind_vector<std::vector<Buffer>, kKeep>(m, "BufferList");
+  nb::bind_vector<std::vector<Kernel>, kKeep>(m, "KernelList");
+  nb::bind_vector<std::vector<Step>, kKeep>(m, "StepList");
+  nb::bind_vector<std::vector<Arg>, kKeep>(m, "ArgList");
+  nb::bind_vector<std::vector<KernelInput>, kKeep>(m, "KernelInputList");
+  nb::bind_vector<std::vector<Kernel::Variant>, kKeep>(m, "VariantList");
 
   nb::class_<Buffer>(m, "Buffer", "A tensor or scalar the plan reads or writes (plan.h).")
       .def_ro("name", &Buffer::name)

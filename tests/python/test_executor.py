@@ -118,3 +118,21 @@ def test_library_calls_take_numbers_where_torch_needs_tensors():
     torch.testing.assert_close(library_calls.make_call(maximum, cpu)([x, 0.5]), torch.tensor([0.5, 1.0, 0.5]))
     torch.testing.assert_close(library_calls.make_call(minimum, cpu)([0.75, torch.tensor([0.5, 1.0, 0.5])]),
                                torch.tensor([0.5, 0.75, 0.5]))
+
+
+def test_plan_elements_keep_the_compiled_plan_alive():
+    """A step, kernel or buffer taken from a temporary compile's lists (indexed
+    or iterated) stays valid after everything else is dropped: a call step
+    reads its IR node, which the plan owns."""
+    import gc
+    text = """graph @g(%x: f32[4,8]) {
+  %0 = cumsum(%x) {dim=1} : f32[4,8]
+  %1 = relu(%0) : f32[4,8]
+  return %1
+}"""
+    steps = [s for s in compile_ir(text).plan.run if s.kind == "call"]
+    kernel = compile_ir(text).plan.kernels[0]
+    gc.collect()
+    assert [s.op for s in steps] == ["cumsum"]
+    assert steps[0].torch_expr(["x"]).startswith("torch.cumsum(x, 1")
+    assert kernel.kind == "pointwise" and [n.op for n in kernel.nodes] == ["relu"]
