@@ -4,6 +4,8 @@
 // tests/python/test_kernels_compile.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "codegen/cuda/conv.h"
 #include "fusion/conv.h"
 #include "fusion/scheduler.h"
@@ -102,6 +104,12 @@ TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
   EXPECT_EQ(ks.name, "ff_conv2d_add_minimum_mul_3xtf32_128x128_0") << ks.source;
   EXPECT_NE(ks.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
   EXPECT_NE(ks.source.find("DefaultConv2dFprop"), std::string::npos);
+  // CUTLASS's headers kept apart (a file of many kernels includes them once,
+  // outside any namespace); the kernel declared as every kernel is.
+  EXPECT_EQ(ks.source.find("#include"), std::string::npos);
+  EXPECT_NE(std::find(ks.includes.begin(), ks.includes.end(), "#include <cutlass/conv/kernel/default_conv2d_fprop.h>"),
+            ks.includes.end());
+  EXPECT_NE(ks.source.find("FF_EXTERN_C __global__ void"), std::string::npos);
   // NCHW output: threads walk pixels; per-channel inputs are read by channel.
   EXPECT_NE(ks.source.find("threads walking pixels"), std::string::npos) << ks.source;
   EXPECT_NE(ks.source.find("in0[col]"), std::string::npos) << ks.source;

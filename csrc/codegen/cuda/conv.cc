@@ -146,11 +146,11 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
      << " stages, "
      << (split ? "3xTF32 (fp32 accuracy)" : f32 ? "TF32 (fp32_precision=tf32), f32 accumulate" : "f32 accumulate")
      << "\n";
-  os << "#include <cutlass/cutlass.h>\n#include <cutlass/numeric_types.h>\n"
-     << "#include <cutlass/conv/kernel/default_conv" << c.dims << "d_fprop.h>\n"
-     << "#include <cutlass/epilogue/thread/linear_combination.h>\n"
-     << "#include <cutlass/epilogue/threadblock/epilogue_with_visitor.h>\n"
-     << "#include <cutlass/gemm/threadblock/threadblock_swizzle.h>\n";
+  ks.includes = {"#include <cutlass/cutlass.h>", "#include <cutlass/numeric_types.h>",
+                 "#include <cutlass/conv/kernel/default_conv" + std::to_string(c.dims) + "d_fprop.h>",
+                 "#include <cutlass/epilogue/thread/linear_combination.h>",
+                 "#include <cutlass/epilogue/threadblock/epilogue_with_visitor.h>",
+                 "#include <cutlass/gemm/threadblock/threadblock_swizzle.h>"};
   os << cuda_prelude() << cuda_half_prelude();
   const std::string layout = three_d ? "cutlass::layout::TensorNDHWC" : "cutlass::layout::TensorNHWC";
   os << "\nnamespace {\n"
@@ -201,7 +201,7 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
      << tile_shared_storage(ks.shared_bytes);
 
   const std::string el = cuda_storage_type(c.dtype);
-  os << "extern \"C\" __global__ void __launch_bounds__(" << ks.block << ") " << ks.name << "("
+  os << "FF_EXTERN_C __global__ void __launch_bounds__(" << ks.block << ") " << ks.name << "("
      << cuda_storage_type(out->type.dtype) << "* __restrict__ out, const Element* x, const Element* w";
   if (c.has_bias) os << ", const " << el << "* __restrict__ bias";
   for (size_t i = 0; i < extra.size(); ++i)
