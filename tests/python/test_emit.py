@@ -46,6 +46,16 @@ def _split_includes(source):
     return [ln for ln in lines if ln.startswith("#include")], "\n".join(ln for ln in lines if not ln.startswith("#include"))
 
 
+def test_emitted_kernels_have_cxx_linkage(emitted):
+    """Every kernel of every kind is declared FF_EXTERN_C, which emitted files
+    define empty: an extern "C" kernel in two files' namespaces would clash
+    wherever two emitted models are linked together."""
+    for name, path in emitted.items():
+        cu = _source(path.read_text(), "_FF_CUDA_SOURCE")
+        assert 'extern "C" __global__' not in cu, name
+        assert cu.count("FF_EXTERN_C __global__") == cu.count("cudaError_t launch("), name
+
+
 @pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
 def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
     # One translation unit for all problems (one nvcc run): each in its own
@@ -68,7 +78,8 @@ def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
     flags = [*COMMON_NVCC_FLAGS, "-std=c++17", f"-I{cutlass_include_dir()}"]
     r = subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", *flags, "-cubin", "-o",
                         str(tmp_path / "all.cubin"), str(src)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
+    errors = [ln for ln in r.stderr.splitlines() if " error" in ln or "error:" in ln]
+    assert r.returncode == 0, "\n".join(errors[:20]) or r.stderr[-3000:]
 
 
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")

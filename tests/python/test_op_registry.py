@@ -102,6 +102,7 @@ def _other_cases():
         ("softmax", _graph(x, "softmax(%x) {dim=1} : f32[3,4]")),
         ("softmax:f16", _graph({"x": "f16[3,4]"}, "softmax(%x) {dim=0} : f32[3,4]")),
         ("log_softmax", _graph(x, "log_softmax(%x) {dim=1} : f32[3,4]")),
+        ("logsumexp", _graph(x, "logsumexp(%x) {dims=[1], keepdim=true} : f32[3,1]")),
         ("layer_norm", _graph({"x": "f32[3,4]", "w": "f32[4]", "b": "f32[4]"},
                               "layer_norm(%x, %w, %b) {eps=1e-05, ndims=1} : f32[3,4]")),
         ("cumsum", _graph(x, "cumsum(%x) {dim=1} : f64[3,4]")),

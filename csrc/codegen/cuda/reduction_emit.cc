@@ -211,7 +211,7 @@ void ReductionWriter::head(std::ostringstream& os, const std::string& form) cons
   os << cuda_prelude();
   if (half) os << cuda_half_prelude();
   os << cuda_reduction_prelude();
-  os << "\nextern \"C\" __global__ void __launch_bounds__(" << s.block << ") " << ks.name << "(";
+  os << "\nFF_EXTERN_C __global__ void __launch_bounds__(" << s.block << ") " << ks.name << "(";
   for (size_t t = 0; t < l.access.size(); ++t) {
     const auto& a = l.access[t];
     os << (t ? ", " : "") << (a.is_output ? "" : "const ") << cuda_storage_type(a.dtype) << "* __restrict__ " << a.param;
