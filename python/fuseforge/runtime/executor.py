@@ -212,13 +212,17 @@ class Executor:
 
         Pointwise groups larger than INTERPRET_LIMIT elements run op by op
         through ATen and the interpreter checks a random sample of
-        INTERPRET_SAMPLE of their elements; other large groups run op by op.
+        INTERPRET_SAMPLE of their elements; other groups writing or reading
+        more than INTERPRET_LIMIT elements run op by op.
         """
         k = self.plan.kernels[index]
         by_ops = self._op_by_op(index)
         shape = self.types[k.outputs[0]].shape
         numel = int(np.prod(shape)) if shape else 1
-        if numel > INTERPRET_LIMIT and k.kind != "pointwise":
+        # A GEMM or reduction costs about its output times its operands: only
+        # small ones run on the (scalar) interpreter, the rest through ATen.
+        read = sum(int(np.prod(self.types[i.buffer].shape)) for i in k.inputs)
+        if k.kind != "pointwise" and (numel > INTERPRET_LIMIT or read > INTERPRET_LIMIT):
             return by_ops
         slots = list(k.graph_inputs)
         memory = {i.buffer: i.memory for i in k.inputs}
