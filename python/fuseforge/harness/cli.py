@@ -15,7 +15,6 @@ with generated kernels executed by the reference interpreter.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
@@ -26,42 +25,45 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from fuseforge.harness.check import (
-    build_model,
-    check_correctness,
-    compile_times,
-    flatten_tensors,
-    fp64_reference,
-    judge,
-    problem_inputs,
-    time_all,
-)
+from fuseforge.harness.problem import build_model, problem_inputs
 from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
 console = Console()
 
 
 def _run_gpu(args: argparse.Namespace) -> dict:
+    """Compile times (with --compile-times / --compile-only), the check over
+    --seeds inputs and the timings, all on one optimized module of the model:
+    each problem is captured and compiled once per process."""
+    import fuseforge
+    from fuseforge.harness.check import check_correctness
+    from fuseforge.harness.measure import compile_inductor, compile_times, time_all, warm_imports
     from fuseforge.harness.problem import problem_name
     mod, model = build_model(args.problem, args.mode, "cuda")
     name = problem_name(args.problem)
+    row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
+           "torch": torch.__version__, "precision": args.precision}
+    against = args.against.split(",")
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"{name}: checking", total=2)
-        row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
-               "torch": torch.__version__, "precision": args.precision}
+        task = progress.add_task(f"{name}: compiling", total=3)
+        inputs = problem_inputs(mod, 1234, "cuda")
+        with torch.no_grad():
+            model(*inputs)  # CUDA and library initialization, not counted as compile time
+        row["import_s"] = warm_imports()
         if args.compile_times or args.compile_only:
-            progress.update(task, description=f"{name}: compile times")
-            row.update(compile_times(mod, model, args.precision, keep=args.compile_only))
+            times, fast = compile_times(model, inputs, args.precision, keep=args.compile_only)
+            row.update(times)
+        else:
+            fast = fuseforge.optimize(model, precision=args.precision)
         if args.compile_only:
-            if "inductor" in args.against.split(","):  # fills inductor's own disk caches
-                from fuseforge.runtime.precision import precision_context
-                with torch.no_grad(), precision_context(args.precision):
-                    torch.compile(copy.deepcopy(model))(*problem_inputs(mod, 1234, "cuda"))
+            if "inductor" in against:  # fills inductor's own disk caches
+                row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision)[1]
             return row
-        progress.update(task, description=f"{name}: checking")
-        row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision))
+        del inputs  # the check draws its own; at most one set of inputs lives at a time
+        progress.update(task, advance=1, description=f"{name}: checking")
+        row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision, fast=fast))
         progress.update(task, advance=1, description=f"{name}: timing")
-        row.update(time_all(mod, model, args.against.split(","), args.precision))
+        row.update(time_all(model, fast, problem_inputs(mod, 1234, "cuda"), against, args.precision))
         progress.update(task, advance=1)
     table = Table(title=f"fuseforge run — {row['device']}")
     for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64 (eager's)", "eager ms",
@@ -78,24 +80,19 @@ def _run_gpu(args: argparse.Namespace) -> dict:
 
 def _run_cpu(args: argparse.Namespace) -> dict:
     from fuseforge._native import CPU_CHECK_ARCH, core
-    from fuseforge.capture import capture
-    from fuseforge.harness.problem import problem_name
-    from fuseforge.runtime.executor import Executor
-    from fuseforge.runtime.options import compile_ir
-    mod, model = build_model(args.problem, args.mode, "cpu")
+    from fuseforge.harness.cpu_check import check_inputs, check_on_cpu, full_plan
+    from fuseforge.harness.problem import load_problem, problem_name
     name = problem_name(args.problem)
+    mod = load_problem(args.problem)
     console.print(f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
                   "and checking the optimized plan on the CPU")
-    inputs = problem_inputs(mod, 0, "cpu")
-    captured = capture(model, inputs, name=type(model).__name__)
-    compiled = compile_ir(captured.text, args.precision, CPU_CHECK_ARCH)
+    compiled = full_plan(mod, args.mode, args.precision, CPU_CHECK_ARCH)
     plan = compiled.plan
     console.rule("IR as captured")
     _print_text(compiled.ir_before)
     console.rule("IR after passes")
     _print_text(compiled.ir_after)
-    row: dict[str, Any] = {"problem": name, "mode": "train" if model.training else "eval", "device": "cpu",
-                           "kernels": []}
+    row: dict[str, Any] = {"problem": name, "device": "cpu", "kernels": []}
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("NVRTC", total=len(plan.kernels))
         for k in plan.kernels:
@@ -109,23 +106,19 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     for k in row["kernels"]:
         table.add_row(k["name"], str(k["vector_width"]), str(k["cubin_bytes"]))
     console.print(table)
-    # The plan on the CPU: library ops through ATen, kernels on the interpreter.
-    snapshot = copy.deepcopy(model.state_dict())
-    executor = Executor(plan, torch.device("cpu"))
-    ir_inputs = captured.graph_inputs(model, inputs)
-    with torch.no_grad():
-        outs, new_buffers = executor(ir_inputs)
-        reference = copy.deepcopy(model)
-        ref = flatten_tensors(reference(*inputs))
-    ref_buffers = dict(reference.named_buffers())
-    want_buffers = [ref_buffers[n] for n, _ in captured.mutations]
-    ref64 = fp64_reference(mod, model, snapshot, 0, "cpu")
-    row["correct"], row["max_err_vs_eager"], row["max_err_vs_fp64"], row["eager_err_vs_fp64"] = judge(
-        outs, ref, ref64, list(new_buffers), want_buffers)
+    mod, model, inputs, size = check_inputs(args.problem, args.mode)
+    row["mode"] = "train" if model.training else "eval"
+    figures, checked = check_on_cpu(model, inputs, args.precision, CPU_CHECK_ARCH)
+    row.update(figures)
+    row["checked_at"] = {"rows": size.rows, "of": size.full}
+    same = [k.name for k in checked.kernels] == [k.name for k in plan.kernels]
+    row["checked_kernels_same"] = same
     verdict = "[green]is correct[/green]" if row["correct"] else "[red]is WRONG[/red]"
-    console.print(f"optimized plan on the CPU {verdict} (max abs err {row['max_err_vs_eager']:.2e}; vs fp64 "
-                  f"{row['max_err_vs_fp64']:.2e}, eager's {row['eager_err_vs_fp64']:.2e}; "
-                  f"{len(plan.kernels)} kernels, {sum(s.kind == 'call' for s in plan.run)} library calls)")
+    console.print(f"optimized plan on the CPU at {size.describe()} {verdict} (max abs err "
+                  f"{row['max_err_vs_eager']:.2e}; vs fp64 {row['max_err_vs_fp64']:.2e}, eager's "
+                  f"{row['eager_err_vs_fp64']:.2e}; {len(checked.kernels)} kernels"
+                  f"{', the same as at full size' if same else ' (full size: ' + str(len(plan.kernels)) + ')'}, "
+                  f"{sum(s.kind == 'call' for s in checked.run)} library calls)")
     return row
 
 
