@@ -121,3 +121,18 @@ def test_a_forward_that_writes_its_parameters_is_refused(tmp_path):
     fast.forward = lambda x: model(x)
     with pytest.raises(RuntimeError, match="forward wrote parameters in place"):
         check.check_correctness(mod, model, seeds=1, device="cpu", fast=fast)
+
+
+@pytest.mark.gpu
+def test_run_captures_the_problem_once(tmp_path, monkeypatch):
+    """`fuseforge run` (bench's serial phase) checks and times one optimized
+    module: one capture, not one for the check and another for the timing."""
+    from fuseforge.harness import cli
+    from fuseforge.runtime import module
+    calls = []
+    real = module.capture
+    monkeypatch.setattr(module, "capture", lambda *a, **k: calls.append(1) or real(*a, **k))
+    path = tmp_path / "scale.py"
+    path.write_text(PROBLEM.replace("torch.randn(", "torch.randn(4, "))
+    assert cli.main(["run", str(path), "--seeds", "2", "--against", "eager"]) == 0
+    assert len(calls) == 1, calls
