@@ -45,7 +45,7 @@ def test_compile_only_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     path = tmp_path / "p.py"
     path.write_text(PROBLEM)
     assert cli.main(["run", str(path), "--compile-only"]) == 2
-    assert "--compile-only needs a CUDA GPU" in capsys.readouterr().out
+    assert "--compile-only needs a CUDA GPU" in capsys.readouterr().err
 
 
 LINEAR = textwrap.dedent('''

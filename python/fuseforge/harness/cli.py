@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from typing import Any, Sequence
 
 import torch
@@ -25,6 +26,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from fuseforge.diagnostics import one_line, quiet_torch
 from fuseforge.harness.problem import build_model, problem_inputs
 from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
@@ -54,7 +56,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
             times, fast = compile_times(model, inputs, args.precision, keep=args.compile_only)
             row.update(times)
         else:
-            fast = fuseforge.optimize(model, precision=args.precision)
+            fast = fuseforge.optimize(model, inputs, precision=args.precision)  # raises if it cannot capture
         if args.compile_only:
             if "inductor" in against:  # fills inductor's own disk caches
                 row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision)[1]
@@ -169,9 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fuseforge.runtime.precision import PRECISIONS
     precision_help = ("numerics policy: fp32 (default; fp32 accuracy, f32 matmuls in 3xTF32) or tf32 (opt-in, "
                       "faster: TF32 matmuls, for eager and inductor too)")
+    from fuseforge import __version__
     parser = argparse.ArgumentParser(prog="fuseforge", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"fuseforge {__version__} (torch {torch.__version__})")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true", help="on a failure, print the traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="optimize a problem file, check it and time it")
+    run = sub.add_parser("run", parents=[common], help="optimize a problem file, check it and time it")
     run.add_argument("problem")
     run.add_argument("--mode", choices=["train", "eval"], help="default: the mode the model is constructed in")
     run.add_argument("--seeds", type=int, default=3, help="random inputs to check (GPU)")
@@ -184,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)")
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
-    bench = sub.add_parser("bench", help="run many problem files, each in its own process, and tabulate them")
+    bench = sub.add_parser("bench", parents=[common], help="run many problem files, each in its own process, and tabulate them")
     bench.add_argument("paths", nargs="*", metavar="DIR_OR_FILES", help="problem files, or folders searched for *.py")
     bench.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
     bench.add_argument("--mode", choices=["train", "eval"], help="default: each model's own mode")
@@ -199,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--merge", nargs="+", metavar="JSON",
                        help="instead of running: combine --json reports of parts of a suite into one")
     bench.set_defaults(fn=_lazy("fuseforge.harness.bench", "cmd_bench"))
-    emit = sub.add_parser("emit", help="write a standalone ModelNew file (torch only, CUDA inline)")
+    emit = sub.add_parser("emit", parents=[common], help="write a standalone ModelNew file (torch only, CUDA inline)")
     emit.add_argument("problem")
     emit.add_argument("-o", "--output", required=True, help="the Python file to write")
     emit.add_argument("--modes", default="train,eval", help="modes to compile plans for (others run eagerly)")
@@ -208,18 +214,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "a file with Hopper kernels runs Model.forward on other GPUs)")
     emit.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     emit.set_defaults(fn=_lazy("fuseforge.emit", "cmd_emit"))
-    explain = sub.add_parser("explain", help="print the IR after each pass and the kernel plan")
+    explain = sub.add_parser("explain", parents=[common], help="print the IR after each pass and the kernel plan")
     explain.add_argument("problem")
     explain.add_argument("--mode", choices=["train", "eval"])
     explain.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     explain.set_defaults(fn=cmd_explain)
     args = parser.parse_args(argv)
     try:
-        return args.fn(args)
-    except (FileNotFoundError, ValueError) as e:
-        console.print(f"[red]fuseforge: {e}[/red]")
+        if args.verbose:
+            return args.fn(args)
+        with quiet_torch():
+            return args.fn(args)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # every failure: one line naming it (the traceback with --verbose), exit 2
+        if args.verbose:
+            print(getattr(e, "details", ""), end="", file=sys.stderr)  # what torch printed while it failed
+            traceback.print_exc()
+        more = "" if args.verbose else " (--verbose shows the traceback)"
+        print(f"fuseforge {args.command}: {one_line(e, getattr(args, 'problem', None))}{more}", file=sys.stderr)
         return 2
-
 
 if __name__ == "__main__":
     sys.exit(main())
