@@ -9,8 +9,11 @@ On a machine with a CUDA GPU, `run` optimizes the problem's model, checks it
 against eager (and an fp64 reference) on several random inputs and times
 eager, torch.compile and fuseforge side by side. Without a GPU it captures and
 optimizes, prints the IR before and after the passes, compiles every kernel
-with NVRTC for sm_90 and checks the optimized plan against eager on the CPU,
-with generated kernels executed by the reference interpreter.
+with NVRTC for sm_90 and checks the same graph and kernels at a reduced batch
+against eager on the CPU, with generated kernels executed by the reference
+interpreter (harness/cpu_check.py).
+
+Every failure is one line on stderr and exit code 2 (--verbose: the traceback).
 """
 from __future__ import annotations
 
