@@ -149,3 +149,15 @@ def test_run_on_a_gpu_refuses_a_model_it_cannot_capture(tmp_path, capsys):
     path = _problem(tmp_path, "nonzero", "return torch.nonzero(x > 0).float()")
     code, err = _run(["run", str(path), "--against", "eager"], capsys)
     assert code == 2 and "static shapes" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_bench_row_carries_the_one_line_reason(tmp_path):
+    import argparse
+
+    from fuseforge.harness import bench
+    path = _problem(tmp_path, "nonzero", "return torch.nonzero(x > 0).float()")
+    args = argparse.Namespace(against="eager", seeds=1, precision="fp32", mode=None, timeout=120)
+    row = bench.run_problem(path, args)
+    assert row["correct"] is False
+    assert row["error"].startswith("node nonzero (aten.nonzero.default): dynamic size"), row["error"]
+    assert f"(at nonzero.py:{FORWARD_LINE} in forward" in row["error"] and "--verbose" not in row["error"]

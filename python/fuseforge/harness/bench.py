@@ -99,7 +99,8 @@ def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-ti
             row["correct"] = False
             how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}")
             said = [line for line in (stderr or "").splitlines() if line.startswith("fuseforge run: ")]
-            row["error"] = said[-1][len("fuseforge run: "):] if said else f"{how}: {_tail(stderr or stdout)}"
+            row["error"] = (said[-1][len("fuseforge run: "):].removesuffix(" (--verbose shows the traceback)")
+                            if said else f"{how}: {_tail(stderr or stdout)}")
         return row
 
 
