@@ -108,7 +108,7 @@ def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, m
         assert "invalid choice: 'bf16' (choose from 'fp32', 'tf32')" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert cli.main(["bench", str(good), "--plot", str(tmp_path / "p.png")]) == 2
-    assert "--plot needs matplotlib" in capsys.readouterr().out
+    assert "--plot needs matplotlib" in capsys.readouterr().err
 
 
 def test_roofline_counts_io_bytes_and_matmul_flops():

@@ -45,7 +45,7 @@ def test_compile_only_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     path = tmp_path / "p.py"
     path.write_text(PROBLEM)
     assert cli.main(["run", str(path), "--compile-only"]) == 2
-    assert "--compile-only needs a CUDA GPU" in capsys.readouterr().out
+    assert "--compile-only needs a CUDA GPU" in capsys.readouterr().err
 
 
 LINEAR = textwrap.dedent('''
@@ -80,3 +80,55 @@ def test_explain_shows_the_passes_and_the_kernels_of_the_checked_arch(tmp_path, 
     assert "  kernel @ff_gemm_addmm_relu_3xtf32_sm90_0 gemm " in out, out
     assert "    launch @ff_gemm_addmm_relu_3xtf32_sm90_0 (%2) <- (%x relayout, %0 relayout, %fc.bias relayout)\n" in out
     assert "    %0: f32[1024,256]{1,1024} alias %fc.weight\n" in out
+
+
+BATCHED = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(256, 256)
+
+        def forward(self, x, idx):
+            return torch.sigmoid(self.fc(x)) * 2 + idx.unsqueeze(1)
+
+    def get_inputs():
+        return [torch.randn(65536, 256), torch.randint(0, 5, (65536,))]
+
+    def get_init_inputs():
+        return []
+''')
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU check")
+def test_cpu_run_checks_the_same_kernels_at_a_reduced_batch(tmp_path):
+    from fuseforge.harness import cpu_check
+    path, out = tmp_path / "batched.py", tmp_path / "row.json"
+    path.write_text(BATCHED)
+    assert cli.main(["run", str(path), "--json", str(out)]) == 0
+    row = json.loads(out.read_text())
+    rows = cpu_check.CHECK_ELEMENTS // 257  # per row: 256 floats of x and one index
+    assert row["checked_at"] == {"rows": rows, "of": 65536}, row["checked_at"]
+    assert row["correct"] and row["checked_kernels_same"]
+
+
+def test_inputs_are_cut_only_along_their_shared_leading_dimension():
+    from fuseforge.harness import cpu_check
+    mod = type("M", (), {})()
+    mod.get_inputs = lambda: [torch.randn(1000, 3), torch.randint(2, 7, (1000,)), torch.full((1000, 2), 4.0), 0.5]
+    with torch.device("meta"):
+        meta = mod.get_inputs()
+    size = cpu_check.check_size(meta, budget=60)
+    assert (size.full, size.rows) == (1000, 10)  # 6 elements per row
+    x, i, f, s = cpu_check.reduced_inputs(mod, 0, size, meta)
+    assert x.shape == (10, 3) and i.shape == (10,) and f.shape == (10, 2) and s == 0.5
+    assert int(i.min()) >= 2 and int(i.max()) < 7 and bool((f == 4.0).all())  # the draws keep their ranges
+    # Inputs not drawn by a factory (here a reshape of arange) cannot be cut: full size.
+    mod.get_inputs = lambda: [torch.arange(3000.0).reshape(1000, 3)]
+    with torch.device("meta"):
+        meta = mod.get_inputs()
+    assert cpu_check.reduced_inputs(mod, 0, cpu_check.check_size(meta, budget=60), meta) is None
+    # Leading dimensions that differ are not a batch.
+    assert cpu_check.check_size([torch.empty(4, 2, device="meta"), torch.empty(5, device="meta")]) is None

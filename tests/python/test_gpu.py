@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import fuseforge
-from fuseforge.harness.check import build_model, check_correctness
-from fuseforge.harness.problem import problem_name
+from fuseforge.harness.check import check_correctness
+from fuseforge.harness.problem import build_model, problem_name
 
 from conftest import PROBLEMS
 

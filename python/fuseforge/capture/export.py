@@ -13,6 +13,7 @@ import inspect
 import io
 import logging
 import re
+import sys
 import warnings
 from typing import Any, Sequence
 
@@ -57,10 +58,15 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
     with warnings.catch_warnings(), _lstm_shape_fix():
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
         warnings.filterwarnings("ignore", message=r".*were assigned during export.*")
+        printed = io.StringIO()  # a failing export prints the partial graph to stderr
         try:
-            ep = torch.export.export(model, args, strict=False)
+            with contextlib.redirect_stderr(printed):
+                ep = torch.export.export(model, args, strict=False)
         except Exception as e:
-            raise CaptureError(f"torch.export failed: {type(e).__name__}: {e}") from e
+            error = CaptureError(f"torch.export failed: {type(e).__name__}: {e}")
+            error.details = printed.getvalue()
+            raise error from e
+        sys.stderr.write(printed.getvalue())
         try:
             return ep.run_decompositions(decomposition_table())
         except Exception as e:

@@ -140,9 +140,15 @@ class _Lowerer:
     def types(self, node: fx.Node) -> list[_T]:
         val = node.meta.get("val")
         what = f"node {node.name} ({node.target})"
-        if isinstance(val, (list, tuple)):
-            return [_T.of(v, f"{what} result {i}") for i, v in enumerate(val)]
-        return [_T.of(val, what)]
+        try:
+            if isinstance(val, (list, tuple)):
+                return [_T.of(v, f"{what} result {i}") for i, v in enumerate(val)]
+            return [_T.of(val, what)]
+        except CaptureError as e:  # add where the user's code made the node (after the first line)
+            trace = node.meta.get("stack_trace")
+            if not trace:
+                raise
+            raise CaptureError(f"{e}\n{trace}") from e.__cause__
 
     def rtype(self, node: fx.Node) -> _T:
         ts = self.types(node)
@@ -270,8 +276,9 @@ class _Lowerer:
                 if spec.target not in buffer_inputs:
                     raise CaptureError(f"internal: mutated buffer {spec.target} is not an input")
             elif kind == "USER_INPUT_MUTATION":
+                trace = arg.meta.get("stack_trace") if isinstance(arg, fx.Node) else None
                 raise CaptureError(f"forward mutates its input {spec.target!r} in place; fuseforge graphs "
-                                   "may only write back buffers")
+                                   "may only write back buffers" + (f"\n{trace}" if trace else ""))
             else:
                 raise CaptureError(f"unsupported graph output kind {kind} ({spec.target})")
 

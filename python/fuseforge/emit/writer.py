@@ -189,9 +189,9 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval"), arc
     `arch`: the compute capability the kernels target (default: target_arch(),
     this machine's GPU's, else 90); `precision`: the numerics policy. Raises
     EmitError if a plan holds something it cannot write out."""
+    mod = load_problem(path)  # first: it names a missing or broken file in its own words
     source = Path(path).read_text()
     _check_imports(source, str(path))
-    mod = load_problem(path)
     name = problem_name(path)
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs())

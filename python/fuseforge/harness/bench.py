@@ -98,7 +98,9 @@ def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-ti
         if proc.returncode not in (0, 1) or not row:  # 1: ran, but not correct
             row["correct"] = False
             how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}")
-            row["error"] = f"{how}: {_tail(stderr or stdout)}"
+            said = [line for line in (stderr or "").splitlines() if line.startswith("fuseforge run: ")]
+            row["error"] = (said[-1][len("fuseforge run: "):].removesuffix(" (--verbose shows the traceback)")
+                            if said else f"{how}: {_tail(stderr or stdout)}")
         return row
 
 

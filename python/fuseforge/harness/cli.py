@@ -9,16 +9,19 @@ On a machine with a CUDA GPU, `run` optimizes the problem's model, checks it
 against eager (and an fp64 reference) on several random inputs and times
 eager, torch.compile and fuseforge side by side. Without a GPU it captures and
 optimizes, prints the IR before and after the passes, compiles every kernel
-with NVRTC for sm_90 and checks the optimized plan against eager on the CPU,
-with generated kernels executed by the reference interpreter.
+with NVRTC for sm_90 and checks the same graph and kernels at a reduced batch
+against eager on the CPU, with generated kernels executed by the reference
+interpreter (harness/cpu_check.py).
+
+Every failure is one line on stderr and exit code 2 (--verbose: the traceback).
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
+import traceback
 from typing import Any, Sequence
 
 import torch
@@ -26,42 +29,46 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from fuseforge.harness.check import (
-    build_model,
-    check_correctness,
-    compile_times,
-    flatten_tensors,
-    fp64_reference,
-    judge,
-    problem_inputs,
-    time_all,
-)
+from fuseforge.diagnostics import one_line, quiet_torch
+from fuseforge.harness.problem import build_model, problem_inputs
 from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
 console = Console()
 
 
 def _run_gpu(args: argparse.Namespace) -> dict:
+    """Compile times (with --compile-times / --compile-only), the check over
+    --seeds inputs and the timings, all on one optimized module of the model:
+    each problem is captured and compiled once per process."""
+    import fuseforge
+    from fuseforge.harness.check import check_correctness
+    from fuseforge.harness.measure import compile_inductor, compile_times, time_all, warm_imports
     from fuseforge.harness.problem import problem_name
     mod, model = build_model(args.problem, args.mode, "cuda")
     name = problem_name(args.problem)
+    row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
+           "torch": torch.__version__, "precision": args.precision}
+    against = args.against.split(",")
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"{name}: checking", total=2)
-        row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
-               "torch": torch.__version__, "precision": args.precision}
+        task = progress.add_task(f"{name}: compiling", total=3)
+        inputs = problem_inputs(mod, 1234, "cuda")
+        with torch.no_grad():
+            model(*inputs)  # CUDA and library initialization, not counted as compile time
+        row["import_s"] = warm_imports()
         if args.compile_times or args.compile_only:
-            progress.update(task, description=f"{name}: compile times")
-            row.update(compile_times(mod, model, args.precision, keep=args.compile_only))
+            times, fast = compile_times(model, inputs, args.precision, keep=args.compile_only)
+            row.update(times)
+        else:
+            fast = fuseforge.optimize(model, inputs, precision=args.precision)  # raises if it cannot capture
         if args.compile_only:
-            if "inductor" in args.against.split(","):  # fills inductor's own disk caches
-                from fuseforge.runtime.precision import precision_context
-                with torch.no_grad(), precision_context(args.precision):
-                    torch.compile(copy.deepcopy(model))(*problem_inputs(mod, 1234, "cuda"))
+            if "inductor" in against:  # fills inductor's own disk caches
+                row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision)[1]
             return row
-        progress.update(task, description=f"{name}: checking")
-        row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision))
+        del inputs  # the check draws its own; at most one set of inputs lives at a time
+        progress.update(task, advance=1, description=f"{name}: checking")
+        row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision, fast=fast))
         progress.update(task, advance=1, description=f"{name}: timing")
-        row.update(time_all(mod, model, args.against.split(","), args.precision))
+        row.update(time_all(model, fast, problem_inputs(mod, 1234, "cuda"), against, args.precision))
         progress.update(task, advance=1)
     table = Table(title=f"fuseforge run — {row['device']}")
     for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64 (eager's)", "eager ms",
@@ -78,24 +85,19 @@ def _run_gpu(args: argparse.Namespace) -> dict:
 
 def _run_cpu(args: argparse.Namespace) -> dict:
     from fuseforge._native import CPU_CHECK_ARCH, core
-    from fuseforge.capture import capture
-    from fuseforge.harness.problem import problem_name
-    from fuseforge.runtime.executor import Executor
-    from fuseforge.runtime.options import compile_ir
-    mod, model = build_model(args.problem, args.mode, "cpu")
+    from fuseforge.harness.cpu_check import check_inputs, check_on_cpu, full_plan
+    from fuseforge.harness.problem import load_problem, problem_name
     name = problem_name(args.problem)
+    mod = load_problem(args.problem)
     console.print(f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
                   "and checking the optimized plan on the CPU")
-    inputs = problem_inputs(mod, 0, "cpu")
-    captured = capture(model, inputs, name=type(model).__name__)
-    compiled = compile_ir(captured.text, args.precision, CPU_CHECK_ARCH)
+    compiled = full_plan(mod, args.mode, args.precision, CPU_CHECK_ARCH)
     plan = compiled.plan
     console.rule("IR as captured")
     _print_text(compiled.ir_before)
     console.rule("IR after passes")
     _print_text(compiled.ir_after)
-    row: dict[str, Any] = {"problem": name, "mode": "train" if model.training else "eval", "device": "cpu",
-                           "kernels": []}
+    row: dict[str, Any] = {"problem": name, "device": "cpu", "kernels": []}
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("NVRTC", total=len(plan.kernels))
         for k in plan.kernels:
@@ -109,23 +111,19 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     for k in row["kernels"]:
         table.add_row(k["name"], str(k["vector_width"]), str(k["cubin_bytes"]))
     console.print(table)
-    # The plan on the CPU: library ops through ATen, kernels on the interpreter.
-    snapshot = copy.deepcopy(model.state_dict())
-    executor = Executor(plan, torch.device("cpu"))
-    ir_inputs = captured.graph_inputs(model, inputs)
-    with torch.no_grad():
-        outs, new_buffers = executor(ir_inputs)
-        reference = copy.deepcopy(model)
-        ref = flatten_tensors(reference(*inputs))
-    ref_buffers = dict(reference.named_buffers())
-    want_buffers = [ref_buffers[n] for n, _ in captured.mutations]
-    ref64 = fp64_reference(mod, model, snapshot, 0, "cpu")
-    row["correct"], row["max_err_vs_eager"], row["max_err_vs_fp64"], row["eager_err_vs_fp64"] = judge(
-        outs, ref, ref64, list(new_buffers), want_buffers)
+    mod, model, inputs, size = check_inputs(args.problem, args.mode)
+    row["mode"] = "train" if model.training else "eval"
+    figures, checked = check_on_cpu(model, inputs, args.precision, CPU_CHECK_ARCH)
+    row.update(figures)
+    row["checked_at"] = {"rows": size.rows, "of": size.full}
+    same = [k.name for k in checked.kernels] == [k.name for k in plan.kernels]
+    row["checked_kernels_same"] = same
     verdict = "[green]is correct[/green]" if row["correct"] else "[red]is WRONG[/red]"
-    console.print(f"optimized plan on the CPU {verdict} (max abs err {row['max_err_vs_eager']:.2e}; vs fp64 "
-                  f"{row['max_err_vs_fp64']:.2e}, eager's {row['eager_err_vs_fp64']:.2e}; "
-                  f"{len(plan.kernels)} kernels, {sum(s.kind == 'call' for s in plan.run)} library calls)")
+    console.print(f"optimized plan on the CPU at {size.describe()} {verdict} (max abs err "
+                  f"{row['max_err_vs_eager']:.2e}; vs fp64 {row['max_err_vs_fp64']:.2e}, eager's "
+                  f"{row['eager_err_vs_fp64']:.2e}; {len(checked.kernels)} kernels"
+                  f"{', the same as at full size' if same else ' (full size: ' + str(len(plan.kernels)) + ')'}, "
+                  f"{sum(s.kind == 'call' for s in checked.run)} library calls)")
     return row
 
 
@@ -200,9 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fuseforge.runtime.precision import PRECISIONS
     precision_help = ("numerics policy: fp32 (default; fp32 accuracy, f32 matmuls in 3xTF32) or tf32 (opt-in, "
                       "faster: TF32 matmuls, for eager and inductor too)")
+    from fuseforge import __version__
     parser = argparse.ArgumentParser(prog="fuseforge", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"fuseforge {__version__} (torch {torch.__version__})")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true", help="on a failure, print the traceback too")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="optimize a problem file, check it and time it")
+    run = sub.add_parser("run", parents=[common], help="optimize a problem file, check it and time it")
     run.add_argument("problem")
     run.add_argument("--mode", choices=["train", "eval"], help="default: the mode the model is constructed in")
     run.add_argument("--seeds", type=int, default=3, help="random inputs to check (GPU)")
@@ -215,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)")
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
-    bench = sub.add_parser("bench", help="run many problem files, each in its own process, and tabulate them")
+    bench = sub.add_parser("bench", parents=[common], help="run many problem files, each in its own process, and tabulate them")
     bench.add_argument("paths", nargs="*", metavar="DIR_OR_FILES", help="problem files, or folders searched for *.py")
     bench.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
     bench.add_argument("--mode", choices=["train", "eval"], help="default: each model's own mode")
@@ -230,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--merge", nargs="+", metavar="JSON",
                        help="instead of running: combine --json reports of parts of a suite into one")
     bench.set_defaults(fn=_lazy("fuseforge.harness.bench", "cmd_bench"))
-    emit = sub.add_parser("emit", help="write a standalone ModelNew file (torch only, CUDA inline)")
+    emit = sub.add_parser("emit", parents=[common], help="write a standalone ModelNew file (torch only, CUDA inline)")
     emit.add_argument("problem")
     emit.add_argument("-o", "--output", required=True, help="the Python file to write")
     emit.add_argument("--modes", default="train,eval", help="modes to compile plans for (others run eagerly)")
@@ -239,18 +241,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "a file with Hopper kernels runs Model.forward on other GPUs)")
     emit.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     emit.set_defaults(fn=_lazy("fuseforge.emit", "cmd_emit"))
-    explain = sub.add_parser("explain", help="print the IR after each pass and the kernel plan")
+    explain = sub.add_parser("explain", parents=[common], help="print the IR after each pass and the kernel plan")
     explain.add_argument("problem")
     explain.add_argument("--mode", choices=["train", "eval"])
     explain.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     explain.set_defaults(fn=cmd_explain)
     args = parser.parse_args(argv)
     try:
-        return args.fn(args)
-    except (FileNotFoundError, ValueError) as e:
-        console.print(f"[red]fuseforge: {e}[/red]")
+        if args.verbose:
+            return args.fn(args)
+        with quiet_torch():
+            return args.fn(args)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # every failure: one line naming it (the traceback with --verbose), exit 2
+        if args.verbose:
+            print(getattr(e, "details", ""), end="", file=sys.stderr)  # what torch printed while it failed
+            traceback.print_exc()
+        more = "" if args.verbose else " (--verbose shows the traceback)"
+        print(f"fuseforge {args.command}: {one_line(e, getattr(args, 'problem', None))}{more}", file=sys.stderr)
         return 2
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,7 @@ import os
 import sys
 from types import ModuleType
 
-__all__ = ["load_problem", "problem_name"]
+__all__ = ["build_model", "load_problem", "problem_inputs", "problem_name"]
 
 
 def problem_name(path: str | os.PathLike) -> str:
@@ -48,3 +48,35 @@ def load_problem(path: str | os.PathLike) -> ModuleType:
     if missing:
         raise ValueError(f"{path} is not a problem file: missing {', '.join(missing)}")
     return module
+
+
+def build_model(problem_path: str | os.PathLike, mode: str | None, device: str) -> tuple[ModuleType, "torch.nn.Module"]:
+    """A problem file's module and its Model, built after seeding 0 directly on
+    `device` (parameters are initialized there: no host copy of a large
+    model), in `mode` if given."""
+    import torch
+    mod = load_problem(problem_path)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = mod.Model(*mod.get_init_inputs())
+    if mode is not None:
+        model.train(mode == "train")
+    return mod, model.to(device)
+
+
+def problem_inputs(mod: ModuleType, seed: int, device: str, dtype: "torch.dtype | None" = None) -> list:
+    """The problem's get_inputs() drawn after seeding `seed`, created on
+    `device` (a 4 GiB input is drawn on the GPU, not on the host and copied),
+    floating tensors cast to `dtype` if given."""
+    import torch
+    torch.manual_seed(seed)
+    with torch.device(device):
+        raw = mod.get_inputs()
+    out = []
+    for x in raw:
+        if isinstance(x, torch.Tensor):
+            x = x.to(device)
+            if dtype is not None and x.is_floating_point():
+                x = x.to(dtype)
+        out.append(x)
+    return out

@@ -227,14 +227,17 @@ class Executor:
 
         Pointwise groups larger than INTERPRET_LIMIT elements run op by op
         through ATen and the interpreter checks a random sample of
-        INTERPRET_SAMPLE of their elements; other large groups run op by op.
+        INTERPRET_SAMPLE of their elements; other groups writing or reading
+        more than INTERPRET_LIMIT elements run op by op.
         """
         k = self.plan.kernels[index]
         by_ops = self._op_by_op(index)
         shape = self.types[k.outputs[0]].shape
         numel = int(np.prod(shape)) if shape else 1
         largest = max(int(np.prod(self.types[b].shape)) for b in [*k.outputs, *(i.buffer for i in k.inputs)])
-        # The sampled check assumes a pointwise group; convs have no reference semantics.
+        # A GEMM or reduction costs about its output times its operands: only
+        # small ones run on the (scalar) interpreter, the rest through ATen; the
+        # sampled check assumes a pointwise group; convs have no reference semantics.
         if (largest > INTERPRET_LIMIT and k.kind != "pointwise") or k.kind == "conv":
             return by_ops
         slots = list(k.graph_inputs)

@@ -12,6 +12,7 @@ from torch import nn
 
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
+from fuseforge.diagnostics import one_line
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
@@ -58,6 +59,14 @@ def _tensor_meta(t: torch.Tensor) -> tuple:
     return (t.dtype, t.device, t.shape, t.stride())
 
 
+def _source_file(model: nn.Module) -> str | None:
+    """The file that defines the model's class (where failures are located)."""
+    try:
+        return inspect.getsourcefile(type(model))
+    except TypeError:
+        return None
+
+
 def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
     """What a specialization is looked up by: mode, the user's cuDNN conv
     precision flag (which convs may use TF32 depends on it), and each
@@ -95,7 +104,8 @@ class OptimizedModule(nn.Module):
     its forward signature and output structure, and follows `train()`/`eval()`.
     Each call is guarded on mode and on input shapes, dtypes, devices and
     strides: a new combination is captured and compiled again (up to
-    MAX_SPECIALIZATIONS times, then eager with one warning). CPU inputs run eager.
+    MAX_SPECIALIZATIONS times, then eager with one warning). CPU inputs, and
+    arguments it cannot capture, run eagerly, with one warning saying why.
     """
 
     def __init__(self, model: nn.Module, precision: str = "fp32"):
@@ -109,6 +119,8 @@ class OptimizedModule(nn.Module):
         object.__setattr__(self, "_ff_model", model)
         object.__setattr__(self, "_ff_specializations", {})
         object.__setattr__(self, "_ff_gave_up", False)
+        object.__setattr__(self, "_ff_eager_keys", set())  # guard keys that could not be captured
+        object.__setattr__(self, "_ff_warned", False)
         self.training = model.training
         self.precision = precision
 
@@ -132,9 +144,16 @@ class OptimizedModule(nn.Module):
         if kwargs:
             args = self._bind_kwargs(args, kwargs)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if self._ff_gave_up or not tensors or any(t.device.type != "cuda" for t in tensors):
+        if self._ff_gave_up or not tensors:
             return self._eager(*args)
-        candidates = self._ff_specializations.setdefault(_guard_key(self, args), [])
+        if any(t.device.type != "cuda" for t in tensors):
+            where = ", ".join(sorted({str(t.device) for t in tensors}))
+            self._warn_once(f"inputs on {where}, and fuseforge compiles for CUDA devices only")
+            return self._eager(*args)
+        key = _guard_key(self, args)
+        if key in self._ff_eager_keys:
+            return self._eager(*args)
+        candidates = self._ff_specializations.setdefault(key, [])
         for spec in candidates:
             inputs = spec.gather(args)
             if inputs is not None:
@@ -149,16 +168,23 @@ class OptimizedModule(nn.Module):
             spec = self._specialize(args, tensors[0].device)
         except CaptureError as e:
             # Eager raises the model's own error for bad inputs; for code that
-            # torch.export cannot trace, eager is the fallback.
+            # torch.export cannot trace, eager is the fallback, for these
+            # arguments from now on (capture would fail the same way again).
             out = self._eager(*args)
-            warnings.warn(f"fuseforge: could not capture {type(self._ff_model).__name__}; running eagerly: {e}",
-                          stacklevel=2)
+            self._ff_eager_keys.add(key)
+            self._warn_once(f"cannot capture it ({one_line(e, _source_file(self._ff_model))})")
             return out
         candidates.append(spec)
         inputs = spec.gather(args)
         if inputs is None:
             raise RuntimeError("fuseforge internal error: a fresh specialization rejects the inputs it was captured on")
         return self._run(spec, inputs)
+
+    def _warn_once(self, reason: str) -> None:
+        """One warning per module, on its first fall back to eager."""
+        if not self._ff_warned:
+            object.__setattr__(self, "_ff_warned", True)
+            warnings.warn(f"fuseforge: running {type(self._ff_model).__name__} eagerly: {reason}", stacklevel=3)
 
     def _bind_kwargs(self, args: tuple, kwargs: dict) -> tuple:
         sig = inspect.signature(self._ff_model.forward)

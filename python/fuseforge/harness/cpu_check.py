@@ -1,0 +1,161 @@
+"""`fuseforge run` without a GPU, in bounded time and memory.
+
+The problem's plan at its real shapes is captured from the model and inputs
+built on the meta device (nothing allocated) and every kernel of it is
+compiled with NVRTC (disk-cached). Its numerics are checked at a reduced
+batch: get_inputs() is drawn with its leading dimension cut to `rows` (at
+most CHECK_ELEMENTS input elements in all), the same model (real parameters)
+is captured and compiled at that size, and that plan runs on the CPU (library
+calls through ATen, kernels on the reference interpreter) against eager and
+an fp64 reference. Only the batch differs: same graph, same passes, and the
+report says whether the kernels came out the same as at full size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Sequence
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from fuseforge.harness.problem import build_model, load_problem, problem_inputs
+
+#: Input elements (all inputs together) the CPU check runs on at most.
+CHECK_ELEMENTS = 1 << 22
+
+# Factories whose size may come as leading int arguments (randn(8, 16)).
+_VARARG_SIZE = {torch.randn, torch.rand, torch.zeros, torch.ones, torch.empty}
+_FACTORIES = _VARARG_SIZE | {torch.randint, torch.full, torch.normal, torch.rand_like, torch.randn_like}
+
+
+def _is_size(x: Any) -> bool:
+    return isinstance(x, (tuple, list, torch.Size)) and len(x) > 0 and all(isinstance(i, int) for i in x)
+
+
+class _LeadingDimCut(TorchFunctionMode):
+    """While active, tensor factories asked for a leading dimension of `full`
+    make one of `rows` instead (how get_inputs() is drawn at a reduced batch
+    without special-casing any problem)."""
+
+    def __init__(self, full: int, rows: int):
+        super().__init__()
+        self.full, self.rows = full, rows
+
+    def _cut(self, size: Sequence[int]) -> tuple[int, ...]:
+        size = tuple(size)
+        return (self.rows, *size[1:]) if size[0] == self.full else size
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in _FACTORIES:
+            if _is_size(kwargs.get("size")):
+                kwargs["size"] = self._cut(kwargs["size"])
+            else:
+                args = list(args)
+                where = next((i for i, a in enumerate(args) if _is_size(a)), None)
+                if where is not None:
+                    args[where] = self._cut(args[where])
+                elif func in _VARARG_SIZE and args and all(isinstance(a, int) for a in args):
+                    args = list(self._cut(args))
+                args = tuple(args)
+        return func(*args, **kwargs)
+
+
+@dataclass
+class CheckSize:
+    """The batch the CPU check runs at: `rows` of the inputs' leading `full`."""
+    full: int
+    rows: int
+
+    def describe(self) -> str:
+        return "full size" if self.rows == self.full else f"batch {self.rows} of {self.full}"
+
+
+def check_size(meta_inputs: Sequence[Any], budget: int = CHECK_ELEMENTS) -> CheckSize | None:
+    """The reduced batch for inputs whose tensors all share a leading
+    dimension (None when they do not: then they are checked at full size)."""
+    tensors = [x for x in meta_inputs if isinstance(x, torch.Tensor) and x.dim() > 0]
+    if not tensors or len({t.shape[0] for t in tensors}) != 1:
+        return None
+    full = tensors[0].shape[0]
+    per_row = sum(t.numel() // full for t in tensors) if full else 1
+    return CheckSize(full, max(1, min(full, budget // max(per_row, 1))))
+
+
+def reduced_inputs(mod: ModuleType, seed: int, size: CheckSize, meta_inputs: Sequence[Any]) -> list[Any] | None:
+    """get_inputs() on the CPU with the leading dimension cut to `size.rows`;
+    None if what came out is not the full inputs with only that cut."""
+    torch.manual_seed(seed)
+    with _LeadingDimCut(size.full, size.rows):
+        inputs = mod.get_inputs()
+    for got, want in zip(inputs, meta_inputs):
+        if isinstance(want, torch.Tensor):
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != (size.rows, *want.shape[1:]):
+                return None
+    return list(inputs)
+
+
+def meta_model(mod: ModuleType, mode: str | None) -> tuple[torch.nn.Module, list[Any]]:
+    """The problem's model and inputs on the meta device: the real shapes, no memory."""
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = mod.Model(*mod.get_init_inputs())
+        inputs = list(mod.get_inputs())
+    if mode is not None:
+        model.train(mode == "train")
+    return model, inputs
+
+
+def check_inputs(problem: str, mode: str | None) -> tuple[ModuleType, torch.nn.Module, list[Any], CheckSize]:
+    """The CPU model and the inputs the check runs on, with their size. Falls
+    back to the full inputs when they cannot be cut (see reduced_inputs)."""
+    mod = load_problem(problem)
+    _, meta_inputs = meta_model(mod, mode)
+    mod, model = build_model(problem, mode, "cpu")
+    size = check_size(meta_inputs)
+    inputs = reduced_inputs(mod, 0, size, meta_inputs) if size is not None else None
+    if inputs is None:
+        inputs = problem_inputs(mod, 0, "cpu")
+        lead = [x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0]
+        size = CheckSize(lead[0], lead[0]) if lead else CheckSize(1, 1)
+    return mod, model, inputs, size
+
+
+def full_plan(mod: ModuleType, mode: str | None, precision: str, arch: int) -> Any:
+    """The plan of the problem at its real shapes (core.Compiled), captured on
+    the meta device."""
+    from fuseforge.capture import capture
+    from fuseforge.runtime.options import compile_ir
+    model, inputs = meta_model(mod, mode)
+    return compile_ir(capture(model, inputs, name=type(model).__name__).text, precision, arch)
+
+
+def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch: int) -> tuple[dict, Any]:
+    """Captures and compiles `model` on `inputs` and runs that plan on the CPU
+    against eager and an fp64 reference (harness.compare.judge); returns the
+    figures and the plan. The model's buffers are as before afterwards."""
+    from fuseforge.capture import capture
+    from fuseforge.harness.check import in_float64
+    from fuseforge.harness.compare import flatten_tensors, judge
+    from fuseforge.runtime.executor import Executor
+    from fuseforge.runtime.options import compile_ir
+    captured = capture(model, inputs, name=type(model).__name__)
+    plan = compile_ir(captured.text, precision, arch).plan
+    start = {name: b.detach().clone() for name, b in model.named_buffers()}
+
+    def restore() -> None:
+        for name, b in model.named_buffers():
+            b.copy_(start[name])
+    with torch.no_grad():
+        outs, new_buffers = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, inputs))
+        ref = flatten_tensors(model(*inputs))
+        ref_buffers = dict(model.named_buffers())
+        want_buffers = [ref_buffers[n].clone() for n, _ in captured.mutations]
+        restore()
+        inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        with in_float64(model):
+            ref64 = flatten_tensors(model(*inputs64))
+        restore()
+    ok, err, err64, eager64 = judge(outs, ref, ref64, list(new_buffers), want_buffers)
+    return {"correct": ok, "max_err_vs_eager": err, "max_err_vs_fp64": err64, "eager_err_vs_fp64": eager64}, plan

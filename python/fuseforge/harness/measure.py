@@ -1,0 +1,107 @@
+"""Compile times and side-by-side timing of one problem for `fuseforge run`:
+first-call seconds with an empty and with a filled kernel cache
+(compile_times), and eager, inductor and fuseforge timed interleaved
+(time_all). Both use the model itself: optimized modules and torch.compile
+share its parameters, nothing is deep-copied."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Sequence
+
+import torch
+
+
+def warm_imports() -> float:
+    """Imports torch's tracer (torch.export's and dynamo's modules), which the
+    first capture in a process would otherwise pay for (about 2 s); returns
+    the seconds it took. Compile times are measured after it: it is a cost of
+    the process, not of compiling a model."""
+    t0 = time.perf_counter()
+    import torch._dynamo  # noqa: F401
+    import torch.export._trace  # noqa: F401
+    return time.perf_counter() - t0
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32",
+                  keep: bool = False) -> tuple[dict, Any]:
+    """Seconds of the first optimized call (capture, passes, NVRTC, module
+    load, one run), once with an empty kernel cache (compile_s_cold) and once
+    more in a new OptimizedModule with the disk cache that the first filled
+    and this process's in-memory kernels forgotten (compile_s_warm). Run the
+    model eagerly once before, so that CUDA and library initialization are not
+    counted, and warm_imports(). `keep` copies the kernels compiled into the
+    real disk cache. Returns the figures and the second optimized module."""
+    import fuseforge
+    from fuseforge._native import core
+    out: dict[str, Any] = {}
+    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
+    fast = None
+    with tempfile.TemporaryDirectory(prefix="fuseforge-cold-") as cache, torch.no_grad():
+        os.environ["FUSEFORGE_CACHE_DIR"] = cache
+        try:
+            for key in ("compile_s_cold", "compile_s_warm"):
+                core.clear_memory_cache()
+                _synchronize()
+                t0 = time.perf_counter()
+                # Compiling from example inputs raises CaptureError instead of
+                # falling back to eager: a run must not time eager as fuseforge.
+                fast = fuseforge.optimize(model, inputs, precision=precision)
+                fast(*inputs)
+                _synchronize()
+                out[key] = time.perf_counter() - t0
+        finally:
+            if saved is None:
+                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
+            else:
+                os.environ["FUSEFORGE_CACHE_DIR"] = saved
+        if keep and core.cache_dir():
+            shutil.copytree(cache, core.cache_dir(), dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("autotune.json"))
+    return out, fast
+
+
+def compile_inductor(model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32") -> tuple[Any, float]:
+    """torch.compile(model) (sharing its parameters) and the seconds of its
+    first call, which compiles (or loads from inductor's caches)."""
+    from fuseforge.runtime.precision import precision_context
+    compiled = torch.compile(model)
+    with torch.no_grad(), precision_context(precision):
+        t0 = time.perf_counter()
+        compiled(*inputs)
+        _synchronize()
+    return compiled, time.perf_counter() - t0
+
+
+def time_all(model: torch.nn.Module, fast: Any, inputs: Sequence[Any], against: Sequence[str],
+             precision: str = "fp32") -> dict:
+    """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
+    fuseforge, timed interleaved (fuseforge.harness.timing), and fuseforge's
+    roofline estimate (fuseforge.harness.roofline); all three under the same
+    precision policy. `fast` has been called on `inputs` before (compiled)."""
+    from fuseforge.harness.roofline import roofline
+    from fuseforge.harness.timing import time_cuda
+    from fuseforge.runtime.precision import precision_context
+    out: dict[str, Any] = {}
+    fns = {"fuseforge": lambda: fast(*inputs)}
+    if "eager" in against:
+        fns["eager"] = lambda: model(*inputs)
+    if "inductor" in against:
+        compiled, out["inductor_compile_s"] = compile_inductor(model, inputs, precision)
+        fns["inductor"] = lambda: compiled(*inputs)
+    with torch.no_grad(), precision_context(precision):
+        out.update({f"{name}_ms": ms for name, ms in time_cuda(fns).items()})
+    specs = fast.specializations()
+    if specs:  # none when the model could not be captured and ran eagerly
+        out.update(roofline(specs[0].compiled.plan, torch.cuda.get_device_name(), out["fuseforge_ms"], precision))
+    for ref in ("eager", "inductor"):
+        if f"{ref}_ms" in out:
+            out[f"speedup_vs_{ref}"] = out[f"{ref}_ms"] / out["fuseforge_ms"]
+    return out

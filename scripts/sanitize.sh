@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the GPU tests under compute-sanitizer (memcheck, then racecheck) and
+# prints one summary line per tool. For a machine with a GPU and the CUDA
+# toolkit's compute-sanitizer; takes several minutes per tool.
+#   bash scripts/sanitize.sh [PYTEST_ARGS...]    (default: the fault and problem GPU tests)
+# Success: "memcheck: 0 errors" and "racecheck: 0 hazards", exit 0.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+[ -x "$SAN" ] || { echo "sanitize.sh: compute-sanitizer not found (install the CUDA toolkit or set CUDA_HOME)" >&2; exit 1; }
+[ -x .venv/bin/python ] || { echo "sanitize.sh: no .venv here; run bash scripts/setup.sh first" >&2; exit 1; }
+TESTS=("$@")
+[ ${#TESTS[@]} -gt 0 ] || TESTS=(tests/python/test_faults_gpu.py tests/python/test_gpu.py -k "faults or matches_eager")
+mkdir -p build
+# A fresh kernel cache is not needed: the sanitizer checks launches, not compiles.
+# The torch caching allocator hides out-of-bounds accesses inside its blocks.
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+status=0
+for tool in memcheck racecheck; do
+  log=build/sanitize-$tool.log
+  extra=()
+  [ "$tool" = memcheck ] && extra=(--leak-check no)  # torch keeps allocations past exit on purpose
+  "$SAN" --tool "$tool" --target-processes all --launch-timeout 0 --print-limit 100 "${extra[@]}" \
+    .venv/bin/python -m pytest -q -m gpu -p no:cacheprovider "${TESTS[@]}" > "$log" 2>&1
+  rc=$?
+  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|HAZARD" "$log" | tail -1)
+  pytest_line=$(grep -E "[0-9]+ (passed|failed)" "$log" | tail -1)
+  echo "$tool: ${summary:-no sanitizer summary} | pytest: ${pytest_line:-none} (exit $rc; log $log)"
+  if [ $rc -ne 0 ] || ! grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" <<<"$summary"; then status=1; fi
+done
+exit $status
