@@ -40,9 +40,10 @@ import torch
 
 from fuseforge._native import core
 from fuseforge.capture import capture
-from fuseforge.harness.check import build_model, flatten_tensors, fp64_reference, problem_inputs
 from fuseforge.harness.bench import find_problems
-from fuseforge.harness.problem import load_problem, problem_name
+from fuseforge.harness.check import fp64_outputs
+from fuseforge.harness.compare import flatten_tensors
+from fuseforge.harness.problem import build_model, load_problem, problem_inputs, problem_name
 from fuseforge.harness.timing import time_cuda
 from fuseforge.runtime import conv_probe, options
 from fuseforge.runtime.precision import conv_fp32_precision, eager_conv_precision
@@ -166,7 +167,7 @@ def _errors_vs_fp64(mod, model, variants: dict) -> tuple[float, dict[str, float]
     import fuseforge
     snapshot = copy.deepcopy(model.state_dict())
     inputs = problem_inputs(mod, 0, "cuda")
-    ref64 = fp64_reference(mod, model, snapshot, 0, "cuda")
+    ref64 = fp64_outputs(mod, model, 0, "cuda")
     with torch.no_grad():
         eager = max(max_err(o, r) for o, r in zip(flatten_tensors(model(*inputs)), ref64))
     out = {}

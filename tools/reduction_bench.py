@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 import fuseforge
-from fuseforge.harness.check import build_model, problem_inputs
+from fuseforge.harness.problem import build_model, problem_inputs
 from fuseforge.harness.roofline import plan_bytes
 from fuseforge.harness.timing import time_cuda
 

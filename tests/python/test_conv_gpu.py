@@ -10,8 +10,8 @@ import torch
 
 from fuseforge._native import core
 from fuseforge.capture import capture
-from fuseforge.harness.check import build_model, check_correctness
-from fuseforge.harness.problem import problem_name
+from fuseforge.harness.check import check_correctness
+from fuseforge.harness.problem import build_model, problem_name
 from fuseforge.runtime import conv_probe
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import conv_fp32_precision
