@@ -6,8 +6,10 @@ test_faults_gpu.py."""
 import pytest
 import torch
 
+import fuseforge
+
 from fuseforge._native import CPU_CHECK_ARCH
-from fuseforge.capture import capture
+from fuseforge.capture import CaptureError, capture
 from fuseforge.harness.compare import judge
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
@@ -65,3 +67,12 @@ def test_a_nan_where_eager_has_none_is_wrong_even_against_fp64():
     both[5] = out[5]
     ok, err, _, _ = judge([out], [both], [both.double()], [], [])
     assert ok and err == 0.0
+
+
+def test_a_captured_graph_that_does_not_compile_goes_where_capture_failures_go():
+    """f64 inputs into f32 weights trace, but the graph mixes dtypes: that is
+    a CaptureError (eager runs and raises its own error), not a ValueError
+    from the compiler's verifier."""
+    fast = fuseforge.optimize(torch.nn.Linear(4, 3))
+    with pytest.raises(CaptureError, match="does not compile: .*addmm: operand dtypes differ"):
+        fast._specialize([torch.randn(2, 4, dtype=torch.float64)], torch.device("cpu"))

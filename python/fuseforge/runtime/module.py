@@ -196,7 +196,13 @@ class OptimizedModule(nn.Module):
         self._ff_model.training = self.training
         captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
         arch = core.device_arch(device.index or 0) if device.type == "cuda" else 0
-        compiled = compile_ir(captured.text, self.precision, arch, device=device)
+        try:
+            compiled = compile_ir(captured.text, self.precision, arch, device=device)
+        except ValueError as e:
+            # The captured graph is not valid IR: inputs eager itself rejects
+            # (f64 inputs into f32 weights trace fine but mix dtypes), so they
+            # go where capture failures go: eager, which raises its own error.
+            raise CaptureError(f"the captured graph does not compile: {e}") from e
         executor = Executor(compiled.plan, device)
         getters = captured.input_getters(self._ff_model, device)
         state_meta = [_tensor_meta(getattr(*src)) for kind, src in getters if kind == "state"]
