@@ -169,10 +169,9 @@ def _ff_warn_once(key, message):
 '''
 
 
-def _conv_code() -> list[str]:
-    """The library call of convolutions with their decided fp32_precision (library_calls)."""
-    return ["", inspect.getsource(library_calls._ff_conv_fp32).rstrip(), "", "",
-            inspect.getsource(library_calls._ff_convolution).rstrip(), ""]
+def _helper_code() -> list[str]:
+    """The helpers step expressions call (library_calls.HELPERS: a conv under its decided fp32_precision)."""
+    return [line for f in library_calls.HELPERS for line in ("", inspect.getsource(f).rstrip(), "")]
 
 
 def _cutlass_code(needed: bool) -> list[str]:
@@ -224,7 +223,7 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval"), arc
            f"_FF_CPP_SOURCE = r'''{cpp}'''",
            *_cutlass_code(any(k.cutlass for p in plans for k in p.plan.kernels)),
            f"_FF_NEEDS_SM90A = {any(k.sm90a for p in plans for k in p.plan.kernels)}",
-           _SUPPORT, "", inspect.getsource(cached_prepare).rstrip(), *_conv_code()]
+           _SUPPORT, "", inspect.getsource(cached_prepare).rstrip(), *_helper_code()]
     out += ["\n" + f for f in forwards]
     out.append(f"\n_FF_PLANS = {{{table}}}\n")
     out.append(_MODEL_NEW.format(modes=", ".join(m for p in plans for m in p.modes) or "no mode"))

@@ -55,5 +55,5 @@ def make_call(step: core.Step, device: torch.device) -> Call:
     """The library call of a call step (or a kernel's node) as a function of
     its operand list: tensors for buffers, Python numbers for literals."""
     text = step.torch_expr([f"a[{i}]" for i in range(len(step.operands))])
-    namespace = {"torch": torch, "dev": device, "_ff_convolution": _ff_convolution}
+    namespace = {"torch": torch, "dev": device, **{f.__name__: f for f in HELPERS}}
     return eval(f"lambda a: {text}", namespace)  # noqa: S307 - the core's own text
