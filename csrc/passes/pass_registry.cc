@@ -8,6 +8,7 @@ std::unique_ptr<Pass> make_canonicalize();  // canonicalize.cc
 std::unique_ptr<Pass> make_cse();           // cse.cc
 std::unique_ptr<Pass> make_dce();           // dce.cc
 std::unique_ptr<Pass> make_matmul_sum_to_gemv();   // matmul_sum_to_gemv.cc
+std::unique_ptr<Pass> make_gemv_as_reduction();   // gemv_as_reduction.cc
 std::unique_ptr<Pass> make_scale_matmul_operand();  // scale_matmul_operand.cc
 std::unique_ptr<Pass> make_broadcast_bmm_to_mm();  // broadcast_bmm_to_mm.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
@@ -26,6 +27,7 @@ const Entry kPasses[] = {
     {"cse", make_cse},
     {"dce", make_dce},
     {"matmul_sum_to_gemv", make_matmul_sum_to_gemv},
+    {"gemv_as_reduction", make_gemv_as_reduction},
     {"scale_matmul_operand", make_scale_matmul_operand},
     {"broadcast_bmm_to_mm", make_broadcast_bmm_to_mm},
     {"conv_bias_epilogue", make_conv_bias_epilogue},
@@ -53,10 +55,9 @@ std::vector<std::string> pass_names() {
 
 // conv_precision first: it decides on the convolutions as captured.
 std::vector<std::string> default_pipeline() {
-  return {"conv_precision",      "canonicalize",       "matmul_sum_to_gemv", "scale_matmul_operand",
-          "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_layout",        "pointwise_before_view",
-          "cse",
-          "dce"};
+  return {"conv_precision",      "canonicalize",       "matmul_sum_to_gemv", "gemv_as_reduction",
+          "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_layout",
+          "pointwise_before_view", "cse",               "dce"};
 }
 
 }  // namespace ff::passes

@@ -2,6 +2,7 @@
 plan, keeps the prepare section's values between calls and computes them
 again exactly when a weight they read changes, and makes library calls that
 take numbers where torch needs tensors."""
+import pytest
 import torch
 from torch import nn
 
@@ -38,11 +39,19 @@ def _executor(model, x):
     return plan, executor, call
 
 
-def test_prepare_runs_once_and_again_when_the_weights_change_in_any_way():
+@pytest.mark.parametrize("rows", [4, 256])
+def test_prepare_runs_once_and_again_when_the_weights_change_in_any_way(rows):
+    """With few rows the product against the prepared sums is a library GEMV;
+    with rows enough to fill a GPU it is one reduction kernel (gemv_as_reduction)
+    reading x once: either way the prepared sums follow the weight."""
     torch.manual_seed(0)
-    model, x = GemvSum(), torch.randn(4, 32)
+    model, x = GemvSum(), torch.randn(rows, 32)
     plan, executor, call = _executor(model, x)
     assert [s.op for s in plan.prepare if s.kind == "call"] == ["sum"], str(plan)
+    launches = [s for s in plan.run if s.kind == "launch"]
+    if rows >= 256:
+        assert [plan.kernels[s.kernel].kind for s in launches] == ["reduction"], str(plan)
+        assert not [s for s in plan.run if s.kind == "call"], str(plan)
     prepares = []  # one entry per run of the prepare section (its first step counts)
     first = executor._prepare[0]
     executor._prepare[0] = lambda env: (prepares.append(1), first(env))

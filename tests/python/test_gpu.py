@@ -31,7 +31,8 @@ def test_train_mode_updates_buffers_like_eager(path):
 
 def test_weight_derived_values_follow_every_kind_of_weight_change():
     """The prepare section (here the weight's column sums of gemm_divide_sum_scaling's
-    pattern, and eval BatchNorm's rsqrt of the running variance) runs once and
+    pattern, which gemv_as_reduction makes one reduction kernel over x's 512
+    rows, and eval BatchNorm's rsqrt of the running variance) runs once and
     again after an in-place update, an optimizer step, load_state_dict, a
     replaced parameter and .to(): the outputs follow eager every time."""
     class M(torch.nn.Module):
@@ -45,7 +46,7 @@ def test_weight_derived_values_follow_every_kind_of_weight_change():
     torch.manual_seed(0)
     model = M().cuda().eval()
     fast = fuseforge.optimize(model)
-    x = torch.randn(64, 256, device="cuda")
+    x = torch.randn(512, 256, device="cuda")
 
     def check():
         with torch.no_grad():

@@ -61,7 +61,8 @@ def test_hopper_gets_wgmma_kernels_for_k_contiguous_f32_matmuls():
 def test_matmuls_become_gemm_kernels():
     """Every mm/addmm/bmm of the GEMM problems runs as a generated GEMM kernel
     (their operands are plain or transposed matrices). gemm_divide_sum_scaling
-    is not among them: matmul_sum_to_gemv turns its GEMM into an f64 GEMV."""
+    is not among them: matmul_sum_to_gemv turns its GEMM into an f64 GEMV
+    (a reduction kernel: gemv_as_reduction)."""
     names = ["gemm_sigmoid_scaling_residual_add", "bmm_transposed_bias",
              "attention_manual", "mlp_residual", "linear_relu_half"]
     for path in [p for p in PROBLEMS if p.stem in names]:
