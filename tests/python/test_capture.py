@@ -794,3 +794,19 @@ def test_load_problem(tmp_path):
         load_problem(p)
     with pytest.raises(FileNotFoundError):
         load_problem(tmp_path / "missing.py")
+
+
+def test_capture_when_only_the_conv_tf32_flag_was_set():
+    """torch.export itself fails once cudnn.conv.fp32_precision differs from the
+    RNN flag (it reads the legacy allow_tf32 switch); capture still works and
+    leaves the user's flags as they were."""
+    cudnn = torch.backends.cudnn
+    saved = cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision
+    cudnn.conv.fp32_precision = "ieee" if saved[1] != "ieee" else "tf32"
+    try:
+        flags = cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision
+        cap = capture(nn.Conv2d(3, 4, 3), [torch.randn(1, 3, 8, 8)], name="conv")
+        assert "conv" in cap.text
+        assert (cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision) == flags
+    finally:
+        cudnn.conv.fp32_precision = saved[0]

@@ -54,8 +54,31 @@ def _lstm_shape_fix():
         D.one_layer_lstm = orig
 
 
+@contextlib.contextmanager
+def _agreeing_cudnn_tf32_flags():
+    """torch.export reads the legacy cudnn.allow_tf32 switch, which raises once
+    the new per-op flags disagree with it (a user who set only
+    cudnn.conv.fp32_precision = "ieee"). Tracing runs no cuDNN kernel: the
+    legacy switch makes the flags agree meanwhile, and the conv and RNN flags
+    come back after (the switch itself is then unreadable as before)."""
+    cudnn = torch.backends.cudnn
+    try:
+        cudnn.allow_tf32
+    except RuntimeError:
+        pass
+    else:
+        yield
+        return
+    saved = cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision
+    cudnn.allow_tf32 = saved[0] == "tf32"
+    try:
+        yield
+    finally:
+        cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision = saved
+
+
 def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
-    with warnings.catch_warnings(), _lstm_shape_fix():
+    with warnings.catch_warnings(), _lstm_shape_fix(), _agreeing_cudnn_tf32_flags():
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
         warnings.filterwarnings("ignore", message=r".*were assigned during export.*")
         printed = io.StringIO()  # a failing export prints the partial graph to stderr
