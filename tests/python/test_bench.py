@@ -1,6 +1,8 @@
 """`fuseforge bench` without a GPU: problem discovery, isolation of crashes and
 hangs in subprocesses, the JSON report, summaries and clear errors."""
 import json
+import os
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -152,3 +154,18 @@ def test_merge_combines_parts_and_refuses_mismatches(tmp_path):
     assert merged["summary"]["geomean_speedup_vs_eager"] == pytest.approx(4.0)
     assert cli.main(["bench", "--merge", part("c", "p1"), part("d", "p3", device="Y")]) == 2
     assert cli.main(["bench", "--merge", part("e", "p1"), part("f", "p1")]) == 2
+
+
+def test_table_gets_its_natural_width_without_a_terminal(tmp_path):
+    """Piped (no terminal), rich would squeeze the 14-column table into 80
+    columns and cut every cell; `bench` prints it whole instead."""
+    long_name = "a_problem_name_longer_than_eighty_columns_would_allow_in_a_table"
+    report = {"device": "X", "torch": "t", "precision": "fp32", "mode": "model default", "command": "c",
+              "date": "d", "problems": {long_name: {"correct": True, "speedup_vs_eager": 2.0, "eager_ms": 1.25,
+                                                    "fuseforge_ms": 0.625}}}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    out = subprocess.run([sys.executable, "-m", "fuseforge.harness.cli", "bench", "--merge", str(path)],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    assert long_name in out.stdout and "fuseforge ms" in out.stdout and "…" not in out.stdout, out.stdout

@@ -34,7 +34,7 @@ import torch
 from rich.progress import Progress
 from rich.table import Table
 
-from fuseforge.harness.cli import console
+from fuseforge.harness.cli import console, print_full_width
 from fuseforge.harness.problem import problem_name
 from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
@@ -283,8 +283,7 @@ def _write_json(report: dict[str, Any], path: str) -> None:
 
 def _finish(report: dict[str, Any], args: argparse.Namespace) -> int:
     report["summary"] = summarize(report["problems"])
-    # Without a terminal (CI logs, the GPU machine) rich assumes 80 columns: too narrow.
-    console.print(render_table(report), width=None if console.is_terminal else 200)
+    print_full_width(render_table(report))
     if args.json:
         _write_json(report, args.json)
         console.print(f"wrote {args.json}")

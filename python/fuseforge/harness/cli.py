@@ -36,6 +36,16 @@ from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 console = Console()
 
 
+def print_full_width(table: Table) -> None:
+    """Prints `table` on the console; without a terminal (a pipe, CI logs, the
+    GPU machine) rich would squeeze it into 80 columns and cut every cell, so
+    it gets its natural width there."""
+    if not console.is_terminal:
+        natural = console.measure(table, options=console.options.update_width(1 << 16)).maximum
+        console.width = max(console.width, natural)
+    console.print(table)
+
+
 def _run_gpu(args: argparse.Namespace) -> dict:
     """Compile times (with --compile-times / --compile-only), the check over
     --seeds inputs and the timings, all on one optimized module of the model:
@@ -79,7 +89,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
                   f"{row['max_err_vs_fp64']:.2e} ({row['eager_err_vs_fp64']:.2e})", fmt("eager_ms"), fmt("inductor_ms"),
                   fmt("fuseforge_ms"), fmt("speedup_vs_eager"), fmt("speedup_vs_inductor"), *roofline_cells(row))
     table.caption = ROOFLINE_LEGEND
-    console.print(table)
+    print_full_width(table)
     return row
 
 
@@ -110,7 +120,7 @@ def _run_cpu(args: argparse.Namespace) -> dict:
         table.add_column(col)
     for k in row["kernels"]:
         table.add_row(k["name"], str(k["vector_width"]), str(k["cubin_bytes"]))
-    console.print(table)
+    print_full_width(table)
     mod, model, inputs, size = check_inputs(args.problem, args.mode)
     row["mode"] = "train" if model.training else "eval"
     figures, checked = check_on_cpu(model, inputs, args.precision, CPU_CHECK_ARCH)
