@@ -1,7 +1,10 @@
 """Host (CPU) microseconds per call of eager and fuseforge for one problem, and
 fuseforge's per-step host time: shows whether the GPU waits on Python.
-Usage: host_overhead.py FILE..."""
+Usage: host_overhead.py [--profile] FILE...  (--profile: cProfile's top
+functions over 200 calls of the fuseforge module)"""
 import copy
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -22,7 +25,8 @@ def host_us(fn, n=50):
     return statistics.median(times)
 
 
-for path in sys.argv[1:]:
+profile = "--profile" in sys.argv
+for path in [a for a in sys.argv[1:] if a != "--profile"]:
     mod = load_problem(path)
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs()).cuda()
@@ -32,6 +36,14 @@ for path in sys.argv[1:]:
         for _ in range(3):
             model(*inputs), fast(*inputs)
         eager, ff = host_us(lambda: model(*inputs)), host_us(lambda: fast(*inputs))
+        if profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(200):
+                fast(*inputs)
+            prof.disable()
+            torch.cuda.synchronize()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         spec = fast.specializations()[0]
         ex = spec.executor
         per_step = []
