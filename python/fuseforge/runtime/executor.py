@@ -57,7 +57,8 @@ def _raw_stream(device_index: int) -> int:
 
 def _same_layout(x: torch.Tensor, t: _Type) -> bool:
     """Strides agree on every dim of size > 1 (others never move the index)."""
-    return all(n == 1 or a == b for n, a, b in zip(t.shape, x.stride(), t.strides))
+    strides = x.stride()
+    return strides == t.strides or all(n == 1 or a == b for n, a, b in zip(t.shape, strides, t.strides))
 
 
 class Executor:
