@@ -90,6 +90,8 @@ class CapturedGraph:
 
     def unflatten_outputs(self, tensors: Sequence[Any]) -> Any:
         """Rebuilds forward's output structure from the values of output_names."""
+        if not self.output_constants and self.output_tree.is_leaf():  # forward returns one tensor
+            return tensors[0]
         it = iter(tensors)
         leaves = [
             self.output_constants[i] if i in self.output_constants else next(it)

@@ -1,6 +1,7 @@
 """OptimizedModule: the drop-in replacement that `fuseforge.optimize` returns."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import warnings
@@ -18,6 +19,8 @@ from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
 
 log = logging.getLogger("fuseforge")
+
+_NOTHING = contextlib.nullcontext()  # in place of no_grad() when grad is off already: a call's cost counts
 
 #: Re-specializations per module before it falls back to eager for good.
 MAX_SPECIALIZATIONS = 8
@@ -210,11 +213,12 @@ class OptimizedModule(nn.Module):
         return Specialization(captured, compiled, executor, getters, state_meta, targets)
 
     def _run(self, spec: Specialization, inputs: list) -> Any:
-        with torch.no_grad(), precision_context(self.precision):
+        grad = torch.is_grad_enabled()
+        with (torch.no_grad() if grad else _NOTHING), precision_context(self.precision):
             outputs, new_buffers = spec.executor(inputs)
             for (mod, name), value in zip(spec.mutation_targets, new_buffers):
                 getattr(mod, name).copy_(value)
-        if torch.is_grad_enabled():
+        if grad:
             anchor = next((t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad), None)
             if anchor is not None:
                 floating = [i for i, o in enumerate(outputs) if o.is_floating_point()]

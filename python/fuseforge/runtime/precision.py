@@ -50,11 +50,12 @@ def eager_conv_precision() -> str:
     """"tf32" or "ieee": the math cuDNN convolutions may use under the current
     flags: torch.backends.cudnn.conv.fp32_precision, where "none" inherits
     cuDNN's, then the generic setting (the legacy allow_tf32 switch sets them)."""
-    for value in (torch.backends.cudnn.conv.fp32_precision, torch.backends.cudnn.fp32_precision,
-                  torch.backends.fp32_precision):
-        if value != "none":
-            return value
-    return "ieee"
+    value = torch.backends.cudnn.conv.fp32_precision  # read per call: the rest only when it inherits
+    if value == "none":
+        value = torch.backends.cudnn.fp32_precision
+    if value == "none":
+        value = torch.backends.fp32_precision
+    return "ieee" if value == "none" else value
 
 
 #: Within `conv_fp32_precision(value)`, cuDNN convolutions compute f32 as
