@@ -6,7 +6,10 @@ no worse than twice eager's error against fp64, as `fuseforge run` judges);
 --time also times Model and ModelNew the way fuseforge/harness/timing.py does.
 
   python tools/check_emitted.py model_new.py [--mode train|eval] [--seeds N] [--time] [--json OUT]
-                                [--bench REPORT.json --problem NAME]
+                                [--bench REPORT.json --problem NAME] [--device cuda|cpu]
+
+--device cpu (no timing there) checks the file's code paths without a GPU:
+ModelNew then runs Model.forward and says so, which counts as a failure.
 
 With --bench (a `fuseforge bench --json` report of the same machine) it adds
 that report's in-process fuseforge_ms for the problem and the ratio
@@ -38,12 +41,12 @@ def _timing_module():
     return module
 
 
-def _inputs(ns: dict, seed: int, dtype: torch.dtype | None = None) -> list:
+def _inputs(ns: dict, seed: int, device: str, dtype: torch.dtype | None = None) -> list:
     torch.manual_seed(seed)
     out = []
     for x in ns["get_inputs"]():
         if isinstance(x, torch.Tensor):
-            x = x.cuda()
+            x = x.to(device)
             if dtype is not None and x.is_floating_point():
                 x = x.to(dtype)
         out.append(x)
@@ -64,7 +67,15 @@ def _close(a, b) -> bool:
         x.double(), y.double(), rtol=1e-4, atol=1e-4, equal_nan=True) for x, y in zip(a, b))
 
 
-def main() -> int:
+def _time(new: torch.nn.Module, model: torch.nn.Module, x: list) -> dict:
+    """emitted_ms and eager_ms, timed side by side as fuseforge/harness/timing.py does."""
+    time_cuda = _timing_module().time_cuda
+    with torch.no_grad():
+        times = time_cuda({"emitted": lambda: new(*x), "eager": lambda: model(*x)})
+    return {"emitted_ms": times["emitted"], "eager_ms": times["eager"]}
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("emitted")
     parser.add_argument("--mode", choices=["train", "eval"])
@@ -73,13 +84,16 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--bench", help="a fuseforge bench --json report to compare with (needs --time)")
     parser.add_argument("--problem", help="the problem's name in --bench (default: the emitted file's stem)")
-    args = parser.parse_args()
+    parser.add_argument("--device", default="cuda", help="cuda (default), or cpu to check without a GPU")
+    args = parser.parse_args(argv)
+    if args.time and args.device != "cuda":
+        parser.error("--time needs --device cuda")
     ns = runpy.run_path(args.emitted, run_name="_ff_emitted")
     torch.manual_seed(0)
-    model = ns["Model"](*ns["get_init_inputs"]()).cuda()
+    model = ns["Model"](*ns["get_init_inputs"]()).to(args.device)
     if args.mode:
         model.train(args.mode == "train")
-    new = ns["ModelNew"](*ns["get_init_inputs"]()).cuda()
+    new = ns["ModelNew"](*ns["get_init_inputs"]()).to(args.device)
     snapshot = copy.deepcopy(model.state_dict())
     new.load_state_dict(snapshot)
     new.train(model.training)
@@ -89,7 +103,7 @@ def main() -> int:
     fallbacks = caught.__enter__()
     warnings.simplefilter("always")
     for seed in range(args.seeds):
-        x = _inputs(ns, seed)
+        x = _inputs(ns, seed, args.device)
         model.load_state_dict(snapshot)
         new.load_state_dict(snapshot)
         with torch.no_grad():
@@ -98,7 +112,7 @@ def main() -> int:
         m64 = copy.deepcopy(model)
         m64.load_state_dict(snapshot)
         with torch.no_grad():
-            ref64 = _leaves(m64.double()(*_inputs(ns, seed, torch.float64)))
+            ref64 = _leaves(m64.double()(*_inputs(ns, seed, args.device, torch.float64)))
         err, err64, eager64 = _err(out, ref), _err(out, ref64), _err(ref, ref64)
         ok = buf_ok and (_close(out, ref) or (all(o.dtype == r.dtype for o, r in zip(out, ref))
                                                and err64 <= 2 * eager64 + 1e-6))
@@ -106,11 +120,7 @@ def main() -> int:
         row["max_err_vs_eager"] = max(row["max_err_vs_eager"], err)
         row["max_err_vs_fp64"] = max(row["max_err_vs_fp64"], err64)
     if args.time:
-        time_cuda = _timing_module().time_cuda
-        x = _inputs(ns, 1234)
-        with torch.no_grad():
-            row["emitted_ms"] = time_cuda(lambda: new(*x))
-            row["eager_ms"] = time_cuda(lambda: model(*x))
+        row.update(_time(new, model, _inputs(ns, 1234, args.device)))
         row["speedup_vs_eager"] = row["eager_ms"] / row["emitted_ms"]
         if args.bench:
             entry = json.loads(Path(args.bench).read_text())["problems"].get(args.problem or Path(args.emitted).stem, {})

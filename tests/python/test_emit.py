@@ -2,6 +2,8 @@
 CUDA part compiles with nvcc for sm_90; library steps written as text compute
 what the executor's calls compute; ModelNew keeps Model's state_dict keys and
 runs in a process that never imports fuseforge."""
+import importlib.util
+import inspect
 import json
 import math
 import os
@@ -9,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -24,6 +27,28 @@ from conftest import PROBLEMS, ROOT
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 SEEDS = [p for p in PROBLEMS if p.parent.name == "seeds"]
+
+TINY_PROBLEM = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.sigmoid(self.lin(x)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return [8]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -272,8 +297,38 @@ def test_cli_emit_writes_the_file(tmp_path):
     assert "_FF_NEEDS_SM90A = False" in out.read_text() and "_FF_NEEDS_CUTLASS = True" in out.read_text()
 
 
-def test_check_emitted_tool_exists():
-    assert (ROOT / "tools" / "check_emitted.py").is_file()
+def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, monkeypatch):
+    """tools/check_emitted.py (which never imports fuseforge) on the CPU: it
+    loads an emitted file, checks ModelNew against Model and fp64, reports
+    the CPU fallback ModelNew warns about as a failure, and hands the timer
+    what harness/timing.time_cuda takes (a mapping of named calls)."""
+    problem = tmp_path / "tiny.py"
+    problem.write_text(TINY_PROBLEM)
+    emitted = tmp_path / "tiny_new.py"
+    emitted.write_text(emit.emit_problem(problem))
+    spec = importlib.util.spec_from_file_location("check_emitted", ROOT / "tools" / "check_emitted.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = tmp_path / "row.json"
+    assert tool.main([str(emitted), "--device", "cpu", "--seeds", "2", "--json", str(out)]) == 1
+    row = json.loads(out.read_text())
+    assert row["correct"] and row["max_err_vs_fp64"] < 1e-4 and row["mode"] == "train", row
+    assert row["fallbacks"] and "running Model.forward" in row["fallbacks"][0], row
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == row
+
+    from fuseforge.harness.timing import time_cuda
+    called = []
+
+    def timer(*args, **kwargs):  # the real one's signature, without a GPU
+        bound = inspect.signature(time_cuda).bind(*args, **kwargs)
+        for name, fn in bound.arguments["fns"].items():
+            fn()
+            called.append(name)
+        return {name: 2.0 for name in called}
+    monkeypatch.setattr(tool, "_timing_module", lambda: types.SimpleNamespace(time_cuda=timer))
+    model = load_problem(problem).Model(8)
+    assert tool._time(model, model, [torch.randn(4, 8)]) == {"emitted_ms": 2.0, "eager_ms": 2.0}
+    assert called == ["emitted", "eager"]
 
 
 @pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
