@@ -59,12 +59,9 @@ __device__ __forceinline__ void reg_fence(float (&d)[64]) {
 // Rounding to tf32 (nearest, ties away) on the bits: two integer ops where
 // cvt.rna.tf32.f32 is emulated in about five.
 __device__ __forceinline__ unsigned tf32_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
-// x - big, or 0 where x is not finite: its big part carries it alone (x - big
-// would be inf - inf = NaN where eager's product with an inf is +-inf).
-__device__ __forceinline__ float residual(float x, float big) { return isfinite(x) ? x - big : 0.0f; }
 // B's residual: x minus its truncation (what the tensor cores read), rounded.
 __device__ __forceinline__ unsigned tf32_residual(float x) {
-  return tf32_round(residual(x, __uint_as_float(__float_as_uint(x) & 0xffffe000u)));
+  return tf32_round(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u));
 }
 
 // Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
@@ -185,7 +182,7 @@ __device__ __forceinline__ void load_a(const Smem& s, int slot, int ct, unsigned
     for (int j = 0; j < 4; ++j) {
       big[ks][j] = tf32_round(x[j]);
       // Exact in fp32; the tensor cores truncate it, unbiased: its sign is independent of x's.
-      small[ks][j] = __float_as_uint(residual(x[j], __uint_as_float(big[ks][j])));
+      small[ks][j] = __float_as_uint(x[j] - __uint_as_float(big[ks][j]));
     }
   }
 }
