@@ -5,6 +5,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*/*.py"))
 
+#: A small problem file (a Linear layer, relu, a scale); {prelude} and {init}
+#: put code at the top and inside get_init_inputs.
+TINY_PROBLEM = """
+import torch
+import torch.nn as nn
+{prelude}
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2.0
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+def get_init_inputs():
+    {init}
+    return [8]
+"""
+
 
 def pytest_collection_modifyitems(config, items):
     import torch

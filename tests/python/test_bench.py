@@ -11,33 +11,11 @@ import pytest
 from fuseforge.harness import bench, cli
 from fuseforge.harness.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
-from conftest import PROBLEMS, ROOT
-
-TINY = """
-import torch
-import torch.nn as nn
-{prelude}
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x)) * 2.0
-
-def get_inputs():
-    return [torch.randn(4, 8)]
-
-def get_init_inputs():
-    {init}
-    return [8]
-"""
-
+from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 
 def _problem(tmp_path, name, prelude="", init="pass"):
     path = tmp_path / f"{name}.py"
-    path.write_text(TINY.format(prelude=prelude, init=init))
+    path.write_text(TINY_PROBLEM.format(prelude=prelude, init=init))
     return path
 
 

@@ -23,32 +23,10 @@ from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime import library_calls
 from fuseforge.runtime.cutlass_headers import cutlass_include_dir
 
-from conftest import PROBLEMS, ROOT
+from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 SEEDS = [p for p in PROBLEMS if p.parent.name == "seeds"]
-
-TINY_PROBLEM = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-
-    def forward(self, x):
-        return torch.sigmoid(self.lin(x)) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(4, 8)]
-
-
-def get_init_inputs():
-    return [8]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +281,7 @@ def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, mo
     the CPU fallback ModelNew warns about as a failure, and hands the timer
     what harness/timing.time_cuda takes (a mapping of named calls)."""
     problem = tmp_path / "tiny.py"
-    problem.write_text(TINY_PROBLEM)
+    problem.write_text(TINY_PROBLEM.format(prelude="", init="pass"))
     emitted = tmp_path / "tiny_new.py"
     emitted.write_text(emit.emit_problem(problem))
     spec = importlib.util.spec_from_file_location("check_emitted", ROOT / "tools" / "check_emitted.py")
