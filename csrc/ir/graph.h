@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -148,6 +149,12 @@ class Graph {
     for (auto& n : nodes_)
       if (!dead(n.get())) kept.push_back(std::move(n));
     nodes_ = std::move(kept);
+  }
+  // Removes exactly `nodes` (a rewrite's replaced nodes). Their results must be unused.
+  template <class NodePtr>
+  void erase_nodes(const std::vector<NodePtr>& nodes) {
+    const std::unordered_set<const Node*> dead(nodes.begin(), nodes.end());
+    erase_nodes_if([&](const Node* n) { return dead.count(n) != 0; });
   }
   // Reorders nodes; `order` must be a permutation of nodes().
   void set_node_order(const std::vector<Node*>& order);

@@ -10,7 +10,6 @@
 // transposed input projection) to expand + bmm; eager folds it into one mm
 // after a reshape (a copy when x's rows do not merge), which cuBLAS runs much
 // faster than B small GEMMs. The view here has the same rule: alias or copy.
-#include <algorithm>
 
 #include "passes/pass.h"
 
@@ -39,7 +38,7 @@ class BroadcastBmmToMm : public Pass {
       g.replace_all_uses(n->result(), back->result());
     }
     if (rewritten.empty()) return false;
-    g.erase_nodes_if([&](const Node* n) { return std::find(rewritten.begin(), rewritten.end(), n) != rewritten.end(); });
+    g.erase_nodes(rewritten);
     return true;
   }
 

@@ -8,7 +8,6 @@
 // fuses into the kernel that already reads the output. Done only when every
 // user of the result is pointwise or a reduction (whose kernel takes the add
 // in as its prologue), so the add always lands in an existing kernel.
-#include <algorithm>
 
 #include "passes/pass.h"
 #include "passes/patterns.h"
@@ -59,9 +58,7 @@ class ConvBiasEpilogue : public Pass {
       g.replace_all_uses(y, add->result());
     }
     if (candidates.empty()) return false;
-    g.erase_nodes_if([&](const Node* n) {
-      return std::find(candidates.begin(), candidates.end(), n) != candidates.end();
-    });
+    g.erase_nodes(candidates);
     return true;
   }
 

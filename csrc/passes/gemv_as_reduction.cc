@@ -16,7 +16,7 @@
 // reduction scheduler would leave the sum a library call after a materialized
 // product. f32/f64 only: in f16/bf16 the product's rounding would differ from
 // a GEMV's f32 accumulation.
-#include <algorithm>
+#include <utility>
 
 #include "passes/pass.h"
 #include "passes/patterns.h"
@@ -52,7 +52,7 @@ class GemvAsReduction : public Pass {
       g.replace_all_uses(n->result(), sum->result());
     }
     if (rewritten.empty()) return false;
-    g.erase_nodes_if([&](const Node* n) { return std::find(rewritten.begin(), rewritten.end(), n) != rewritten.end(); });
+    g.erase_nodes(rewritten);
     return true;
   }
 

@@ -14,7 +14,6 @@
 // as close to the exact value as eager's. f32/f64 only: f16/bf16 keep eager's
 // order, because eager rounds every GEMM output element there and a more
 // accurate answer would not match it to 1e-4.
-#include <algorithm>
 
 #include "passes/pass.h"
 #include "passes/patterns.h"
@@ -39,7 +38,7 @@ class MatmulSumToGemv : public Pass {
       replaced.insert(replaced.end(), m.chain.begin(), m.chain.end());
     }
     // Each replaced node's only reader was the next one (checked in match).
-    g.erase_nodes_if([&](const Node* n) { return std::find(replaced.begin(), replaced.end(), n) != replaced.end(); });
+    g.erase_nodes(replaced);
     return !matches.empty();
   }
 
