@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import glob
-import inspect
 import math
 import os
 import re
@@ -33,6 +32,8 @@ from fuseforge.capture import (
 )
 from fuseforge.dtypes import TORCH
 from fuseforge.harness.problem import load_problem, problem_name
+
+from fn_model import Fn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBLEMS = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "problems", "*", "*.py")))
@@ -385,27 +386,6 @@ def test_decomposition_table_keeps_ops_whole():
 
 # ---------------------------------------------------------------------------
 # Small models: IR vs eager
-
-
-class _FnBase(nn.Module):
-    def __init__(self, fn, **modules):
-        super().__init__()
-        self.fn = fn
-        for k, m in modules.items():
-            setattr(self, k, m)
-
-
-def Fn(fn, **modules) -> nn.Module:
-    """A module whose forward is `fn(module, *args)`, with fn's argument names."""
-    def forward(self, *args):
-        return self.fn(self, *args)
-
-    params = list(inspect.signature(fn).parameters.values())[1:]
-    forward.__signature__ = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        + [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
-    cls = type("Fn", (_FnBase,), {"forward": forward})
-    return cls(fn, **modules)
 
 
 def _r(*shape, dtype=torch.float32):

@@ -21,18 +21,9 @@ import torch.nn.functional as F
 
 import fuseforge
 
+from fn_model import Fn
+
 pytestmark = pytest.mark.gpu
-
-
-class Fn(nn.Module):
-    def __init__(self, fn, **modules):
-        super().__init__()
-        self.fn = fn
-        for k, m in modules.items():
-            setattr(self, k, m)
-
-    def forward(self, *xs):
-        return self.fn(self, *xs)
 
 
 def _rms(m, x):
