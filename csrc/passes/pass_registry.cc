@@ -15,6 +15,7 @@ std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
 std::unique_ptr<Pass> make_conv_precision();  // conv_precision.cc
 std::unique_ptr<Pass> make_conv_layout();     // conv_layout.cc
 std::unique_ptr<Pass> make_split_gemm_reduction();  // split_gemm_reduction.cc
+std::unique_ptr<Pass> make_split_long_reduction();  // split_long_reduction.cc
 std::unique_ptr<Pass> make_pointwise_before_view();  // pointwise_before_view.cc
 
 namespace {
@@ -34,6 +35,7 @@ const Entry kPasses[] = {
     {"conv_precision", make_conv_precision},
     {"conv_layout", make_conv_layout},
     {"split_gemm_reduction", make_split_gemm_reduction},
+    {"split_long_reduction", make_split_long_reduction},
     {"pointwise_before_view", make_pointwise_before_view},
 };
 }  // namespace
@@ -57,7 +59,7 @@ std::vector<std::string> pass_names() {
 std::vector<std::string> default_pipeline() {
   return {"conv_precision",      "canonicalize",       "matmul_sum_to_gemv", "gemv_as_reduction",
           "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_layout",
-          "pointwise_before_view", "cse",               "dce"};
+          "split_long_reduction", "pointwise_before_view", "cse",      "dce"};
 }
 
 }  // namespace ff::passes

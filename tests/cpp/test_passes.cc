@@ -119,15 +119,15 @@ TEST(PassesGoldenFiles, AllLoad) {
 TEST(PassesRegistry, KnowsThePassesAndTheDefaultPipeline) {
   auto names = passes::pass_names();
   for (const char* p : {"canonicalize", "matmul_sum_to_gemv", "gemv_as_reduction", "scale_matmul_operand", "broadcast_bmm_to_mm",
-                        "conv_bias_epilogue", "conv_precision", "conv_layout", "pointwise_before_view", "cse",
-                        "dce"}) {
+                        "conv_bias_epilogue", "conv_precision", "conv_layout", "split_long_reduction", "pointwise_before_view",
+                        "cse", "dce"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), p), names.end()) << p;
     EXPECT_EQ(passes::create_pass(p)->name(), p);
   }
   EXPECT_EQ(passes::default_pipeline(),
             (std::vector<std::string>{"conv_precision", "canonicalize", "matmul_sum_to_gemv",
                                       "gemv_as_reduction", "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue",
-                                      "conv_layout", "pointwise_before_view", "cse", "dce"}));
+                                      "conv_layout", "split_long_reduction", "pointwise_before_view", "cse", "dce"}));
   EXPECT_THROW(passes::create_pass("no-such-pass"), IRError);
   EXPECT_THROW(passes::PassManager({"cse", "no-such-pass"}), IRError);
 }

@@ -30,10 +30,15 @@ EXPECTED = {
     "conv2d_instancenorm_scale": ([["var", "mean"]], ["opaque", "opaque"]),  # the weight and bias repeated per sample
     "conv2d_channel_max_sigmoid": ([["amax"]], []),
     "convtranspose2d_softmax_channels": ([["softmax"]], []),
-    "conv2d_batchnorm_train_scale": ([["var", "mean"]], []),
+    # Statistics of 48 channels of 2.4M elements: partials per image and
+    # channel, then the channels' (split_long_reduction), with running stats.
+    "conv2d_batchnorm_train_scale": ([["mean", "var"], ["mean", "var", "mean"]], []),
     "convtranspose3d_layernorm_pool": ([["layer_norm"]], ["opaque"]),  # avg_pool3d
     "conv3d_softmax_maxpool": ([["softmax"]], ["opaque"]),  # max_pool3d
-    "conv2d_avgpool_sigmoid_sum": ([["sum"]], ["opaque"]),  # avg_pool2d
+    "conv2d_avgpool_sigmoid_sum": ([["sum"], ["sum"]], ["opaque"]),  # avg_pool2d; 128 sums split in two
+    # Three train-mode batch norms, each split (the first, 32 channels of 2M
+    # elements, was two library calls before), then the global average pool.
+    "small_convnet": ([["mean", "var"], ["mean", "var", "mean"]] * 3 + [["mean"]], ["opaque", "opaque"]),  # max_pool2d
 }
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "prod", "var", "any", "argmax", "argmin", "logsumexp", "softmax",
                "log_softmax", "layer_norm"}

@@ -58,6 +58,10 @@ CASES = {
     "var_std_correction": (lambda m, x: (x.var(1), x.std(1, correction=0), *torch.var_mean(x, 1)),
                            [_r(512, 3000)], {}),
     "long_rows_few": (lambda m, x: x.sum((1, 2, 3)), [_r(64, 32, 80, 80)], {}),
+    # few long rows, split into partials (split_long_reduction)
+    "var_mean_channels_split": (lambda m, x: torch.var_mean(x, (0, 2, 3)), [_r(32, 48, 64, 64)], {}),
+    "var_mean_channels_last_split": (lambda m, x: torch.var_mean(x, (0, 2, 3)), [_channels_last(32, 48, 64, 64)], {}),
+    "sum_one_long_dim_split": (lambda m, x: (x.sum(1), torch.logsumexp(x, 1, keepdim=True)), [_r(4, 1 << 20)], {}),
     "softmax_long_rows": (lambda m, x: torch.softmax(x, -1), [_r(512, 32768)], {}),
     "log_softmax_rows": (lambda m, x: torch.log_softmax(x, -1), [_r(2048, 1000)], {}),
     "logsumexp_rows": (lambda m, x: torch.logsumexp(x, -1), [_r(2048, 4096)], {}),
@@ -193,9 +197,9 @@ def test_train_batch_norm_running_stats_after_three_steps(layout):
         if layout == "channels_last":
             x = x.to(memory_format=torch.channels_last)
         torch.testing.assert_close(fast(x), eager(x), rtol=1e-4, atol=1e-4)
-    # Channels-last statistics are 48 columns of 131072: too few blocks without
-    # splitting columns across blocks, so they stay library calls there.
-    assert bool(_reduction_kernels(fast)) == (layout == "contiguous")
+    # Either layout: statistics of 48 channels of 131072 elements, split into
+    # partials per image and channel (split_long_reduction).
+    assert len(_reduction_kernels(fast)) == 2
     for name in ("running_mean", "running_var"):
         torch.testing.assert_close(getattr(model[1], name), getattr(eager[1], name), rtol=1e-5, atol=1e-6)
     assert int(model[1].num_batches_tracked) == int(eager[1].num_batches_tracked) == 3
