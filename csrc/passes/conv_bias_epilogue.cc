@@ -11,17 +11,19 @@
 
 #include "passes/pass.h"
 #include "passes/patterns.h"
+#include "passes/split_long_reduction.h"
 
 namespace ff::passes {
 
 namespace {
 
 // Whether every user of `v` (a convolution's result) is pointwise or a
-// reduction. For a 2-D convolution only reductions over the channels: the
-// add makes conv_channels_last run it NHWC, where a reduction over the
-// channels reads rows of unit stride, but one over N, H, W would have few
-// columns (a batch norm's 48: two blocks) and softmax, log_softmax or
-// layer_norm would write their NCHW result across rows (uncoalesced).
+// reduction. For a 2-D convolution only reductions over the channels, or
+// ones split_long_reduction splits: the add makes conv_layout run it NHWC,
+// where a reduction over the channels reads rows of unit stride and a batch
+// norm's statistics over N, H, W partials of many columns, but another over
+// N, H, W would have few columns, and softmax, log_softmax or layer_norm
+// would write their NCHW result across rows (uncoalesced).
 bool feeds_only_fusible(const Graph& g, const Value* v) {
   if (g.is_graph_output(v)) return false;
   auto users = g.users(v);
@@ -33,7 +35,7 @@ bool feeds_only_fusible(const Graph& g, const Value* v) {
     if (!nhwc_next) continue;
     const bool normalization = u->op == Op::Softmax || u->op == Op::LogSoftmax || u->op == Op::LayerNorm;
     const bool over_channels = u->has_attr("dims") && u->attr_ints("dims") == std::vector<int64_t>{1};
-    if (normalization || !over_channels) return false;
+    if (normalization || !(over_channels || splits_into_partials(*u))) return false;
   }
   return true;
 }
