@@ -11,10 +11,11 @@
 // from the front end's autotuning probe) overrides the model.
 //
 // A channels-last conv gets channels-last operands and result. Then the
-// layout spreads: a pointwise op or a pooling op (ATen keeps its input's
-// memory format) reading a channels-last value of its own shape writes
-// channels-last too, so conv -> norm -> relu -> pool -> conv chains stay
-// channels-last; a conv's input made by a pointwise kernel is written
+// layout spreads: a pointwise op, a normalization (softmax, layer_norm: its
+// kernel then writes along the dim it reads along) or a pooling op (ATen
+// keeps its input's memory format) reading a channels-last value of its own
+// shape writes channels-last too, so conv -> norm -> relu -> pool -> conv
+// chains stay channels-last; a conv's input made by a pointwise kernel is written
 // channels-last by that kernel; only what remains gets a `copy`. Values that
 // are returned keep the strides eager gives them (a conv's result through a
 // `copy` back), and pointwise kernels read any strides, so the conversion
@@ -29,6 +30,7 @@
 
 #include "fusion/conv.h"
 #include "fusion/conv_cost.h"
+#include "fusion/reduction_domain.h"
 #include "ir/conv.h"
 #include "passes/pass.h"
 
@@ -57,6 +59,9 @@ bool reads_any_layout(const Node& n) {
 }
 
 bool pointwise(const Node& n) { return op_kind(n.op) == OpKind::Pointwise; }
+
+// Ops whose result the layout spreads to from an operand of the result's shape.
+bool follows_layout(const Node& n) { return pointwise(n) || fusion::is_normalization(n.op); }
 
 // Whether a view (or another layout op, whose strides follow its input's) reads `v`.
 bool read_by_layout_op(const Graph& g, const Value* v) {
@@ -149,11 +154,14 @@ class ConvLayout : public Pass {
   }
 
   // The conv's channels-last result costs no conversion: it is not returned
-  // and every library op that reads it reads any layout (not a view).
+  // and every library op that reads it reads any layout (not a view); a
+  // normalization reads and writes it channels-last unless it returns it.
   static bool result_is_free(const Graph& g, const Value& y) {
     if (g.is_graph_output(&y)) return false;
-    for (const Node* u : g.users(&y))
-      if (!pointwise(*u) && !reads_any_layout(*u)) return false;
+    for (const Node* u : g.users(&y)) {
+      const bool spreads = fusion::is_normalization(u->op) && placeable(g, u->result());
+      if (!pointwise(*u) && !reads_any_layout(*u) && !spreads) return false;
+    }
     return true;
   }
 
@@ -176,17 +184,17 @@ class ConvLayout : public Pass {
         if (o.is_value() && o.value == y) o = Operand::of(back->result());
   }
 
-  // Pointwise and pooling ops reading a channels-last value of their own
-  // shape write channels-last too (not a returned value, nor the input of a
-  // conv kept contiguous), in graph order so that chains follow.
+  // Pointwise, normalization and pooling ops reading a channels-last value of
+  // their own shape write channels-last too (not a returned value, nor the
+  // input of a conv kept contiguous), in graph order so that chains follow.
   static void spread(Graph& g, const std::unordered_set<const Node*>& contiguous) {
     for (auto& np : g.nodes()) {
       Node& n = *np;
-      if (!(pointwise(n) || keeps_memory_format(n)) || n.results.empty()) continue;
+      if (!(follows_layout(n) || keeps_memory_format(n)) || n.results.empty()) continue;
       Value* r = n.result();
       if (!placeable(g, r) || is_channels_last(r->type) || feeds(g, r, contiguous) || read_by_layout_op(g, r))
         continue;
-      // Pooling follows its input; a pointwise op, the operands of its own shape.
+      // Pooling follows its input; the others, their operands of their own shape.
       bool reads_channels_last = false;
       for (const Operand& o : n.operands)
         reads_channels_last |= o.is_value() && is_channels_last(o.value->type) &&
