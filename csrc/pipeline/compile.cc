@@ -81,6 +81,8 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   // matmuls become GEMM kernels, which then write block partials.
   const auto& dtypes = options.gemm_dtypes;
   if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_reduction"});
+  // Last and alone: cse would merge its copies back.
+  if (options.passes.empty()) run({"recompute_pointwise"});
   out.ir_after = print(*graph);
   graph = parse(out.ir_after);  // value names as printed: the plan, its text and kernels use them
   fusion::FusionOptions fo;

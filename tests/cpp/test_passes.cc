@@ -119,7 +119,7 @@ TEST(PassesGoldenFiles, AllLoad) {
 TEST(PassesRegistry, KnowsThePassesAndTheDefaultPipeline) {
   auto names = passes::pass_names();
   for (const char* p : {"canonicalize", "matmul_sum_to_gemv", "gemv_as_reduction", "scale_matmul_operand", "broadcast_bmm_to_mm",
-                        "conv_bias_epilogue", "conv_precision", "conv_layout", "split_long_reduction", "pointwise_before_view",
+                        "conv_bias_epilogue", "conv_precision", "conv_layout", "split_long_reduction", "recompute_pointwise", "pointwise_before_view",
                         "cse", "dce"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), p), names.end()) << p;
     EXPECT_EQ(passes::create_pass(p)->name(), p);
