@@ -23,6 +23,7 @@
 // One reduced dim (a contiguous input) is first viewed as two, [A, B].
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "passes/split_long_reduction.h"
