@@ -20,8 +20,6 @@
 //
 // The pipeline runs it once, after the others (compile.cc): cse would merge
 // the copies back.
-#include <unordered_set>
-
 #include "fusion/reduction_domain.h"
 #include "passes/pass.h"
 

@@ -13,8 +13,9 @@
 // consumers' work (running statistics, rsqrt) fuses into the small final one.
 //
 // The partials keep the reduced dims outermost in memory and reduce the rest,
-// so each partial row reads a contiguous stretch where the layout allows. Exact regroupings, for f32 and f64 (the others would round each
-// partial to their own precision):
+// so each partial row reads a contiguous stretch where the layout allows.
+// Exact regroupings, for f32 and f64 (the others would round each partial to
+// their own precision):
 //   sum, amax, amin, logsumexp: the op of the op's partials;
 //   mean: the mean of equal-size partial means;
 //   var (correction c over L elements): the law of total variance over
@@ -225,18 +226,11 @@ class SplitLongReduction : public Pass {
     return p;
   }
 
+  // A reduction node before `before`, its result type by the op's shape rule.
   static Value* reduce(Graph& g, Node* before, Op op, Value* x, Attrs attrs) {
-    Shape shape = x->type.shape;
-    const bool keepdim = std::get<bool>(attrs.at("keepdim"));
-    const auto& dims = std::get<std::vector<int64_t>>(attrs.at("dims"));
-    Shape out;
-    for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-      const bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
-      if (!reduced) out.push_back(shape[d]);
-      else if (keepdim) out.push_back(1);
-    }
-    return g.insert_before(before, op, {Operand::of(x)}, {TensorType::contiguous(x->type.dtype, out)},
-                           std::move(attrs))->result();
+    Node* r = g.insert_before(before, op, {Operand::of(x)}, {x->type}, std::move(attrs));
+    r->result()->type = infer_result_types(*r).at(0);
+    return r->result();
   }
 
   static Value* binary(Graph& g, Node* before, Op op, Value* a, Operand b) {
