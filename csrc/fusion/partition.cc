@@ -8,7 +8,7 @@ namespace ff::fusion {
 
 namespace {
 constexpr Group::Kind kKinds[] = {Group::Kind::Pointwise, Group::Kind::Gemm, Group::Kind::Reduction,
-                                   Group::Kind::Conv};
+                                   Group::Kind::Pool, Group::Kind::Conv};
 }  // namespace
 
 std::string_view group_kind_name(Group::Kind kind) {
@@ -16,6 +16,7 @@ std::string_view group_kind_name(Group::Kind kind) {
     case Group::Kind::Pointwise: return "pointwise";
     case Group::Kind::Gemm: return "gemm";
     case Group::Kind::Reduction: return "reduction";
+    case Group::Kind::Pool: return "pool";
     case Group::Kind::Conv: return "conv";
   }
   return "?";

@@ -5,14 +5,19 @@ namespace ff::fusion {
 const Scheduler& pointwise_scheduler();  // pointwise_scheduler.cc
 const Scheduler& gemm_scheduler();       // gemm_scheduler.cc
 const Scheduler& reduction_scheduler();  // reduction_scheduler.cc
+const Scheduler& pool_scheduler();       // pool_scheduler.cc
 const Scheduler& conv_scheduler();       // conv_scheduler.cc
 
 // Reductions claim before convs: a conv's epilogue that a reduction also reads
 // (a bias before a softmax) joins the reduction, which reads the conv's result
-// once either way.
+// once either way. Pools claim after reductions (a pointwise group between a
+// pool and a reduction is the reduction's prologue or the pool's epilogue,
+// the same traffic either way) and before convs (a conv's pointwise epilogue
+// that a pool reads is the pool's prologue: the conv kernel's result is
+// written once either way).
 const std::vector<const Scheduler*>& schedulers() {
   static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler(), &reduction_scheduler(),
-                                                  &conv_scheduler()};
+                                                  &pool_scheduler(), &conv_scheduler()};
   return all;
 }
 

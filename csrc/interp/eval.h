@@ -60,6 +60,7 @@ HostTensor arg_reduce(const Node& n, const Env& env, bool is_max);
 HostTensor map_rows_along_dim(const Node& n, const Env& env,
                               void (*f)(const std::vector<double>& in, std::vector<double>& out));
 HostTensor eval_layer_norm(const Node& n, const Env& env);
+HostTensor eval_pool(const Node& n, const Env& env);    // pooling.cc
 HostTensor eval_matmul(const Node& n, const Env& env);  // matmul.cc
 HostTensor eval_layout(const Node& n, const Env& env);  // layout.cc
 

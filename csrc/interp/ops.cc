@@ -151,6 +151,7 @@ Evaluator reference_semantics(Op op) {
     case Op::Softmax: return [](const Node& n, const Env& env) { return map_rows_along_dim(n, env, softmax_row<false>); };
     case Op::LogSoftmax: return [](const Node& n, const Env& env) { return map_rows_along_dim(n, env, softmax_row<true>); };
     case Op::LayerNorm: return eval_layer_norm;
+    case Op::MaxPool: case Op::AvgPool: return eval_pool;
     case Op::Cumsum:
       return [](const Node& n, const Env& env) {
         return map_rows_along_dim(n, env, [](const std::vector<double>& in, std::vector<double>& out) {

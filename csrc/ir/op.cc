@@ -24,6 +24,7 @@ std::string_view op_kind_name(OpKind k) {
   switch (k) {
     case OpKind::Pointwise: return "pointwise";
     case OpKind::Reduction: return "reduction";
+    case OpKind::Window: return "window";
     case OpKind::Scan: return "scan";
     case OpKind::Matmul: return "matmul";
     case OpKind::Conv: return "conv";

@@ -7,7 +7,7 @@
 
 namespace ff {
 
-enum class OpKind : uint8_t { Pointwise, Reduction, Scan, Matmul, Conv, Layout, Opaque };
+enum class OpKind : uint8_t { Pointwise, Reduction, Window, Scan, Matmul, Conv, Layout, Opaque };
 
 // How an op's result dtype follows from its operands (ir/type_rules.h applies it).
 enum class ResultDType : uint8_t {

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "ir/graph.h"
+#include "ir/pool.h"
 #include "ir/type_rules.h"
 
 namespace ff {
@@ -337,6 +338,13 @@ std::vector<TensorType> infer_shapes(const Node& n) {
   switch (op_kind(n.op)) {
     case OpKind::Pointwise: return pointwise(n);
     case OpKind::Reduction: return reduction(n);
+    case OpKind::Window: {
+      const TensorType& x = operand_type(n, 0);
+      const PoolSpec p = *pool_spec(n, x.shape);
+      Shape out = x.shape;
+      std::copy(p.output_size.begin(), p.output_size.end(), out.end() - p.dims);
+      return {TensorType::contiguous(x.dtype, out)};
+    }
     case OpKind::Scan:
       normalize_dim(n.attr_int("dim"), static_cast<int64_t>(operand_type(n, 0).shape.size()));
       return {TensorType::contiguous(n.results[0]->type.dtype, operand_type(n, 0).shape)};

@@ -38,8 +38,10 @@ namespace ff::passes {
 
 namespace {
 
-// ATen ops that return their input's memory format (pooling).
+// Ops that return their input's memory format: pooling (the IR's, and ATen's
+// forms capture keeps opaque).
 bool keeps_memory_format(const Node& n) {
+  if (op_kind(n.op) == OpKind::Window) return true;
   if (n.op != Op::Opaque || !n.has_attr("target")) return false;
   static const std::set<std::string> targets{
       "aten.max_pool2d.default", "aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default",

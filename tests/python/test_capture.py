@@ -373,6 +373,14 @@ def test_real_cpu_tensors_capture_like_meta():
             assert torch.equal(v, before[k]), f"capture changed {k}"
 
 
+def test_pools_become_window_ops():
+    """max/avg pooling (1-3 d, max_pool's values when its indices go unused)
+    become IR ops a kernel can fuse; used indices keep the ATen op."""
+    ops = [line.split(" = ")[1].split("(")[0] for line in case_capture("pool_windows").text.splitlines() if " = " in line]
+    assert ops.count("max_pool") == 4 and ops.count("avg_pool") == 4 and "opaque" not in ops
+    assert 'target="aten.max_pool2d_with_indices.default"' in case_capture("pools").text
+
+
 def test_decomposition_table_keeps_ops_whole():
     names = {str(k) for k in decomposition_table()}
     for kept in ("aten.lstm.input", "aten.gru.input", "aten.max_pool2d.default", "aten.silu.default",
@@ -482,6 +490,12 @@ NORM_CASES = {
     "batch_norm_train": (lambda m, x: m.bn(x), [_r(8, 5)], dict(bn=nn.BatchNorm1d(5))),
     "pools": (lambda m, x: (F.max_pool2d(x, 2), F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, 1),
                             F.max_pool2d(x, 3, 2, 1, return_indices=True)), [_r(2, 3, 8, 8)]),
+    "pool_windows": (lambda m, x, y, z: (F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True),
+                                         F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True, count_include_pad=False),
+                                         F.avg_pool2d(x, 3, 1, 1, divisor_override=5), F.max_pool1d(y, 3, 2, 1),
+                                         F.avg_pool1d(y, 4, 3, 2), F.max_pool3d(z, 2), F.avg_pool3d(z, (2, 2, 3), 2, 1),
+                                         F.max_pool2d(x, 2, return_indices=True)[0] + 1),
+                     [_r(2, 3, 7, 9), _r(2, 3, 11), _r(1, 2, 5, 6, 7)]),
     "upsample": (lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest"), [_r(1, 2, 3, 3)]),
     "sdpa": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
              [_r(2, 3, 5, 4), _r(2, 3, 5, 4), _r(2, 3, 5, 4)]),

@@ -18,7 +18,8 @@ NOT_INTERPRETED = {"convolution", "opaque"}
 
 def test_op_facts_come_from_the_table():
     assert len(OPS) == len(core.op_names())
-    assert {i.kind for i in OPS.values()} <= {"pointwise", "reduction", "scan", "matmul", "conv", "layout", "opaque"}
+    assert {i.kind for i in OPS.values()} <= {"pointwise", "reduction", "window", "scan", "matmul", "conv", "layout",
+                                              "opaque"}
     assert OPS["eq"].result_dtype == "compare" and OPS["logical_not"].result_dtype == "logical"
     assert OPS["where"].num_operands == 3 and not OPS["where"].promotes_operand(0)
     assert OPS["mul"].aten == ["mul.Tensor", "mul.Scalar"]
@@ -80,6 +81,35 @@ def _pointwise_cases():
             yield f"{name}:literal", _graph({"x0": f32}, f"{name}(%x0, 0.75) : {rd}[3,5]")
 
 
+def _pool_cases():
+    """ATen's window arithmetic: padding, ceil_mode's last window, dilation,
+    the divisor at padded edges with and without count_include_pad, an
+    override; 1-, 2- and 3-d windows (the interpreter against ATen's ops)."""
+    x2, x1, x3 = {"x": "f32[2,3,7,9]"}, {"x": "f32[2,3,11]"}, {"x": "f32[1,2,5,6,7]"}
+    return (
+        ("max_pool", _graph(x2, "max_pool(%x) {ceil_mode=false, dilation=[1, 1], kernel=[2, 2], padding=[0, 0], "
+                                "stride=[2, 2]} : f32[2,3,3,4]")),
+        ("max_pool:padded_ceil_dilated", _graph(x2, "max_pool(%x) {ceil_mode=true, dilation=[2, 1], kernel=[3, 3], "
+                                                    "padding=[1, 1], stride=[2, 2]} : f32[2,3,3,5]")),
+        ("max_pool:1d", _graph(x1, "max_pool(%x) {ceil_mode=true, dilation=[1], kernel=[3], padding=[1], "
+                                   "stride=[2]} : f32[2,3,6]")),
+        ("max_pool:3d", _graph(x3, "max_pool(%x) {ceil_mode=false, dilation=[1, 1, 1], kernel=[2, 3, 2], "
+                                   "padding=[1, 0, 1], stride=[2, 2, 2]} : f32[1,2,3,2,4]")),
+        ("avg_pool", _graph(x2, "avg_pool(%x) {ceil_mode=false, count_include_pad=true, kernel=[2, 2], "
+                                "padding=[0, 0], stride=[2, 2]} : f32[2,3,3,4]")),
+        ("avg_pool:padded_included", _graph(x2, "avg_pool(%x) {ceil_mode=true, count_include_pad=true, "
+                                                "kernel=[3, 2], padding=[1, 1], stride=[2, 2]} : f32[2,3,4,5]")),
+        ("avg_pool:padded_excluded", _graph(x2, "avg_pool(%x) {ceil_mode=true, count_include_pad=false, "
+                                                "kernel=[3, 2], padding=[1, 1], stride=[2, 2]} : f32[2,3,4,5]")),
+        ("avg_pool:divisor", _graph(x2, "avg_pool(%x) {ceil_mode=false, count_include_pad=true, divisor_override=5, "
+                                        "kernel=[3, 3], padding=[1, 1], stride=[1, 1]} : f32[2,3,7,9]")),
+        ("avg_pool:1d", _graph(x1, "avg_pool(%x) {ceil_mode=false, count_include_pad=false, kernel=[4], "
+                                   "padding=[2], stride=[3]} : f32[2,3,4]")),
+        ("avg_pool:3d", _graph(x3, "avg_pool(%x) {ceil_mode=true, count_include_pad=false, kernel=[2, 2, 3], "
+                                   "padding=[1, 0, 1], stride=[2, 2, 2]} : f32[1,2,3,3,4]")),
+    )
+
+
 def _other_cases():
     x, xb = {"x": "f32[3,4]"}, {"x": "bool[3,4]"}
     yield from (
@@ -106,6 +136,7 @@ def _other_cases():
         ("layer_norm", _graph({"x": "f32[3,4]", "w": "f32[4]", "b": "f32[4]"},
                               "layer_norm(%x, %w, %b) {eps=1e-05, ndims=1} : f32[3,4]")),
         ("cumsum", _graph(x, "cumsum(%x) {dim=1} : f64[3,4]")),
+        *_pool_cases(),
         ("mm", _graph({"a": "f32[3,4]", "b": "f32[4,5]"}, "mm(%a, %b) : f32[3,5]")),
         ("bmm", _graph({"a": "f32[2,3,4]", "b": "f32[2,4,5]"}, "bmm(%a, %b) : f32[2,3,5]")),
         ("addmm", _graph({"c": "f32[5]", "a": "f32[3,4]", "b": "f32[4,5]"},

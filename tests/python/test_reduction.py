@@ -33,12 +33,22 @@ EXPECTED = {
     # Statistics of 48 channels of 2.4M elements: partials per image and
     # channel, then the channels' (split_long_reduction), with running stats.
     "conv2d_batchnorm_train_scale": ([["mean", "var"], ["mean", "var", "mean"]], []),
-    "convtranspose3d_layernorm_pool": ([["layer_norm"]], ["opaque"]),  # avg_pool3d
-    "conv3d_softmax_maxpool": ([["softmax"]], ["opaque"]),  # max_pool3d
-    "conv2d_avgpool_sigmoid_sum": ([["sum"], ["sum"]], ["opaque"]),  # avg_pool2d; 128 sums split in two
+    "convtranspose3d_layernorm_pool": ([["layer_norm"]], []),
+    "conv3d_softmax_maxpool": ([["softmax"]], []),
+    "conv2d_avgpool_sigmoid_sum": ([["sum"], ["sum"]], []),  # 128 sums split in two
     # Three train-mode batch norms, each split (the first, 32 channels of 2M
     # elements, was two library calls before), then the global average pool.
-    "small_convnet": ([["mean", "var"], ["mean", "var", "mean"]] * 3 + [["mean"]], ["opaque", "opaque"]),  # max_pool2d
+    "small_convnet": ([["mean", "var"], ["mean", "var", "mean"]] * 3 + [["mean"]], []),
+    "conv3d_relu_maxpool": ([], []),
+}
+# The ops of each pool kernel (plan order): the pointwise work before the pool
+# runs at its window taps, the work after it on the pooled value.
+POOLS = {
+    "convtranspose3d_layernorm_pool": [["avg_pool", "silu"]],  # the layer norm's apply is its own kernel's epilogue
+    "conv3d_softmax_maxpool": [["max_pool"]],
+    "conv2d_avgpool_sigmoid_sum": [["avg_pool"]],  # the sigmoid is the sum's prologue
+    "small_convnet": [["sub", "mul", "mul", "add", "relu", "max_pool"]] * 2,  # batch norm's apply and the relu
+    "conv3d_relu_maxpool": [["add", "relu", "max_pool"]],  # the conv's bias
 }
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "prod", "var", "any", "argmax", "argmin", "logsumexp", "softmax",
                "log_softmax", "layer_norm"}
@@ -59,6 +69,7 @@ def test_dev_problem_reductions_are_kernels(name):
     reductions = [[n.op for n in k.nodes if n.op in _REDUCTIONS] for k in kernels if k.kind == "reduction"]
     library = [s.op for s in steps if s.kind in ("call", "view") and s.op not in _FREE]
     assert (reductions, library) == EXPECTED[name]
+    assert [[n.op for n in k.nodes] for k in kernels if k.kind == "pool"] == POOLS.get(name, [])
 
 
 @pytest.mark.parametrize("name", list(CASES))

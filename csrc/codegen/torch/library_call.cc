@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "codegen/torch/python_text.h"
+#include "ir/pool.h"
 
 namespace ff::codegen {
 
@@ -98,6 +99,16 @@ struct Form {
     if (n.has_attr("fp32_precision")) return call("_ff_convolution", py::attr(n.attrs.at("fp32_precision")) + ", " + args);
     return call("torch.ops.aten.convolution.default", args);
   }
+  // ATen's pooling ops, which take every parameter per dim (avg_pool1d has no divisor_override).
+  std::string pool() const {
+    const PoolSpec p = *pool_spec(n);
+    const std::string op = (p.max ? "torch.ops.aten.max_pool" : "torch.ops.aten.avg_pool") + std::to_string(p.dims) + "d.default";
+    std::string args = a[0] + ", " + py::ints(p.kernel) + ", " + py::ints(p.stride) + ", " + py::ints(p.padding);
+    if (p.max) return call(op, args + ", " + py::ints(p.dilation) + ", " + py::boolean(p.ceil_mode));
+    args += ", " + py::boolean(p.ceil_mode) + ", " + py::boolean(p.count_include_pad);
+    if (p.dims > 1) args += ", " + (p.divisor_override ? std::to_string(p.divisor_override) : std::string("None"));
+    return call(op, args);
+  }
   std::string opaque() const {
     const std::string& target = n.attr_string("target");
     size_t dots = 0;
@@ -181,6 +192,7 @@ std::string torch_expr(const Node& n, const std::vector<std::string>& operands) 
     case Op::Softmax: return f.softmax("torch.softmax");
     case Op::LogSoftmax: return f.softmax("torch.log_softmax");
     case Op::LayerNorm: return f.layer_norm();
+    case Op::MaxPool: case Op::AvgPool: return f.pool();
     case Op::Cumsum: return f.call("torch.cumsum", a[0] + ", " + std::to_string(n.attr_int("dim")) + ", dtype=" + f.dt);
 
     case Op::Mm: return f.call("torch.mm", join(a));

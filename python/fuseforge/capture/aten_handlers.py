@@ -371,6 +371,52 @@ def _cumsum(L: _Lowerer, node, a):
 _register(["cumsum.default"], _cumsum)
 
 
+# ---- pooling
+
+
+def _per_dim(v: Any, dims: int, default: Any = None) -> list[int]:
+    """An int or a list of 1 or `dims` ints (ATen's pooling arguments) as `dims` ints."""
+    if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+        v = default
+    v = [int(v)] if isinstance(v, int) else [int(e) for e in v]
+    return v * dims if len(v) == 1 else v
+
+
+def _pool(irop: str, dims: int, with_indices: bool = False):
+    """max_poolNd / avg_poolNd (ATen's default overloads and max_pool's
+    with_indices form when only the values are used) as one IR op."""
+    def h(L: _Lowerer, node, a):
+        if with_indices:
+            for u in node.users:
+                if u.target is not operator.getitem or u.args[1] != 0:
+                    raise _Unsupported("max_pool indices are used")
+        kernel = _per_dim(a["kernel_size"], dims)
+        attrs: dict[str, Any] = {
+            "kernel": kernel,
+            "stride": _per_dim(a.get("stride"), dims, kernel),
+            "padding": _per_dim(a.get("padding", 0), dims),
+            "ceil_mode": bool(a.get("ceil_mode", False)),
+        }
+        if irop == "max_pool":
+            attrs["dilation"] = _per_dim(a.get("dilation", 1), dims)
+        else:
+            attrs["count_include_pad"] = bool(a.get("count_include_pad", True))
+            if a.get("divisor_override") is not None:
+                attrs["divisor_override"] = int(a["divisor_override"])
+        x = L.value(a["self"])
+        if len(kernel) != dims or len(x.type.shape) < dims + 1:
+            raise _Unsupported(f"{irop} of a rank-{len(x.type.shape)} input")
+        v = L.emit1(irop, [x], L.types(node)[0] if with_indices else L.rtype(node), attrs)
+        return [v, None] if with_indices else v
+    return h
+
+
+for _d in (1, 2, 3):
+    _register([f"max_pool{_d}d.default"], _pool("max_pool", _d))
+    _register([f"max_pool{_d}d_with_indices.default"], _pool("max_pool", _d, with_indices=True))
+    _register([f"avg_pool{_d}d.default"], _pool("avg_pool", _d))
+
+
 # ---- matmul and convolution
 
 

@@ -1,0 +1,83 @@
+// PoolScheduler: each floating-point max_pool/avg_pool becomes a kernel with
+// the pointwise group that makes its input (computed at every window tap, so
+// conv -> bias -> relu -> pool reads the conv's result once and never writes
+// the activation) and the pointwise group that reads its result (so the pooled
+// value is written once, after its epilogue).
+#include <algorithm>
+
+#include "codegen/cuda/pool.h"
+#include "fusion/scheduler.h"
+
+namespace ff::fusion {
+
+namespace {
+
+bool floating(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64; }
+
+class PoolScheduler final : public Scheduler {
+ public:
+  Group::Kind kind() const override { return Group::Kind::Pool; }
+
+  void claim(PartitionBuilder& p, const FusionOptions& options) const override {
+    if (!options.reductions) return;
+    for (auto& np : p.graph().nodes()) {
+      Node* n = np.get();
+      if (op_kind(n->op) != OpKind::Window || p.group_of(n) || !floating(n->result()->type.dtype)) continue;
+      const auto pro = prologue_group(p, n), epi = epilogue_group(p, n);
+      std::vector<Node*> members;
+      if (pro) members = p.release(*pro);
+      members.push_back(n);
+      if (epi) {
+        std::vector<Node*> ep = p.release(*epi);
+        members.insert(members.end(), ep.begin(), ep.end());
+      }
+      p.add_group(Group::Kind::Pool, std::move(members));
+    }
+  }
+
+  codegen::KernelSource generate(const Group& g, int id, const FusionOptions&) const override {
+    return codegen::generate_pool(g, id);
+  }
+
+ private:
+  // The pointwise group that makes the pool's input and nothing else: its one
+  // output, read by the pool alone (no graph output). Its nodes and inputs
+  // broadcast to that output's shape, as a pointwise group's do.
+  static std::optional<int> prologue_group(const PartitionBuilder& p, const Node* pool) {
+    const Value* x = pool->input(0);
+    if (!x->producer || p.feeds_graph_output(x->producer) || p.users(x->producer).size() != 1) return std::nullopt;
+    const auto gi = p.group_of(x->producer);
+    if (!gi) return std::nullopt;
+    const Group pg = p.describe(*gi);
+    if (pg.kind != Group::Kind::Pointwise || pg.outputs.size() != 1 || pg.outputs[0] != x) return std::nullopt;
+    return gi;
+  }
+
+  // The pointwise group that holds every user of the pool's result, whose
+  // outputs have the result's shape and whose nodes and inputs broadcast to
+  // it. No cycle can form: nothing outside reads the pool's result or its
+  // prologue's.
+  static std::optional<int> epilogue_group(const PartitionBuilder& p, const Node* pool) {
+    const Shape& shape = pool->result()->type.shape;
+    const auto gi = p.group_of_all_users(pool);
+    if (!gi) return std::nullopt;
+    const Group pg = p.describe(*gi);
+    if (pg.kind != Group::Kind::Pointwise) return std::nullopt;
+    for (const Value* v : pg.outputs)
+      if (v->type.shape != shape) return std::nullopt;
+    for (const Node* m : pg.nodes)
+      if (!broadcasts_to(m->result()->type.shape, shape)) return std::nullopt;
+    for (const Value* v : pg.inputs)
+      if (!broadcasts_to(v->type.shape, shape)) return std::nullopt;
+    return gi;
+  }
+};
+
+}  // namespace
+
+const Scheduler& pool_scheduler() {
+  static const PoolScheduler s;
+  return s;
+}
+
+}  // namespace ff::fusion

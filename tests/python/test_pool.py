@@ -1,0 +1,33 @@
+"""Pool kernels without a GPU: the GPU test's cases (smaller inputs: the plan
+does not depend on the values) each run their pooling as a generated kernel
+with the pointwise work around it, and those kernels build for sm_90."""
+import pytest
+
+from fuseforge._native import core
+from fuseforge.capture import capture
+from fuseforge.runtime.options import compile_ir
+
+from test_pool_gpu import CASES, build_case
+
+# The ops each case's pool kernel computes.
+FUSED = {
+    "conv_relu_maxpool": ["add", "relu", "max_pool"],  # the conv's bias, at every tap
+    "conv3d_relu_maxpool_channels_last": ["add", "relu", "max_pool"],
+    "bias_maxpool_padded_dilated": ["add", "max_pool", "sigmoid"],
+    "avgpool_silu": ["avg_pool", "silu"],
+    "avgpool_padded_excluded": ["mul", "avg_pool"],
+    "avgpool_divisor_1d": ["avg_pool", "add"],
+    "maxpool1d_half": ["tanh", "max_pool"],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_pool_cases_plan_one_fused_kernel(monkeypatch, name):
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    model, xs = build_case(name, "cpu")
+    plan = compile_ir(capture(model, xs, name=name).text, arch=90).plan
+    pools = [k for k in plan.kernels if k.kind == "pool"]
+    assert [[n.op for n in k.nodes] for k in pools] == [FUSED[name]]
+    assert not [s for s in plan.run if s.kind == "call" and s.op != "convolution"]
+    is_cubin, _, log = core.nvrtc_compile(pools[0].translation_unit, pools[0].name, 90)
+    assert is_cubin, log
