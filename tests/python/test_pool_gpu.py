@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import fuseforge
 
 from fn_model import Fn
+from test_reduction_gpu import _flat, _rel_error
 
 pytestmark = pytest.mark.gpu
 
@@ -51,10 +52,6 @@ CASES = {
 }
 
 
-def _flat(out):
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
 def build_case(name: str, device: str = "cuda"):
     fn, makers, mods = CASES[name]
     torch.manual_seed(0)
@@ -65,11 +62,6 @@ def build_case(name: str, device: str = "cuda"):
 
 def _pool_kernels(fast) -> list:
     return [k for s in fast.specializations() for k in s.compiled.plan.kernels if k.kind == "pool"]
-
-
-def _rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.double(), ref.double()
-    return (x - ref).norm().item() / max(ref.norm().item(), 1e-300)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -17,16 +17,6 @@ std::string cutlass_element(DType t) {
   return t == DType::f16 ? "cutlass::half_t" : t == DType::bf16 ? "cutlass::bfloat16_t" : "float";
 }
 
-// Strides of `t` as seen from the conv result's [N, K, spatial...] index:
-// right-aligned, 0 along broadcast dims.
-Shape broadcast_strides(const TensorType& t, const Shape& shape) {
-  Shape st(shape.size(), 0);
-  const size_t lead = shape.size() - t.shape.size();
-  for (size_t d = 0; d < t.shape.size(); ++d)
-    if (t.shape[d] != 1) st[lead + d] = t.strides[d];
-  return st;
-}
-
 // An element's offset in the epilogue's index names (n, col, then z/p/q).
 std::string offset(const Shape& strides, const std::vector<std::string>& index) {
   std::string off;

@@ -80,31 +80,6 @@ Layout collapse(const Shape& shape, const std::vector<Access>& acc) {
   return l;
 }
 
-// Strides of `t` broadcast to `shape` (right-aligned; 0 along broadcast dims).
-Shape broadcast_strides(const TensorType& t, const Shape& shape) {
-  Shape s(shape.size(), 0);
-  size_t off = shape.size() - t.shape.size();
-  for (size_t i = 0; i < t.shape.size(); ++i)
-    if (t.shape[i] != 1) s[off + i] = t.strides[i];
-  return s;
-}
-
-std::string kernel_name(const fusion::Group& g, int id) {
-  std::string name = "ff_pointwise";
-  std::set<std::string> seen;
-  int listed = 0;
-  for (Node* n : g.nodes) {
-    std::string op(op_name(n->op));
-    if (!seen.insert(op).second) continue;
-    if (++listed > 4) {
-      name += "_etc";
-      break;
-    }
-    name += "_" + op;
-  }
-  return name + "_" + std::to_string(id);
-}
-
 // Emits the group's nodes as one `const` temporary each, in compute types,
 // rounding to f16/bf16 where the result dtype is 16-bit (as eager stores it).
 // `expr_of` maps the group's inputs to expressions and receives its results.
@@ -303,7 +278,7 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
 
 KernelSource generate_pointwise(const fusion::Group& g, int id) {
   KernelSource ks;
-  ks.name = kernel_name(g, id);
+  ks.name = fused_kernel_name("ff_pointwise", g.nodes, id);
   const Shape& shape = g.shape;
 
   // Kernel parameters and accesses: outputs first, then tensor inputs.
@@ -486,6 +461,30 @@ void emit_pointwise_nodes(std::ostringstream& os, const std::vector<Node*>& node
   std::unordered_map<const Value*, std::string> scalar_param;
   for (const Value* v : scalars) scalar_param[v] = expr_of.at(v);
   emit_nodes(os, nodes, indent, scalar_param, expr_of, next_temp, prefix);
+}
+
+Shape broadcast_strides(const TensorType& t, const Shape& shape) {
+  Shape s(shape.size(), 0);
+  const size_t off = shape.size() - t.shape.size();
+  for (size_t i = 0; i < t.shape.size(); ++i)
+    if (t.shape[i] != 1) s[off + i] = t.strides[i];
+  return s;
+}
+
+std::string fused_kernel_name(const std::string& prefix, const std::vector<Node*>& nodes, int id) {
+  std::string name = prefix;
+  std::set<std::string> seen;
+  int listed = 0;
+  for (const Node* n : nodes) {
+    const std::string op(op_name(n->op));
+    if (!seen.insert(op).second) continue;
+    if (++listed > 4) {
+      name += "_etc";
+      break;
+    }
+    name += "_" + op;
+  }
+  return name + "_" + std::to_string(id);
 }
 
 std::string cuda_storage_type(DType t) { return storage_type(t); }

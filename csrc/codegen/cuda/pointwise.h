@@ -32,6 +32,13 @@ void emit_pointwise_nodes(std::ostringstream& os, const std::vector<Node*>& node
                           std::unordered_map<const Value*, std::string>& expr_of, int& next_temp,
                           const std::string& prefix);
 
+// Strides of `t` broadcast to `shape` (right-aligned; 0 along broadcast dims).
+Shape broadcast_strides(const TensorType& t, const Shape& shape);
+
+// A kernel name that says what it fuses: `prefix`, the first four distinct
+// ops of `nodes` ("_etc" after), then `id`.
+std::string fused_kernel_name(const std::string& prefix, const std::vector<Node*>& nodes, int id);
+
 // CUDA spellings shared by the generators: a dtype's storage type (ff_half
 // for f16) and the type it computes in (float for f16); op_expr.h's
 // cuda_literal converts a literal to that compute type.

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <numeric>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -17,36 +16,11 @@ namespace ff::codegen {
 
 namespace {
 
-// Strides of `t` broadcast to `shape` (right-aligned; 0 along broadcast dims).
-Shape broadcast_strides(const TensorType& t, const Shape& shape) {
-  Shape s(shape.size(), 0);
-  const size_t off = shape.size() - t.shape.size();
-  for (size_t i = 0; i < t.shape.size(); ++i)
-    if (t.shape[i] != 1) s[off + i] = t.strides[i];
-  return s;
-}
-
 // Largest element offset `strides` reach over `shape`.
 int64_t max_offset(const Shape& shape, const Shape& strides) {
   int64_t off = 0;
   for (size_t d = 0; d < shape.size(); ++d) off += (shape[d] - 1) * std::llabs(strides[d]);
   return off;
-}
-
-std::string kernel_name(const fusion::Group& g, int id) {
-  std::string name = "ff_pool";
-  std::set<std::string> seen;
-  int listed = 0;
-  for (const Node* n : g.nodes) {
-    const std::string op(op_name(n->op));
-    if (!seen.insert(op).second) continue;
-    if (++listed > 4) {
-      name += "_etc";
-      break;
-    }
-    name += "_" + op;
-  }
-  return name + "_" + std::to_string(id);
 }
 
 std::string ints(const Shape& v) {
@@ -333,15 +307,15 @@ KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t i
   if (others.empty()) os << "  (void)rest;\n";
   os << "  const index_t t" << dt << " = static_cast<index_t>(blockIdx.y) * " << kTile << ", t" << inner
      << " = static_cast<index_t>(blockIdx.x) * " << kTile << ";\n";
-  auto loop = [&](const std::string& a, const std::string& b) {  // a along threadIdx.x, b along threadIdx.y
+  auto loop = [&](size_t a, size_t b) {  // dim a along threadIdx.x, dim b along threadIdx.y
     os << "#pragma unroll\n  for (int rk = 0; rk < " << kTile / 8 << "; ++rk) {\n    const int r = threadIdx.y + 8 * rk;\n";
     os << "    const index_t c" << a << " = t" << a << " + threadIdx.x, c" << b << " = t" << b << " + r;\n";
-    os << "    if (c" << a << " >= " << shape[std::stoul(a)] << " || c" << b << " >= " << shape[std::stoul(b)] << ") continue;\n";
+    os << "    if (c" << a << " >= " << shape[a] << " || c" << b << " >= " << shape[b] << ") continue;\n";
   };
-  loop(std::to_string(dt), std::to_string(inner));
+  loop(dt, inner);
   e.window(os, "    ");
   os << "    tile[r][threadIdx.x] = pooled;\n  }\n  __syncthreads();\n";
-  loop(std::to_string(inner), std::to_string(dt));
+  loop(inner, dt);
   os << "    const " << type << " pooled = tile[threadIdx.x][r];\n";
   e.epilogue(os, "    ", "pooled");
   os << "  }\n}\n";
@@ -354,7 +328,7 @@ KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t i
 KernelSource generate_pool(const fusion::Group& g, int id) {
   PoolEmitter e(g);
   KernelSource ks;
-  ks.name = kernel_name(g, id);
+  ks.name = fused_kernel_name("ff_pool", g.nodes, id);
   // The output's unit-stride dim: its smallest stride over dims of size > 1.
   const Shape& shape = e.out_shape();
   const Shape& ref = g.outputs.front()->type.strides;

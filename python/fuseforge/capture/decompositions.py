@@ -8,7 +8,8 @@ import torch
 aten = torch.ops.aten
 
 # Ops that stay whole although the default table decomposes them: RNNs (an
-# unrolled LSTM is thousands of nodes and much slower than cuDNN), pooling,
+# unrolled LSTM is thousands of nodes and much slower than cuDNN), pooling (an
+# IR op of its own, max_pool/avg_pool),
 # resampling, padding and attention, whose decompositions are gathers or worse
 # than the library kernels, and silu (one IR op). Batch norm (train and eval)
 # and group norm get decompositions of ours below: one statistics pass and
