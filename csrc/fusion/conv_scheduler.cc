@@ -52,25 +52,18 @@ class ConvScheduler final : public Scheduler {
     return t.kernel < unfused;
   }
 
-  // The pointwise group that can be `conv`'s epilogue: it holds every user of
-  // the conv's result (which is no graph output), computes one floating
-  // output of the result's shape, and every value it reads or computes
-  // broadcasts to that shape (per-channel vectors, residuals); no scalar
-  // inputs (kernel arguments the conv kernel does not take).
+  // The pointwise group that can be `conv`'s epilogue (pointwise_epilogue)
+  // when it computes one floating output and reads no scalar inputs (kernel
+  // arguments the conv kernel does not take).
   static std::optional<int> epilogue_group(const PartitionBuilder& p, const Node* conv) {
-    const Value* r = conv->result();
-    const auto gi = p.group_of_all_users(conv);
+    const auto gi = p.pointwise_epilogue(conv);
     if (!gi) return std::nullopt;
     const Group pg = p.describe(*gi);
-    if (pg.kind != Group::Kind::Pointwise || pg.outputs.size() != 1) return std::nullopt;
-    const TensorType& out = pg.outputs[0]->type;
-    if (out.shape != r->type.shape || !(out.dtype == DType::f32 || out.dtype == DType::f16 || out.dtype == DType::bf16))
-      return std::nullopt;
-    for (const Node* m : pg.nodes)
-      if (!broadcasts_to(m->result()->type.shape, r->type.shape)) return std::nullopt;
+    if (pg.outputs.size() != 1) return std::nullopt;
+    const DType out = pg.outputs[0]->type.dtype;
+    if (!(out == DType::f32 || out == DType::f16 || out == DType::bf16)) return std::nullopt;
     for (const Value* v : pg.inputs)
-      if ((v->is_input() && v->input_kind == InputKind::Scalar) || !broadcasts_to(v->type.shape, r->type.shape))
-        return std::nullopt;
+      if (v->is_input() && v->input_kind == InputKind::Scalar) return std::nullopt;
     return gi;
   }
 };

@@ -64,6 +64,21 @@ std::optional<int> PartitionBuilder::group_of_all_users(const Node* n) const {
   return g;
 }
 
+std::optional<int> PartitionBuilder::pointwise_epilogue(const Node* n) const {
+  const Shape& shape = n->result()->type.shape;
+  const auto gi = group_of_all_users(n);
+  if (!gi) return std::nullopt;
+  const Group pg = describe(*gi);
+  if (pg.kind != Group::Kind::Pointwise) return std::nullopt;
+  for (const Value* v : pg.outputs)
+    if (v->type.shape != shape) return std::nullopt;
+  for (const Node* m : pg.nodes)
+    if (!broadcasts_to(m->result()->type.shape, shape)) return std::nullopt;
+  for (const Value* v : pg.inputs)
+    if (!broadcasts_to(v->type.shape, shape)) return std::nullopt;
+  return gi;
+}
+
 bool PartitionBuilder::reaches(const Node* from, const std::unordered_set<const Node*>& members) const {
   std::vector<const Node*> stack{from};
   std::unordered_set<const Node*> seen;

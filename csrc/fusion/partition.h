@@ -28,6 +28,10 @@ class PartitionBuilder {
   // The group that holds every user of `n` (which has users and no result a
   // graph output), if one does: where an epilogue for `n` can come from.
   std::optional<int> group_of_all_users(const Node* n) const;
+  // That group when it is a pointwise one whose outputs have `n`'s result
+  // shape and whose nodes and inputs broadcast to it (per-channel vectors,
+  // residuals): an epilogue a kernel computing `n` can apply per element.
+  std::optional<int> pointwise_epilogue(const Node* n) const;
   // Whether `from` reaches any node of `members` through nodes outside it.
   bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
 

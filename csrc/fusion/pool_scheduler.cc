@@ -23,7 +23,9 @@ class PoolScheduler final : public Scheduler {
     for (auto& np : p.graph().nodes()) {
       Node* n = np.get();
       if (op_kind(n->op) != OpKind::Window || p.group_of(n) || !floating(n->result()->type.dtype)) continue;
-      const auto pro = prologue_group(p, n), epi = epilogue_group(p, n);
+      // Its epilogue: the pointwise group that reads its result (no cycle can
+      // form: nothing outside reads the pool's result or its prologue's).
+      const auto pro = prologue_group(p, n), epi = p.pointwise_epilogue(n);
       std::vector<Node*> members;
       if (pro) members = p.release(*pro);
       members.push_back(n);
@@ -50,25 +52,6 @@ class PoolScheduler final : public Scheduler {
     if (!gi) return std::nullopt;
     const Group pg = p.describe(*gi);
     if (pg.kind != Group::Kind::Pointwise || pg.outputs.size() != 1 || pg.outputs[0] != x) return std::nullopt;
-    return gi;
-  }
-
-  // The pointwise group that holds every user of the pool's result, whose
-  // outputs have the result's shape and whose nodes and inputs broadcast to
-  // it. No cycle can form: nothing outside reads the pool's result or its
-  // prologue's.
-  static std::optional<int> epilogue_group(const PartitionBuilder& p, const Node* pool) {
-    const Shape& shape = pool->result()->type.shape;
-    const auto gi = p.group_of_all_users(pool);
-    if (!gi) return std::nullopt;
-    const Group pg = p.describe(*gi);
-    if (pg.kind != Group::Kind::Pointwise) return std::nullopt;
-    for (const Value* v : pg.outputs)
-      if (v->type.shape != shape) return std::nullopt;
-    for (const Node* m : pg.nodes)
-      if (!broadcasts_to(m->result()->type.shape, shape)) return std::nullopt;
-    for (const Value* v : pg.inputs)
-      if (!broadcasts_to(v->type.shape, shape)) return std::nullopt;
     return gi;
   }
 };
