@@ -1,6 +1,7 @@
 #include "fusion/reduction_strategy.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "codegen/cuda/reduction_emit.h"
 
@@ -34,8 +35,9 @@ int sm_count(int arch) {
 // The widest vector (up to 16 bytes) along a dim: every access that steps
 // along it with unit stride keeps its other strides aligned to it, and the
 // dim's extent is a multiple; accesses with another stride along it rule
-// vectors out when `strict`.
-int vector_width(const codegen::ReductionLayout& l, int64_t extent, bool reduced_dim, size_t dim, bool strict) {
+// vectors out when `strict`. Staged outputs are not stored along it.
+int vector_width(const codegen::ReductionLayout& l, int64_t extent, bool reduced_dim, size_t dim, bool strict,
+                 bool staged = false) {
   int widest = 0;
   for (const ReductionAccess& a : l.access)
     if ((reduced_dim ? a.reduced : a.kept)[dim] == 1) widest = std::max(widest, dtype_size(a.dtype));
@@ -43,7 +45,7 @@ int vector_width(const codegen::ReductionLayout& l, int64_t extent, bool reduced
   for (int v = kVectorBytes / widest; v > 1; v /= 2) {
     bool ok = extent % v == 0;
     for (const ReductionAccess& a : l.access) {
-      if (reduced_dim && a.per_row) continue;
+      if ((reduced_dim && a.per_row) || (staged && a.transposed())) continue;
       const int64_t s = (reduced_dim ? a.reduced : a.kept)[dim];
       if (s != 1) {
         ok &= !strict || s == 0;
@@ -73,10 +75,13 @@ int streaming_unroll(int block, int vector, int inputs, int acc_words) {
   return 0;
 }
 
-ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words) {
+ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words, bool staged) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Rows;
-  s.vector = l.inner() || l.reduced.back() > 1 ? vector_width(l, l.reduced.back(), true, l.reduced.size() - 1, true) : 1;
+  s.staged = staged;
+  s.vector = l.inner() || l.reduced.back() > 1
+                 ? vector_width(l, l.reduced.back(), true, l.reduced.size() - 1, true, staged)
+                 : 1;
   const int64_t loads = (l.length + s.vector - 1) / s.vector;
   const int64_t want = pow2_ceil((loads + kLoadsPerThread - 1) / kLoadsPerThread);
   // A single pass (nothing read again) keeps a warp per row up to twice the
@@ -119,6 +124,33 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs
     }
     s.unroll = std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words));
   }
+  return s;
+}
+
+// Rows form with its transposed outputs staged (ReductionStrategy::staged):
+// worth it when a block takes enough rows for its stores to fill sectors, and
+// the tile (those rows' elements of each staged output) fits the static
+// shared memory beside the merge's partials.
+constexpr int kStageMinRows = 8;
+constexpr int64_t kStageBytes = 40 * 1024;
+
+int64_t stage_bytes(const codegen::ReductionLayout& l, int rows_per_block) {
+  int64_t bytes = 0;
+  for (const ReductionAccess& a : l.access)
+    if (a.transposed()) bytes += int64_t{rows_per_block + 1} * l.length * dtype_size(a.dtype);
+  return bytes;
+}
+
+std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, int reread, int inputs,
+                                             int acc_words) {
+  bool any = false;
+  for (const ReductionAccess& a : l.access) any |= a.transposed();
+  if (!any) return std::nullopt;
+  ReductionStrategy s = rows(l, reread, inputs, acc_words, true);
+  // Fewer rows per block until the tile fits (a block stays a warp at least).
+  while (s.block / s.threads >= 2 * kStageMinRows && s.block > 32 && stage_bytes(l, s.block / s.threads) > kStageBytes)
+    s.block /= 2;
+  if (s.block / s.threads < kStageMinRows || stage_bytes(l, s.block / s.threads) > kStageBytes) return std::nullopt;
   return s;
 }
 
@@ -171,6 +203,11 @@ bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::Reducti
   return l.rows * l.length <= kSmall || blocks_of(s, l) * 4 >= sm_count(options.arch);
 }
 
+int64_t max_staged_row_length(DType dtype) {
+  const int64_t size = dtype_size(dtype);
+  return std::min<int64_t>(32 * kLoadsPerThread * (kVectorBytes / size), kStageBytes / ((kStageMinRows + 1) * size));
+}
+
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,
                                                      const codegen::ReductionLayout& l, const FusionOptions& options) {
   // What the kernel's passes read: which inputs a second pass reads again.
@@ -183,7 +220,8 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
     }
   const int acc_words = probe.accumulator_words();
   if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, reread, inputs, acc_words, options.arch);
-  return rows(l, reread, inputs, acc_words);
+  if (auto s = staged_rows(l, reread, inputs, acc_words)) return *s;
+  return rows(l, reread, inputs, acc_words, false);
 }
 
 }  // namespace ff::fusion

@@ -73,6 +73,9 @@ CASES = {
     "instance_norm_relu": (lambda m, x: torch.relu(m.inorm(x) * 0.5), [_r(16, 96, 48, 48)],
                            {"inorm": nn.InstanceNorm2d(96, affine=True)}),
     "channels_last_softmax": (lambda m, x: torch.softmax(x, 1), [_channels_last(32, 64, 28, 28)], {}),
+    # written contiguous: the result transposed through shared memory
+    "channels_last_softmax_to_contiguous": (lambda m, x: torch.softmax(x, 1).contiguous() * 2,
+                                            [_channels_last(32, 96, 27, 27)], {}),
     # columns (a kept dim unit-stride)
     "amax_channels": (lambda m, x: torch.sigmoid(x.amax(1, keepdim=True)) * 2, [_r(32, 48, 96, 96)], {}),
     "softmax_channels": (lambda m, x: torch.tanh(torch.softmax(x, 1) * 0.5), [_r(32, 96, 48, 48)], {}),

@@ -14,6 +14,7 @@ std::string ReductionStrategy::describe() const {
     r = "columns: " + std::to_string(vector) + " adjacent row(s) per thread, " + std::to_string(block / threads) +
         " threads across rows x " + std::to_string(threads) + " along the reduced extent";
   }
+  if (staged) r += ", transposed outputs staged in shared memory";
   r += persistent ? ", inputs held in registers across passes" : ", inputs streamed (" + std::to_string(unroll) + " loads in flight)";
   return r;
 }

@@ -31,6 +31,10 @@ struct ReductionStrategy {
   // normalization (statistics, then the apply) reads them once; otherwise
   // each pass reads them again.
   bool persistent = false;
+  // Rows form, several rows per block: the transposed element outputs
+  // (ReductionAccess::transposed) go to a shared-memory tile of the block's
+  // rows, written out afterwards with consecutive threads on consecutive rows.
+  bool staged = false;
   // One line saying the above, for the kernel's header and golden tests.
   std::string describe() const;
 };

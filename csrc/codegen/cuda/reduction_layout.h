@@ -18,6 +18,11 @@ struct ReductionAccess {
   bool is_output = false;
   bool per_row = false;  // constant along the reduced dims: read or written once per row
   Shape kept, reduced;   // strides over the layout's kept and reduced dims
+
+  // An element output that is unit-stride across rows but not along them
+  // (a softmax over the channels of a channels-last tensor written NCHW):
+  // written along the row, each store would touch its own sector.
+  bool transposed() const { return is_output && !per_row && kept.back() == 1 && reduced.back() != 1; }
 };
 
 struct ReductionLayout {

@@ -48,7 +48,9 @@ class RowsKernel final : public ReductionKernel {
     w_.bind_scalars(expr_of);
     w_.emit_row_inputs(os, "  ", expr_of, [](const ReductionAccess& a) { return "base_" + a.param; });
     declare_caches();
+    declare_stages();
     for (int p = 1; p <= w_.passes(); ++p) pass(p, expr_of);
+    write_stages();
     const auto outs = w_.row_outputs();
     if (!outs.empty()) {
       os << "  if (lane == 0 && row_valid) {\n";
@@ -81,7 +83,48 @@ class RowsKernel final : public ReductionKernel {
     else os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n";
   }
 
+  bool staged(const ReductionAccess& a) const { return s_.staged && a.transposed(); }
+
+  // A staged output's tile: element e of the block's row r at [e][r], each
+  // element's rows padded by one slot against bank conflicts.
+  void declare_stages() {
+    if (!s_.staged) return;
+    os_ << "  constexpr int kRowsPerBlock = " << s_.block / s_.threads << ", kStageStride = kRowsPerBlock + 1;\n";
+    os_ << "  const int block_row = threadIdx.x / kThreads;\n";
+    for (const auto& a : l_.access)
+      if (staged(a))
+        os_ << "  __shared__ " << cuda_storage_type(a.dtype) << " stage_" << a.param
+            << "[kLength * kStageStride];  // the block's rows of %" << a.value->name << ", transposed\n";
+  }
+
+  // The tiles out: consecutive threads take consecutive rows of an element,
+  // which are adjacent in memory, so the stores coalesce.
+  void write_stages() {
+    if (!s_.staged) return;
+    std::ostringstream& os = os_;
+    os << "  // ---- the staged outputs, a row-adjacent run of stores per element\n  __syncthreads();\n";
+    os << "  for (int i = threadIdx.x; i < kRowsPerBlock * kLength; i += blockDim.x) {\n";
+    os << "    const int r = i % kRowsPerBlock;\n    const index_t e = i / kRowsPerBlock;\n";
+    os << "    const index_t at = static_cast<index_t>(blockIdx.x) * kRowsPerBlock + r;\n";
+    os << "    if (at >= kRows) continue;\n";
+    emit_unravel(os, "    ", "at", l_.kept, "s");
+    emit_unravel(os, "    ", "e", l_.reduced, "e");
+    for (const auto& a : l_.access) {
+      if (!staged(a)) continue;
+      const std::string r = offset_expr("e", a.reduced);
+      os << "    " << a.param << "[" << offset_expr("s", a.kept) << (r == "0" ? "" : " + " + r) << "] = stage_" << a.param
+         << "[e * kStageStride + r];\n";
+    }
+    os << "  }\n";
+  }
+
   void store(const ReductionAccess& a, const std::string& in) override {
+    if (staged(a)) {
+      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) stage_" << a.param
+          << "[(e + k) * kStageStride + block_row] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param
+          << "[k]);\n";
+      return;
+    }
     if (per_lane(a)) vector_store(a, in);
     else  // kVec == 1
       os_ << in << a.param << "[" << elem_offset(a) << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param
