@@ -381,6 +381,16 @@ def test_pools_become_window_ops():
     assert 'target="aten.max_pool2d_with_indices.default"' in case_capture("pools").text
 
 
+def test_repeat_becomes_expand_and_copy():
+    """repeat of a contiguous tensor is a view, expand, copy and view (an
+    instance norm's repeated weight then depends on the weight alone: a
+    prepare step); a non-contiguous one keeps the ATen op."""
+    text = case_capture("repeat_tiles").text
+    ops = [line.split(" = ")[1].split("(")[0] for line in text.splitlines() if " = " in line]
+    assert ops.count("expand") == 2 and ops.count("copy") == 2
+    assert text.count('target="aten.repeat.default"') == 1
+
+
 def test_decomposition_table_keeps_ops_whole():
     names = {str(k) for k in decomposition_table()}
     for kept in ("aten.lstm.input", "aten.gru.input", "aten.max_pool2d.default", "aten.silu.default",
@@ -496,6 +506,8 @@ NORM_CASES = {
                                          F.avg_pool1d(y, 4, 3, 2), F.max_pool3d(z, 2), F.avg_pool3d(z, (2, 2, 3), 2, 1),
                                          F.max_pool2d(x, 2, return_indices=True)[0] + 1),
                      [_r(2, 3, 7, 9), _r(2, 3, 11), _r(1, 2, 5, 6, 7)]),
+    "repeat_tiles": (lambda m, x, w: (x.repeat(2, 3) + 1, w.repeat(4, 1, 2), x.t().repeat(2, 1)),
+                     [_r(3, 5), _r(6)]),
     "upsample": (lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest"), [_r(1, 2, 3, 3)]),
     "sdpa": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
              [_r(2, 3, 5, 4), _r(2, 3, 5, 4), _r(2, 3, 5, 4)]),
@@ -586,7 +598,7 @@ def test_reductions_with_several_results_are_ir_reductions():
     assert ops("max_min_dim") == ["amax", "argmax", "amin", "argmin"]
     assert ops("var_mean") == ["var", "mean", "var", "mean"]
     assert ops("logsumexp") == ["logsumexp", "logsumexp"]
-    assert case_capture("instance_norm").opaque_targets == ["aten.repeat.default"] * 2  # the per-channel weight and bias
+    assert case_capture("instance_norm").opaque_targets == []  # the per-channel weight and bias repeat as IR ops
     assert ops("instance_norm").count("var") == 2
 
 

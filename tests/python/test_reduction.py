@@ -27,7 +27,7 @@ EXPECTED = {
     "classifier_head": ([["mean"], ["log_softmax"]], []),
     "linear_gelu_layernorm": ([["layer_norm"]], []),
     "conv2d_groupnorm_silu": ([["var", "mean"]], []),
-    "conv2d_instancenorm_scale": ([["var", "mean"]], ["opaque", "opaque"]),  # the weight and bias repeated per sample
+    "conv2d_instancenorm_scale": ([["var", "mean"]], []),  # the weight and bias repeated per sample: prepare steps
     "conv2d_channel_max_sigmoid": ([["amax"]], []),
     "convtranspose2d_softmax_channels": ([["softmax"]], []),
     # Statistics of 48 channels of 2.4M elements: partials per image and

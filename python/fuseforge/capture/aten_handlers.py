@@ -465,6 +465,21 @@ def _expand(L: _Lowerer, node, a):
     return L.emit1("expand", [L.value(a["self"])], L.rtype(node))
 
 
+def _repeat(L: _Lowerer, node, a):
+    """x.repeat(r): a size-r dim before each of x's, expanded, copied, merged
+    into x's (a contiguous tile), so that a repeated weight is a prepare step."""
+    x = L.value(a["self"])
+    reps = [int(r) for r in a["repeats"]]
+    shape = [1] * (len(reps) - len(x.type.shape)) + list(x.type.shape)
+    if list(x.type.strides) != list(torch.empty(x.type.shape, device="meta").stride()):
+        raise _Unsupported("repeat of a non-contiguous tensor")
+    spread = L.emit1("view", [x], L.infer(lambda t: t.reshape([s for d in shape for s in (1, d)]), x))
+    tiled = L.emit1("expand", [spread],
+                    L.infer(lambda t: t.expand([s for r, d in zip(reps, shape) for s in (r, d)]), spread))
+    dense = L.emit1("copy", [tiled], L.infer(lambda t: t.contiguous(), tiled))
+    return L.emit1("view", [dense], L.rtype(node))
+
+
 def _permute(L: _Lowerer, node, a):
     x = L.value(a["self"])
     rank = len(x.type.shape)
@@ -578,6 +593,7 @@ def _unbind(L: _Lowerer, node, a):
 
 _register(["view.default", "_unsafe_view.default"], _view)
 _register(["expand.default"], _expand)
+_register(["repeat.default"], _repeat)
 _register(["permute.default"], _permute)
 _register(["transpose.int"], _transpose)
 _register(["t.default"], _t)
