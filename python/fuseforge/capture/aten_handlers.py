@@ -10,6 +10,7 @@ import torch.fx as fx
 
 from fuseforge._native import core
 from fuseforge.capture.graph import CaptureError
+from fuseforge.capture.irtext import _contiguous_strides
 from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
 
 if TYPE_CHECKING:
@@ -471,7 +472,7 @@ def _repeat(L: _Lowerer, node, a):
     x = L.value(a["self"])
     reps = [int(r) for r in a["repeats"]]
     shape = [1] * (len(reps) - len(x.type.shape)) + list(x.type.shape)
-    if list(x.type.strides) != list(torch.empty(x.type.shape, device="meta").stride()):
+    if x.type.strides != _contiguous_strides(x.type.shape):
         raise _Unsupported("repeat of a non-contiguous tensor")
     spread = L.emit1("view", [x], L.infer(lambda t: t.reshape([s for d in shape for s in (1, d)]), x))
     tiled = L.emit1("expand", [spread],
