@@ -261,7 +261,7 @@ def section_c(paths: list[Path], budget: float) -> list[dict]:
             math = "ieee" if math == "-" else math
             graph, out_shape = _conv_graph(c, math)
             os.environ["FUSEFORGE_CONV_KERNELS"] = "always"
-            plan = options.compile_ir(graph, passes=["cse"], gemm="off").plan
+            plan = options.compile_ir(graph, arch=arch, passes=["cse"], gemm="off").plan
             ks = [(i, k) for i, k in enumerate(plan.kernels) if k.kind == "conv"]
             if not ks:
                 print(f"{problem_name(path)} | {kind(c)} | not covered by a conv kernel")

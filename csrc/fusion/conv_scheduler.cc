@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "codegen/cuda/conv.h"
+#include "codegen/cuda/conv_sm90.h"
 #include "fusion/conv_cost.h"
 #include "fusion/scheduler.h"
 
@@ -35,15 +36,23 @@ class ConvScheduler final : public Scheduler {
     }
   }
 
-  codegen::KernelSource generate(const Group& g, int id, const FusionOptions&) const override {
+  codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
+    if (hopper(g, options)) return codegen::generate_conv_sm90(g, g.conv, id);
     return codegen::generate_conv(g, g.conv, id);
   }
 
-  std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions&) const override {
-    return codegen::conv_variants(g, g.conv, id);
+  // Autotuning's other candidates: CUTLASS's tiles (all of them beside a Hopper kernel).
+  std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions& options) const override {
+    std::vector<codegen::KernelSource> out = codegen::conv_variants(g, g.conv, id);
+    if (hopper(g, options)) out.insert(out.begin(), codegen::generate_conv(g, g.conv, id));
+    return out;
   }
 
  private:
+  static bool hopper(const Group& g, const FusionOptions& options) {
+    return options.arch == 90 && codegen::sm90_conv_applies(g.conv);
+  }
+
   // The kernel against cuDNN's channels-last conv, which writes its result
   // and has the epilogue read it back.
   static bool kernel_is_faster(const ConvKernelSpec& spec, bool fuses_epilogue) {

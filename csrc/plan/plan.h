@@ -69,6 +69,7 @@ struct Kernel {
     std::string name, translation_unit;
     std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
     int shared_bytes = 0;
+    bool cutlass = false, sm90a = false;  // as the kernel's own (a Hopper kernel's candidates are CUTLASS's)
   };
   std::string name;
   std::vector<std::string> includes;        // its #include lines (not in the text form)

@@ -197,7 +197,9 @@ void bind_plan(nb::module_& m) {
       .def_ro("translation_unit", &Kernel::Variant::translation_unit)
       .def_ro("grid", &Kernel::Variant::grid)
       .def_ro("block", &Kernel::Variant::block)
-      .def_ro("shared_bytes", &Kernel::Variant::shared_bytes);
+      .def_ro("shared_bytes", &Kernel::Variant::shared_bytes)
+      .def_ro("cutlass", &Kernel::Variant::cutlass)
+      .def_ro("sm90a", &Kernel::Variant::sm90a);
 
   nb::class_<Kernel>(m, "Kernel", "A generated kernel with its launch geometry and parameters.")
       .def_ro("name", &Kernel::name)
@@ -270,9 +272,9 @@ void bind_plan(nb::module_& m) {
   m.def("load_kernels", &load_kernels, "kernels"_a, "arch"_a,
         "Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel "
         "a LaunchableKernel, or the error message of a kernel that did not compile.");
-  m.def("load_variant", [](const Kernel::Variant& v, const Kernel& k, int arch) {
-        return new LaunchableKernel(compile(v.translation_unit, v.name, arch, k.cutlass, k.sm90a), v.grid, v.block, v.shared_bytes);
-      }, "variant"_a, "kernel"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
+  m.def("load_variant", [](const Kernel::Variant& v, int arch) {
+        return new LaunchableKernel(compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a), v.grid, v.block, v.shared_bytes);
+      }, "variant"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
 }
 
 }  // namespace ff::python

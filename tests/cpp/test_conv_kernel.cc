@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "codegen/cuda/conv.h"
+#include "codegen/cuda/conv_sm90.h"
 #include "fusion/conv.h"
 #include "fusion/scheduler.h"
 #include "passes/pass.h"
@@ -122,7 +123,10 @@ TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
   std::string tf32 = kSeed;
   tf32.replace(tf32.find("\"ieee\""), 6, "\"tf32\"");
   auto h = parse(tf32);
-  const fusion::Partition q = fusion::partition(*h, conv_kernels());
+  fusion::FusionOptions always = conv_kernels();
+  always.conv_always = true;  // the cost model prefers cuDNN's TF32 conv here
+  const fusion::Partition q = fusion::partition(*h, always);
+  ASSERT_EQ(q.groups[0].kind, fusion::Group::Kind::Conv);
   const codegen::KernelSource kt = codegen::generate_conv(q.groups[0], q.groups[0].conv, 0);
   EXPECT_NE(kt.name.find("_tf32_"), std::string::npos);
   EXPECT_EQ(kt.source.find("OpMultiplyAddFastF32"), std::string::npos);
@@ -170,6 +174,42 @@ TEST(ConvKernel, TheCostModelChoosesBetweenTheKernelAndCudnn) {
   return %1
 })"),
             "kernel");
+}
+
+TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
+  auto g = parse(kSeed);
+  verify(*g);
+  fusion::FusionOptions hopper = conv_kernels();
+  hopper.arch = 90;
+  const fusion::Partition p = fusion::partition(*g, hopper);
+  ASSERT_EQ(p.groups[0].kind, fusion::Group::Kind::Conv);
+  ASSERT_TRUE(codegen::sm90_conv_applies(p.groups[0].conv));
+  const codegen::KernelSource ks = codegen::generate_conv_sm90(p.groups[0], p.groups[0].conv, 0);
+  EXPECT_EQ(ks.name, "ff_conv2d_add_minimum_mul_3xtf32_sm90_0");
+  EXPECT_TRUE(ks.sm90a);
+  EXPECT_FALSE(ks.cutlass);
+  EXPECT_EQ(ks.block, 384);
+  // Persistent CTAs: at most one per SM, each walking tiles.
+  EXPECT_EQ(ks.grid[0], 132);
+  EXPECT_EQ(ks.items, (128 * 126 * 126 + 127) / 128);
+  // A's rows: the window's origin per output pixel, channels k % C of tap k / C.
+  EXPECT_NE(ks.source.find("static constexpr int C = 64, H = 128, W = 128, D = 1;"), std::string::npos) << ks.source;
+  EXPECT_NE(ks.source.find("const int k = k0 + kk, c = k % C, tap = k / C;"), std::string::npos);
+  EXPECT_NE(ks.source.find("ff_sm90::gemm_tf32<true>(ConvA{x}, w, M + opaque, N + opaque, K + opaque, K + opaque"),
+            std::string::npos);
+  // The epilogue as the CUTLASS kernel's: NCHW output, per-channel inputs by channel.
+  EXPECT_NE(ks.source.find("out[n * 2032128 + col * 15876 + p * 126 + q]"), std::string::npos);
+  EXPECT_NE(ks.source.find("in0[col]"), std::string::npos);
+  EXPECT_EQ(ks.inputs.size(), 4u);
+  // Six input channels: 8-byte chunks, which the wgmma kernel's loads do not take.
+  auto narrow = parse(R"(graph @g(%x: f32[8,6,40,40]{9600,1,240,6}, %w: f32[48,6,3,3]{54,1,18,6} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,48,40,40]{76800,1,1920,48}
+  return %0
+})");
+  verify(*narrow);
+  const auto s = fusion::match_conv_kernel(*first_conv(*narrow));
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(codegen::sm90_conv_applies(*s));
 }
 
 }  // namespace

@@ -43,8 +43,8 @@ TEST(GemmSm90, HopperTargetGetsTheWgmmaKernelWithTheEpilogueFused) {
       << k.source;
   EXPECT_EQ(k.source.find("asm volatile(\"mov"), std::string::npos);
   EXPECT_EQ(k.inputs, (std::vector<std::string>{"x", "0", "b"}));
-  EXPECT_EQ(k.grid[0], 2);  // ceil(130 / 128)
-  EXPECT_EQ(k.grid[1], 3);  // ceil(300 / 128)
+  EXPECT_EQ(k.grid[0], 2 * 3);  // a CTA per tile: ceil(130 / 128) x ceil(300 / 128)
+  EXPECT_EQ(k.grid[1], 1);
   EXPECT_EQ(k.block, 384);
   EXPECT_EQ(k.align_bytes, 16);
   EXPECT_GT(k.shared_bytes, 48 * 1024);

@@ -199,24 +199,53 @@ def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path):
     covered = [c for c in convs if not c["transposed"] and c["groups"] == 1]
     assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
     for k in kernels:
-        assert k.cutlass and k.shared_bytes > 0 and len(k.inputs) >= 2 and k.nodes[0].op == "convolution"
-        is_cubin, size, log = core.nvrtc_compile(k.translation_unit, k.name, 90, cutlass=True, options=["-Xptxas=-v"])
-        assert is_cubin and " 0 bytes spill stores" in log, (k.name, log)
+        assert k.shared_bytes > 0 and len(k.inputs) >= 2 and k.nodes[0].op == "convolution"
+        assert k.sm90a != k.cutlass, k.name  # Hopper's wgmma kernel or CUTLASS's
+        is_cubin, size, log = core.nvrtc_compile(k.translation_unit, k.name, 90, cutlass=k.cutlass, sm90a=k.sm90a,
+                                                 options=["-Xptxas=-v"])
+        assert is_cubin and " 0 bytes spill stores" in log and "Performance Loss" not in log, (k.name, log)
 
+
+
+def _conv_graph(channels, dtype="f32", math="ieee"):
+    """A 3x3 conv of `channels` input channels, channels-last, with a sigmoid writing NCHW."""
+    c = channels
+    return f"""graph @g(%x: {dtype}[8,{c},40,40]{{{1600 * c},1,{40 * c},{c}}}, %w: {dtype}[96,{c},3,3]{{{9 * c},1,{3 * c},{c}}} param) {{
+  %0 = convolution(%x, %w) {{dilation=[1, 1], fp32_precision="{math}", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false}} : {dtype}[8,96,40,40]{{153600,1,3840,96}}
+  %1 = sigmoid(%0) : {dtype}[8,96,40,40]
+  return %1
+}}"""
+
+
+@pytest.mark.parametrize("channels,dtype,math,arch,hopper", [
+    (32, "f32", "ieee", 90, True), (32, "f32", "tf32", 90, True), (12, "f32", "ieee", 90, True),
+    (6, "f32", "ieee", 90, False), (32, "bf16", "ieee", 90, False), (32, "f32", "ieee", 80, False)])
+def test_hopper_conv_kernel_choice(monkeypatch, channels, dtype, math, arch, hopper):
+    """On sm_90, f32 convs whose input channels come in 16-byte chunks (a
+    multiple of 4) get the wgmma kernel, 3xTF32 or 1xTF32 by the conv's
+    fp32_precision; 16-bit convs, other channel counts and other GPUs keep
+    CUTLASS's. The wgmma kernel neither spills nor serializes its wgmmas."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    (k,) = core.compile(_conv_graph(channels, dtype, math), compile_options(arch=arch, convs={}, passes=["cse"])).plan.kernels
+    assert k.kind == "conv" and k.sm90a == hopper and k.cutlass != hopper, k.name
+    if hopper:
+        assert ("_tf32_sm90" in k.name) == (math == "tf32") and ("_3xtf32_sm90" in k.name) == (math == "ieee")
+        assert "ff_sm90::gemm_tf32<" + ("false" if math == "tf32" else "true") + ">(ConvA{x}" in k.source
+        is_cubin, size, log = core.nvrtc_compile(k.translation_unit, k.name, 90, sm90a=True, options=["-Xptxas=-v"])
+        assert is_cubin and " 0 bytes spill stores" in log and "Performance Loss" not in log, (k.name, log)
 
 
 def test_conv_kernel_tiles_all_build(monkeypatch):
-    """The autotuning candidates of an f32 conv kernel (the other tiles) build too."""
+    """The autotuning candidates of an f32 conv kernel build too: beside
+    Hopper's wgmma kernel, CUTLASS's kernel at each of its tiles."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
-    text = """graph @g(%x: f32[8,32,40,40]{51200,1,1280,32}, %w: f32[96,32,3,3]{288,1,96,32} param) {
-  %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,96,40,40]{153600,1,3840,96}
-  %1 = sigmoid(%0) : f32[8,96,40,40]
-  return %1
-}"""
-    (k,) = _conv_plan(text, {}, passes=["cse"]).kernels
-    assert k.kind == "conv" and len(k.variants) == 2
-    for name, unit in [(k.name, k.translation_unit)] + [(v.name, v.translation_unit) for v in k.variants]:
-        is_cubin, size, log = core.nvrtc_compile(unit, name, 90, cutlass=True, options=["-Xptxas=-v"])
+    (k,) = _conv_plan(_conv_graph(32), {}, passes=["cse"]).kernels
+    assert k.kind == "conv" and k.sm90a and len(k.variants) == 3
+    for name, unit, cutlass in [(k.name, k.translation_unit, False)] + [(v.name, v.translation_unit, True)
+                                                                         for v in k.variants]:
+        is_cubin, size, log = core.nvrtc_compile(unit, name, 90, cutlass=cutlass, sm90a=not cutlass,
+                                                 options=["-Xptxas=-v"])
         assert is_cubin and " 0 bytes spill stores" in log, (name, log)

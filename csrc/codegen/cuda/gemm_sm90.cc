@@ -10,10 +10,7 @@ namespace ff::codegen {
 
 namespace {
 
-// The mainloop's constants the launch depends on (each kernel static_asserts them).
-constexpr int kTile = 128;     // ff_sm90::BM and BN
-constexpr int kThreads = 384;  // a producer and two consumer warpgroups (ff_sm90::THREADS)
-constexpr int kSharedBytes = 1024 + 4 * (2 * 16384 + 18432) + 2 * 4 * 8;  // ff_sm90::SMEM_BYTES
+constexpr int kTile = kSm90Tile, kThreads = kSm90Threads, kSharedBytes = sm90_shared_bytes(true);
 
 using Reduce = fusion::GemmSpec::Reduce;
 
@@ -65,8 +62,8 @@ KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSp
   ks.sm90a = true;
   ks.block = kThreads;
   ks.unroll = 1;
-  ks.grid[0] = (s.m + kTile - 1) / kTile;
-  ks.grid[1] = (s.n + kTile - 1) / kTile;
+  // A CTA per tile (the block reductions' scratch needs that), m-tiles first.
+  ks.grid[0] = ((s.m + kTile - 1) / kTile) * ((s.n + kTile - 1) / kTile);
   ks.grid[2] = s.batch;
   ks.items = ks.grid[0] * ks.grid[1] * ks.grid[2];
   ks.shared_bytes = kSharedBytes;
@@ -89,7 +86,7 @@ KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSp
      << gemm_epilogue_value(s, "apply")
      << (s.reduce == Reduce::None ? store_tile(s) : reduce_tile(s)) << "};\n"
      << "static_assert(ff_sm90::BM == " << kTile << " && ff_sm90::BN == " << kTile << " && ff_sm90::THREADS == "
-     << kThreads << " && ff_sm90::SMEM_BYTES == "
+     << kThreads << " && ff_sm90::smem_bytes<true>() == "
      << kSharedBytes << ", \"the launch's grid and shared memory\");\n"
      << "}  // namespace\n\n";
   os << "FF_EXTERN_C __global__ void __launch_bounds__(" << kThreads << ", 1) " << ks.name

@@ -4,7 +4,7 @@ namespace ff::codegen {
 
 std::string_view cuda_sm90_mainloop() {
   return R"CUDA(
-// ---- fuseforge sm90 3xTF32 GEMM mainloop (wgmma, sm_90a) ----
+// ---- fuseforge sm90 TF32 GEMM mainloop (wgmma, sm_90a): 3xTF32 or 1xTF32 ----
 // acc = A @ B^T for A (M x K) and B (N x K), both K-contiguous (tf32 wgmma
 // reads only K-major operands). Each fp32 value x is split into a tf32 big
 // part and the residual small = x - big; acc = a_small*b_big + a_big*b_small
@@ -29,20 +29,36 @@ std::string_view cuda_sm90_mainloop() {
 // nothing).
 namespace ff_sm90 {
 
-constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4;
-constexpr int LAG = 2;  // the producer splits k-block kb - LAG after issuing kb's loads
+constexpr int BM = 128, BN = 128, BK = 32;
+// Shared-memory stages, and LAG: the producer readies (splits or rounds)
+// k-block kb - LAG after issuing kb's loads. 1xTF32's consumers run 3x as
+// fast and its stages are smaller: more of them, more loads in flight.
+template <bool SPLIT> constexpr int stages() { return SPLIT ? 4 : 6; }
+template <bool SPLIT> constexpr int lag() { return stages<SPLIT>() - 2; }
 // A consumer releases kb's stage only once kb+1 is ready; the producer makes
 // kb+1 ready after loading kb+1+LAG, which waits for the release of
 // kb+1+LAG-STAGES: that must come before kb.
-static_assert(LAG <= STAGES - 2, "the producer must split k-block kb+1 without waiting for kb's stage");
+static_assert(lag<true>() <= stages<true>() - 2 && lag<false>() <= stages<false>() - 2,
+              "the producer must ready k-block kb+1 without waiting for kb's stage");
 constexpr int THREADS = 384;
 constexpr int A_LD = BK + 4;  // floats per A row in shared memory: +4 keeps fragment loads conflict-free
 constexpr int B_TILE = BN * BK * 4, A_TILE = BM * A_LD * 4;  // bytes
-constexpr int SMEM_BYTES = 1024 + STAGES * (2 * B_TILE + A_TILE) + 2 * STAGES * 8;
+// 1xTF32 keeps no residual tiles: smaller stages leave more of the SM's
+// L1 to the loads that it caches (a convolution's input).
+template <bool SPLIT>
+constexpr int smem_bytes() {
+  return 1024 + stages<SPLIT>() * ((SPLIT ? 2 : 1) * B_TILE + A_TILE) + 2 * stages<SPLIT>() * 8;
+}
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+// L1: keep the line in L1 (.ca; for loads that neighbouring chunks read
+// again, as a convolution's window taps do), else L2 only (.cg).
+template <bool L1 = false>
 __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+  if (L1)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -126,21 +142,46 @@ __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;
 // Shared memory, as 32-bit shared-window addresses (1024-aligned base).
 struct Smem {
   unsigned b_raw;    // STAGES B tiles as loaded (the tensor cores read them as b_big)
-  unsigned b_small;  // STAGES tiles of their rounded residuals
+  unsigned b_small;  // STAGES tiles of their rounded residuals (3xTF32 only)
   unsigned a_raw;    // STAGES A tiles, padded rows
   unsigned ready;    // STAGES mbarriers: the stage's tiles and residuals are in place (128 producer arrivals)
   unsigned empty;    // STAGES mbarriers: both consumer warpgroups are done with the stage (256 arrivals)
 };
 
+// A's rows as a strided matrix (the GEMM's A). rows(row, k) is a producer
+// thread's view of rows row + 16 i (i < 8) from column k on: at(i, kk, src)
+// points src at the 16-byte chunk kk columns further and says whether the row
+// exists. A convolution's kernel passes an implicit-GEMM view instead.
+struct MatrixA {
+  const float* a;
+  long long lda;
+  int M;
+  struct Rows {
+    static constexpr bool kL1 = false;  // each chunk is read once per tile
+    const float* p;
+    long long ld16;
+    int n;  // rows of the 8 that exist
+    __device__ __forceinline__ bool at(int i, int kk, const float*& src) const {
+      src = p + i * ld16 + kk;
+      return i < n;
+    }
+  };
+  __device__ __forceinline__ Rows rows(int row, int k) const {
+    return Rows{a + row * lda + k, 16 * lda, (M - row + 15) / 16};
+  }
+};
+
 // The producer's loads of k-block kb into its stage: thread t's 16-byte
 // chunks are rows t / 8 + 16 i (i < 8), column chunk t % 8, of both tiles.
-// Rows past M or N and columns past K read as zeros (cp.async's zero fill).
+// Rows past M or N, columns past K and A's chunks that at() rejects read as
+// zeros (cp.async's zero fill).
+template <class ARows>
 struct TileLoader {
-  const float* a;  // row row0 of A's tile, column ch * 4
+  ARows a;
   const float* b;
   const float* any;  // a valid address for the zero-filled chunks
-  long long lda16, ldb16;  // 16 rows
-  int a_rows, b_rows;      // rows of this thread's chunks that exist: i < a_rows
+  long long ldb16;   // 16 rows
+  int b_rows;        // rows of this thread's B chunks that exist: i < b_rows
   int k, K;
   unsigned a_dst, b_dst;   // this thread's first chunk in slot 0
   __device__ __forceinline__ void load(const Smem& s, int slot, int kb) const {
@@ -148,8 +189,9 @@ struct TileLoader {
     const bool k_ok = k + kk < K;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const bool a_ok = k_ok && i < a_rows, b_ok = k_ok && i < b_rows;
-      cp_async16(s.a_raw + slot * A_TILE + a_dst + i * 16 * A_LD * 4, a_ok ? a + i * lda16 + kk : any, a_ok);
+      const float* src;
+      const bool a_ok = a.at(i, kk, src) && k_ok, b_ok = k_ok && i < b_rows;
+      cp_async16<ARows::kL1>(s.a_raw + slot * A_TILE + a_dst + i * 16 * A_LD * 4, a_ok ? src : any, a_ok);
       // Rows 16 apart keep the same swizzle phase (row % 8).
       cp_async16(s.b_raw + slot * B_TILE + b_dst + i * 16 * 128, b_ok ? b + i * ldb16 + kk : any, b_ok);
     }
@@ -167,9 +209,22 @@ __device__ __forceinline__ void split_b(const Smem& s, int slot, int t) {
   }
 }
 
+// 1xTF32: the producer's share of the B tile rounded to tf32 in place, as A's
+// fragments are (truncation, what the tensor cores would do, biases every
+// product toward zero: 3x eager's error against fp64 on a 3x3 conv).
+__device__ __forceinline__ void round_b(const Smem& s, int slot, int t) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const unsigned off = s.b_raw + slot * B_TILE + (t + 128 * i) * 16;
+    const float4 x = lds128(off);
+    sts128(off, tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+  }
+}
+
 // Consumer thread ct's m64k8 A fragments for the 4 k-steps of the tile in
 // `slot`: rows r and r + 8 of its warp's 16, columns t and t + 4 of each
 // 8-step (consumer warps 0-3: rows 0-63, warps 4-7: rows 64-127).
+template <bool SPLIT>
 __device__ __forceinline__ void load_a(const Smem& s, int slot, int ct, unsigned (&big)[4][4], unsigned (&small)[4][4]) {
   const int warp = ct >> 5, lane = ct & 31;
   const int r = warp * 16 + (lane >> 2), t = lane & 3;
@@ -182,36 +237,45 @@ __device__ __forceinline__ void load_a(const Smem& s, int slot, int ct, unsigned
     for (int j = 0; j < 4; ++j) {
       big[ks][j] = tf32_round(x[j]);
       // Exact in fp32; the tensor cores truncate it, unbiased: its sign is independent of x's.
-      small[ks][j] = __float_as_uint(x[j] - __uint_as_float(big[ks][j]));
+      if (SPLIT) small[ks][j] = __float_as_uint(x[j] - __uint_as_float(big[ks][j]));
     }
   }
 }
 
-// One consumer k-block: the 12 wgmmas, the next k-block's A fragments while
-// they run, then the promotion and the stage's release.
-__device__ __forceinline__ void consume(const Smem& s, int kb, int nk, int ct, const unsigned (&cur_big)[4][4],
+// One consumer k-block: the wgmmas (3xTF32: 12 into a scratch accumulator,
+// promoted into acc after; 1xTF32: 4 straight into acc, as cuDNN's and
+// cuBLAS's TF32 kernels accumulate), the next k-block's A fragments while they
+// run, then the stage's release.
+template <bool SPLIT>
+__device__ __forceinline__ void consume(const Smem& s, int kb, bool more, int ct, const unsigned (&cur_big)[4][4],
                                        const unsigned (&cur_small)[4][4], unsigned (&next_big)[4][4],
                                        unsigned (&next_small)[4][4], float (&acc)[64], float (&part)[64]) {
+  constexpr int STAGES = stages<SPLIT>();
   const int slot = kb % STAGES;
-  reg_fence(part);
+  float (&d)[64] = SPLIT ? part : acc;
+  reg_fence(d);
   wgmma_fence();
+  if (SPLIT) {
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
-    wgmma_tf32(part, cur_small[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), ks == 0 ? 0 : 1);
-    wgmma_tf32(part, cur_big[ks], b_desc(s.b_small + slot * B_TILE + ks * 32), 1);
+    for (int ks = 0; ks < 4; ++ks) {
+      wgmma_tf32(d, cur_small[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), ks == 0 ? 0 : 1);
+      wgmma_tf32(d, cur_big[ks], b_desc(s.b_small + slot * B_TILE + ks * 32), 1);
+    }
   }
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) wgmma_tf32(part, cur_big[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), 1);
+  for (int ks = 0; ks < 4; ++ks) wgmma_tf32(d, cur_big[ks], b_desc(s.b_raw + slot * B_TILE + ks * 32), 1);
   wgmma_commit();
-  if (kb + 1 < nk) {
+  if (more) {  // the tile has a k-block after kb
     const int next = (kb + 1) % STAGES;
     mbar_wait(s.ready + next * 8, ((kb + 1) / STAGES) & 1);
-    load_a(s, next, ct, next_big, next_small);
+    load_a<SPLIT>(s, next, ct, next_big, next_small);
   }
   wgmma_wait0();
-  reg_fence(part);
+  reg_fence(d);
+  if (SPLIT) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] += part[i];
+    for (int i = 0; i < 64; ++i) acc[i] += part[i];
+  }
   mbar_arrive(s.empty + slot * 8);
 }
 
@@ -303,18 +367,25 @@ __device__ __forceinline__ void reduce_cols(const float (&acc)[64], const Fragme
   }
 }
 
-// Hands this thread's accumulators to epilogue.tile(acc, fragment), which
-// stores them (store_pairs) or reduces them (reduce_rows, reduce_cols).
-// Needs K % 4 == 0, lda and ldb multiples of 4, A and B 16-byte aligned,
-// SMEM_BYTES of dynamic shared memory, THREADS threads.
-template <class Epilogue>
-__device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int M, int N, int K, long long lda,
-                                               long long ldb, const Epilogue& epilogue) {
+// Computes 128 x 128 tiles of A @ B^T (SPLIT: 3xTF32, else 1xTF32) and hands
+// each to epilogue.tile(acc, fragment), which stores it (store_pairs) or
+// reduces it (reduce_rows, reduce_cols). CTA b takes tiles b, b + gridDim.x,
+// ... (m-tiles first): with fewer CTAs than tiles, the producer loads the
+// next tile while the consumers run the last one's epilogue, so the epilogue
+// must then leave shared memory alone (store_pairs; the reductions' scratch
+// overlaps the stages). `a` gives the producer its rows (MatrixA or an
+// implicit GEMM's view). Needs K % 4 == 0, A's chunks and B 16-byte aligned,
+// ldb a multiple of 4, smem_bytes<SPLIT>() of dynamic shared memory, THREADS
+// threads.
+template <bool SPLIT, class A, class Epilogue>
+__device__ __forceinline__ void gemm_tf32(const A& a, const float* b, int M, int N, int K, long long ldb,
+                                          const Epilogue& epilogue) {
+  constexpr int STAGES = stages<SPLIT>(), LAG = lag<SPLIT>();
   extern __shared__ __align__(16) unsigned char ff_smem[];
   const unsigned raw = smem_u32(ff_smem), base = (raw + 1023u) & ~1023u;
-  const Smem s{base, base + STAGES * B_TILE, base + 2 * STAGES * B_TILE, base + STAGES * (2 * B_TILE + A_TILE),
-               base + STAGES * (2 * B_TILE + A_TILE) + STAGES * 8};
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const unsigned b_tiles = (SPLIT ? 2 : 1) * STAGES * B_TILE, bars = base + b_tiles + STAGES * A_TILE;
+  const Smem s{base, SPLIT ? base + STAGES * B_TILE : 0u, base + b_tiles, bars, bars + STAGES * 8};
+  const int tiles_m = (M + BM - 1) / BM, tiles = tiles_m * ((N + BN - 1) / BN);
   const int nk = (K + BK - 1) / BK;
   if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
@@ -329,54 +400,71 @@ __device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int 
   if (threadIdx.x < 128) {  // producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
     const int t = threadIdx.x, row0 = t >> 3, ch = t & 7;
-    TileLoader ld;
-    ld.a = a + (m0 + row0) * lda + ch * 4;
-    ld.b = b + (n0 + row0) * ldb + ch * 4;
-    ld.any = a;
-    ld.lda16 = 16 * lda;
-    ld.ldb16 = 16 * ldb;
-    ld.a_rows = (M - m0 - row0 + 15) / 16;
-    ld.b_rows = (N - n0 - row0 + 15) / 16;
-    ld.k = ch * 4;
-    ld.K = K;
-    ld.a_dst = (row0 * A_LD + ch * 4) * 4;
-    ld.b_dst = row0 * 128 + ((ch ^ (row0 & 7)) << 4);  // 128-byte swizzle: chunk ch of row r at ch ^ (r % 8)
-#pragma unroll 1
-    for (int kb = 0; kb < nk + LAG; ++kb) {
-      if (kb < nk) {
-        const int slot = kb % STAGES;
-        if (kb >= STAGES) mbar_wait(s.empty + slot * 8, (kb / STAGES - 1) & 1);
-        ld.load(s, slot, kb);
-      }
-      cp_async_commit();
-      const int j = kb - LAG;
-      if (j >= 0) {
-        cp_async_wait<LAG>();  // this thread's chunks of k-block j landed
-        producer_sync();       // everyone's did
+    // Step g issues the loads of the CTA's g-th k-block and readies the
+    // (g - LAG)-th; the last LAG are readied after the loop.
+    const auto ready = [&](int j) {
+      cp_async_wait<LAG>();  // this thread's chunks of k-block j landed
+      producer_sync();       // everyone's did
+      if (SPLIT)
         split_b(s, j % STAGES, t);
-        fence_proxy_async();  // the tensor cores (async proxy) read the tiles and residuals
-        mbar_arrive(s.ready + (j % STAGES) * 8);
+      else
+        round_b(s, j % STAGES, t);
+      fence_proxy_async();  // the tensor cores (async proxy) read the tiles and residuals
+      mbar_arrive(s.ready + (j % STAGES) * 8);
+    };
+    int g = 0;
+#pragma unroll 1
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
+      // (B's 128-byte swizzle: chunk ch of row r lies at ch ^ (r % 8).)
+      const TileLoader<typename A::Rows> ld{a.rows(m0 + row0, ch * 4), b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb,
+                                           (N - n0 - row0 + 15) / 16, ch * 4, K,
+                                           static_cast<unsigned>((row0 * A_LD + ch * 4) * 4),
+                                           static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+#pragma unroll 1
+      for (int kb = 0; kb < nk; ++kb, ++g) {
+        const int slot = g % STAGES;
+        if (g >= STAGES) mbar_wait(s.empty + slot * 8, (g / STAGES - 1) & 1);
+        ld.load(s, slot, kb);
+        cp_async_commit();
+        if (g >= LAG) ready(g - LAG);
       }
+    }
+#pragma unroll 1
+    for (int j = g - LAG; j < g; ++j) {
+      cp_async_commit();  // empty groups: wait<LAG> then waits for k-block j's
+      if (j >= 0) ready(j);
     }
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n");
-  const int ct = threadIdx.x - 128;
+  const int ct = threadIdx.x - 128, warp = ct >> 5, lane = ct & 31;
   unsigned b0[4][4], s0[4][4], b1[4][4], s1[4][4];
   float acc[64], part[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  mbar_wait(s.ready, 0);
-  load_a(s, 0, ct, b0, s0);
-  // Unrolled by 2 (the fragment buffers swap roles), no further.
+  int g = 0;
 #pragma unroll 1
-  for (int kb = 0; kb < nk; kb += 2) {
-    consume(s, kb, nk, ct, b0, s0, b1, s1, acc, part);
-    if (kb + 1 < nk) consume(s, kb + 1, nk, ct, b1, s1, b0, s0, acc, part);
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, g += nk) {
+    const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    mbar_wait(s.ready + (g % STAGES) * 8, (g / STAGES) & 1);
+    load_a<SPLIT>(s, g % STAGES, ct, b0, s0);
+    // Unrolled by 2 (the fragment buffers swap roles), no further.
+#pragma unroll 1
+    for (int kb = 0; kb < nk; kb += 2) {
+      consume<SPLIT>(s, g + kb, kb + 1 < nk, ct, b0, s0, b1, s1, acc, part);
+      if (kb + 1 < nk) consume<SPLIT>(s, g + kb + 1, kb + 2 < nk, ct, b1, s1, b0, s0, acc, part);
+    }
+    epilogue.tile(acc, Fragment{m0 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3), m0, n0, ct,
+                                reinterpret_cast<float*>(ff_smem + (base - raw))});
   }
-  const int warp = ct >> 5, lane = ct & 31;
-  epilogue.tile(acc, Fragment{m0 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3), m0, n0, ct,
-                              reinterpret_cast<float*>(ff_smem + (base - raw))});
+}
+
+// The GEMM's form: A row-major (M x K, row stride lda), 3xTF32.
+template <class Epilogue>
+__device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int M, int N, int K, long long lda,
+                                               long long ldb, const Epilogue& epilogue) {
+  gemm_tf32<true>(MatrixA{a, lda, M}, b, M, N, K, ldb, epilogue);
 }
 
 }  // namespace ff_sm90

@@ -2,9 +2,20 @@
 #include <string_view>
 
 namespace ff::codegen {
-// The Hopper (sm_90a) 3xTF32 GEMM mainloop that gemm_sm90.cc's kernels
-// include: ff_sm90::gemm_3xtf32(a, b, M, N, K, lda, ldb, epilogue)
-// computes a 128 x 128 tile of A @ B^T with wgmma and hands the result to
-// epilogue(row, col, v0, v1) two adjacent columns at a time.
+// The Hopper (sm_90a) TF32 GEMM mainloop that the wgmma kernels (gemm_sm90.cc,
+// conv_sm90.cc) include: ff_sm90::gemm_tf32<SPLIT>(a, b, M, N, K, ldb,
+// epilogue) computes a 128 x 128 tile of A @ B^T (3xTF32 or 1xTF32), A's rows
+// given by `a` (a matrix, or a convolution's implicit-GEMM view), and hands
+// the accumulators to epilogue.tile(acc, fragment).
 std::string_view cuda_sm90_mainloop();
+
+// Its launch: the tile (ff_sm90::BM and BN), threads (a producer and two
+// consumer warpgroups) and dynamic shared memory (ff_sm90::smem_bytes<split>(),
+// 3xTF32 keeping residual tiles). Each kernel static_asserts them.
+constexpr int kSm90Tile = 128;
+constexpr int kSm90Threads = 384;
+constexpr int sm90_shared_bytes(bool split) {
+  const int stages = split ? 4 : 6;
+  return 1024 + stages * ((split ? 2 : 1) * 16384 + 18432) + 2 * stages * 8;
+}
 }  // namespace ff::codegen

@@ -212,7 +212,7 @@ class Executor:
         candidates = [(k.name, default)]
         for v in k.variants:
             try:
-                candidates.append((v.name, core.load_variant(v, k, self.arch)))
+                candidates.append((v.name, core.load_variant(v, self.arch)))
             except RuntimeError as e:
                 warnings.warn(f"fuseforge: {k.kind} candidate {v.name} did not compile; not timed: {str(e)[:500]}")
         stream = _raw_stream(dev_index)

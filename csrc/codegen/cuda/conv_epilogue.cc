@@ -1,0 +1,119 @@
+#include "codegen/cuda/conv_epilogue.h"
+
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "codegen/cuda/pointwise.h"
+
+namespace ff::codegen {
+
+namespace {
+
+// An element's offset in the epilogue's index names (n, col, then z/p/q).
+std::string offset(const Shape& strides, const std::vector<std::string>& index) {
+  std::string off;
+  for (size_t d = 0; d < strides.size(); ++d)
+    if (strides[d] != 0)
+      off += (off.empty() ? "" : " + ") + index[d] + (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]));
+  return off.empty() ? "0" : off;
+}
+
+// Whether some offset into a tensor of `shape` with `strides` reaches 2^31.
+bool needs_64bit(const Shape& shape, const Shape& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < shape.size(); ++d) last += (shape[d] - 1) * strides[d];
+  return last >= (int64_t{1} << 31);
+}
+
+}  // namespace
+
+std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKernelSpec& s) {
+  std::string name = "ff_conv" + std::to_string(s.conv.dims) + "d";
+  std::set<std::string> seen;
+  for (auto it = group.nodes.begin() + 1; it != group.nodes.end(); ++it) {
+    if (seen.size() == 4) return name + "_etc";
+    if (seen.insert(std::string(op_name((*it)->op))).second) name += "_" + std::string(op_name((*it)->op));
+  }
+  return name;
+}
+
+ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& s, KernelSource& ks,
+                          const std::string& members) {
+  const ConvSpec& c = s.conv;
+  if (group.nodes.empty() || group.outputs.size() != 1) throw IRError("conv codegen: expected a conv and one output");
+  const Node& conv = *group.nodes.front();
+  const Value* out = group.outputs[0];
+  const Shape& shape = conv.result()->type.shape;  // [N, K, (Z,) P, Q]
+  const bool three_d = c.dims == 3;
+
+  ks.outputs = {out->name};
+  ks.inputs = {conv.input(0)->name, conv.input(1)->name};
+  if (c.has_bias) ks.inputs.push_back(conv.input(2)->name);
+  std::vector<const Value*> extra;  // tensors the epilogue reads besides the conv's result
+  for (const Value* v : group.inputs)
+    if (v != conv.input(0) && v != conv.input(1) && !(c.has_bias && v == conv.input(2))) extra.push_back(v);
+  for (const Value* v : extra) ks.inputs.push_back(v->name);
+
+  const std::string el = cuda_storage_type(c.dtype);
+  ConvEpilogue e;
+  std::ostringstream params, args, os;
+  params << cuda_storage_type(out->type.dtype) << "* __restrict__ out, const " << el << "* x, const " << el << "* w";
+  args << "out";
+  os << "struct FusedEpilogue {\n  " << cuda_storage_type(out->type.dtype) << "* __restrict__ out;\n";
+  if (c.has_bias) {
+    params << ", const " << el << "* __restrict__ bias";
+    args << ", bias";
+    os << "  const " << el << "* __restrict__ bias;\n";
+  }
+  for (size_t i = 0; i < extra.size(); ++i) {
+    const std::string t = "const " + cuda_storage_type(extra[i]->type.dtype) + "* __restrict__ in" + std::to_string(i);
+    params << ", " << t;
+    args << ", in" << i;
+    os << "  " << t << ";\n";
+  }
+
+  // Index names of an output element: n, col (the channel), then the spatial ones.
+  std::vector<std::string> index{"n", "col"};
+  for (const char* d : {"z", "p", "q"}) index.push_back(d);
+  if (!three_d) index.erase(index.begin() + 2);
+  bool wide = needs_64bit(out->type.shape, out->type.strides);
+  for (const Value* v : extra) wide |= needs_64bit(v->type.shape, v->type.strides);
+  std::unordered_map<const Value*, std::string> expr_of{{conv.result(), "v"}};
+  for (size_t i = 0; i < extra.size(); ++i)
+    expr_of[extra[i]] =
+        "ff_load(in" + std::to_string(i) + "[" + offset(broadcast_strides(extra[i]->type, shape), index) + "])";
+  std::ostringstream body;
+  const std::vector<Node*> epilogue(group.nodes.begin() + 1, group.nodes.end());
+  emit_pointwise_body(body, epilogue, "    ", expr_of);
+  const std::string round = c.dtype == DType::f16 ? "ff_round_f16" : c.dtype == DType::bf16 ? "ff_round_bf16" : "";
+  const Shape out_strides = broadcast_strides(out->type, shape);
+  e.channels_inner = out_strides[1] == 1;
+
+  const int64_t P = shape[shape.size() - 2], Q = shape.back(), Z = three_d ? shape[2] : 1;
+  const std::string idx = wide ? "long long" : "int";
+  os << "  // acc: the implicit GEMM's value at (row: output pixel, col: output channel).\n"
+     << "  __device__ __forceinline__ void store(int row, int col, float acc) const {\n"
+     << "    if (row >= M || col >= N) return;\n"
+     << "    const " << idx << " q = row % " << Q << ", p = row / " << Q << " % " << P;
+  if (three_d) os << ", z = row / " << P * Q << " % " << Z;
+  os << ", n = row / " << P * Q * Z << ";\n";
+  // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
+  const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
+  std::string value = rounded("acc");
+  if (c.has_bias) value = rounded(value + " + ff_load(bias[col])");
+  os << "    // v: the conv's value" << (c.has_bias ? " plus its bias" : "") << "; then " << epilogue.size()
+     << " fused pointwise op(s).\n"
+     << "    const float v = " << value << ";\n"
+     << body.str()
+     << "    out[" << offset(out_strides, index) << "] = ff_store<" << cuda_storage_type(out->type.dtype) << ">("
+     << expr_of.at(out) << ");\n"
+     << "  }\n"
+     << members << "};\n";
+  e.parameters = params.str();
+  e.arguments = args.str();
+  e.definition = os.str();
+  return e;
+}
+
+}  // namespace ff::codegen

@@ -1,0 +1,31 @@
+#pragma once
+// What every conv kernel (conv.cc's CUTLASS one, conv_sm90.cc's wgmma one)
+// does after its mainloop, written once: a device struct `FusedEpilogue` whose
+// store(row, col, acc) takes one accumulator of the implicit GEMM (row: the
+// output pixel, col: the output channel), applies the conv's bias and the
+// group's pointwise nodes, and writes the group's output through its strides.
+#include <string>
+
+#include "codegen/cuda/kernel_source.h"
+#include "fusion/conv.h"
+#include "fusion/group.h"
+
+namespace ff::codegen {
+
+struct ConvEpilogue {
+  std::string parameters;  // the kernel's parameters: out, x, w, then bias and the epilogue's inputs
+  std::string arguments;   // the FusedEpilogue's members from those parameters, in order ("out, bias, in0")
+  std::string definition;  // struct FusedEpilogue; reads the constants M and N (pixels, channels) of its kernel
+  bool channels_inner = false;  // the output's unit stride runs along the channels
+};
+
+// The kernel's name up to its math and tile: "ff_conv2d_minimum_add_mul".
+std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKernelSpec& spec);
+
+// The group's epilogue, with the kernel's own `members` added to the struct;
+// sets ks.inputs (x, w, bias, then the other tensors the epilogue reads) and
+// ks.outputs.
+ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& spec, KernelSource& ks,
+                          const std::string& members = "");
+
+}  // namespace ff::codegen

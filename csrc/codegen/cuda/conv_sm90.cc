@@ -1,0 +1,143 @@
+#include "codegen/cuda/conv_sm90.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "codegen/cuda/conv_epilogue.h"
+#include "codegen/cuda/prelude.h"
+#include "codegen/cuda/sm90_mainloop.h"
+
+namespace ff::codegen {
+
+namespace {
+
+constexpr int64_t kH100Sms = 132;
+
+// The implicit GEMM's A as the mainloop's producer reads it: row m is output
+// pixel (n, [z,] p, q), column k is tap (of the window) k / C, channel k % C.
+// Each producer thread keeps, per row of its 8, the row's sample offset and
+// its window's origin, so that a k-block costs one decomposition of k and a
+// bounds test per row.
+std::string conv_rows(const ConvSpec& c, int64_t m) {
+  const bool three_d = c.dims == 3;
+  const size_t d0 = three_d ? 1 : 0;  // first of H, W in the spatial vectors
+  auto v = [](const Shape& s, size_t i) { return std::to_string(s[i]); };
+  const int64_t H = c.input_size[d0], W = c.input_size[d0 + 1], D = three_d ? c.input_size[0] : 1;
+  const int64_t P = c.output_size[d0], Q = c.output_size[d0 + 1], Z = three_d ? c.output_size[0] : 1;
+  std::ostringstream os;
+  os << "// The implicit GEMM's A: row m = output pixel (n, " << (three_d ? "z, " : "")
+     << "p, q), column k = channel k % C of window tap k / C,\n"
+     << "// read from the channels-last input; taps outside it read as zeros.\n"
+     << "struct ConvA {\n"
+     << "  static constexpr int C = " << c.in_channels << ", H = " << H << ", W = " << W << ", D = " << D
+     << ";  // input\n"
+     << "  static constexpr int P = " << P << ", Q = " << Q << ", Z = " << Z << ";  // output\n"
+     << "  static constexpr int R = " << v(c.kernel, d0) << ", S = " << v(c.kernel, d0 + 1)
+     << ", T = " << (three_d ? v(c.kernel, 0) : "1") << ";  // window\n"
+     << "  const float* x;\n"
+     << "  struct Rows {\n"
+     << "    const float* x;\n"
+     << "    static constexpr bool kL1 = true;  // neighbouring taps read the same input lines again\n"
+     << "    int k0;  // this thread's column within each k-block\n"
+     << "    int pix[8], h0[8], w0[8]" << (three_d ? ", d0[8]" : "")
+     << ";  // per row: its sample's first input pixel, its window's origin\n"
+     << "    __device__ __forceinline__ bool at(int i, int kk, const float*& src) const {\n"
+     << "      const int k = k0 + kk, c = k % C, tap = k / C;\n"
+     << "      const int h = h0[i] + tap / S % R * " << v(c.dilation, d0) << ", w = w0[i] + tap % S * "
+     << v(c.dilation, d0 + 1) << ";\n";
+  if (three_d)
+    os << "      const int d = d0[i] + tap / (S * R) * " << v(c.dilation, 0) << ";\n"
+       << "      if (static_cast<unsigned>(d) >= D || static_cast<unsigned>(h) >= H || static_cast<unsigned>(w) >= W)"
+          " return false;\n"
+       << "      src = x + static_cast<long long>(pix[i] + (d * H + h) * W + w) * C + c;\n";
+  else
+    os << "      if (static_cast<unsigned>(h) >= H || static_cast<unsigned>(w) >= W) return false;\n"
+       << "      src = x + static_cast<long long>(pix[i] + h * W + w) * C + c;\n";
+  os << "      return true;\n"
+     << "    }\n"
+     << "  };\n"
+     << "  __device__ __forceinline__ Rows rows(int row, int k) const {\n"
+     << "    Rows r;\n"
+     << "    r.x = x;\n"
+     << "    r.k0 = k;\n"
+     << "#pragma unroll\n"
+     << "    for (int i = 0; i < 8; ++i) {\n"
+     << "      const int m = row + 16 * i, q = m % Q, p = m / Q % P;\n"
+     << "      const bool ok = m < " << m << ";\n"
+     << "      r.pix[i] = m / (Q * P * Z) * (D * H * W);\n"
+     << "      r.h0[i] = ok ? p * " << v(c.stride, d0) << " - " << v(c.padding, d0)
+     << " : -(1 << 29);  // a row past M fails every bounds test\n"
+     << "      r.w0[i] = q * " << v(c.stride, d0 + 1) << " - " << v(c.padding, d0 + 1) << ";\n";
+  if (three_d)
+    os << "      r.d0[i] = m / (Q * P) % Z * " << v(c.stride, 0) << " - " << v(c.padding, 0) << ";\n";
+  os << "    }\n"
+     << "    return r;\n"
+     << "  }\n"
+     << "};\n";
+  return os.str();
+}
+
+}  // namespace
+
+bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
+  return s.conv.dtype == DType::f32 && s.conv.in_channels % 4 == 0 && (s.conv.dims == 2 || s.conv.dims == 3);
+}
+
+KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
+  if (!sm90_conv_applies(s)) throw IRError("conv codegen: the sm90 kernel does not cover this conv");
+  const bool split = !s.conv.tf32;
+  KernelSource ks;
+  ks.name = conv_kernel_name(group, s) + (split ? "_3xtf32" : "_tf32") + "_sm90_" + std::to_string(id);
+  const std::string members =
+      "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
+      "    store(row, col, v0);\n"
+      "    store(row, col + 1, v1);\n"
+      "  }\n"
+      "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
+      "    ff_sm90::store_pairs(*this, acc, f);\n"
+      "  }\n";
+  const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members);
+  ks.sm90a = true;
+  ks.block = kSm90Threads;
+  ks.unroll = 1;
+  // Persistent CTAs, one per SM of an H100 SXM (a CTA's 384 threads hold the
+  // register file): each loads its next tile while storing the last.
+  const int64_t tiles = ((s.gemm_m() + kSm90Tile - 1) / kSm90Tile) * ((s.gemm_n() + kSm90Tile - 1) / kSm90Tile);
+  ks.grid[0] = std::min<int64_t>(tiles, kH100Sms);
+  ks.items = tiles;
+  ks.shared_bytes = sm90_shared_bytes(split);
+  ks.align_bytes = 16;
+  ks.vector_width = 4;
+
+  std::ostringstream os;
+  os << "// Generated by fuseforge: " << ks.name << "\n";
+  for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
+  os << "// implicit GEMM M " << s.gemm_m() << " (pixels), N " << s.gemm_n() << " (channels), K " << s.gemm_k()
+     << "; 128x128x32 tiles, "
+     << (split ? "3xTF32 on wgmma (sm_90a, fp32 accuracy)" : "TF32 on wgmma (sm_90a, fp32_precision=tf32)") << "\n";
+  os << cuda_prelude() << cuda_half_prelude() << cuda_sm90_mainloop();
+  os << "\nnamespace {\n"
+     << "constexpr int M = " << s.gemm_m() << ", N = " << s.gemm_n() << ", K = " << s.gemm_k()
+     << ";  // pixels, output channels, window x input channels\n"
+     << conv_rows(s.conv, s.gemm_m()) << epilogue.definition
+     << "static_assert(ff_sm90::BM == " << kSm90Tile << " && ff_sm90::BN == " << kSm90Tile
+     << " && ff_sm90::THREADS == " << kSm90Threads << " && ff_sm90::smem_bytes<" << (split ? "true" : "false") << ">() == " << ks.shared_bytes
+     << ", \"the launch's grid and shared memory\");\n"
+     << "}  // namespace\n\n"
+     << "FF_EXTERN_C __global__ void __launch_bounds__(" << kSm90Threads << ", 1) " << ks.name << "("
+     << epilogue.parameters << ") {\n"
+     << "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
+     << "  const FusedEpilogue epilogue{" << epilogue.arguments << "};\n"
+     << "  // Run-time sizes (`opaque` is 0): with constant ones ptxas serializes the wgmmas (gemm_sm90.cc).\n"
+     << "  const int opaque = static_cast<int>(blockDim.z >> 16);\n"
+     << "  ff_sm90::gemm_tf32<" << (split ? "true" : "false")
+     << ">(ConvA{x}, w, M + opaque, N + opaque, K + opaque, K + opaque, epilogue);\n"
+     << "#else\n"
+     << "  __trap();  // built for a target without wgmma: these kernels need sm_90a\n"
+     << "#endif\n"
+     << "}\n";
+  ks.source = os.str();
+  return ks;
+}
+
+}  // namespace ff::codegen
