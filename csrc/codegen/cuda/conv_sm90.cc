@@ -37,7 +37,6 @@ std::string conv_rows(const ConvSpec& c, int64_t m) {
      << "  const float* x;\n"
      << "  struct Rows {\n"
      << "    const float* x;\n"
-     << "    static constexpr bool kL1 = true;  // neighbouring taps read the same input lines again\n"
      << "    int k0;  // this thread's column within each k-block\n"
      << "    int pix[8], h0[8], w0[8]" << (three_d ? ", d0[8]" : "")
      << ";  // per row: its sample's first input pixel, its window's origin\n"
