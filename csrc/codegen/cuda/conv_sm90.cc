@@ -131,10 +131,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
      << "  const int opaque = static_cast<int>(blockDim.z >> 16);\n"
      << "  ff_sm90::gemm_tf32<" << (split ? "true" : "false")
      << ">(ConvA{x}, w, M + opaque, N + opaque, K + opaque, K + opaque, epilogue);\n"
-     << "#else\n"
-     << "  __trap();  // built for a target without wgmma: these kernels need sm_90a\n"
-     << "#endif\n"
-     << "}\n";
+     << sm90_kernel_end();
   ks.source = os.str();
   return ks;
 }

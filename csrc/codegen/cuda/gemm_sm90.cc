@@ -107,10 +107,7 @@ KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSp
      << "  ff_sm90::gemm_3xtf32(a + z * " << s.a.batch_stride << "LL, b + z * " << s.b.batch_stride
      << "LL, M + opaque, N + opaque, " << s.k << " + opaque, " << s.a.ld << " + opaque, " << s.b.ld
      << " + opaque, epilogue);\n"
-     << "#else\n"
-     << "  __trap();  // built for a target without wgmma: these kernels need sm_90a\n"
-     << "#endif\n"
-     << "}\n";
+     << sm90_kernel_end();
   ks.source = os.str();
   return ks;
 }

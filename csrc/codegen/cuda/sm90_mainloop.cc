@@ -463,4 +463,11 @@ __device__ __forceinline__ void gemm_3xtf32(const float* a, const float* b, int 
 )CUDA";
 }
 
+std::string_view sm90_kernel_end() {
+  return "#else\n"
+         "  __trap();  // built for a target without wgmma: these kernels need sm_90a\n"
+         "#endif\n"
+         "}\n";
+}
+
 }  // namespace ff::codegen

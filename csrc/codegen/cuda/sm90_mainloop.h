@@ -9,6 +9,10 @@ namespace ff::codegen {
 // the accumulators to epilogue.tile(acc, fragment).
 std::string_view cuda_sm90_mainloop();
 
+// The close of a wgmma kernel's body, which opens with
+// `#if defined(__CUDA_ARCH_FEAT_SM90_ALL)`: a trap on other targets.
+std::string_view sm90_kernel_end();
+
 // Its launch: the tile (ff_sm90::BM and BN), threads (a producer and two
 // consumer warpgroups) and dynamic shared memory (ff_sm90::smem_bytes<split>(),
 // 3xTF32 keeping residual tiles). Each kernel static_asserts them.
