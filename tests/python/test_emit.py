@@ -311,25 +311,28 @@ def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, mo
 
 @pytest.mark.skipif(not os.path.exists(NVCC), reason="needs nvcc")
 def test_conv_kernels_and_conv_precision_are_emitted(monkeypatch, tmp_path):
-    """With conv kernels on, the seed's conv and its epilogue are one CUTLASS
-    kernel in the emitted file, whose CUDA builds with nvcc; library convs
-    carry their decided precision (IEEE without a GPU) through the helper
-    the file defines."""
+    """With conv kernels on, the seed's conv and its epilogue are one kernel in
+    the emitted file (Hopper: the wgmma kernel; other GPUs: CUTLASS's), whose
+    CUDA builds with nvcc; library convs carry their decided precision (IEEE
+    without a GPU) through the helper the file defines."""
     seed = next(p for p in SEEDS if problem_name(p) == "conv2d_min_add_multiply")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
-    text = emit.emit_problem(seed, arch=90)
-    cuda = _source(text, "_FF_CUDA_SOURCE")
-    assert "cutlass/conv/kernel/default_conv2d_fprop.h" in cuda and "ff_conv2d_" in cuda, cuda[:2000]
-    forwards = text[text.index("def _ff_forward_"):]
-    assert "_ff_convolution(" not in forwards and "ff_conv2d_" in text, forwards[:3000]
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+    for arch, marker, target in [(90, "ff_sm90::gemm_tf32<true>(ConvA{x}", "arch=compute_90a,code=sm_90a"),
+                                 (80, "cutlass/conv/kernel/default_conv2d_fprop.h", "arch=compute_80,code=sm_80")]:
+        text = emit.emit_problem(seed, arch=arch)
+        cuda = _source(text, "_FF_CUDA_SOURCE")
+        assert marker in cuda and "ff_conv2d_" in cuda, cuda[:2000]
+        assert ("_FF_NEEDS_SM90A = True" in text) == (arch == 90)
+        forwards = text[text.index("def _ff_forward_"):]
+        assert "_ff_convolution(" not in forwards and "ff_conv2d_" in text, forwards[:3000]
+        src = tmp_path / f"conv{arch}.cu"
+        src.write_text(cuda)
+        r = subprocess.run([NVCC, f"-gencode={target}", *COMMON_NVCC_FLAGS, "-std=c++17",
+                            f"-I{cutlass_include_dir()}", "-cubin", "-o", str(tmp_path / f"conv{arch}.cubin"), str(src)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "off")
     library = emit.emit_problem(seed, arch=90)
     assert "def _ff_conv_fp32(value: str):" in library and "_ff_convolution('ieee', " in library
     compile(library, "library.py", "exec")
-    src = tmp_path / "conv.cu"
-    src.write_text(cuda)
-    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
-    r = subprocess.run([NVCC, "-gencode=arch=compute_90,code=sm_90", *COMMON_NVCC_FLAGS, "-std=c++17",
-                        f"-I{cutlass_include_dir()}", "-cubin", "-o", str(tmp_path / "conv.cubin"), str(src)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]

@@ -124,7 +124,7 @@ class ModelNew(Model):
                                 "(shapes, dtypes, CUDA): running Model.forward")
             return super().forward(*args)
         if _FF_NEEDS_SM90A and torch.cuda.get_device_capability() != (9, 0):
-            _ff_warn_once("sm90a", "its GEMM kernels are built for Hopper GPUs (sm_90a): running Model.forward")
+            _ff_warn_once("sm90a", "its wgmma kernels are built for Hopper GPUs (sm_90a): running Model.forward")
             return super().forward(*args)
         with torch.no_grad():
             return fused(self, args)
@@ -142,7 +142,7 @@ def _ff_extension():
     if _FF_EXT is None:
         from torch.utils.cpp_extension import load_inline
         flags = ["-std=c++17"] + (["-I" + _FF_CUTLASS_INCLUDE] if _FF_CUTLASS_INCLUDE else [])
-        # Hopper GEMM kernels use wgmma, which only the arch-specific sm_90a target has.
+        # Hopper GEMM and conv kernels use wgmma, which only the arch-specific sm_90a target has.
         saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
         if _FF_NEEDS_SM90A:
             os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
