@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "codegen/cuda/conv.h"
 #include "codegen/cuda/conv_sm90.h"
@@ -40,10 +41,15 @@ Node* first_conv(const Graph& g) {
   return nullptr;
 }
 
-TEST(ConvKernel, CoversChannelsLastForwardConvsWithoutGroups) {
-  auto g = parse(kSeed);
+// The kernel spec of the first conv of `text` (verified), or nullopt where no kernel covers it.
+std::optional<fusion::ConvKernelSpec> kernel_spec_of(const char* text) {
+  auto g = parse(text);
   verify(*g);
-  const auto s = fusion::match_conv_kernel(*first_conv(*g));
+  return fusion::match_conv_kernel(*first_conv(*g));
+}
+
+TEST(ConvKernel, CoversChannelsLastForwardConvsWithoutGroups) {
+  const auto s = kernel_spec_of(kSeed);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->alignment, 4);  // 64 channels: 16-byte loads
   EXPECT_EQ(s->gemm_m(), 128 * 126 * 126);
@@ -75,9 +81,7 @@ TEST(ConvKernel, LeavesContiguousTransposedGroupedAndNarrowConvsToCudnn) {
   return %0
 })"};
   for (const char* text : cases) {
-    auto g = parse(text);
-    verify(*g);
-    EXPECT_FALSE(fusion::match_conv_kernel(*first_conv(*g))) << text;
+    EXPECT_FALSE(kernel_spec_of(text)) << text;
   }
 }
 
@@ -134,12 +138,10 @@ TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
 
 TEST(ConvKernel, NarrowLoadsTakeTheSmallestTile) {
   // Three input channels: 4-byte loads, with which the bigger tiles spill.
-  auto g = parse(R"(graph @g(%x: f32[128,3,128,128]{49152,1,384,3}, %w: f32[32,3,3,3]{27,1,9,3} param) {
+  const auto s = kernel_spec_of(R"(graph @g(%x: f32[128,3,128,128]{49152,1,384,3}, %w: f32[32,3,3,3]{27,1,9,3} param) {
   %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1], transposed=false} : f32[128,32,128,128]{524288,1,4096,32}
   return %0
 })");
-  verify(*g);
-  const auto s = fusion::match_conv_kernel(*first_conv(*g));
   ASSERT_TRUE(s);
   EXPECT_EQ(s->alignment, 1);
   ASSERT_EQ(codegen::conv_tiles(*s).size(), 1u);
@@ -202,12 +204,10 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   EXPECT_NE(ks.source.find("in0[col]"), std::string::npos);
   EXPECT_EQ(ks.inputs.size(), 4u);
   // Six input channels: 8-byte chunks, which the wgmma kernel's loads do not take.
-  auto narrow = parse(R"(graph @g(%x: f32[8,6,40,40]{9600,1,240,6}, %w: f32[48,6,3,3]{54,1,18,6} param) {
+  const auto s = kernel_spec_of(R"(graph @g(%x: f32[8,6,40,40]{9600,1,240,6}, %w: f32[48,6,3,3]{54,1,18,6} param) {
   %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1], transposed=false} : f32[8,48,40,40]{76800,1,1920,48}
   return %0
 })");
-  verify(*narrow);
-  const auto s = fusion::match_conv_kernel(*first_conv(*narrow));
   ASSERT_TRUE(s);
   EXPECT_FALSE(codegen::sm90_conv_applies(*s));
 }

@@ -101,7 +101,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   ks.unroll = 1;
   // Persistent CTAs, one per SM of an H100 SXM (a CTA's 384 threads hold the
   // register file): each loads its next tile while storing the last.
-  const int64_t tiles = ((s.gemm_m() + kSm90Tile - 1) / kSm90Tile) * ((s.gemm_n() + kSm90Tile - 1) / kSm90Tile);
+  const int64_t tiles = sm90_tiles(s.gemm_m(), s.gemm_n());
   ks.grid[0] = std::min<int64_t>(tiles, kH100Sms);
   ks.items = tiles;
   ks.shared_bytes = sm90_shared_bytes(split);
@@ -120,7 +120,8 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
      << ";  // pixels, output channels, window x input channels\n"
      << conv_rows(s.conv, s.gemm_m()) << epilogue.definition
      << "static_assert(ff_sm90::BM == " << kSm90Tile << " && ff_sm90::BN == " << kSm90Tile
-     << " && ff_sm90::THREADS == " << kSm90Threads << " && ff_sm90::smem_bytes<" << (split ? "true" : "false") << ">() == " << ks.shared_bytes
+     << " && ff_sm90::THREADS == " << kSm90Threads << " && ff_sm90::smem_bytes<" << (split ? "true" : "false")
+     << ">() == " << ks.shared_bytes
      << ", \"the launch's grid and shared memory\");\n"
      << "}  // namespace\n\n"
      << "FF_EXTERN_C __global__ void __launch_bounds__(" << kSm90Threads << ", 1) " << ks.name << "("

@@ -63,7 +63,7 @@ KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSp
   ks.block = kThreads;
   ks.unroll = 1;
   // A CTA per tile (the block reductions' scratch needs that), m-tiles first.
-  ks.grid[0] = ((s.m + kTile - 1) / kTile) * ((s.n + kTile - 1) / kTile);
+  ks.grid[0] = sm90_tiles(s.m, s.n);
   ks.grid[2] = s.batch;
   ks.items = ks.grid[0] * ks.grid[1] * ks.grid[2];
   ks.shared_bytes = kSharedBytes;

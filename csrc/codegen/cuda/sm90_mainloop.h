@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <string_view>
 
 namespace ff::codegen {
@@ -18,6 +19,10 @@ std::string_view sm90_kernel_end();
 // 3xTF32 keeping residual tiles). Each kernel static_asserts them.
 constexpr int kSm90Tile = 128;
 constexpr int kSm90Threads = 384;
+// Tiles of an M x N result (the mainloop walks them m-tiles first).
+constexpr int64_t sm90_tiles(int64_t m, int64_t n) {
+  return ((m + kSm90Tile - 1) / kSm90Tile) * ((n + kSm90Tile - 1) / kSm90Tile);
+}
 constexpr int sm90_shared_bytes(bool split) {
   const int stages = split ? 4 : 6;
   return 1024 + stages * ((split ? 2 : 1) * 16384 + 18432) + 2 * stages * 8;
