@@ -132,3 +132,22 @@ def test_inputs_are_cut_only_along_their_shared_leading_dimension():
     assert cpu_check.reduced_inputs(mod, 0, cpu_check.check_size(meta, budget=60), meta) is None
     # Leading dimensions that differ are not a batch.
     assert cpu_check.check_size([torch.empty(4, 2, device="meta"), torch.empty(5, device="meta")]) is None
+
+
+def test_a_shared_length_that_is_not_a_batch_is_not_cut():
+    """Vectors as long as a square matrix's rows that broadcast along its
+    columns share its leading length: cutting it would fail in the model."""
+    from fuseforge.harness import cpu_check
+
+    class RowsAndColumns(torch.nn.Module):
+        def forward(self, x, row, col):
+            return x * row[None, :] + col[:, None]
+
+    class Rows(torch.nn.Module):
+        def forward(self, x, col):
+            return x + col[:, None]
+    square = [torch.empty(1000, 1000, device="meta"), torch.empty(1000, device="meta"), torch.empty(1000, device="meta")]
+    assert cpu_check.check_size(square, budget=6000) == cpu_check.CheckSize(1000, 5)  # without the model: cut
+    assert cpu_check.check_size(square, budget=6000, model=RowsAndColumns()) is None
+    rows = [torch.empty(1000, 8, device="meta"), torch.empty(1000, device="meta")]
+    assert cpu_check.check_size(rows, budget=90, model=Rows()) == cpu_check.CheckSize(1000, 10)

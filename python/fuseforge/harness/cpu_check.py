@@ -72,15 +72,35 @@ class CheckSize:
         return "full size" if self.rows == self.full else f"batch {self.rows} of {self.full}"
 
 
-def check_size(meta_inputs: Sequence[Any], budget: int = CHECK_ELEMENTS) -> CheckSize | None:
+def check_size(meta_inputs: Sequence[Any], budget: int = CHECK_ELEMENTS,
+               model: torch.nn.Module | None = None) -> CheckSize | None:
     """The reduced batch for inputs whose tensors all share a leading
-    dimension (None when they do not: then they are checked at full size)."""
+    dimension (None when they do not: then they are checked at full size).
+    Given the `model` on the meta device, also None when a shared length is
+    not a batch: the model runs on the full inputs but not on the cut ones
+    (vectors of a square matrix's length that broadcast along its columns)."""
     tensors = [x for x in meta_inputs if isinstance(x, torch.Tensor) and x.dim() > 0]
     if not tensors or len({t.shape[0] for t in tensors}) != 1:
         return None
     full = tensors[0].shape[0]
     per_row = sum(t.numel() // full for t in tensors) if full else 1
-    return CheckSize(full, max(1, min(full, budget // max(per_row, 1))))
+    size = CheckSize(full, max(1, min(full, budget // max(per_row, 1))))
+    if model is not None and size.rows != size.full and _runs(model, meta_inputs):
+        cut = [torch.empty((size.rows, *x.shape[1:]), dtype=x.dtype, device="meta")
+               if isinstance(x, torch.Tensor) and x.dim() > 0 else x for x in meta_inputs]
+        if not _runs(model, cut):
+            return None
+    return size
+
+
+def _runs(model: torch.nn.Module, inputs: Sequence[Any]) -> bool:
+    """Whether `model` (on the meta device) accepts `inputs` (shapes only)."""
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except Exception:
+        return False
+    return True
 
 
 def reduced_inputs(mod: ModuleType, seed: int, size: CheckSize, meta_inputs: Sequence[Any]) -> list[Any] | None:
@@ -111,9 +131,9 @@ def check_inputs(problem: str, mode: str | None) -> tuple[ModuleType, torch.nn.M
     """The CPU model and the inputs the check runs on, with their size. Falls
     back to the full inputs when they cannot be cut (see reduced_inputs)."""
     mod = load_problem(problem)
-    _, meta_inputs = meta_model(mod, mode)
+    meta, meta_inputs = meta_model(mod, mode)
     mod, model = build_model(problem, mode, "cpu")
-    size = check_size(meta_inputs)
+    size = check_size(meta_inputs, model=meta)
     inputs = reduced_inputs(mod, 0, size, meta_inputs) if size is not None else None
     if inputs is None:
         inputs = problem_inputs(mod, 0, "cpu")
