@@ -2,15 +2,16 @@
 # Runs the GPU tests under compute-sanitizer (memcheck, then racecheck) and
 # prints one summary line per tool. For a machine with a GPU and the CUDA
 # toolkit's compute-sanitizer; takes several minutes per tool.
-#   bash scripts/sanitize.sh [PYTEST_ARGS...]    (default: the fault and problem GPU tests)
+#   bash scripts/sanitize.sh [PYTEST_ARGS...]    (default: the fault tests and every problem at a reduced batch)
 # Success: "memcheck: 0 errors" and "racecheck: 0 hazards", exit 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 [ -x "$SAN" ] || { echo "sanitize.sh: compute-sanitizer not found (install the CUDA toolkit or set CUDA_HOME)" >&2; exit 1; }
-[ -x .venv/bin/python ] || { echo "sanitize.sh: no .venv here; run bash scripts/setup.sh first" >&2; exit 1; }
+PY=${PYTHON:-.venv/bin/python}  # PYTHON=python3 where fuseforge is installed outside .venv (a lent GPU machine)
+command -v "$PY" >/dev/null || { echo "sanitize.sh: no $PY here; run bash scripts/setup.sh first (or set PYTHON)" >&2; exit 1; }
 TESTS=("$@")
-[ ${#TESTS[@]} -gt 0 ] || TESTS=(tests/python/test_faults_gpu.py tests/python/test_gpu.py -k "faults or matches_eager")
+[ ${#TESTS[@]} -gt 0 ] || TESTS=(tests/python/test_faults_gpu.py tests/python/test_gpu.py -k "faults or reduced_batch")
 mkdir -p build
 # A fresh kernel cache is not needed: the sanitizer checks launches, not compiles.
 # The torch caching allocator hides out-of-bounds accesses inside its blocks.
@@ -21,7 +22,7 @@ for tool in memcheck racecheck; do
   extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check no)  # torch keeps allocations past exit on purpose
   "$SAN" --tool "$tool" --target-processes all --launch-timeout 0 --print-limit 100 "${extra[@]}" \
-    .venv/bin/python -m pytest -q -m gpu -p no:cacheprovider "${TESTS[@]}" > "$log" 2>&1
+    "$PY" -m pytest -q -m gpu -p no:cacheprovider "${TESTS[@]}" > "$log" 2>&1
   rc=$?
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|HAZARD" "$log" | tail -1)
   pytest_line=$(grep -E "[0-9]+ (passed|failed)" "$log" | tail -1)

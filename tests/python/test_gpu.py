@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import fuseforge
-from fuseforge.harness.check import check_correctness
+from fuseforge.harness.check import check_correctness, in_float64
+from fuseforge.harness.compare import flatten_tensors, judge
+from fuseforge.harness.cpu_check import check_size, meta_model, reduced_inputs
 from fuseforge.harness.problem import build_model, problem_name
 
 from conftest import PROBLEMS
@@ -20,6 +22,28 @@ def test_problem_matches_eager(path):
     result = check_correctness(mod, model, seeds=2, device="cuda")
     assert result["correct"], result
     torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
+def test_problem_at_reduced_batch_matches_eager(path):
+    """Each problem's plan at a batch small enough for compute-sanitizer
+    (scripts/sanitize.sh runs this): the same graph and kernel kinds, on at
+    most 2^18 input elements, against eager in the model's own mode."""
+    mod, model = build_model(str(path), None, "cuda")
+    meta, meta_inputs = meta_model(mod, None)
+    size = check_size(meta_inputs, budget=1 << 18, model=meta)
+    inputs = reduced_inputs(mod, 0, size, meta_inputs) if size is not None else None
+    if inputs is None:
+        pytest.skip("its inputs have no leading batch dimension to cut")
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in inputs]
+    fast = fuseforge.optimize(copy.deepcopy(model))
+    with torch.no_grad():
+        got, want = flatten_tensors(fast(*inputs)), flatten_tensors(model(*inputs))
+        inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        with in_float64(model):
+            want64 = flatten_tensors(model(*inputs64))
+    correct, *errors = judge(got, want, want64, [], [])
+    assert correct, errors  # within 1e-4 of eager, or no further from fp64 than twice eager (TF32 convs)
 
 
 @pytest.mark.parametrize("path", [p for p in PROBLEMS if "batchnorm" in p.stem], ids=problem_name)
