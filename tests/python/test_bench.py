@@ -45,7 +45,34 @@ def test_crash_and_hang_become_failed_rows(tmp_path):
     assert row["correct"] is False and row["error"].startswith("exit code 7")
     hang = _problem(tmp_path, "hang", prelude="import time", init="time.sleep(600)")
     row = bench.run_problem(hang, _args(timeout=15.0))
-    assert row == {"correct": False, "error": "timed out after 15 s"}
+    assert row == {"correct": False, "error": "timed out after 15 s", "wall_s": 15.0}
+
+
+def test_problems_share_a_worker_until_one_fails(tmp_path):
+    """Problems that run well run one after another in one process (torch is
+    imported once); a failing one ends that process, and the next problem
+    gets a fresh one that is not affected by what the failing one did."""
+    from fuseforge.harness.worker import Worker
+    flags = _problem(tmp_path, "flags", prelude="torch.set_float32_matmul_precision('medium')")
+    crash = _problem(tmp_path, "crash", init="raise SystemExit(7)")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os, torch\n"
+                     "open(os.environ['PROBE_OUT'], 'a').write(f'{os.getpid()} {torch.get_float32_matmul_precision()}\\n')\n"
+                     + TINY_PROBLEM.format(prelude="", init="pass"))
+    out = tmp_path / "pids.txt"
+    rows, seen = [], []  # per run of the probe: the (pid, matmul precision) it saw
+    with Worker(env={"PROBE_OUT": str(out)}) as worker:
+        for p in (probe, flags, probe, crash, probe):
+            rows.append(bench.run_problem(p, _args(), worker=worker))
+            if p == probe:
+                seen.append(set(out.read_text().splitlines()))
+                out.unlink()
+    assert [r["correct"] for r in rows] == [True, True, True, False, True], rows
+    assert rows[3]["error"].startswith("exit code 7")
+    assert all(len(s) == 1 for s in seen), seen  # the file is loaded more than once per run, in one process
+    (pid1, prec1), (pid2, prec2), (pid3, prec3) = [next(iter(s)).split() for s in seen]
+    assert pid1 == pid2 != pid3  # the same worker until the crash, then a new one
+    assert prec1 == prec2 == prec3 == "highest"  # a problem's flags do not reach the next one
 
 
 def test_summary_counts_only_correct_and_faster():

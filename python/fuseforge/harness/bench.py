@@ -1,31 +1,34 @@
 """`fuseforge bench`: a benchmark suite report over many problem files.
 
-Each problem runs as `python -m fuseforge.harness.cli run FILE --compile-times --json
-TMP` in a fresh subprocess (its own process group, killed after `--timeout`
-seconds), so one crash, hang or CUDA error cannot take the suite down. The
-per-problem figures are those of `fuseforge run` (correctness vs eager and
-fp64 over several seeds; eager, inductor and fuseforge timed in one process
-with cold L2, CUDA events, warm-up and median; see fuseforge.harness.timing), plus
-cold and cached compile times and a roofline estimate (fuseforge.harness.roofline).
+Each problem is one `fuseforge run FILE --compile-times --json TMP` command in
+a worker process (fuseforge.harness.worker: its own process group, killed
+after `--timeout` seconds; a crash, hang or error ends only that worker and
+the next problem starts a fresh one), so one problem cannot take the suite
+down, while problems that run well share one process and pay for importing
+torch and initializing CUDA once. The per-problem figures are those of
+`fuseforge run` (correctness vs eager and fp64 over several seeds; eager,
+inductor and fuseforge timed in one process with cold L2, CUDA events,
+warm-up and median; see fuseforge.harness.timing), plus cold and cached
+compile times, a roofline estimate (fuseforge.harness.roofline) and the
+wall seconds of each phase (`wall_s`, `phase_s`).
 
 With `--jobs N` (N > 1, GPU only) compiling and timing are split: first up to
-N problems at a time run `fuseforge run --compile-only`, which measures the
-compile times (each process with its own empty cache, so cold is cold), keeps
-the kernels in the disk cache and compiles inductor once, filling its caches;
-then each problem is checked and timed alone, one after another, so no two
-timings overlap.
+N problems at a time run `fuseforge run --compile-only`, each in a process of
+its own, which measures the compile times (each with its own empty cache, so
+cold is cold), keeps the kernels in the disk cache and compiles inductor
+once, filling its caches; then each problem is checked and timed alone, one
+after another in the shared worker, so no two timings overlap.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import os
-import signal
-import subprocess
-import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,6 +40,7 @@ from rich.table import Table
 from fuseforge.harness.cli import console, print_full_width
 from fuseforge.harness.problem import problem_name
 from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
+from fuseforge.harness.worker import Worker
 
 #: Keys every problem's entry has in the JSON report (None where not measured).
 PROBLEM_KEYS = ("correct", "max_err_vs_eager", "max_err_vs_fp64", "eager_ms", "inductor_ms", "fuseforge_ms",
@@ -70,37 +74,36 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-times") -> dict[str, Any]:
-    """One problem's row from `fuseforge run PATH <phase>` in a subprocess
-    (phase: --compile-times, --compile-only, or "" for check and timing only);
-    on a crash or a timeout, a row with correct=False and the reason in `error`."""
-    with tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp:
+def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-times",
+                worker: Worker | None = None) -> dict[str, Any]:
+    """One problem's row from `fuseforge run PATH <phase>` (phase:
+    --compile-times, --compile-only, or "" for check and timing only) in
+    `worker`, or in a fresh worker process of its own when none is given, with
+    the wall seconds it took in `wall_s`; on a crash or a timeout, a row with
+    correct=False and the reason in `error`."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp, \
+            (contextlib.nullcontext(worker) if worker is not None else Worker()) as runner:
         out = os.path.join(tmp, "row.json")
-        cmd = [sys.executable, "-m", "fuseforge.harness.cli", "run", str(path), "--json", out, *([phase] if phase else []),
-               "--against", args.against, "--seeds", str(args.seeds), "--precision", args.precision]
+        argv = ["run", str(path), "--json", out, *([phase] if phase else []),
+                "--against", args.against, "--seeds", str(args.seeds), "--precision", args.precision]
         if args.mode:
-            cmd += ["--mode", args.mode]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        try:
-            stdout, stderr = proc.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the run and its inductor compile workers
-            proc.communicate()
-            return {"correct": False, "error": f"timed out after {args.timeout:g} s"}
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+            argv += ["--mode", args.mode]
+        result = runner.run(argv, args.timeout)
+        if result.returncode is None:
+            return {"correct": False, "error": f"timed out after {args.timeout:g} s", "wall_s": args.timeout}
         row: dict[str, Any] = {}
         if os.path.exists(out):
             with open(out) as f:
                 row = json.load(f)
-        if proc.returncode not in (0, 1) or not row:  # 1: ran, but not correct
+        if result.returncode not in (0, 1) or not row:  # 1: ran, but not correct
             row["correct"] = False
-            how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}")
-            said = [line for line in (stderr or "").splitlines() if line.startswith("fuseforge run: ")]
+            code = result.returncode
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            said = [line for line in result.stderr.splitlines() if line.startswith("fuseforge run: ")]
             row["error"] = (said[-1][len("fuseforge run: "):].removesuffix(" (--verbose shows the traceback)")
-                            if said else f"{how}: {_tail(stderr or stdout)}")
+                            if said else f"{how}: {_tail(result.stderr)}")
+        row["wall_s"] = time.perf_counter() - started
         return row
 
 
@@ -247,7 +250,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "problems": {},
     }
     compiled: dict[Path, dict[str, Any]] = {}
-    with Progress(console=console, transient=True) as progress:
+    with contextlib.ExitStack() as stack:
+        progress = stack.enter_context(Progress(console=console, transient=True))
         if args.jobs > 1 and torch.cuda.is_available():
             task = progress.add_task(f"compiling, {args.jobs} at a time", total=len(problems))
             with ThreadPoolExecutor(args.jobs) as pool:
@@ -255,6 +259,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     compiled[path] = row
                     progress.advance(task)
         task = progress.add_task("bench", total=len(problems))
+        worker = stack.enter_context(Worker())  # one process for every problem that runs well
         for path in problems:
             name = problem_name(path)
             progress.update(task, description=f"{name}")
@@ -262,9 +267,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if first is not None and "error" in first:
                 row = first  # it did not compile: nothing to check or time
             else:
-                row = run_problem(path, args, "" if first is not None else "--compile-times")
+                row = run_problem(path, args, "" if first is not None else "--compile-times", worker)
                 if first is not None:
                     row.update({k: first[k] for k in ("compile_s_cold", "compile_s_warm") if k in first})
+                    row["compile_phase_wall_s"] = first.get("wall_s")
             row.pop("problem", None)
             row["file"] = str(path)
             for key in PROBLEM_KEYS:

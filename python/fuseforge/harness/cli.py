@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Any, Sequence
 
@@ -59,26 +60,39 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
            "torch": torch.__version__, "precision": args.precision}
     against = args.against.split(",")
+    phases = row["phase_s"] = {}  # wall seconds of each phase of this run (where a bench's time goes)
+    clock = time.perf_counter()
+
+    def phase_done(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        phases[phase] = now - clock
+        clock = now
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"{name}: compiling", total=3)
         inputs = problem_inputs(mod, 1234, "cuda")
         with torch.no_grad():
             model(*inputs)  # CUDA and library initialization, not counted as compile time
         row["import_s"] = warm_imports()
+        phase_done("setup")
         if args.compile_times or args.compile_only:
             times, fast = compile_times(model, inputs, args.precision, keep=args.compile_only)
             row.update(times)
         else:
             fast = fuseforge.optimize(model, inputs, precision=args.precision)  # raises if it cannot capture
+        phase_done("compile")
         if args.compile_only:
             if "inductor" in against:  # fills inductor's own disk caches
                 row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision)[1]
+                phase_done("inductor_compile")
             return row
         del inputs  # the check draws its own; at most one set of inputs lives at a time
         progress.update(task, advance=1, description=f"{name}: checking")
         row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision, fast=fast))
+        phase_done("check")
         progress.update(task, advance=1, description=f"{name}: timing")
         row.update(time_all(model, fast, problem_inputs(mod, 1234, "cuda"), against, args.precision))
+        phase_done("timing")
         progress.update(task, advance=1)
     table = Table(title=f"fuseforge run — {row['device']}")
     for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64 (eager's)", "eager ms",
