@@ -124,6 +124,7 @@ class OptimizedModule(nn.Module):
         object.__setattr__(self, "_ff_gave_up", False)
         object.__setattr__(self, "_ff_eager_keys", set())  # guard keys that could not be captured
         object.__setattr__(self, "_ff_warned", False)
+        object.__setattr__(self, "_ff_hot", None)  # (guard key, Specialization) of the last fused call
         self.training = model.training
         self.precision = precision
 
@@ -146,6 +147,13 @@ class OptimizedModule(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         if kwargs:
             args = self._bind_kwargs(args, kwargs)
+        hot = self._ff_hot  # the last specialization run, and its guard key: most calls repeat it
+        if hot is not None:
+            key = _guard_key(self, args)
+            if key == hot[0]:
+                inputs = hot[1].gather(args)
+                if inputs is not None:
+                    return self._run(hot[1], inputs)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if self._ff_gave_up or not tensors:
             return self._eager(*args)
@@ -160,9 +168,11 @@ class OptimizedModule(nn.Module):
         for spec in candidates:
             inputs = spec.gather(args)
             if inputs is not None:
+                object.__setattr__(self, "_ff_hot", (key, spec))
                 return self._run(spec, inputs)
         if len(self.specializations()) >= MAX_SPECIALIZATIONS:
             object.__setattr__(self, "_ff_gave_up", True)
+            object.__setattr__(self, "_ff_hot", None)
             warnings.warn(f"fuseforge: {MAX_SPECIALIZATIONS} specializations reached; "
                           "running this module eagerly from now on", stacklevel=2)
             return self._eager(*args)
@@ -181,6 +191,7 @@ class OptimizedModule(nn.Module):
         inputs = spec.gather(args)
         if inputs is None:
             raise RuntimeError("fuseforge internal error: a fresh specialization rejects the inputs it was captured on")
+        object.__setattr__(self, "_ff_hot", (key, spec))
         return self._run(spec, inputs)
 
     def _warn_once(self, reason: str) -> None:
