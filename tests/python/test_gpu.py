@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import fuseforge
-from fuseforge.harness.check import check_correctness, in_float64
+from fuseforge.harness.check import check_correctness, float64_outputs
 from fuseforge.harness.compare import flatten_tensors, judge
-from fuseforge.harness.cpu_check import check_size, meta_model, reduced_inputs
+from fuseforge.harness.cpu_check import cut_inputs
 from fuseforge.harness.problem import build_model, problem_name
 
 from conftest import PROBLEMS
@@ -30,19 +30,14 @@ def test_problem_at_reduced_batch_matches_eager(path):
     (scripts/sanitize.sh runs this): the same graph and kernel kinds, on at
     most 2^18 input elements, against eager in the model's own mode."""
     mod, model = build_model(str(path), None, "cuda")
-    meta, meta_inputs = meta_model(mod, None)
-    size = check_size(meta_inputs, budget=1 << 18, model=meta)
-    inputs = reduced_inputs(mod, 0, size, meta_inputs) if size is not None else None
-    if inputs is None:
+    cut = cut_inputs(mod, None, budget=1 << 18)
+    if cut is None:
         pytest.skip("its inputs have no leading batch dimension to cut")
-    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in inputs]
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in cut[1]]
     fast = fuseforge.optimize(copy.deepcopy(model))
     with torch.no_grad():
         got, want = flatten_tensors(fast(*inputs)), flatten_tensors(model(*inputs))
-        inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-        with in_float64(model):
-            want64 = flatten_tensors(model(*inputs64))
-    correct, *errors = judge(got, want, want64, [], [])
+    correct, *errors = judge(got, want, float64_outputs(model, inputs), [], [])
     assert correct, errors  # within 1e-4 of eager, or no further from fp64 than twice eager (TF32 convs)
 
 

@@ -60,12 +60,18 @@ def in_float64(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         convert(back=True)
 
 
-def fp64_outputs(mod: ModuleType, model: torch.nn.Module, seed: int, device: str) -> list[torch.Tensor]:
-    """Outputs of `model` computed in float64 (in_float64) on the seed's
-    inputs, also in float64."""
-    inputs = problem_inputs(mod, seed, device, torch.float64)
+def float64_outputs(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
+    """Outputs of `model` computed in float64 (in_float64) on `inputs` with
+    their floating tensors in float64."""
+    inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     with torch.no_grad(), in_float64(model):
-        return flatten_tensors(model(*inputs))
+        return flatten_tensors(model(*inputs64))
+
+
+def fp64_outputs(mod: ModuleType, model: torch.nn.Module, seed: int, device: str) -> list[torch.Tensor]:
+    """Outputs of `model` computed in float64 on the seed's inputs, drawn in
+    float64."""
+    return float64_outputs(model, problem_inputs(mod, seed, device, torch.float64))
 
 
 def check_correctness(mod: ModuleType, model: torch.nn.Module, seeds: int, device: str, precision: str = "fp32",

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 
-from fuseforge.harness.problem import build_model, load_problem, problem_inputs
+from fuseforge.harness.problem import build_model, problem_inputs
 
 #: Input elements (all inputs together) the CPU check runs on at most.
 CHECK_ELEMENTS = 1 << 22
@@ -127,15 +127,24 @@ def meta_model(mod: ModuleType, mode: str | None) -> tuple[torch.nn.Module, list
     return model, inputs
 
 
+def cut_inputs(mod: ModuleType, mode: str | None, budget: int = CHECK_ELEMENTS) -> tuple[CheckSize, list[Any]] | None:
+    """The problem's inputs (seed 0, on the CPU) at a batch of at most `budget`
+    input elements, with that batch; None where they cannot be cut (check_size,
+    reduced_inputs)."""
+    meta, meta_inputs = meta_model(mod, mode)
+    size = check_size(meta_inputs, budget, model=meta)
+    inputs = reduced_inputs(mod, 0, size, meta_inputs) if size is not None else None
+    return (size, inputs) if inputs is not None else None
+
+
 def check_inputs(problem: str, mode: str | None) -> tuple[ModuleType, torch.nn.Module, list[Any], CheckSize]:
     """The CPU model and the inputs the check runs on, with their size. Falls
-    back to the full inputs when they cannot be cut (see reduced_inputs)."""
-    mod = load_problem(problem)
-    meta, meta_inputs = meta_model(mod, mode)
+    back to the full inputs when they cannot be cut (see cut_inputs)."""
     mod, model = build_model(problem, mode, "cpu")
-    size = check_size(meta_inputs, model=meta)
-    inputs = reduced_inputs(mod, 0, size, meta_inputs) if size is not None else None
-    if inputs is None:
+    cut = cut_inputs(mod, mode)
+    if cut is not None:
+        size, inputs = cut
+    else:
         inputs = problem_inputs(mod, 0, "cpu")
         lead = [x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0]
         size = CheckSize(lead[0], lead[0]) if lead else CheckSize(1, 1)
@@ -156,7 +165,7 @@ def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch
     against eager and an fp64 reference (harness.compare.judge); returns the
     figures and the plan. The model's buffers are as before afterwards."""
     from fuseforge.capture import capture
-    from fuseforge.harness.check import in_float64
+    from fuseforge.harness.check import float64_outputs
     from fuseforge.harness.compare import flatten_tensors, judge
     from fuseforge.runtime.executor import Executor
     from fuseforge.runtime.options import compile_ir
@@ -173,9 +182,7 @@ def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch
         ref_buffers = dict(model.named_buffers())
         want_buffers = [ref_buffers[n].clone() for n, _ in captured.mutations]
         restore()
-        inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-        with in_float64(model):
-            ref64 = flatten_tensors(model(*inputs64))
+        ref64 = float64_outputs(model, inputs)
         restore()
     ok, err, err64, eager64 = judge(outs, ref, ref64, list(new_buffers), want_buffers)
     return {"correct": ok, "max_err_vs_eager": err, "max_err_vs_fp64": err64, "eager_err_vs_fp64": eager64}, plan
