@@ -100,6 +100,7 @@ class ColumnsKernel final : public ReductionKernel {
   }
   bool tail() const override { return l_.length % (int64_t{s_.threads} * items_) != 0; }
   std::string slot() const override { return slots_ == 1 ? "k" : "k * kUnroll + u"; }
+  std::string chunk_slot() const override { return slots_ == 1 ? "k" : "k * kUnroll"; }
   std::string index() const override { return "e"; }
 
   void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {

@@ -244,8 +244,7 @@ std::string ReductionWriter::normalization_expr(const Node& n, const ExprMap& ex
   return rounded(e, n.result()->type.dtype);
 }
 
-void ReductionWriter::emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
-                                   const std::string& slot, const std::string& index) {
+void ReductionWriter::emit_values(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of) {
   std::vector<Node*> chunk;
   auto flush = [&] {
     if (!chunk.empty()) emit_pointwise_nodes(os, chunk, ind, scalars_, expr_of, tmp_, "t");
@@ -267,12 +266,49 @@ void ReductionWriter::emit_element(std::ostringstream& os, int pass, const std::
     expr_of[n->result()] = t;
   }
   flush();
+}
+
+bool ReductionWriter::chunked(int pass) const {
+  for (const auto& a : accs)
+    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp) return true;
+  return false;
+}
+
+void ReductionWriter::emit_chunk_max(std::ostringstream& os, int pass, const std::string& ind, int slots) const {
+  for (const auto& a : accs)
+    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp)
+      os << ind << cuda_compute_type(a.input->type.dtype) << " next_" << a.name << "[" << slots << "];  // "
+         << a.name << "'s max with this chunk's\n#pragma unroll\n" << ind << "for (int i = 0; i < " << slots
+         << "; ++i) next_" << a.name << "[i] = " << a.name << "[i].m;\n";
+}
+
+void ReductionWriter::emit_sees(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
+                                const std::string& chunk_slot) {
+  emit_values(os, pass, ind, expr_of);
+  for (const auto& a : accs)
+    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp) {
+      const std::string next = "next_" + a.name + "[" + chunk_slot + "]";
+      os << ind << next << " = ff_maximum(" << next << ", " << expr_of.at(a.input) << ");\n";
+    }
+}
+
+void ReductionWriter::emit_rebase(std::ostringstream& os, int pass, const std::string& ind,
+                                  const std::string& chunk_slot) const {
+  for (const auto& a : accs)
+    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp)
+      os << "#pragma unroll\n" << ind << "for (int k = 0; k < kVec; ++k) " << a.name << "[" << chunk_slot
+         << "].rebase(next_" << a.name << "[" << chunk_slot << "]);\n";
+}
+
+void ReductionWriter::emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
+                                   const std::string& slot, const std::string& chunk_slot, const std::string& index) {
+  emit_values(os, pass, ind, expr_of);
   for (const auto& a : accs) {
     if (a.level != pass) continue;
     std::string x = expr_of.at(a.input);
     if (a.kind == Accumulator::Kind::Any && a.input->type.dtype != DType::boolean) x = "(" + x + " != 0)";
-    os << ind << a.name << "[" << slot << "].push(" << x << (a.indexed() ? ", static_cast<long long>(" + index + ")" : "")
-       << ");\n";
+    os << ind << a.name << "[" << (a.kind == Accumulator::Kind::MaxSumExp ? chunk_slot : slot) << "].push(" << x
+       << (a.indexed() ? ", static_cast<long long>(" + index + ")" : "") << ");\n";
   }
 }
 

@@ -61,9 +61,19 @@ class ReductionWriter {
   void bind_scalars(ExprMap& expr_of) const;
 
   // The pass's per-element nodes, then each of its accumulators pushed at
-  // slot `slot` (an index expression) with element index `index`.
+  // slot `slot` (an index expression; max-sum-exp ones at `chunk_slot`, see
+  // chunked()) with element index `index`.
   void emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
-                    const std::string& slot, const std::string& index);
+                    const std::string& slot, const std::string& chunk_slot, const std::string& index);
+  // Whether the pass pushes max-sum-exp accumulators, which take each chunk
+  // of elements twice (ff_maxsumexp): `next_a` arrays of the running maxes
+  // (emit_chunk_max), the chunk's elements into them (emit_sees), a rebase of
+  // each lane's chunk slot to them (emit_rebase), then the pushes.
+  bool chunked(int pass) const;
+  void emit_chunk_max(std::ostringstream& os, int pass, const std::string& ind, int slots) const;
+  void emit_sees(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
+                 const std::string& chunk_slot);
+  void emit_rebase(std::ostringstream& os, int pass, const std::string& ind, const std::string& chunk_slot) const;
   void declare_accumulators(std::ostringstream& os, int pass, const std::string& ind, int slots) const;
   // Row values: finalized results of the level's reductions (`acc(a)`: the
   // expression of accumulator a's merged partial, may use lane k), then the
@@ -90,6 +100,8 @@ class ReductionWriter {
   std::vector<const ReductionAccess*> row_inputs_;
 
   void plan_accumulators();
+  // The pass's per-element nodes into `expr_of`.
+  void emit_values(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of);
   void plan_passes();
   std::string normalization_expr(const Node& n, const ExprMap& expr_of) const;
   std::string finalize_expr(const Node& n, const std::string& a) const;

@@ -94,6 +94,22 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
       if (cached_.count(a)) loaded_.insert(a);
   }
   // Then the arithmetic, element by element.
+  auto registers = [&] {
+    ExprMap local_expr = expr_of;
+    for (const ReductionAccess* a : inputs)
+      local_expr[a->value] = (cached_.count(a) ? "c_" : x) + a->param + "[u]" + (per_lane(*a) ? "[k]" : "");
+    return local_expr;
+  };
+  if (reduce && w_.chunked(p)) {  // the chunk's max first (ff_maxsumexp)
+    w_.emit_chunk_max(os, p, ind, accumulators_);
+    const std::string in = open_items(false);
+    os << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) {\n";
+    ExprMap local_expr = registers();
+    w_.emit_sees(os, p, in + "  ", local_expr, chunk_slot());
+    os << in << "}\n";
+    close_items();
+    w_.emit_rebase(os, p, ind, chunk_slot());
+  }
   const auto& outs = w_.element_outputs(p);
   bool indexed = false;
   for (const auto& a : w_.accs) indexed |= a.level == p && a.indexed();
@@ -101,10 +117,8 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
   if (!outs.empty()) emit_unravel(os, in, "e", l_.reduced, "e");
   for (const ReductionAccess* a : outs) os << in << cuda_compute_type(a->dtype) << " y_" << a->param << "[kVec];\n";
   os << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) {\n";
-  ExprMap local_expr = expr_of;
-  for (const ReductionAccess* a : inputs)
-    local_expr[a->value] = (cached_.count(a) ? "c_" : x) + a->param + "[u]" + (per_lane(*a) ? "[k]" : "");
-  w_.emit_element(os, p, in + "  ", local_expr, slot(), index());
+  ExprMap local_expr = registers();
+  w_.emit_element(os, p, in + "  ", local_expr, slot(), chunk_slot(), index());
   for (const ReductionAccess* a : outs) os << in << "  y_" << a->param << "[k] = " << local_expr.at(a->value) << ";\n";
   os << in << "}\n";
   for (const ReductionAccess* a : outs) store(*a, in);

@@ -48,6 +48,7 @@ class ReductionKernel {
   virtual void load(const ReductionAccess& a, const std::string& dst, const std::string& in) = 0;
   virtual void store(const ReductionAccess& a, const std::string& in) = 0;
   virtual std::string slot() const = 0;   // an accumulator's slot for item u, lane k
+  virtual std::string chunk_slot() const = 0;  // the slot of lane k's chunk (every item u of it)
   virtual std::string index() const = 0;  // the element index argmax/argmin push
   virtual void merge(int p, ExprMap& expr_of) = 0;
 };

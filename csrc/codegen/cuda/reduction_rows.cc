@@ -76,6 +76,7 @@ class RowsKernel final : public ReductionKernel {
   }
   bool tail() const override { return l_.length % (int64_t{s_.threads} * s_.vector * items_) != 0; }
   std::string slot() const override { return s_.persistent ? "k" : "u * kVec + k"; }
+  std::string chunk_slot() const override { return "k"; }
   std::string index() const override { return "e + k"; }
 
   void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
