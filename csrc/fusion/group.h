@@ -24,11 +24,12 @@ namespace ff::fusion {
 // shape or a per-row one. Pool: one max_pool/avg_pool with the pointwise
 // nodes that produce its input (computed at every window tap; shapes
 // broadcast to the pooled input's) and those that read its result (shapes
-// broadcast to the result's, the iteration shape). Conv: one convolution that a generated
+// broadcast to the result's, the iteration shape). Scan: one cumsum with the
+// pointwise nodes that produce its input (the iteration shape). Conv: one convolution that a generated
 // implicit-GEMM kernel computes (`conv` says how), followed by the pointwise
 // epilogue it applies before writing.
 struct Group {
-  enum class Kind { Pointwise, Gemm, Reduction, Pool, Conv } kind = Kind::Pointwise;
+  enum class Kind { Pointwise, Gemm, Reduction, Pool, Scan, Conv } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only
   ConvKernelSpec conv;          // Kind::Conv only
   std::vector<Node*> nodes;     // topological order
@@ -37,7 +38,7 @@ struct Group {
   Shape shape;                  // iteration shape: the last node's result shape
 };
 
-std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm", "reduction", "pool", "conv"
+std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm", "reduction", "pool", "scan", "conv"
 std::optional<Group::Kind> parse_group_kind(std::string_view name);
 
 struct Step {

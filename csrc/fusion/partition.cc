@@ -8,7 +8,7 @@ namespace ff::fusion {
 
 namespace {
 constexpr Group::Kind kKinds[] = {Group::Kind::Pointwise, Group::Kind::Gemm, Group::Kind::Reduction,
-                                   Group::Kind::Pool, Group::Kind::Conv};
+                                   Group::Kind::Pool, Group::Kind::Scan, Group::Kind::Conv};
 }  // namespace
 
 std::string_view group_kind_name(Group::Kind kind) {
@@ -17,6 +17,7 @@ std::string_view group_kind_name(Group::Kind kind) {
     case Group::Kind::Gemm: return "gemm";
     case Group::Kind::Reduction: return "reduction";
     case Group::Kind::Pool: return "pool";
+    case Group::Kind::Scan: return "scan";
     case Group::Kind::Conv: return "conv";
   }
   return "?";
@@ -76,6 +77,16 @@ std::optional<int> PartitionBuilder::pointwise_epilogue(const Node* n) const {
     if (!broadcasts_to(m->result()->type.shape, shape)) return std::nullopt;
   for (const Value* v : pg.inputs)
     if (!broadcasts_to(v->type.shape, shape)) return std::nullopt;
+  return gi;
+}
+
+std::optional<int> PartitionBuilder::pointwise_prologue(const Node* n) const {
+  const Value* x = n->input(0);
+  if (!x->producer || feeds_graph_output(x->producer) || users(x->producer).size() != 1) return std::nullopt;
+  const auto gi = group_of(x->producer);
+  if (!gi) return std::nullopt;
+  const Group pg = describe(*gi);
+  if (pg.kind != Group::Kind::Pointwise || pg.outputs.size() != 1 || pg.outputs[0] != x) return std::nullopt;
   return gi;
 }
 

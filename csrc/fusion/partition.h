@@ -32,6 +32,10 @@ class PartitionBuilder {
   // shape and whose nodes and inputs broadcast to it (per-channel vectors,
   // residuals): an epilogue a kernel computing `n` can apply per element.
   std::optional<int> pointwise_epilogue(const Node* n) const;
+  // The pointwise group that makes `n`'s first operand and nothing else: its
+  // one output, read by `n` alone (no graph output). A prologue a kernel
+  // computing `n` can apply as it loads (pools at each tap, scans per element).
+  std::optional<int> pointwise_prologue(const Node* n) const;
   // Whether `from` reaches any node of `members` through nodes outside it.
   bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
 

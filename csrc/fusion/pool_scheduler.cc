@@ -25,7 +25,7 @@ class PoolScheduler final : public Scheduler {
       if (op_kind(n->op) != OpKind::Window || p.group_of(n) || !floating(n->result()->type.dtype)) continue;
       // Its epilogue: the pointwise group that reads its result (no cycle can
       // form: nothing outside reads the pool's result or its prologue's).
-      const auto pro = prologue_group(p, n), epi = p.pointwise_epilogue(n);
+      const auto pro = p.pointwise_prologue(n), epi = p.pointwise_epilogue(n);
       std::vector<Node*> members;
       if (pro) members = p.release(*pro);
       members.push_back(n);
@@ -41,19 +41,6 @@ class PoolScheduler final : public Scheduler {
     return codegen::generate_pool(g, id);
   }
 
- private:
-  // The pointwise group that makes the pool's input and nothing else: its one
-  // output, read by the pool alone (no graph output). Its nodes and inputs
-  // broadcast to that output's shape, as a pointwise group's do.
-  static std::optional<int> prologue_group(const PartitionBuilder& p, const Node* pool) {
-    const Value* x = pool->input(0);
-    if (!x->producer || p.feeds_graph_output(x->producer) || p.users(x->producer).size() != 1) return std::nullopt;
-    const auto gi = p.group_of(x->producer);
-    if (!gi) return std::nullopt;
-    const Group pg = p.describe(*gi);
-    if (pg.kind != Group::Kind::Pointwise || pg.outputs.size() != 1 || pg.outputs[0] != x) return std::nullopt;
-    return gi;
-  }
 };
 
 }  // namespace

@@ -6,6 +6,7 @@ const Scheduler& pointwise_scheduler();  // pointwise_scheduler.cc
 const Scheduler& gemm_scheduler();       // gemm_scheduler.cc
 const Scheduler& reduction_scheduler();  // reduction_scheduler.cc
 const Scheduler& pool_scheduler();       // pool_scheduler.cc
+const Scheduler& scan_scheduler();       // scan_scheduler.cc
 const Scheduler& conv_scheduler();       // conv_scheduler.cc
 
 // Reductions claim before convs: a conv's epilogue that a reduction also reads
@@ -14,10 +15,11 @@ const Scheduler& conv_scheduler();       // conv_scheduler.cc
 // pool and a reduction is the reduction's prologue or the pool's epilogue,
 // the same traffic either way) and before convs (a conv's pointwise epilogue
 // that a pool reads is the pool's prologue: the conv kernel's result is
-// written once either way).
+// written once either way). Scans claim like pools, the pointwise group that
+// makes their input.
 const std::vector<const Scheduler*>& schedulers() {
   static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler(), &reduction_scheduler(),
-                                                  &pool_scheduler(), &conv_scheduler()};
+                                                  &pool_scheduler(), &scan_scheduler(), &conv_scheduler()};
   return all;
 }
 

@@ -1,5 +1,7 @@
 #include "kernel_emulator.h"
 
+#include "codegen/cuda/prelude.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -29,6 +31,7 @@ struct ff_emu_thread { ff_emu_dim3 thread, block, block_dim, grid_dim; };
 ff_emu_thread* ff_emu_current();
 void ff_emu_syncthreads();
 void ff_emu_shfl(void* value, int bytes, int lane_mask);
+void ff_emu_shfl_up(void* value, int bytes, int delta);
 #define threadIdx (ff_emu_current()->thread)
 #define blockIdx (ff_emu_current()->block)
 #define blockDim (ff_emu_current()->block_dim)
@@ -37,10 +40,12 @@ void ff_emu_shfl(void* value, int bytes, int lane_mask);
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 #define __shared__ static
 #define __align__(n) alignas(n)
 #define __syncthreads() ff_emu_syncthreads()
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) { ff_emu_shfl(&v, sizeof(T), o); return v; }
+template <class T> T __shfl_up_sync(unsigned, T v, int d) { ff_emu_shfl_up(&v, sizeof(T), d); return v; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
@@ -57,8 +62,27 @@ inline unsigned short ff_emu_float_to_bf16(float x) {
 }
 )EMU";
 
-// The kernel's source with its PTX conversions replaced by the host's.
+// The cluster prelude (codegen/cuda/prelude.h) for the host. Blocks run one
+// after another in blockIdx.x order, so a block of rank r runs after ranks
+// 0..r-1 of its cluster: the exclusive sum is over totals they left.
+const char* kClusterEmulation = R"EMU(
+unsigned ff_emu_cluster_size();
+inline unsigned ff_cluster_rank() { return blockIdx.x % ff_emu_cluster_size(); }
+template <class T> T ff_cluster_exclusive_sum(T value) {
+  static std::vector<T> totals;
+  const unsigned rank = ff_cluster_rank();
+  if (totals.size() <= rank) totals.resize(rank + 1);
+  totals[rank] = value;
+  T sum = T(0);
+  for (unsigned r = 0; r < rank; ++r) sum += totals[r];
+  return sum;
+}
+)EMU";
+
+// The kernel's source with its PTX conversions and cluster primitives replaced by the host's.
 std::string host_source(std::string src) {
+  const std::string cluster(codegen::cuda_cluster_prelude());
+  if (const size_t at = src.find(cluster); at != std::string::npos) src.replace(at, cluster.size(), kClusterEmulation);
   const std::pair<const char*, const char*> swaps[] = {
       {R"(asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));)", "f = ff_emu_half_to_float(h.bits);"},
       {R"(asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));)", "h.bits = ff_emu_float_to_half(x);"},
@@ -95,6 +119,13 @@ void trampoline() { ff_emu_entry(g_ptrs, g_scalars); }
 }  // namespace
 ff_emu_thread* ff_emu_current() { return &g_state[g_cur]; }
 void ff_emu_syncthreads() { barrier(g_arrived, g_gen, g_threads); }
+void ff_emu_shfl_up(void* value, int bytes, int delta) {
+  const int w = g_cur / 32, lane = g_cur % 32, size = std::min(32, g_threads - w * 32);
+  std::memcpy(g_slot[g_cur].data(), value, bytes);
+  barrier(g_warp_arrived[w], g_warp_gen[w], size);
+  if (lane >= delta) std::memcpy(value, g_slot[g_cur - delta].data(), bytes);
+  barrier(g_warp_arrived[w], g_warp_gen[w], size);
+}
 void ff_emu_shfl(void* value, int bytes, int lane_mask) {
   const int w = g_cur / 32, lane = g_cur % 32, size = std::min(32, g_threads - w * 32);
   std::memcpy(g_slot[g_cur].data(), value, bytes);
@@ -259,7 +290,10 @@ std::vector<interp::HostTensor> emulate_kernel(const codegen::KernelSource& k, c
   const std::string src = std::string(dir) + "/kernel.cc", lib = std::string(dir) + "/kernel.so";
   {
     std::ofstream out(src);
-    out << kEmulation << host_source(k.source) << "\n" << entry_for(k) << kRuntime;
+    std::smatch cluster;
+    const bool clustered = std::regex_search(k.source, cluster, std::regex(R"(__cluster_dims__\((\d+))"));
+    out << kEmulation << host_source(k.source) << "\n" << entry_for(k) << kRuntime
+        << "unsigned ff_emu_cluster_size() { return " << (clustered ? cluster[1].str() : "1") << "; }\n";
   }
   const std::string cmd = "c++ -std=c++17 -O1 -w -shared -fPIC -o " + lib + " " + src + " > " + dir + "/log.txt 2>&1";
   if (std::system(cmd.c_str()) != 0) {

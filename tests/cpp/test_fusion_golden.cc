@@ -90,7 +90,8 @@ std::string describe(const CompiledGraph& cg) {
     for (const Value* v : g.outputs) out += " %" + v->name;
     // The strategy: the generator's header line after its last "; ".
     const std::string head = k.source.substr(0, k.source.find('\n'));
-    if (g.kind == fusion::Group::Kind::Reduction || g.kind == fusion::Group::Kind::Pool)
+    if (g.kind == fusion::Group::Kind::Reduction || g.kind == fusion::Group::Kind::Pool ||
+        g.kind == fusion::Group::Kind::Scan)
       out += " | " + head.substr(head.rfind("; ") + 2);
     out += "\n";
   }

@@ -13,6 +13,7 @@ from fuseforge.runtime.options import compile_ir
 
 from conftest import ROOT
 from test_reduction_gpu import CASES, build_case
+import test_scan_gpu
 
 DEV = ROOT / "benchmarks" / "problems" / "dev"
 
@@ -40,6 +41,7 @@ EXPECTED = {
     # elements, was two library calls before), then the global average pool.
     "small_convnet": ([["mean", "var"], ["mean", "var", "mean"]] * 3 + [["mean"]], []),
     "conv3d_relu_maxpool": ([], []),
+    "cumsum_rows": ([], []),
 }
 # The ops of each pool kernel (plan order): the pointwise work before the pool
 # runs at its window taps, the work after it on the pooled value.
@@ -50,6 +52,8 @@ POOLS = {
     "small_convnet": [["sub", "mul", "mul", "add", "relu", "max_pool"]] * 2,  # batch norm's apply and the relu
     "conv3d_relu_maxpool": [["add", "relu", "max_pool"]],  # the conv's bias
 }
+# The ops of each scan kernel: the pointwise work that makes the scanned value.
+SCANS = {"cumsum_rows": [["mul", "cumsum"]]}
 _REDUCTIONS = {"sum", "mean", "amax", "amin", "prod", "var", "any", "argmax", "argmin", "logsumexp", "softmax",
                "log_softmax", "layer_norm"}
 _FREE = {"view", "permute", "expand", "squeeze", "unsqueeze", "convolution"}
@@ -70,6 +74,7 @@ def test_dev_problem_reductions_are_kernels(name):
     library = [s.op for s in steps if s.kind in ("call", "view") and s.op not in _FREE]
     assert (reductions, library) == EXPECTED[name]
     assert [[n.op for n in k.nodes] for k in kernels if k.kind == "pool"] == POOLS.get(name, [])
+    assert [[n.op for n in k.nodes] for k in kernels if k.kind == "scan"] == SCANS.get(name, [])
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -89,3 +94,18 @@ def test_gpu_cases_plan_reduction_kernels(monkeypatch, name):
         # divides, as ATen's does) saves registers around its call.
         spills = re.findall(r"(\d+) bytes spill stores", log)
         assert spills and all(int(s) <= 16 for s in spills), (k.name, log)
+
+
+@pytest.mark.parametrize("name", list(test_scan_gpu.CASES))
+def test_gpu_scan_cases_plan_scan_kernels(monkeypatch, name):
+    """The scan GPU test's cases each run their cumsum as a scan kernel, which
+    builds without register spills for sm_90."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
+    model, xs = test_scan_gpu.build_case(name, "cpu")
+    plan = _plan(model, xs, name)
+    kernels = [k for k in plan.kernels if k.kind == "scan"]
+    assert len(kernels) == 1 and not [s for s in plan.run if s.kind == "call"]
+    is_cubin, _, log = core.nvrtc_compile(kernels[0].translation_unit, kernels[0].name, 90, options=["-Xptxas=-v"])
+    assert is_cubin, log
+    spills = re.findall(r"(\d+) bytes spill stores", log)
+    assert spills and all(int(s) == 0 for s in spills), (kernels[0].name, log)

@@ -7,4 +7,8 @@ namespace ff::codegen {
 std::string_view cuda_prelude();
 // Additions for kernels that touch f16/bf16 tensors: 16-bit storage types and conversions.
 std::string_view cuda_half_prelude();
+// Additions for kernels launched in thread-block clusters (sm_90): the block's
+// rank, and ff_cluster_exclusive_sum: the sum of a value over the cluster's
+// blocks of lower rank, in rank order, through distributed shared memory.
+std::string_view cuda_cluster_prelude();
 }  // namespace ff::codegen

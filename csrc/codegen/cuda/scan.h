@@ -1,0 +1,36 @@
+#pragma once
+// Generated scan kernels: one cumsum along a dim, with the pointwise work that
+// produces its input (the prologue: `x * mask` before the cumsum) computed as
+// each element is loaded, so that value is never written.
+#include <optional>
+
+#include "codegen/cuda/kernel_source.h"
+#include "fusion/group.h"
+
+namespace ff::codegen {
+
+// How a scan kernel lays threads over its rows (fusion/scan_scheduler.cc
+// chooses): `cluster` blocks of `threads` threads share a row, each thread
+// holding `items` consecutive elements in registers; a row is at most
+// cluster * threads * items long.
+struct ScanStrategy {
+  int threads = 32;
+  int items = 16;
+  int cluster = 1;  // > 1: a thread-block cluster (sm_90), block totals shared through distributed shared memory
+  std::string describe() const;
+};
+
+// The scan node of a Scan group, and the dim it runs along.
+const Node& scan_node(const fusion::Group& g);
+
+// The kernel of a Scan group: per row, each thread loads its elements (16-byte
+// vectors where the scanned dim is unit-stride and the pointers allow) and
+// computes the prologue on them, scans them in order, then adds the total of
+// the threads before it (warp shuffles, then the warps' totals through shared
+// memory, then the cluster's earlier blocks' totals) and stores. Sums in f32
+// (f64 for f64) and rounds each stored element to the result's dtype. The
+// summation order is fixed: the same result every run. Parameters: a pointer
+// per output, a pointer per tensor input, a double per scalar input.
+KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id);
+
+}  // namespace ff::codegen

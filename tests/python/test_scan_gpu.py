@@ -1,0 +1,101 @@
+"""Scan kernels on a GPU (skipped without one): cumsum as a generated kernel
+(fusion/scan_scheduler.cc) against eager and an fp64 reference.
+
+    pytest -m gpu -s tests/python/test_scan_gpu.py
+
+For each case: the plan runs the cumsum as a scan kernel (with its pointwise
+prologue), its output matches eager, its error against fp64 is no worse than
+eager's (1.5x plus a floor of a few ulps; -s prints both), two runs give the
+same bits; NaN and inf propagate as eager's.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fuseforge
+
+from fn_model import Fn
+
+pytestmark = pytest.mark.gpu
+
+
+def _r(*shape, dtype=torch.float32):
+    return lambda dev: torch.randn(*shape, device=dev, dtype=dtype)
+
+
+def _mask(*shape):
+    return lambda dev: (torch.rand(*shape, device=dev) > 0.5).float()
+
+
+def _transposed(*shape):
+    return lambda dev: torch.randn(*reversed(shape), device=dev).t()
+
+
+# name: (forward, input makers (of a device)); test_reduction.py checks on the
+# CPU that each plan has its scan kernel and that it builds without spills.
+CASES = {
+    "masked_rows_cluster": (lambda m, x, k: torch.cumsum(x * k, 1), [_r(256, 32768), _mask(256, 32768)]),
+    "rows_past_the_end": (lambda m, x: torch.cumsum(torch.exp(x * 0.1), -1), [_r(300, 20001)]),
+    "long_rows_more_items": (lambda m, x: torch.cumsum(x, 1), [_r(8, 200000)]),
+    "short_rows_half": (lambda m, x: torch.cumsum(x, 1), [_r(4096, 100, dtype=torch.float16)]),
+    "bf16_rows": (lambda m, x: torch.cumsum(x, -1), [_r(512, 3000, dtype=torch.bfloat16)]),
+    "columns": (lambda m, x: torch.cumsum(x, 0), [_r(2000, 300)]),
+    "middle_dim": (lambda m, x: torch.cumsum(x, 1), [_r(16, 700, 24)]),
+    "transposed_view": (lambda m, x: torch.cumsum(x, 1), [_transposed(4096, 512)]),
+    "f64": (lambda m, x: torch.cumsum(x, 1), [_r(64, 50000, dtype=torch.float64)]),
+}
+
+
+def build_case(name: str, device: str = "cuda"):
+    fn, makers = CASES[name]
+    torch.manual_seed(1)
+    return Fn(fn), [mk(device) for mk in makers]
+
+
+def _scan_kernels(fast) -> list:
+    return [k for s in fast.specializations() for k in s.compiled.plan.kernels if k.kind == "scan"]
+
+
+def _rel_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double(), ref.double()
+    return (x - ref).norm().item() / max(ref.norm().item(), 1e-300)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_scan_kernel_matches_eager_and_fp64(name):
+    model, xs = build_case(name)
+    fast = fuseforge.optimize(model)
+    got = fast(*xs)
+    assert _scan_kernels(fast), f"{name}: no scan kernel in the plan"
+    want = model(*xs)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got, fast(*xs)), f"{name}: two runs differ (the summation order must be fixed)"
+    tol = 2e-2 if got.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    # Values grow like the square root of the row's length: a relative bar on top.
+    scale = want.double().abs().amax().item()
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(1.0, scale ** 0.5))
+    ref = model(*[x.double() for x in xs])
+    e_ff, e_eager = _rel_error(got, ref), _rel_error(want, ref)
+    floor = 4 * torch.finfo(got.dtype).eps
+    print(f"{name}: error vs fp64 fuseforge {e_ff:.3e}, eager {e_eager:.3e}")
+    assert e_ff <= 1.5 * e_eager + floor, f"{name}: error {e_ff:.3e} vs eager's {e_eager:.3e}"
+
+
+def test_scan_nan_and_inf_propagate_as_eager():
+    """A NaN, a +inf and a -inf in some rows, +inf and -inf in one: every
+    element from there on is NaN or infinite, as eager's."""
+    x = torch.randn(6, 40000, device="cuda")
+    x[1, 7] = float("nan")
+    x[2, 30000] = float("inf")
+    x[3, 5] = float("-inf")
+    x[4, 100] = float("inf")
+    x[4, 20000] = float("-inf")
+    model = Fn(lambda m, x: torch.cumsum(x * 2, 1))
+    fast = fuseforge.optimize(model)
+    got, want = fast(x), model(x)
+    assert _scan_kernels(fast)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    torch.testing.assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-3)
