@@ -1,5 +1,6 @@
 #include "codegen/cuda/reduction_layout.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace ff::codegen {
@@ -83,8 +84,29 @@ ReductionLayout reduction_layout(const fusion::Group& g, const fusion::Reduction
   }
   std::vector<Shape> strides;
   for (const Value* v : values) strides.push_back(d.strides(v));
+  // The main input: the one read most (bytes over the dims it steps along).
+  int64_t best = 0;
+  for (size_t t = 0; t < l.access.size(); ++t) {
+    const ReductionAccess& a = l.access[t];
+    if (a.is_output || a.per_row) continue;
+    int64_t bytes = dtype_size(a.dtype);
+    for (size_t i = 0; i < d.shape.size(); ++i) bytes *= strides[t][i] ? d.shape[i] : 1;
+    if (bytes > best) best = bytes, l.main = static_cast<int>(t);
+  }
   std::vector<size_t> kept, reduced;
   for (size_t i = 0; i < d.shape.size(); ++i) (d.reduced[i] ? reduced : kept).push_back(i);
+  // The reduced elements in the main input's memory order (largest stride
+  // first), so that its unit-stride dim is innermost and a warp's loads are
+  // adjacent: group norm's [N, G, C/G, H*W] view of a channels-last tensor
+  // reduces C/G (stride 1) inside H*W (stride C). Not where argmax/argmin
+  // number the elements in the domain's order.
+  bool indexed = false;
+  for (const Node* n : g.nodes) indexed |= n->op == Op::Argmax || n->op == Op::Argmin;
+  if (l.main >= 0 && !indexed) {
+    const Shape& ms = strides[static_cast<size_t>(l.main)];
+    std::stable_sort(reduced.begin(), reduced.end(),
+                     [&](size_t a, size_t b) { return std::llabs(ms[a]) > std::llabs(ms[b]); });
+  }
   std::vector<Shape> ks(values.size()), rs(values.size());
   collapse(d.shape, kept, strides, l.kept, ks);
   collapse(d.shape, reduced, strides, l.reduced, rs);
@@ -94,15 +116,6 @@ ReductionLayout reduction_layout(const fusion::Group& g, const fusion::Reduction
   }
   l.rows = d.rows();
   l.length = d.length();
-  int64_t best = 0;
-  for (size_t t = 0; t < l.access.size(); ++t) {
-    const ReductionAccess& a = l.access[t];
-    if (a.is_output || a.per_row) continue;
-    int64_t bytes = dtype_size(a.dtype);
-    for (size_t i = 0; i < a.kept.size(); ++i) bytes *= a.kept[i] ? l.kept[i] : 1;
-    for (size_t i = 0; i < a.reduced.size(); ++i) bytes *= a.reduced[i] ? l.reduced[i] : 1;
-    if (bytes > best) best = bytes, l.main = static_cast<int>(t);
-  }
   return l;
 }
 
