@@ -48,7 +48,7 @@ struct CompileOptions {
   bool conv_always = false;         // every conv a kernel covers, not only where the cost model prefers it
   bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
-  bool reductions = true;           // reductions, norms and softmax as generated kernels (else library calls)
+  bool reductions = true;           // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
   // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
   // under the user's flags, as probed on the GPU (conv_precision.cc), and
   // whether it timed faster channels-last (autotuning; conv_layout.cc).

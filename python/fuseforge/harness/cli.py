@@ -241,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)")
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
-    bench = sub.add_parser("bench", parents=[common], help="run many problem files, each in its own process, and tabulate them")
+    bench = sub.add_parser("bench", parents=[common], help="run many problem files in a worker process (a fresh one after a failure) and tabulate them")
     bench.add_argument("paths", nargs="*", metavar="DIR_OR_FILES", help="problem files, or folders searched for *.py")
     bench.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
     bench.add_argument("--mode", choices=["train", "eval"], help="default: each model's own mode")

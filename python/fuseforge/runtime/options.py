@@ -6,7 +6,7 @@ read here and nowhere else:
   1: f32, f16 and bf16) or off (or 0);
 - FUSEFORGE_AUTOTUNE=1: each GEMM kernel's other tiles are compiled too and
   timed at its first run (the choice is cached on disk);
-- FUSEFORGE_REDUCTIONS=0: reductions, norms and softmax stay library calls
+- FUSEFORGE_REDUCTIONS=0: reductions, norms, softmax, pooling and scans stay library calls
   (to compare with the generated reduction kernels);
 - FUSEFORGE_CONV_KERNELS: off (default), auto (or 1: generated implicit-GEMM
   conv kernels where the cost model prefers them to cuDNN) or always;
