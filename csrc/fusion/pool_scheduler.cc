@@ -12,8 +12,6 @@ namespace ff::fusion {
 
 namespace {
 
-bool floating(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64; }
-
 class PoolScheduler final : public Scheduler {
  public:
   Group::Kind kind() const override { return Group::Kind::Pool; }
@@ -22,7 +20,7 @@ class PoolScheduler final : public Scheduler {
     if (!options.reductions) return;
     for (auto& np : p.graph().nodes()) {
       Node* n = np.get();
-      if (op_kind(n->op) != OpKind::Window || p.group_of(n) || !floating(n->result()->type.dtype)) continue;
+      if (op_kind(n->op) != OpKind::Window || p.group_of(n) || !is_floating(n->result()->type.dtype)) continue;
       // Its epilogue: the pointwise group that reads its result (no cycle can
       // form: nothing outside reads the pool's result or its prologue's).
       const auto pro = p.pointwise_prologue(n), epi = p.pointwise_epilogue(n);

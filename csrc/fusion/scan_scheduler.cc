@@ -12,8 +12,6 @@ namespace ff::fusion {
 
 namespace {
 
-bool floating(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64; }
-
 int pow2_ceil(int64_t x) {
   int p = 1;
   while (p < x) p *= 2;
@@ -59,7 +57,7 @@ class ScanScheduler final : public Scheduler {
     for (auto& np : p.graph().nodes()) {
       Node* n = np.get();
       if (op_kind(n->op) != OpKind::Scan || p.group_of(n) || n->result()->type.shape.empty()) continue;
-      if (!floating(n->result()->type.dtype) || n->result()->type.dtype != n->input(0)->type.dtype) continue;
+      if (!is_floating(n->result()->type.dtype) || n->result()->type.dtype != n->input(0)->type.dtype) continue;
       if (!choose_scan_strategy(scan_length(*n), options.arch)) continue;
       std::vector<Node*> members;
       if (const auto pro = p.pointwise_prologue(n)) members = p.release(*pro);

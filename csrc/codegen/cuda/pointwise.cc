@@ -490,4 +490,14 @@ std::string fused_kernel_name(const std::string& prefix, const std::vector<Node*
 std::string cuda_storage_type(DType t) { return storage_type(t); }
 std::string cuda_compute_type(DType t) { return compute_type(t); }
 
+std::string kernel_parameters(const std::vector<KernelParam>& outputs, const std::vector<KernelParam>& inputs,
+                              size_t scalars) {
+  std::string out;
+  auto add = [&](const std::string& p) { out += (out.empty() ? "" : ", ") + p; };
+  for (const KernelParam& p : outputs) add(cuda_storage_type(p.dtype) + "* __restrict__ " + p.name);
+  for (const KernelParam& p : inputs) add("const " + cuda_storage_type(p.dtype) + "* __restrict__ " + p.name);
+  for (size_t i = 0; i < scalars; ++i) add("double s" + std::to_string(i));
+  return out;
+}
+
 }  // namespace ff::codegen

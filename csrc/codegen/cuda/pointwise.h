@@ -45,4 +45,14 @@ std::string fused_kernel_name(const std::string& prefix, const std::vector<Node*
 std::string cuda_storage_type(DType t);
 std::string cuda_compute_type(DType t);
 
+// A kernel's parameter list in the order KernelSource documents: a pointer
+// per output, a const pointer per tensor input (each `__restrict__`, named
+// as given), then `double s0, s1, ...` for `scalars` scalar inputs.
+struct KernelParam {
+  DType dtype;
+  std::string name;
+};
+std::string kernel_parameters(const std::vector<KernelParam>& outputs, const std::vector<KernelParam>& inputs,
+                              size_t scalars);
+
 }  // namespace ff::codegen

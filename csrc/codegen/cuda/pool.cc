@@ -92,21 +92,11 @@ class PoolEmitter {
     for (const Node* n : g_.nodes) os << "//   " << print_node(*n) << "\n";
     os << cuda_prelude();
     if (half) os << cuda_half_prelude();
-    os << "\nFF_EXTERN_C __global__ void __launch_bounds__(" << ks.block * ks.block_y << ") " << ks.name << "(";
-    std::string sep;
-    for (const Access& a : outs_) {
-      os << sep << cuda_storage_type(a.value->type.dtype) << "* __restrict__ " << a.param;
-      sep = ", ";
-    }
-    for (const Access& a : ins_) {
-      os << sep << "const " << cuda_storage_type(a.value->type.dtype) << "* __restrict__ " << a.param;
-      sep = ", ";
-    }
-    for (size_t i = 0; i < ks.scalars.size(); ++i) {
-      os << sep << "double s" << i;
-      sep = ", ";
-    }
-    os << ") {\n";
+    std::vector<KernelParam> outs, ins;
+    for (const Access& a : outs_) outs.push_back({a.value->type.dtype, a.param});
+    for (const Access& a : ins_) ins.push_back({a.value->type.dtype, a.param});
+    os << "\nFF_EXTERN_C __global__ void __launch_bounds__(" << ks.block * ks.block_y << ") " << ks.name << "("
+       << kernel_parameters(outs, ins, ks.scalars.size()) << ") {\n";
     os << "  typedef " << (reach >= (int64_t{1} << 31) ? "long long" : "int") << " index_t;\n";
   }
 

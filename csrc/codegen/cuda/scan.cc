@@ -113,21 +113,11 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   if (s.cluster > 1) os << cuda_cluster_prelude();
   os << "\nFF_EXTERN_C __global__ void ";
   if (s.cluster > 1) os << "__cluster_dims__(" << s.cluster << ", 1, 1) ";
-  os << "__launch_bounds__(" << s.threads << ") " << ks.name << "(";
-  std::string sep;
-  for (const Access& a : outs) {
-    os << sep << cuda_storage_type(a.value->type.dtype) << "* __restrict__ " << a.param;
-    sep = ", ";
-  }
-  for (const Access& a : ins) {
-    os << sep << "const " << cuda_storage_type(a.value->type.dtype) << "* __restrict__ " << a.param;
-    sep = ", ";
-  }
-  for (size_t i = 0; i < scalars.size(); ++i) {
-    os << sep << "double s" << i;
-    sep = ", ";
-  }
-  os << ") {\n";
+  std::vector<KernelParam> out_params, in_params;
+  for (const Access& a : outs) out_params.push_back({a.value->type.dtype, a.param});
+  for (const Access& a : ins) in_params.push_back({a.value->type.dtype, a.param});
+  os << "__launch_bounds__(" << s.threads << ") " << ks.name << "(" << kernel_parameters(out_params, in_params, scalars.size())
+     << ") {\n";
   os << "  typedef " << (reach + int64_t{s.threads} * s.items * s.cluster >= (int64_t{1} << 31) ? "long long" : "int")
      << " index_t;\n";
   os << "  constexpr index_t kLength = " << length << ";  // elements per row\n";
