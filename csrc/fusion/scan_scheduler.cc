@@ -43,9 +43,7 @@ std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, int ar
 
 int64_t scan_length(const Node& n) {
   const Shape& shape = n.result()->type.shape;
-  int64_t dim = n.attr_int("dim");
-  if (dim < 0) dim += static_cast<int64_t>(shape.size());
-  return shape.empty() ? 1 : shape[static_cast<size_t>(dim)];
+  return shape[static_cast<size_t>(normalize_dim(n.attr_int("dim"), static_cast<int64_t>(shape.size())))];
 }
 
 class ScanScheduler final : public Scheduler {

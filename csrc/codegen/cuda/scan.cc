@@ -46,8 +46,7 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   const Node& scan = scan_node(g);
   const Shape& shape = scan.result()->type.shape;
   const size_t rank = shape.size();
-  const size_t dim = static_cast<size_t>(scan.attr_int("dim") < 0 ? scan.attr_int("dim") + static_cast<int64_t>(rank)
-                                                                   : scan.attr_int("dim"));
+  const size_t dim = static_cast<size_t>(normalize_dim(scan.attr_int("dim"), static_cast<int64_t>(rank)));
   const int64_t length = shape[dim], rows = length ? numel(shape) / length : 0;
   if (static_cast<int64_t>(s.threads) * s.items * s.cluster < length)
     throw IRError("scan strategy covers " + std::to_string(int64_t{s.threads} * s.items * s.cluster) +
