@@ -41,6 +41,15 @@ std::vector<DType> gemm_dtypes(GemmPolicy policy, Precision precision) {
   return precision == Precision::fp32 ? std::vector<DType>{DType::f32} : std::vector<DType>{};
 }
 
+void set_conv_policy(CompileOptions& o, std::string_view policy) {
+  if (policy == "off" || policy == "0" || policy.empty()) return;
+  if (policy != "auto" && policy != "1" && policy != "always")
+    throw std::invalid_argument("conv kernel policy '" + std::string(policy) +
+                                "' is unknown; expected auto (1), always or off (0)");
+  o.conv_dtypes = {DType::f32, DType::f16, DType::bf16};
+  o.conv_always = policy == "always";
+}
+
 CompileOptions parse_compile_flags(std::string_view flags) {
   CompileOptions o;
   GemmPolicy gemm = GemmPolicy::Auto;
@@ -51,8 +60,10 @@ CompileOptions parse_compile_flags(std::string_view flags) {
     if (key == "--arch" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) o.arch = std::stoi(value);
     else if (key == "--precision") o.precision = parse_precision(value);
     else if (key == "--gemm") gemm = parse_gemm_policy(value);
+    else if (key == "--conv") set_conv_policy(o, value);
     else if (f == "--autotune") o.autotune = true;
-    else throw std::invalid_argument("unknown or malformed flag '" + f + "' (flags: --arch=N --precision=P --gemm=POLICY --autotune)");
+    else throw std::invalid_argument("unknown or malformed flag '" + f +
+                                     "' (flags: --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune)");
   }
   o.gemm_dtypes = gemm_dtypes(gemm, o.precision);
   return o;

@@ -56,6 +56,12 @@ struct CompileOptions {
   std::map<std::string, bool> conv_channels_last;
 };
 
+// Which convolutions run as generated conv kernels: "auto" (also "1": where
+// the cost model prefers them to cuDNN), "always" (every conv one covers:
+// tests and probes), "off" (also "0" and ""). Throws std::invalid_argument
+// naming an unknown policy.
+void set_conv_policy(CompileOptions& o, std::string_view policy);
+
 // Each stage's output: the pipeline's diagnostics and the plan that runs.
 struct CompiledGraph {
   std::string ir_before;                              // as captured (verified)

@@ -102,16 +102,11 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
 
 // Options of a compile: `gemm` is a GemmPolicy name (compile.h); matmuls
 // become GEMM kernels only where CUTLASS's headers were found.
-// Which convolutions run as generated conv kernels: "auto" (also "1": where
-// the cost model prefers them to cuDNN), "always" (every conv one covers:
-// tests and probes), "off" (also "0" and ""); none without CUTLASS's headers.
+// The conv kernel policy (compile.h's set_conv_policy); none without CUTLASS's headers.
 void set_conv_policy(ff::CompileOptions& opts, const std::string& policy) {
-  if (policy == "off" || policy == "0" || policy.empty()) return;
-  if (policy != "auto" && policy != "1" && policy != "always")
-    throw std::invalid_argument("conv kernel policy '" + policy + "' is unknown; expected auto (1), always or off (0)");
-  if (!ff::runtime::cutlass_available()) return;
-  opts.conv_dtypes = {ff::DType::f32, ff::DType::f16, ff::DType::bf16};
-  opts.conv_always = policy == "always";
+  ff::CompileOptions checked;
+  ff::set_conv_policy(checked, policy);  // throws for an unknown name, with or without CUTLASS
+  if (ff::runtime::cutlass_available()) ff::set_conv_policy(opts, policy);
 }
 
 ff::CompileOptions make_options(const std::string& precision, const std::string& gemm, bool autotune, int arch,

@@ -1,7 +1,7 @@
 // Tests of the kernel plan (csrc/plan/).
 //
 // Golden cases live in tests/golden/plan/<case>.ir (format: golden.h). The
-// RUN line holds compile flags (ff-opt --plan's: --arch=N --gemm=POLICY
+// RUN line holds compile flags (ff-opt --plan's: --arch=N --gemm=POLICY --conv=POLICY
 // --precision=P --autotune); each case is registered as
 //   PlanGolden.<case>     the printed plan of the compiled input equals CHECK;
 //   PlanRoundTrip.<case>  CHECK parses and prints back unchanged;
