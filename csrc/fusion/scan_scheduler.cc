@@ -18,16 +18,21 @@ int pow2_ceil(int64_t x) {
   return p;
 }
 
-// Threads hold 16 elements each (a 4096x32768 f32 cumsum on the H100: 0.17
+// Threads hold 16 elements each (a 1024x32768 f32 cumsum on the H100: 0.17
 // ms at 16, 0.24 at 32, where more registers per thread leave fewer threads
 // to overlap loads with the scan); a block takes up to 512 threads, and a
 // longer row a cluster of up to 8 blocks on sm_90 (0.17 ms with 4 blocks of
 // 512 threads, against 0.25 for one block of 1024); past that each thread
-// takes more elements, up to 64.
-constexpr int kItems = 16, kMaxItems = 64, kThreads = 512, kMaxCluster = 8;
+// takes more elements. A thread holds its elements of every input and their
+// sums at once: within kMaxWords registers, which a 512-thread block's 128
+// leave room for (64 elements of two inputs spilled 76 bytes for sm_80, 32
+// none).
+constexpr int kItems = 16, kThreads = 512, kMaxCluster = 8, kMaxWords = 96;
 
-std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, int arch) {
+std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, size_t inputs, int arch) {
   codegen::ScanStrategy s;
+  const int64_t max_items = kMaxWords / static_cast<int64_t>(inputs + 1) / 8 * 8;  // whole 16-byte vectors of f16
+  if (max_items < kItems) return std::nullopt;
   if (length <= int64_t{kItems} * kThreads) {
     s.threads = std::clamp(pow2_ceil((length + kItems - 1) / kItems), 32, kThreads);
     return s;
@@ -36,9 +41,16 @@ std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, int ar
   const int64_t blocks = (length + int64_t{kItems} * kThreads - 1) / (int64_t{kItems} * kThreads);
   s.cluster = static_cast<int>(std::min<int64_t>(blocks, arch >= 90 ? kMaxCluster : 1));
   const int64_t per_thread = (length + int64_t{s.cluster} * kThreads - 1) / (int64_t{s.cluster} * kThreads);
-  s.items = static_cast<int>((per_thread + 7) / 8 * 8);  // whole 16-byte vectors of f16
-  if (s.items > kMaxItems) return std::nullopt;
+  s.items = static_cast<int>((per_thread + 7) / 8 * 8);
+  if (s.items > max_items) return std::nullopt;
   return s;
+}
+
+// Tensors a group's kernel reads (scalars aside).
+size_t tensor_inputs(const Group& g) {
+  size_t n = 0;
+  for (const Value* v : g.inputs) n += !(v->is_input() && v->input_kind == InputKind::Scalar);
+  return n;
 }
 
 int64_t scan_length(const Node& n) {
@@ -56,9 +68,16 @@ class ScanScheduler final : public Scheduler {
       Node* n = np.get();
       if (op_kind(n->op) != OpKind::Scan || p.group_of(n) || n->result()->type.shape.empty()) continue;
       if (!is_floating(n->result()->type.dtype) || n->result()->type.dtype != n->input(0)->type.dtype) continue;
-      if (!choose_scan_strategy(scan_length(*n), options.arch)) continue;
+      const int64_t length = scan_length(*n);
+      if (!choose_scan_strategy(length, 1, options.arch)) continue;
       std::vector<Node*> members;
-      if (const auto pro = p.pointwise_prologue(n)) members = p.release(*pro);
+      const auto pro = p.pointwise_prologue(n);
+      if (pro) {  // the prologue's inputs too, if a thread's registers hold them
+        std::vector<Node*> with = p.describe(*pro).nodes;
+        with.push_back(n);
+        if (choose_scan_strategy(length, tensor_inputs(p.describe_nodes(Group::Kind::Scan, with)), options.arch))
+          members = p.release(*pro);
+      }
       members.push_back(n);
       p.add_group(Group::Kind::Scan, std::move(members));
     }
@@ -66,7 +85,7 @@ class ScanScheduler final : public Scheduler {
 
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
     const Node& scan = codegen::scan_node(g);
-    return codegen::generate_scan(g, *choose_scan_strategy(scan_length(scan), options.arch), id);
+    return codegen::generate_scan(g, *choose_scan_strategy(scan_length(scan), tensor_inputs(g), options.arch), id);
   }
 
 };

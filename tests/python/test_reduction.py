@@ -109,3 +109,23 @@ def test_gpu_scan_cases_plan_scan_kernels(monkeypatch, name):
     assert is_cubin, log
     spills = re.findall(r"(\d+) bytes spill stores", log)
     assert spills and all(int(s) == 0 for s in spills), (kernels[0].name, log)
+
+
+@pytest.mark.parametrize("arch,length", [(80, 16384), (90, 131072)])
+def test_longest_masked_scans_build_without_spills(monkeypatch, arch, length):
+    """The longest rows of cumsum(x * mask) the scan scheduler takes on (32
+    elements a thread of two inputs: its register budget) build without
+    spills; one element more and the product is a kernel of its own."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    def plan(n):
+        return compile_ir(f"""graph @g(%x: f32[4,{n}], %m: f32[4,{n}]) {{
+  %0 = mul(%x, %m) : f32[4,{n}]
+  %1 = cumsum(%0) {{dim=1}} : f32[4,{n}]
+  return %1
+}}""", arch=arch).plan
+    kernels = [k for k in plan(length).kernels if k.kind == "scan"]
+    assert len(kernels) == 1 and [n.op for n in kernels[0].nodes] == ["mul", "cumsum"]
+    is_cubin, _, log = core.nvrtc_compile(kernels[0].translation_unit, kernels[0].name, arch, options=["-Xptxas=-v"])
+    assert is_cubin and re.findall(r"(\d+) bytes spill stores", log) == ["0"], log
+    longer = plan(length + 1)
+    assert [[n.op for n in k.nodes] for k in longer.kernels] == [["mul"], ["cumsum"]]
