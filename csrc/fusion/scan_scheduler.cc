@@ -29,9 +29,10 @@ int pow2_ceil(int64_t x) {
 // none).
 constexpr int kItems = 16, kThreads = 512, kMaxCluster = 8, kMaxWords = 96;
 
-std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, size_t inputs, int arch) {
+// `words`: registers an element takes (2 for f64 sums).
+std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, size_t inputs, int words, int arch) {
   codegen::ScanStrategy s;
-  const int64_t max_items = kMaxWords / static_cast<int64_t>(inputs + 1) / 8 * 8;  // whole 16-byte vectors of f16
+  const int64_t max_items = kMaxWords / words / static_cast<int64_t>(inputs + 1) / 8 * 8;  // whole 16-byte vectors of f16
   if (max_items < kItems) return std::nullopt;
   if (length <= int64_t{kItems} * kThreads) {
     s.threads = std::clamp(pow2_ceil((length + kItems - 1) / kItems), 32, kThreads);
@@ -45,6 +46,8 @@ std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, size_t
   if (s.items > max_items) return std::nullopt;
   return s;
 }
+
+int element_words(const Node& scan) { return scan.result()->type.dtype == DType::f64 ? 2 : 1; }
 
 // Tensors a group's kernel reads (scalars aside).
 size_t tensor_inputs(const Group& g) {
@@ -69,13 +72,14 @@ class ScanScheduler final : public Scheduler {
       if (op_kind(n->op) != OpKind::Scan || p.group_of(n) || n->result()->type.shape.empty()) continue;
       if (!is_floating(n->result()->type.dtype) || n->result()->type.dtype != n->input(0)->type.dtype) continue;
       const int64_t length = scan_length(*n);
-      if (!choose_scan_strategy(length, 1, options.arch)) continue;
+      const int words = element_words(*n);
+      if (!choose_scan_strategy(length, 1, words, options.arch)) continue;
       std::vector<Node*> members;
       const auto pro = p.pointwise_prologue(n);
       if (pro) {  // the prologue's inputs too, if a thread's registers hold them
         std::vector<Node*> with = p.describe(*pro).nodes;
         with.push_back(n);
-        if (choose_scan_strategy(length, tensor_inputs(p.describe_nodes(Group::Kind::Scan, with)), options.arch))
+        if (choose_scan_strategy(length, tensor_inputs(p.describe_nodes(Group::Kind::Scan, with)), words, options.arch))
           members = p.release(*pro);
       }
       members.push_back(n);
@@ -85,7 +89,8 @@ class ScanScheduler final : public Scheduler {
 
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
     const Node& scan = codegen::scan_node(g);
-    return codegen::generate_scan(g, *choose_scan_strategy(scan_length(scan), tensor_inputs(g), options.arch), id);
+    return codegen::generate_scan(
+        g, *choose_scan_strategy(scan_length(scan), tensor_inputs(g), element_words(scan), options.arch), id);
   }
 
 };
