@@ -56,11 +56,16 @@ std::optional<PoolSpec> pool_spec(const Node& n, const Shape& input) {
   if (s.dims < 1 || s.dims > 3) fail("kernel must have 1 to 3 entries");
   if (input.size() < static_cast<size_t>(s.dims) + 1)
     fail("input of rank " + std::to_string(input.size()) + " for a " + std::to_string(s.dims) + "-d window");
+  // Bounds that keep the window arithmetic (sizes, taps, avg_pool's
+  // divisor) far inside int64: no real pool comes near them.
+  constexpr int64_t kMaxEntry = int64_t{1} << 31, kMaxWindow = int64_t{1} << 31, kMaxDim = int64_t{1} << 40;
   auto per_dim = [&](const char* key, int64_t dflt, int64_t least) {
     Shape v = n.has_attr(key) ? n.attr_ints(key) : Shape(s.kernel.size(), dflt);
     if (v.size() != s.kernel.size()) fail(std::string(key) + " must have one entry per kernel dim");
-    for (int64_t e : v)
+    for (int64_t e : v) {
       if (e < least) fail(std::string(key) + " entries must be >= " + std::to_string(least));
+      if (e > kMaxEntry) fail(std::string(key) + " entries must be at most 2^31");
+    }
     return v;
   };
   s.stride = per_dim("stride", 1, 1);
@@ -71,8 +76,11 @@ std::optional<PoolSpec> pool_spec(const Node& n, const Shape& input) {
   s.divisor_override = s.max ? 0 : n.attr_int_or("divisor_override", 0);
   if (s.divisor_override < 0) fail("divisor_override must be positive");
   const size_t lead = input.size() - s.kernel.size();
+  int64_t window = 1;
   for (size_t d = 0; d < s.kernel.size(); ++d) {
     if (s.kernel[d] < 1) fail("kernel entries must be >= 1");
+    if (s.kernel[d] > kMaxEntry || (window *= s.kernel[d]) > kMaxWindow) fail("the window must have at most 2^31 taps");
+    if (input[lead + d] > kMaxDim) fail("pooled dims must be at most 2^40 long");
     if (2 * s.padding[d] > s.kernel[d]) fail("padding must be at most half the kernel");
     s.input_size.push_back(input[lead + d]);
     const int64_t o = pool_output_size(input[lead + d], s.kernel[d], s.padding[d], s.stride[d], s.dilation[d], s.ceil_mode);
