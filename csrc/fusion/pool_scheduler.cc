@@ -38,7 +38,6 @@ class PoolScheduler final : public Scheduler {
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions&) const override {
     return codegen::generate_pool(g, id);
   }
-
 };
 
 }  // namespace

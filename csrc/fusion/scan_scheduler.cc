@@ -92,7 +92,6 @@ class ScanScheduler final : public Scheduler {
     return codegen::generate_scan(
         g, *choose_scan_strategy(scan_length(scan), tensor_inputs(g), element_words(scan), options.arch), id);
   }
-
 };
 
 }  // namespace
