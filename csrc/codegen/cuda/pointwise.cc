@@ -490,6 +490,18 @@ std::string fused_kernel_name(const std::string& prefix, const std::vector<Node*
 std::string cuda_storage_type(DType t) { return storage_type(t); }
 std::string cuda_compute_type(DType t) { return compute_type(t); }
 
+int64_t max_offset(const Shape& shape, const Shape& strides) {
+  int64_t off = 0;
+  for (size_t d = 0; d < shape.size(); ++d) off += (shape[d] - 1) * std::llabs(strides[d]);
+  return off;
+}
+
+std::string dims_text(const Shape& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
+  return s;
+}
+
 std::string kernel_parameters(const std::vector<KernelParam>& outputs, const std::vector<KernelParam>& inputs,
                               size_t scalars) {
   std::string out;

@@ -45,6 +45,12 @@ std::string fused_kernel_name(const std::string& prefix, const std::vector<Node*
 std::string cuda_storage_type(DType t);
 std::string cuda_compute_type(DType t);
 
+// The largest element offset `strides` reach over `shape` (what decides a
+// kernel's index type).
+int64_t max_offset(const Shape& shape, const Shape& strides);
+// "2x3x4": a shape or a window's entries in a kernel's head comment.
+std::string dims_text(const Shape& v);
+
 // A kernel's parameter list in the order KernelSource documents: a pointer
 // per output, a const pointer per tensor input (each `__restrict__`, named
 // as given), then `double s0, s1, ...` for `scalars` scalar inputs.
