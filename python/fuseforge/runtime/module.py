@@ -148,12 +148,11 @@ class OptimizedModule(nn.Module):
         if kwargs:
             args = self._bind_kwargs(args, kwargs)
         hot = self._ff_hot  # the last specialization run, and its guard key: most calls repeat it
-        if hot is not None:
-            key = _guard_key(self, args)
-            if key == hot[0]:
-                inputs = hot[1].gather(args)
-                if inputs is not None:
-                    return self._run(hot[1], inputs)
+        key = _guard_key(self, args) if hot is not None else None
+        if hot is not None and key == hot[0]:
+            inputs = hot[1].gather(args)
+            if inputs is not None:
+                return self._run(hot[1], inputs)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if self._ff_gave_up or not tensors:
             return self._eager(*args)
@@ -161,7 +160,8 @@ class OptimizedModule(nn.Module):
             where = ", ".join(sorted({str(t.device) for t in tensors}))
             self._warn_once(f"inputs on {where}, and fuseforge compiles for CUDA devices only")
             return self._eager(*args)
-        key = _guard_key(self, args)
+        if key is None:  # no hot specialization to compare with above
+            key = _guard_key(self, args)
         if key in self._ff_eager_keys:
             return self._eager(*args)
         candidates = self._ff_specializations.setdefault(key, [])
