@@ -104,9 +104,11 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
 // become GEMM kernels only where CUTLASS's headers were found.
 // The conv kernel policy (compile.h's set_conv_policy); none without CUTLASS's headers.
 void set_conv_policy(ff::CompileOptions& opts, const std::string& policy) {
-  ff::CompileOptions checked;
-  ff::set_conv_policy(checked, policy);  // throws for an unknown name, with or without CUTLASS
-  if (ff::runtime::cutlass_available()) ff::set_conv_policy(opts, policy);
+  ff::set_conv_policy(opts, policy);  // throws for an unknown name, with or without CUTLASS
+  if (!ff::runtime::cutlass_available()) {
+    opts.conv_dtypes.clear();
+    opts.conv_always = false;
+  }
 }
 
 ff::CompileOptions make_options(const std::string& precision, const std::string& gemm, bool autotune, int arch,
