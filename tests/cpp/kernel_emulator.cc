@@ -119,19 +119,20 @@ void trampoline() { ff_emu_entry(g_ptrs, g_scalars); }
 }  // namespace
 ff_emu_thread* ff_emu_current() { return &g_state[g_cur]; }
 void ff_emu_syncthreads() { barrier(g_arrived, g_gen, g_threads); }
-void ff_emu_shfl_up(void* value, int bytes, int delta) {
+// A warp shuffle: every lane of the running fiber's warp puts its value in
+// its slot, then takes lane `from(lane)`'s.
+template <class From> void ff_emu_shuffle(void* value, int bytes, From from) {
   const int w = g_cur / 32, lane = g_cur % 32, size = std::min(32, g_threads - w * 32);
   std::memcpy(g_slot[g_cur].data(), value, bytes);
   barrier(g_warp_arrived[w], g_warp_gen[w], size);
-  if (lane >= delta) std::memcpy(value, g_slot[g_cur - delta].data(), bytes);
+  std::memcpy(value, g_slot[w * 32 + from(lane)].data(), bytes);
   barrier(g_warp_arrived[w], g_warp_gen[w], size);
 }
+void ff_emu_shfl_up(void* value, int bytes, int delta) {
+  ff_emu_shuffle(value, bytes, [delta](int lane) { return lane >= delta ? lane - delta : lane; });
+}
 void ff_emu_shfl(void* value, int bytes, int lane_mask) {
-  const int w = g_cur / 32, lane = g_cur % 32, size = std::min(32, g_threads - w * 32);
-  std::memcpy(g_slot[g_cur].data(), value, bytes);
-  barrier(g_warp_arrived[w], g_warp_gen[w], size);
-  std::memcpy(value, g_slot[w * 32 + (lane ^ lane_mask)].data(), bytes);
-  barrier(g_warp_arrived[w], g_warp_gen[w], size);
+  ff_emu_shuffle(value, bytes, [lane_mask](int lane) { return lane ^ lane_mask; });
 }
 extern "C" void ff_emu_run(const unsigned* grid, const unsigned* block, void** ptrs, double* scalars) {
   g_ptrs = ptrs;
