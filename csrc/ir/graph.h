@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
@@ -194,6 +195,9 @@ void verify(const Graph& g);
 // result shape is not derivable (view, expand, full, cast) the declared type is
 // checked for consistency instead. Throws IRError when the operands do not fit.
 std::vector<TensorType> infer_result_types(const Node& n);
+// Strides of `shape` viewed from a tensor of (old_shape, old_strides) (ATen's
+// computeStride), or nullopt when the layout allows no view (view then copies).
+std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& shape);
 // Broadcast shape of two shapes (right-aligned, numpy rules); throws IRError.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 // Whether `from` broadcasts to exactly `to` (right-aligned, size-1 dims stretch).

@@ -26,41 +26,6 @@ const TensorType& operand_type(const Node& n, size_t i) {
   return n.operands[i].value->type;
 }
 
-// Strides of `shape` viewed from a tensor with (old_shape, old_strides), or
-// nullopt when the memory layout does not allow a view (then view copies).
-// This is ATen's computeStride: chunks of old dims that are contiguous with
-// each other can be split or merged freely.
-std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& shape) {
-  if (old_shape.empty()) return Shape(shape.size(), 1);
-  if (numel(old_shape) == 0) return contiguous_strides(shape);
-  Shape new_strides(shape.size());
-  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
-  int64_t chunk_base_stride = old_strides.back();
-  int64_t tensor_numel = 1, view_numel = 1;
-  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
-    tensor_numel *= old_shape[d];
-    // A chunk ends where the next (outer) dim is not contiguous with this one.
-    // An overflowing product equals no stride, so it ends the chunk too.
-    int64_t contiguous_stride = 0;
-    bool overflows = __builtin_mul_overflow(tensor_numel, chunk_base_stride, &contiguous_stride);
-    if (d == 0 || (old_shape[d - 1] != 1 && (overflows || old_strides[d - 1] != contiguous_stride))) {
-      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
-        new_strides[view_d] = checked_mul(view_numel, chunk_base_stride);
-        view_numel *= shape[view_d];
-        view_d--;
-      }
-      if (view_numel != tensor_numel) return std::nullopt;
-      if (d > 0) {
-        chunk_base_stride = old_strides[d - 1];
-        tensor_numel = 1;
-        view_numel = 1;
-      }
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return new_strides;
-}
-
 std::vector<int64_t> reduced_dims(const Node& n, int64_t rank) {
   std::vector<int64_t> dims;
   if (n.has_attr("dims")) dims = n.attr_ints("dims");
@@ -292,6 +257,41 @@ std::vector<TensorType> layout(const Node& n) {
 }
 
 }  // namespace
+
+// Strides of `shape` viewed from a tensor with (old_shape, old_strides), or
+// nullopt when the memory layout does not allow a view (then view copies).
+// This is ATen's computeStride: chunks of old dims that are contiguous with
+// each other can be split or merged freely.
+std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& shape) {
+  if (old_shape.empty()) return Shape(shape.size(), 1);
+  if (numel(old_shape) == 0) return contiguous_strides(shape);
+  Shape new_strides(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    // A chunk ends where the next (outer) dim is not contiguous with this one.
+    // An overflowing product equals no stride, so it ends the chunk too.
+    int64_t contiguous_stride = 0;
+    bool overflows = __builtin_mul_overflow(tensor_numel, chunk_base_stride, &contiguous_stride);
+    if (d == 0 || (old_shape[d - 1] != 1 && (overflows || old_strides[d - 1] != contiguous_stride))) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        new_strides[view_d] = checked_mul(view_numel, chunk_base_stride);
+        view_numel *= shape[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
 
 SliceBounds slice_bounds(const Node& n, const Shape& shape) {
   if (shape.empty()) fail(n, "cannot slice a 0-d tensor");

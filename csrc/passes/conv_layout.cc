@@ -19,10 +19,12 @@
 // channels-last by that kernel; only what remains gets a `copy`. Values that
 // are returned keep the strides eager gives them (a conv's result through a
 // `copy` back), and pointwise kernels read any strides, so the conversion
-// back fuses into the epilogue that already reads the conv. Views and other
-// layout ops derive their strides from their input's, so a conv result they
-// read reaches them through that copy too, and the layout does not spread
-// to a value they read.
+// back fuses into the epilogue that already reads the conv. A view of a
+// conv's result that its channels-last memory allows (group norm's [N, G,
+// C/G, H*W]) reads it in place with its strides; other views and layout ops
+// derive their strides from their input's, so a conv result they read
+// reaches them through that copy too, and the layout does not spread to a
+// value they read.
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -72,6 +74,15 @@ bool read_by_layout_op(const Graph& g, const Value* v) {
   return false;
 }
 
+// Whether view `u` of a value can read it in layout `t` as a view still: its
+// shape is a strided view of that memory (group norm's [N, G, C/G, H*W] of a
+// channels-last conv result is), and what it makes is not returned (outputs
+// keep eager's strides) nor read by another layout op (its strides would move too).
+bool view_follows(const Graph& g, const Node& u, const TensorType& t) {
+  return u.op == Op::View && view_strides(t.shape, t.strides, u.result()->type.shape) &&
+         !g.is_graph_output(u.result()) && !read_by_layout_op(g, u.result());
+}
+
 // A value whose layout this pass may choose: rank 4 or 5, floating, not returned.
 bool placeable(const Graph& g, const Value* v) {
   const size_t rank = v->type.shape.size();
@@ -110,7 +121,13 @@ class ConvLayout : public Pass {
       Value* y = conv->result();
       const TensorType captured = y->type;
       y->type = channels_last(y->type);
-      if (g.is_graph_output(y) || read_by_layout_op(g, y)) keep_captured_layout(g, conv, captured);
+      std::vector<Node*> copied_views;  // views that read the captured layout through a copy
+      for (Node* u : g.users(y)) {
+        if (op_kind(u->op) != OpKind::Layout) continue;
+        if (view_follows(g, *u, y->type)) u->result()->type.strides = *view_strides(y->type.shape, y->type.strides, u->result()->type.shape);
+        else copied_views.push_back(u);
+      }
+      if (g.is_graph_output(y) || !copied_views.empty()) keep_captured_layout(g, conv, captured, copied_views);
     }
     spread(g, contiguous);
     for (Node* conv : convs) place_input(g, conv, contiguous);
@@ -162,18 +179,17 @@ class ConvLayout : public Pass {
     if (g.is_graph_output(&y)) return false;
     for (const Node* u : g.users(&y)) {
       const bool spreads = fusion::is_normalization(u->op) && placeable(g, u->result());
-      if (!pointwise(*u) && !reads_any_layout(*u) && !spreads) return false;
+      if (!pointwise(*u) && !reads_any_layout(*u) && !spreads && !view_follows(g, *u, channels_last(y.type)))
+        return false;
     }
     return true;
   }
 
-  // The conv's result is returned or viewed: a copy gives the captured
-  // strides back to the graph's outputs and to the layout ops that read it.
-  static void keep_captured_layout(Graph& g, Node* conv, const TensorType& captured) {
+  // The conv's result is returned or read by layout ops that cannot follow
+  // it (`views`): a copy gives the captured strides back to the graph's
+  // outputs and to those.
+  static void keep_captured_layout(Graph& g, Node* conv, const TensorType& captured, const std::vector<Node*>& views) {
     Value* y = conv->result();
-    std::vector<Node*> views;
-    for (Node* u : g.users(y))
-      if (op_kind(u->op) == OpKind::Layout) views.push_back(u);
     Node* next = nullptr;
     for (size_t i = 0; i + 1 < g.nodes().size(); ++i)
       if (g.nodes()[i].get() == conv) next = g.nodes()[i + 1].get();
