@@ -14,7 +14,7 @@ using codegen::ReductionStrategy;
 
 constexpr int kVectorBytes = 16;
 constexpr int kLoadsPerThread = 8;     // 16-byte loads a thread aims at per row pass
-constexpr int kMaxCacheWords = 64;     // registers a thread may spend holding its inputs
+constexpr int kMaxCacheWords = 64;     // registers a thread may spend holding its inputs' items
 constexpr int kRegisterOverhead = 40;  // registers for everything else (indices, temporaries)
 
 int pow2_ceil(int64_t x) {
@@ -59,10 +59,24 @@ int vector_width(const codegen::ReductionLayout& l, int64_t extent, bool reduced
   return 1;
 }
 
-// Register words a thread needs to hold `per_thread` elements of each input read again.
-int cache_words(int64_t per_thread, int reread) { return static_cast<int>(std::min<int64_t>(per_thread * reread, 1 << 20)); }
-int register_budget(int block, int acc_words) {
-  return std::min(kMaxCacheWords, 65536 / block - kRegisterOverhead - acc_words);
+// The inputs a later pass of the kernel reads again.
+using Rereads = std::vector<const ReductionAccess*>;
+
+// Whether a thread can hold `per_thread` elements of each input read again in
+// registers, beside `acc_words` of accumulators, at `block` threads: within
+// kMaxCacheWords of per-item arrays, and within the registers a thread has.
+// In the Rows form (`step`: elements between a thread's items, else 0) an
+// input that repeats within `step` elements takes one vector's words.
+bool cache_fits(const codegen::ReductionLayout& l, const Rereads& again, int64_t per_thread, int vector, int block,
+                int acc_words, int64_t step = 0) {
+  int64_t items = 0, repeated = 0;
+  for (const ReductionAccess* a : again) {
+    const int64_t period = l.inner_period(*a);
+    if (step > 0 && period > 0 && step % period == 0) repeated += vector;
+    else items += per_thread;
+  }
+  const int64_t free = 65536 / block - kRegisterOverhead - acc_words;
+  return items <= std::min<int64_t>(kMaxCacheWords, free) && items + repeated <= free;
 }
 
 // Loads in flight per thread when the inputs stream: each holds a vector of
@@ -75,12 +89,17 @@ int streaming_unroll(int block, int vector, int inputs, int acc_words) {
   return 0;
 }
 
-ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words, bool staged) {
+ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, int inputs, int acc_words, bool staged) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Rows;
   s.staged = staged;
+  // Vectors along the row's innermost dim. Where the main input is unit-stride
+  // there, accesses strided along it (a channels-last group norm's NCHW
+  // output) take their kVec elements one by one: lanes still step along their
+  // next dim, and the main input's loads stay 16 bytes wide.
+  const bool main_unit = l.main >= 0 && l.access[static_cast<size_t>(l.main)].reduced.back() == 1;
   s.vector = l.inner() || l.reduced.back() > 1
-                 ? vector_width(l, l.reduced.back(), true, l.reduced.size() - 1, true, staged)
+                 ? vector_width(l, l.reduced.back(), true, l.reduced.size() - 1, !main_unit, staged)
                  : 1;
   const int64_t loads = (l.length + s.vector - 1) / s.vector;
   const int64_t want = pow2_ceil((loads + kLoadsPerThread - 1) / kLoadsPerThread);
@@ -88,7 +107,7 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs
   // loads: its merge is shuffles only, and a block per 2048-element row
   // (64 threads, a shared-memory merge per row) reached 2.2 TB/s where ATen's
   // warp-per-row argmax reaches 2.6.
-  const int64_t warp_loads = 32 * kLoadsPerThread * (reread == 0 ? 2 : 1);
+  const int64_t warp_loads = 32 * kLoadsPerThread * (again.empty() ? 2 : 1);
   s.threads = loads <= warp_loads ? static_cast<int>(std::min<int64_t>(want, 32))
                                   : static_cast<int>(std::clamp<int64_t>(want, 64, 1024));
   auto block_for = [&](int threads) {
@@ -99,12 +118,13 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, int reread, int inputs
     return block;
   };
   s.block = block_for(s.threads);
-  if (reread > 0) {
+  if (!again.empty()) {
     // The thread count nearest the preferred one (more threads first) whose
     // share of the row fits in registers; none: the inputs stream.
     auto fits = [&](int threads) {
       const int64_t per_thread = (loads + threads - 1) / threads * s.vector;
-      return cache_words(per_thread, reread) <= register_budget(block_for(threads), acc_words * s.vector);
+      return cache_fits(l, again, per_thread, s.vector, block_for(threads), acc_words * s.vector,
+                        int64_t{threads} * s.vector);
     };
     for (int step = 0; step <= 10 && !s.persistent; ++step)
       for (int t : {s.threads << step, s.threads >> step})
@@ -141,12 +161,12 @@ int64_t stage_bytes(const codegen::ReductionLayout& l, int rows_per_block) {
   return bytes;
 }
 
-std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, int reread, int inputs,
+std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, const Rereads& again, int inputs,
                                              int acc_words) {
   bool any = false;
   for (const ReductionAccess& a : l.access) any |= a.transposed();
   if (!any) return std::nullopt;
-  ReductionStrategy s = rows(l, reread, inputs, acc_words, true);
+  ReductionStrategy s = rows(l, again, inputs, acc_words, true);
   // Fewer rows per block until the tile fits (a block stays a warp at least).
   while (s.block / s.threads >= 2 * kStageMinRows && s.block > 32 && stage_bytes(l, s.block / s.threads) > kStageBytes)
     s.block /= 2;
@@ -154,7 +174,8 @@ std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, 
   return s;
 }
 
-ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int inputs, int acc_words, int arch) {
+ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& again, int inputs, int acc_words,
+                          int arch) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Columns;
   const size_t c = static_cast<size_t>(l.contiguous_kept());
@@ -165,10 +186,10 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, int reread, int inp
   s.threads = std::min(max_y, pow2_ceil((target + column_threads - 1) / column_threads));
   auto fit_block = [&] { s.block = std::max(32, 256 / s.threads) * s.threads; };
   fit_block();
-  if (reread > 0) {
+  if (!again.empty()) {
     for (;;) {
       const int64_t per_thread = (l.length + s.threads - 1) / s.threads * s.vector;
-      if (cache_words(per_thread, reread) <= register_budget(s.block, acc_words * s.vector)) {
+      if (cache_fits(l, again, per_thread, s.vector, s.block, acc_words * s.vector)) {
         s.persistent = true;
         break;
       }
@@ -212,16 +233,17 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
                                                      const codegen::ReductionLayout& l, const FusionOptions& options) {
   // What the kernel's passes read: which inputs a second pass reads again.
   const codegen::ReductionWriter probe(g, d, l, codegen::ReductionStrategy{}, 0, 1);
-  int reread = 0, inputs = 0;
+  Rereads again;
+  int inputs = 0;
   for (const auto& a : l.access)
     if (!a.is_output && !a.per_row) {
       ++inputs;
-      reread += probe.read_again(&a);
+      if (probe.read_again(&a)) again.push_back(&a);
     }
   const int acc_words = probe.accumulator_words();
-  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, reread, inputs, acc_words, options.arch);
-  if (auto s = staged_rows(l, reread, inputs, acc_words)) return *s;
-  return rows(l, reread, inputs, acc_words, false);
+  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, again, inputs, acc_words, options.arch);
+  if (auto s = staged_rows(l, again, inputs, acc_words)) return *s;
+  return rows(l, again, inputs, acc_words, false);
 }
 
 }  // namespace ff::fusion

@@ -20,11 +20,16 @@ void ReductionKernel::emit_aligned() {
   os_ << "  const bool aligned =" << cond << ";\n";
 }
 
+bool ReductionKernel::item_invariant(const ReductionAccess& a) const {
+  const int64_t period = l_.inner_period(a);
+  return items_ > 1 && item_step() > 0 && period > 0 && item_step() % period == 0;
+}
+
 void ReductionKernel::declare_caches() {
   if (!s_.persistent) return;
   for (const auto& a : l_.access)
     if (!a.is_output && !a.per_row && w_.read_again(&a)) {
-      os_ << "  " << cuda_compute_type(a.dtype) << " c_" << a.param << "[" << items_ << "]"
+      os_ << "  " << cuda_compute_type(a.dtype) << " c_" << a.param << "[" << items_of(a) << "]"
           << (per_lane(a) ? "[kVec]" : "") << ";  // %" << a.value->name << ", held in registers across the passes\n";
       cached_.insert(&a);
     }
@@ -67,7 +72,7 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
     const bool cached = cached_.count(a) != 0;
     if (cached && loaded_.count(a)) continue;
     if (!cached)
-      os << ind << cuda_compute_type(a->dtype) << " " << x << a->param << "[" << items_ << "]"
+      os << ind << cuda_compute_type(a->dtype) << " " << x << a->param << "[" << items_of(*a) << "]"
          << (per_lane(*a) ? "[kVec]" : "") << ";\n";
     local.push_back(a);
   }
@@ -85,19 +90,30 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
     if (tail()) os << ind << "  }\n";
     os << ind << "}\n";
   };
-  if (!local.empty()) {
+  std::vector<const ReductionAccess*> varying, invariant;
+  for (const ReductionAccess* a : local) (item_invariant(*a) ? invariant : varying).push_back(a);
+  if (!invariant.empty()) {
+    // Item 0's elements serve every item; its element index may pass the
+    // row's end, but these offsets only take it modulo the inner dims.
+    os << ind << "{  // the same elements for every item\n";
+    os << ind << "  const index_t e = " << element("0") << ";\n";
+    emit_unravel(os, ind + "  ", "e", l_.reduced, "e");
+    for (const ReductionAccess* a : invariant) load(*a, (cached_.count(a) ? "c_" : x) + a->param + "[0]", ind + "  ");
+    os << ind << "}\n";
+  }
+  if (!varying.empty()) {
     const std::string in = open_items(true);
     emit_unravel(os, in, "e", l_.reduced, "e");
-    for (const ReductionAccess* a : local) load(*a, (cached_.count(a) ? "c_" : x) + a->param + "[u]", in);
+    for (const ReductionAccess* a : varying) load(*a, (cached_.count(a) ? "c_" : x) + a->param + "[u]", in);
     close_items();
-    for (const ReductionAccess* a : local)
-      if (cached_.count(a)) loaded_.insert(a);
   }
+  for (const ReductionAccess* a : local)
+    if (cached_.count(a)) loaded_.insert(a);
   // Then the arithmetic, element by element.
   auto registers = [&] {
     ExprMap local_expr = expr_of;
     for (const ReductionAccess* a : inputs)
-      local_expr[a->value] = (cached_.count(a) ? "c_" : x) + a->param + "[u]" + (per_lane(*a) ? "[k]" : "");
+      local_expr[a->value] = (cached_.count(a) ? "c_" : x) + a->param + item(*a) + (per_lane(*a) ? "[k]" : "");
     return local_expr;
   };
   if (reduce && w_.chunked(p)) {  // the chunk's max first (ff_maxsumexp)

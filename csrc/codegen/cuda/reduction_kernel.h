@@ -33,6 +33,13 @@ class ReductionKernel {
   void pass(int p, ExprMap& expr_of);
   // Registers for the inputs read by several passes, when they stay in registers.
   void declare_caches();
+  // Whether every item of a thread reads the same elements of `a`: it varies
+  // only along the row's innermost dims, and a thread's items lie a multiple
+  // of their extent apart (a per-channel weight beside a channels-last
+  // input). Such an input takes one item's registers and loads, not `items`.
+  bool item_invariant(const ReductionAccess& a) const;
+  std::string item(const ReductionAccess& a) const { return item_invariant(a) ? "[0]" : "[u]"; }
+  int items_of(const ReductionAccess& a) const { return item_invariant(a) ? 1 : items_; }
   // `const bool aligned`: every pointer that vector loads or stores use is aligned to the vector.
   void emit_aligned();
   // a's offset at the element whose coordinates over the reduced dims are e0, e1, ...
@@ -41,6 +48,8 @@ class ReductionKernel {
   void vector_store(const ReductionAccess& a, const std::string& in);
 
   // ---- what the forms differ in
+  // Elements between a thread's consecutive items (0: no fixed step).
+  virtual int64_t item_step() const { return 0; }
   virtual std::string stream_loop() const = 0;                 // header of the streaming loop over `start`
   virtual std::string element(const std::string& u) const = 0;  // item u's element index
   virtual bool tail() const = 0;                                // whether items can run past the row's end

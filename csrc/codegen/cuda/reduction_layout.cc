@@ -60,6 +60,17 @@ int64_t ReductionLayout::max_offset() const {
   return m;
 }
 
+int64_t ReductionLayout::inner_period(const ReductionAccess& a) const {
+  if (a.reduced.empty() || a.reduced.front() != 0) return 0;
+  for (size_t d = 1; d < a.reduced.size(); ++d)
+    if (a.reduced[d] != 0) {
+      int64_t period = 1;
+      for (size_t i = d; i < reduced.size(); ++i) period *= reduced[i];
+      return period;
+    }
+  return 0;
+}
+
 ReductionLayout reduction_layout(const fusion::Group& g, const fusion::ReductionDomain& d) {
   ReductionLayout l;
   std::vector<const Value*> values;

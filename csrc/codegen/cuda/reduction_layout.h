@@ -39,6 +39,12 @@ struct ReductionLayout {
   const ReductionAccess* find(const Value* v) const;
   // The largest offset (in elements) any access reaches, for the index type.
   int64_t max_offset() const;
+  // How many of a row's elements `a` repeats after, when it varies only along
+  // the row's innermost dims (a per-channel weight beside a channels-last
+  // input): their extent; 0 when it varies along the outermost reduced dim
+  // or along none. A thread whose elements lie a multiple of it apart reads
+  // the same elements of `a` for each of them.
+  int64_t inner_period(const ReductionAccess& a) const;
 };
 
 ReductionLayout reduction_layout(const fusion::Group& g, const fusion::ReductionDomain& d);

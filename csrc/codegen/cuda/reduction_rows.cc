@@ -65,9 +65,16 @@ class RowsKernel final : public ReductionKernel {
   }
 
  private:
-  // Unit stride along the row's innermost dim: kVec values per load.
-  bool per_lane(const ReductionAccess& a) const override { return s_.vector > 1 && a.reduced.back() == 1; }
-  bool vectorized(const ReductionAccess& a) const override { return per_lane(a); }
+  // Moving along the row's innermost dim: kVec values per item, one vector
+  // load where the stride is 1, else one load each (strided()).
+  bool per_lane(const ReductionAccess& a) const override { return s_.vector > 1 && a.reduced.back() != 0; }
+  bool vectorized(const ReductionAccess& a) const override { return per_lane(a) && a.reduced.back() == 1; }
+  bool strided(const ReductionAccess& a) const { return per_lane(a) && !vectorized(a); }
+  // a's offset at lane k of the item, for strided accesses.
+  std::string strided_offset(const ReductionAccess& a) const {
+    return elem_offset(a) + " + k * static_cast<index_t>(" + std::to_string(a.reduced.back()) + ")";
+  }
+  int64_t item_step() const override { return int64_t{s_.threads} * s_.vector; }
   std::string stream_loop() const override {
     return "for (index_t start = static_cast<index_t>(lane) * kVec; start < kLength; start += kThreads * kVec * kUnroll)";
   }
@@ -80,7 +87,10 @@ class RowsKernel final : public ReductionKernel {
   std::string index() const override { return "e + k"; }
 
   void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
-    if (per_lane(a)) vector_load(a, dst, in);
+    if (vectorized(a)) vector_load(a, dst, in);
+    else if (strided(a))
+      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << dst << "[k] = "
+          << load_expr(a, strided_offset(a)) << ";\n";
     else os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n";
   }
 
@@ -126,7 +136,10 @@ class RowsKernel final : public ReductionKernel {
           << "[k]);\n";
       return;
     }
-    if (per_lane(a)) vector_store(a, in);
+    if (vectorized(a)) vector_store(a, in);
+    else if (strided(a))
+      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << a.param << "[" << strided_offset(a)
+          << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param << "[k]);\n";
     else  // kVec == 1
       os_ << in << a.param << "[" << elem_offset(a) << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param
           << "[0]);\n";
