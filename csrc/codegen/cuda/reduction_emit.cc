@@ -268,36 +268,62 @@ void ReductionWriter::emit_values(std::ostringstream& os, int pass, const std::s
   flush();
 }
 
+namespace {
+bool takes_chunks(const Accumulator& a) {
+  return a.kind == Accumulator::Kind::MaxSumExp || a.kind == Accumulator::Kind::Welford;
+}
+}  // namespace
+
 bool ReductionWriter::chunked(int pass) const {
   for (const auto& a : accs)
-    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp) return true;
+    if (a.level == pass && takes_chunks(a)) return true;
   return false;
 }
 
-void ReductionWriter::emit_chunk_max(std::ostringstream& os, int pass, const std::string& ind, int slots) const {
-  for (const auto& a : accs)
-    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp)
-      os << ind << cuda_compute_type(a.input->type.dtype) << " next_" << a.name << "[" << slots << "];  // "
-         << a.name << "'s max with this chunk's\n#pragma unroll\n" << ind << "for (int i = 0; i < " << slots
-         << "; ++i) next_" << a.name << "[i] = " << a.name << "[i].m;\n";
+void ReductionWriter::emit_chunk_begin(std::ostringstream& os, int pass, const std::string& ind, int slots) const {
+  for (const auto& a : accs) {
+    if (a.level != pass) continue;
+    const std::string t = cuda_compute_type(a.input->type.dtype);
+    if (a.kind == Accumulator::Kind::MaxSumExp)
+      os << ind << t << " next_" << a.name << "[" << slots << "];  // " << a.name
+         << "'s max with this chunk's\n#pragma unroll\n" << ind << "for (int i = 0; i < " << slots << "; ++i) next_"
+         << a.name << "[i] = " << a.name << "[i].m;\n";
+    if (a.kind == Accumulator::Kind::Welford)
+      os << ind << t << " sum_" << a.name << "[" << slots << "] = {}, n_" << a.name << "[" << slots
+         << "] = {};  // the chunk's sum and count, for its mean\n"
+         << ind << a.type << " chunk_" << a.name << "[" << slots << "];  // its count, mean and squared deviations\n";
+  }
 }
 
 void ReductionWriter::emit_sees(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
                                 const std::string& chunk_slot) {
   emit_values(os, pass, ind, expr_of);
-  for (const auto& a : accs)
-    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp) {
-      const std::string next = "next_" + a.name + "[" + chunk_slot + "]";
-      os << ind << next << " = ff_maximum(" << next << ", " << expr_of.at(a.input) << ");\n";
-    }
+  for (const auto& a : accs) {
+    if (a.level != pass) continue;
+    const std::string x = expr_of.at(a.input), at = a.name + "[" + chunk_slot + "]";
+    if (a.kind == Accumulator::Kind::MaxSumExp) os << ind << "next_" << at << " = ff_maximum(next_" << at << ", " << x << ");\n";
+    if (a.kind == Accumulator::Kind::Welford)
+      os << ind << "sum_" << at << " += " << x << ";\n" << ind << "n_" << at << " += 1;\n";
+  }
 }
 
 void ReductionWriter::emit_rebase(std::ostringstream& os, int pass, const std::string& ind,
                                   const std::string& chunk_slot) const {
+  for (const auto& a : accs) {
+    if (a.level != pass || !takes_chunks(a)) continue;
+    const std::string at = a.name + "[" + chunk_slot + "]";
+    os << "#pragma unroll\n" << ind << "for (int k = 0; k < kVec; ++k) ";
+    if (a.kind == Accumulator::Kind::MaxSumExp) os << at << ".rebase(next_" << at << ");\n";
+    else os << "chunk_" << at << " = " << a.type << "::of_chunk(n_" << at << ", sum_" << at << ");\n";
+  }
+}
+
+void ReductionWriter::emit_chunk_end(std::ostringstream& os, int pass, const std::string& ind,
+                                     const std::string& chunk_slot) const {
   for (const auto& a : accs)
-    if (a.level == pass && a.kind == Accumulator::Kind::MaxSumExp)
+    if (a.level == pass && a.kind == Accumulator::Kind::Welford)
       os << "#pragma unroll\n" << ind << "for (int k = 0; k < kVec; ++k) " << a.name << "[" << chunk_slot
-         << "].rebase(next_" << a.name << "[" << chunk_slot << "]);\n";
+         << "].merge(chunk_" << a.name << "[" << chunk_slot << "]);\n";
 }
 
 void ReductionWriter::emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
@@ -307,6 +333,10 @@ void ReductionWriter::emit_element(std::ostringstream& os, int pass, const std::
     if (a.level != pass) continue;
     std::string x = expr_of.at(a.input);
     if (a.kind == Accumulator::Kind::Any && a.input->type.dtype != DType::boolean) x = "(" + x + " != 0)";
+    if (a.kind == Accumulator::Kind::Welford) {  // the deviation from its chunk's mean
+      os << ind << "chunk_" << a.name << "[" << chunk_slot << "].push_deviation(" << x << ");\n";
+      continue;
+    }
     os << ind << a.name << "[" << (a.kind == Accumulator::Kind::MaxSumExp ? chunk_slot : slot) << "].push(" << x
        << (a.indexed() ? ", static_cast<long long>(" + index + ")" : "") << ");\n";
   }

@@ -61,19 +61,23 @@ class ReductionWriter {
   void bind_scalars(ExprMap& expr_of) const;
 
   // The pass's per-element nodes, then each of its accumulators pushed at
-  // slot `slot` (an index expression; max-sum-exp ones at `chunk_slot`, see
-  // chunked()) with element index `index`.
+  // slot `slot` (an index expression; max-sum-exp and Welford ones at
+  // `chunk_slot`, see chunked()) with element index `index`.
   void emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
                     const std::string& slot, const std::string& chunk_slot, const std::string& index);
-  // Whether the pass pushes max-sum-exp accumulators, which take each chunk
-  // of elements twice (ff_maxsumexp): `next_a` arrays of the running maxes
-  // (emit_chunk_max), the chunk's elements into them (emit_sees), a rebase of
-  // each lane's chunk slot to them (emit_rebase), then the pushes.
+  // Whether the pass pushes accumulators that take each chunk of elements (a
+  // thread's items of a vector lane: chunk_slot) in two sweeps, after
+  // emit_chunk_begin. Max-sum-exp: the chunk's max (emit_sees), a rebase of
+  // the sum to it (emit_rebase), then exp(x - max) pushed. Welford: the
+  // chunk's sum and count (emit_sees), its mean (emit_rebase), the squared
+  // deviations from it (the pushes), and the chunk merged in (emit_chunk_end):
+  // a division per chunk rather than per element, and the two-pass variance.
   bool chunked(int pass) const;
-  void emit_chunk_max(std::ostringstream& os, int pass, const std::string& ind, int slots) const;
+  void emit_chunk_begin(std::ostringstream& os, int pass, const std::string& ind, int slots) const;
   void emit_sees(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
                  const std::string& chunk_slot);
   void emit_rebase(std::ostringstream& os, int pass, const std::string& ind, const std::string& chunk_slot) const;
+  void emit_chunk_end(std::ostringstream& os, int pass, const std::string& ind, const std::string& chunk_slot) const;
   void declare_accumulators(std::ostringstream& os, int pass, const std::string& ind, int slots) const;
   // Row values: finalized results of the level's reductions (`acc(a)`: the
   // expression of accumulator a's merged partial, may use lane k), then the

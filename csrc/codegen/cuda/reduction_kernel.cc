@@ -116,8 +116,9 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
       local_expr[a->value] = (cached_.count(a) ? "c_" : x) + a->param + item(*a) + (per_lane(*a) ? "[k]" : "");
     return local_expr;
   };
-  if (reduce && w_.chunked(p)) {  // the chunk's max first (ff_maxsumexp)
-    w_.emit_chunk_max(os, p, ind, accumulators_);
+  const bool chunked = reduce && w_.chunked(p);
+  if (chunked) {  // a sweep over the chunk first: its max, or its mean
+    w_.emit_chunk_begin(os, p, ind, accumulators_);
     const std::string in = open_items(false);
     os << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) {\n";
     ExprMap local_expr = registers();
@@ -139,6 +140,7 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
   os << in << "}\n";
   for (const ReductionAccess* a : outs) store(*a, in);
   close_items();
+  if (chunked) w_.emit_chunk_end(os, p, ind, chunk_slot());
   if (!s_.persistent) os << "  }\n";
   if (reduce) merge(p, expr_of);
 }

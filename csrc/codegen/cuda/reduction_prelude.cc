@@ -60,17 +60,16 @@ struct ff_any {
   __device__ __forceinline__ ff_any shfl_xor(int o) const { return {ff_shfl_xor(a, o)}; }
 };
 
-// Welford's running mean and sum of squared deviations (ATen's WelfordOps),
-// merged with Chan's formula; n counts in T (exact to 2^24 in f32).
+// A count, mean and sum of squared deviations (ATen's WelfordOps), taken a
+// chunk at a time (of_chunk, push_deviation) instead of an element at a time,
+// and merged with Chan's formula; n counts in T (exact to 2^24 in f32).
 template <class T> struct ff_welford {
   T n, mean, m2;
   static __device__ __forceinline__ ff_welford identity() { return {T(0), T(0), T(0)}; }
-  __device__ __forceinline__ void push(T x) {
-    n += T(1);
-    const T d = x - mean;
-    mean += d / n;
-    m2 += d * (x - mean);
-  }
+  // A chunk of n elements summing to `sum`; push_deviation(x) then adds each
+  // element's squared deviation from its mean (the two-pass variance).
+  static __device__ __forceinline__ ff_welford of_chunk(T n, T sum) { return {n, n > T(0) ? sum / n : T(0), T(0)}; }
+  __device__ __forceinline__ void push_deviation(T x) { const T d = x - mean; m2 += d * d; }
   __device__ __forceinline__ void merge(const ff_welford& o) {
     if (o.n == T(0)) return;
     if (n == T(0)) { *this = o; return; }
