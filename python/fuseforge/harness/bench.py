@@ -16,10 +16,8 @@ With `--jobs N` (N > 1, GPU only) compiling and timing are split: first up to
 N problems at a time run `fuseforge run --compile-only`, each in a process of
 its own, which measures the compile times (each with its own empty cache, so
 cold is cold), keeps the kernels in the disk cache and compiles inductor
-once, filling its caches (but not with the kernel configs its first call
-picks by timing them: those are timed again alone on the GPU); then each
-problem is checked and timed alone, one after another in the shared worker,
-so no two timings overlap.
+once, filling its caches; then each problem is checked and timed alone, one
+after another in the shared worker, so no two timings overlap.
 """
 from __future__ import annotations
 

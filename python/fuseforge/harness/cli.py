@@ -83,12 +83,6 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         phase_done("compile")
         if args.compile_only:
             if "inductor" in against:  # fills inductor's own disk caches
-                # Inductor picks its kernels' configs by timing them at the first
-                # call. Here that call shares the GPU with other compiles, so
-                # its picks are not kept: the timing phase, alone on the GPU,
-                # times them again (the generated code carries this setting).
-                import torch._inductor.config as inductor_config
-                inductor_config.autotune_local_cache = False
                 row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision)[1]
                 phase_done("inductor_compile")
             return row
