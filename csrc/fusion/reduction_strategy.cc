@@ -71,8 +71,7 @@ bool cache_fits(const codegen::ReductionLayout& l, const Rereads& again, int64_t
                 int acc_words, int64_t step = 0) {
   int64_t items = 0, repeated = 0;
   for (const ReductionAccess* a : again) {
-    const int64_t period = l.inner_period(*a);
-    if (step > 0 && period > 0 && step % period == 0) repeated += vector;
+    if (l.repeats_within(*a, step)) repeated += vector;
     else items += per_thread;
   }
   const int64_t free = 65536 / block - kRegisterOverhead - acc_words;

@@ -21,8 +21,7 @@ void ReductionKernel::emit_aligned() {
 }
 
 bool ReductionKernel::item_invariant(const ReductionAccess& a) const {
-  const int64_t period = l_.inner_period(a);
-  return items_ > 1 && item_step() > 0 && period > 0 && item_step() % period == 0;
+  return items_ > 1 && l_.repeats_within(a, item_step());
 }
 
 void ReductionKernel::declare_caches() {

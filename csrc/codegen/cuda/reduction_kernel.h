@@ -33,10 +33,9 @@ class ReductionKernel {
   void pass(int p, ExprMap& expr_of);
   // Registers for the inputs read by several passes, when they stay in registers.
   void declare_caches();
-  // Whether every item of a thread reads the same elements of `a`: it varies
-  // only along the row's innermost dims, and a thread's items lie a multiple
-  // of their extent apart (a per-channel weight beside a channels-last
-  // input). Such an input takes one item's registers and loads, not `items`.
+  // Whether every item of a thread reads the same elements of `a`
+  // (ReductionLayout::repeats_within): then it takes one item's registers
+  // and loads, not `items`.
   bool item_invariant(const ReductionAccess& a) const;
   std::string item(const ReductionAccess& a) const { return item_invariant(a) ? "[0]" : "[u]"; }
   int items_of(const ReductionAccess& a) const { return item_invariant(a) ? 1 : items_; }

@@ -60,15 +60,15 @@ int64_t ReductionLayout::max_offset() const {
   return m;
 }
 
-int64_t ReductionLayout::inner_period(const ReductionAccess& a) const {
-  if (a.reduced.empty() || a.reduced.front() != 0) return 0;
+bool ReductionLayout::repeats_within(const ReductionAccess& a, int64_t step) const {
+  if (step <= 0 || a.reduced.empty() || a.reduced.front() != 0) return false;
   for (size_t d = 1; d < a.reduced.size(); ++d)
     if (a.reduced[d] != 0) {
-      int64_t period = 1;
+      int64_t period = 1;  // the extent of the dims `a` varies along and those inside them
       for (size_t i = d; i < reduced.size(); ++i) period *= reduced[i];
-      return period;
+      return step % period == 0;
     }
-  return 0;
+  return false;  // constant along the row: a per-row value
 }
 
 ReductionLayout reduction_layout(const fusion::Group& g, const fusion::ReductionDomain& d) {

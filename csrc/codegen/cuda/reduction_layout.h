@@ -39,12 +39,11 @@ struct ReductionLayout {
   const ReductionAccess* find(const Value* v) const;
   // The largest offset (in elements) any access reaches, for the index type.
   int64_t max_offset() const;
-  // How many of a row's elements `a` repeats after, when it varies only along
+  // Whether `a` repeats every `step` elements of a row: it varies only along
   // the row's innermost dims (a per-channel weight beside a channels-last
-  // input): their extent; 0 when it varies along the outermost reduced dim
-  // or along none. A thread whose elements lie a multiple of it apart reads
-  // the same elements of `a` for each of them.
-  int64_t inner_period(const ReductionAccess& a) const;
+  // input), whose extent divides `step`. A thread whose items lie `step`
+  // apart then reads the same elements of `a` for each of them.
+  bool repeats_within(const ReductionAccess& a, int64_t step) const;
 };
 
 ReductionLayout reduction_layout(const fusion::Group& g, const fusion::ReductionDomain& d);
