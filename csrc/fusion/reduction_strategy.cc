@@ -88,7 +88,8 @@ int streaming_unroll(int block, int vector, int inputs, int acc_words) {
   return 0;
 }
 
-ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, int inputs, int acc_words, bool staged) {
+ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, int inputs, int acc_words, bool staged,
+                       int arch) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Rows;
   s.staged = staged;
@@ -142,6 +143,19 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, 
       s.block = block_for(s.threads);
     }
     s.unroll = std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words));
+    // Fewer threads per row where the row's last round of loads would leave
+    // most of them idle (a 24964-element batch-norm row at 512 threads x 4
+    // loads of 4: a twentieth of the fourth round is used), while the rows
+    // still fill the GPU.
+    auto used = [&](int threads) {
+      const int64_t round = int64_t{threads} * s.unroll;
+      return static_cast<double>(loads) / static_cast<double>((loads + round - 1) / round * round);
+    };
+    while (s.threads > 64 && used(s.threads) < 0.9 && used(s.threads / 2) > used(s.threads) &&
+           l.rows * (s.threads / 2) >= int64_t{sm_count(arch)} * 2048) {
+      s.threads /= 2;
+      s.block = block_for(s.threads);
+    }
   }
   return s;
 }
@@ -161,11 +175,11 @@ int64_t stage_bytes(const codegen::ReductionLayout& l, int rows_per_block) {
 }
 
 std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, const Rereads& again, int inputs,
-                                             int acc_words) {
+                                             int acc_words, int arch) {
   bool any = false;
   for (const ReductionAccess& a : l.access) any |= a.transposed();
   if (!any) return std::nullopt;
-  ReductionStrategy s = rows(l, again, inputs, acc_words, true);
+  ReductionStrategy s = rows(l, again, inputs, acc_words, true, arch);
   // Fewer rows per block until the tile fits (a block stays a warp at least).
   while (s.block / s.threads >= 2 * kStageMinRows && s.block > 32 && stage_bytes(l, s.block / s.threads) > kStageBytes)
     s.block /= 2;
@@ -241,8 +255,8 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
     }
   const int acc_words = probe.accumulator_words();
   if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, again, inputs, acc_words, options.arch);
-  if (auto s = staged_rows(l, again, inputs, acc_words)) return *s;
-  return rows(l, again, inputs, acc_words, false);
+  if (auto s = staged_rows(l, again, inputs, acc_words, options.arch)) return *s;
+  return rows(l, again, inputs, acc_words, false, options.arch);
 }
 
 }  // namespace ff::fusion

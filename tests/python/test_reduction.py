@@ -129,3 +129,33 @@ def test_longest_masked_scans_build_without_spills(monkeypatch, arch, length):
     assert is_cubin and re.findall(r"(\d+) bytes spill stores", log) == ["0"], log
     longer = plan(length + 1)
     assert [[n.op for n in k.nodes] for k in longer.kernels] == [["mul"], ["cumsum"]]
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["norm", "conv_bias_and_norm"])
+def test_channels_last_group_norm_rows_stay_in_registers_without_spills(monkeypatch, bias):
+    """Group norm over a channels-last conv result's [N, G, C/G, H*W] view:
+    16-byte loads of 4 channels, the output stored element by element in its
+    contiguous layout, a row of 32768 elements held in registers also when
+    the conv's bias joins the kernel (per-channel inputs take one vector's
+    registers), and the kernel builds for sm_90 without spills (before, the
+    per-channel inputs took a register per item and element and spilled)."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    x = "%a" if bias else "%y"
+    add = "  %a = add(%y, %cb) : f32[32,32,8,4096]\n" if bias else ""
+    plan = compile_ir(f"""graph @gn(%y: f32[32,32,8,4096]{{1048576,8,1,256}}, %cb: f32[1,32,8,1], %w: f32[1,32,8,1], %b: f32[1,32,8,1]) {{
+{add}  %0 = var({x}) {{correction=0, dims=[2, 3], keepdim=true}} : f32[32,32,1,1]
+  %1 = mean({x}) {{dims=[2, 3], keepdim=true}} : f32[32,32,1,1]
+  %2 = add(%0, 1e-05) : f32[32,32,1,1]
+  %3 = rsqrt(%2) : f32[32,32,1,1]
+  %4 = sub({x}, %1) : f32[32,32,8,4096]
+  %5 = mul(%4, %3) : f32[32,32,8,4096]
+  %6 = mul(%5, %w) : f32[32,32,8,4096]
+  %7 = add(%6, %b) : f32[32,32,8,4096]
+  %8 = silu(%7) : f32[32,32,8,4096]
+  return %8
+}}""", arch=90).plan
+    (k,) = plan.kernels
+    assert "held in registers" in k.source and k.vector_width == 4, k.source[:400]
+    assert "out0[base_out0 + e0 + e1 * 4096 + k * static_cast<index_t>(4096)]" in k.source
+    is_cubin, _, log = core.nvrtc_compile(k.translation_unit, k.name, 90, options=["-Xptxas=-v"])
+    assert is_cubin and re.findall(r"(\d+) bytes spill stores", log) == ["0"], log
