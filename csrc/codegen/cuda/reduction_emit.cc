@@ -144,7 +144,9 @@ void ReductionWriter::plan_passes() {
       stack.pop_back();
       if (d.per_row.count(v)) continue;
       if (!v->producer || !order.count(v->producer)) {
-        if (const ReductionAccess* a = l.find(v)) inputs.insert(a);
+        // Per-row inputs (a conv bias beside per-channel statistics) are
+        // loaded once per row (emit_row_inputs), not per element.
+        if (const ReductionAccess* a = l.find(v); a && !a->per_row) inputs.insert(a);
         continue;
       }
       if (!in_pass.insert(v->producer).second) continue;
