@@ -10,7 +10,10 @@
 // until the grid fills the GPU about once. When a kernel reads its inputs in
 // more than one pass (statistics then apply; a max then a sum of exp) they
 // stay in registers if a thread's share fits (more threads per row if that
-// makes it fit), else they stream from memory again in each pass.
+// makes it fit; an input every item of a thread reads alike, a per-channel
+// weight beside channels-last data, costs one vector), else they stream from
+// memory again in each pass, with fewer threads per row where a row's last
+// round of loads would leave most of them idle.
 #include "codegen/cuda/reduction.h"
 #include "fusion/scheduler.h"
 
