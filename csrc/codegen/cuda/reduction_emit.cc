@@ -156,8 +156,9 @@ void ReductionWriter::plan_passes() {
     auto& nodes = element_nodes_[p];
     for (Node* n : g.nodes)
       if (in_pass.count(n)) nodes.push_back(n);
+    auto& element_inputs = element_inputs_[p];  // none where every input is per-row
     for (const auto& a : l.access)
-      if (inputs.count(&a)) element_inputs_[p].push_back(&a);
+      if (inputs.count(&a)) element_inputs.push_back(&a);
     element_outputs_[p];
   }
   for (const auto& a : l.access)
