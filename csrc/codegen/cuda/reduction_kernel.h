@@ -4,9 +4,10 @@
 // positions per thread (all of a row's share when the inputs stay in
 // registers, else `unroll` at a time in a loop): first every load, so their
 // latencies overlap, then per element and vector lane the pass's nodes, the
-// pushes into its accumulators and the outputs it writes (softmax's
-// accumulators take the chunk's max in a sweep before: ReductionWriter::
-// chunked); a reduction pass ends with the form's merge and the row values.
+// pushes into its accumulators and the outputs it writes (max-sum-exp and
+// Welford accumulators take a sweep over the chunk before, for its max or its
+// mean: ReductionWriter::chunked); a reduction pass ends with the form's
+// merge and the row values.
 #include <set>
 #include <sstream>
 #include <string>

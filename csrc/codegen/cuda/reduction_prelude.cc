@@ -5,7 +5,8 @@ namespace ff::codegen {
 std::string_view cuda_reduction_prelude() {
   return R"CUDA(
 // ---- fuseforge reduction prelude ----
-// Accumulators: identity(), push(x) (argmax/argmin: push(x, index)), merge(o)
+// Accumulators: identity(), push(x) (argmax/argmin: push(x, index); Welford:
+// of_chunk and push_deviation, a chunk at a time), merge(o)
 // where `o` holds later partials than *this (merges happen in a fixed order,
 // so results are the same on every run), and shfl_xor(offset): the partial of
 // the lane `offset` away.
