@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
       plan = true;
     } else if (a == "-h" || a == "--help") {
       std::cout << "usage: ff-opt [--passes=p1,p2,...] [FILE]\n"
-                   "       ff-opt --plan [--arch=N] [--precision=fp32|tf32] [--gemm=auto|all|off] [--conv=auto|always|off] [--autotune] [FILE]\n"
+                   "       ff-opt --plan [--arch=N] [--precision=fp32|tf32] [--gemm=auto|all|off] [--conv=direct|auto|always|off] [--autotune] [FILE]\n"
                    "passes:";
       for (auto& p : ff::passes::pass_names()) std::cout << " " << p;
       std::cout << "\n";

@@ -58,4 +58,25 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   return s;
 }
 
+bool direct_conv_covers(const ConvSpec& s) {
+  if (s.transposed || s.dims != 2 || s.dtype != DType::f32 || s.batch == 0 || s.out_channels == 0) return false;
+  for (int64_t v : s.output_size)
+    if (v == 0) return false;
+  // Grid limits (samples on z, groups x channel blocks on y) and the
+  // epilogue's 32-bit pixel index.
+  if (s.batch > 65535 || s.out_channels > 65535) return false;
+  return static_cast<double>(s.batch) * s.output_size[0] * s.output_size[1] < static_cast<double>(int64_t{1} << 31);
+}
+
+std::optional<ConvKernelSpec> match_direct_conv(const Node& n) {
+  const auto spec = conv_spec(n);
+  if (!spec || !direct_conv_covers(*spec) || n.input(0)->type.dtype != DType::f32 ||
+      n.input(1)->type.dtype != DType::f32 || (spec->has_bias && n.input(2)->type.dtype != DType::f32))
+    return std::nullopt;
+  ConvKernelSpec s;
+  s.conv = *spec;
+  s.direct = true;
+  return s;
+}
+
 }  // namespace ff::fusion

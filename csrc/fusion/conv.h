@@ -1,10 +1,12 @@
 #pragma once
-// Which convolutions a generated implicit-GEMM kernel (codegen/cuda/conv.h)
-// computes, and how: forward 2-D and 3-D convs without groups whose input,
-// weight and result are channels-last (conv_layout puts them so), in f32
-// (3xTF32, or 1xTF32 where the conv's fp32_precision is "tf32"), f16 or bf16.
-// As an implicit GEMM: M = batch x output pixels, N = output channels,
-// K = input channels x kernel window. Anything else stays a cuDNN call.
+// Which convolutions a generated kernel computes, and how. An implicit-GEMM
+// kernel (codegen/cuda/conv.h): forward 2-D and 3-D convs without groups
+// whose input, weight and result are channels-last (conv_layout puts them
+// so), in f32 (3xTF32, or 1xTF32 where the conv's fp32_precision is "tf32"),
+// f16 or bf16; as an implicit GEMM: M = batch x output pixels, N = output
+// channels, K = input channels x kernel window. A direct kernel
+// (codegen/cuda/conv_direct.h): forward 2-D f32 convs of any groups and
+// layout, in IEEE f32. Anything else stays a cuDNN call.
 #include <optional>
 
 #include "ir/conv.h"
@@ -17,6 +19,7 @@ struct ConvKernelSpec {
   // the largest power of two up to 16 bytes dividing the input channels (3-D
   // convs: 16 bytes, their only form).
   int alignment = 1;
+  bool direct = false;  // a direct kernel (conv_direct.h), not an implicit GEMM
   int64_t gemm_m() const;
   int64_t gemm_n() const { return conv.out_channels; }
   int64_t gemm_k() const;
@@ -28,5 +31,9 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& conv);
 // Whether a kernel covers a conv of these parameters once its operands and
 // result are channels-last (what the layout pass asks before making them so).
 bool conv_kernel_covers(const ConvSpec& spec);
+
+// The direct kernel's spec of a conv node (any layout), or nullopt where it does not apply.
+std::optional<ConvKernelSpec> match_direct_conv(const Node& conv);
+bool direct_conv_covers(const ConvSpec& spec);
 
 }  // namespace ff::fusion

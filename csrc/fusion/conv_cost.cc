@@ -20,6 +20,14 @@ constexpr double kKernel3xTf32 = 65e12; // our implicit GEMM, f32 as 3xTF32
 // channels (CUTLASS's sm80 form 100; cuDNN's conv alone about 340).
 constexpr double kKernelTf32 = 130e12;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
+// Our direct kernel, IEEE f32 FMAs: about 40 % of the H100's 67 TFLOP/s (its
+// FMAs wait on shared-memory loads of the input window and weights).
+constexpr double kDirectF32 = 25e12;
+// cuDNN's kernels tile the reduction (input channels x window) in steps of
+// dozens; short reductions leave their lanes idle. A conv of 6 input channels
+// and a 3x3 window (54 multiply-adds per output) ran at 13 TFLOP/s in cuDNN's
+// IEEE kernel, about 54/256 of its rate on long ones.
+constexpr double kFullReduction = 256;
 constexpr double kBandwidth = 2.5e12;   // bytes/s, HBM3 effective
 
 // cuDNN's channels-last time over its NCHW time for tensor-core math, by conv
@@ -36,25 +44,35 @@ double channels_last_ratio(const ConvSpec& s) {
 
 double ms(double flops, double rate, double bytes) { return 1e3 * std::max(flops / rate, bytes / kBandwidth); }
 
+// The share of cuDNN's rate a conv's reduction length allows (depthwise convs
+// have kernels of their own).
+double reduction_efficiency(const ConvSpec& s) {
+  if (s.depthwise()) return 1.0;
+  double taps = static_cast<double>(s.transposed ? s.out_per_group() : s.in_per_group());
+  for (int64_t k : s.kernel) taps *= static_cast<double>(k);
+  return std::min(1.0, taps / kFullReduction);
+}
+
 }  // namespace
 
 double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
 
-ConvTimes conv_times(const ConvSpec& s, bool kernel_applies) {
+ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies) {
   const double inf = std::numeric_limits<double>::infinity();
   const double flops = s.flops(), bytes = s.bytes();
   const bool f32 = s.dtype == DType::f32;
+  const double efficiency = reduction_efficiency(s);
   ConvTimes t;
   if (f32 && !s.tf32) {
     // IEEE f32: cuDNN runs SIMT kernels in either layout; nothing is known to
     // favour one, so channels-last is not modelled as faster.
-    t.cudnn_nchw = t.cudnn_channels_last = ms(flops, kSimtF32, bytes);
+    t.cudnn_nchw = t.cudnn_channels_last = ms(flops, kSimtF32 * efficiency, bytes);
   } else {
     // Tensor cores read channels-last tiles: cuDNN's contiguous-layout
     // kernels pay for that (the seed's conv: about 1.3 ms channels-last, 5.0
     // contiguous). Modelled as at least transposing input and result, and at
     // least torch.compile's average ratio; grouped convs lose channels-last.
-    t.cudnn_channels_last = ms(flops, f32 ? kTf32 : kHalf, bytes);
+    t.cudnn_channels_last = ms(flops, (f32 ? kTf32 : kHalf) * efficiency, bytes);
     const double ratio = channels_last_ratio(s);
     t.cudnn_nchw = t.cudnn_channels_last / ratio;
     if (ratio < 1)
@@ -62,6 +80,7 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies) {
           std::max(t.cudnn_nchw, t.cudnn_channels_last + copy_ms(s.input_bytes()) + copy_ms(s.output_bytes()));
   }
   t.kernel = kernel_applies ? ms(flops, f32 ? (s.tf32 ? kKernelTf32 : kKernel3xTf32) : kKernelHalf, bytes) : inf;
+  t.direct = direct_applies ? ms(flops, kDirectF32, bytes) : inf;
   return t;
 }
 

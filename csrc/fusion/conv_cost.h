@@ -1,6 +1,6 @@
 #pragma once
 // The cost model of convolutions: how long one takes in each layout and on
-// each engine (cuDNN through ATen, or a generated implicit-GEMM kernel), and
+// each engine (cuDNN through ATen, a generated implicit-GEMM or direct kernel), and
 // what a layout conversion costs. The layout pass (conv_layout.cc) and the
 // conv scheduler both decide with it; FUSEFORGE_AUTOTUNE=1 confirms by timing
 // (the front end's probe), and tools/conv_probe.py measures the figures.
@@ -14,11 +14,13 @@ struct ConvTimes {
   double cudnn_nchw = 0;           // ATen/cuDNN, contiguous (NCHW/NCDHW) operands
   double cudnn_channels_last = 0;  // ATen/cuDNN, channels-last operands
   double kernel = 0;               // a generated implicit-GEMM kernel (channels-last), when applicable
+  double direct = 0;               // a generated direct kernel (any layout), when applicable
   double best_channels_last() const { return cudnn_channels_last < kernel ? cudnn_channels_last : kernel; }
 };
 
-// `kernel_applies`: whether a generated conv kernel can run this conv.
-ConvTimes conv_times(const ConvSpec& spec, bool kernel_applies);
+// `kernel_applies`: whether a generated implicit-GEMM kernel can run this
+// conv; `direct_applies`: whether a direct kernel can.
+ConvTimes conv_times(const ConvSpec& spec, bool kernel_applies, bool direct_applies = false);
 
 // Milliseconds to read and write `bytes` once (a layout conversion).
 double copy_ms(double bytes);

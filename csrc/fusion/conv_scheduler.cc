@@ -1,11 +1,13 @@
-// ConvScheduler: each convolution a generated implicit-GEMM kernel covers
-// (conv.h) becomes a group where the cost model says the kernel beats cuDNN,
-// with the pointwise group that reads its result as the kernel's epilogue:
-// bias, activations, scale, clamp, per-channel ops, residuals, so that the
-// result is written once, in whatever layout the epilogue's output has.
+// ConvScheduler: each convolution a generated kernel covers (conv.h: an
+// implicit GEMM over channels-last operands, or a direct kernel over any)
+// becomes a group where the cost model says the kernel beats cuDNN, with the
+// pointwise group that reads its result as the kernel's epilogue: bias,
+// activations, scale, clamp, per-channel ops, residuals, so that the result
+// is written once, in whatever layout the epilogue's output has.
 #include <algorithm>
 
 #include "codegen/cuda/conv.h"
+#include "codegen/cuda/conv_direct.h"
 #include "codegen/cuda/conv_sm90.h"
 #include "fusion/conv_cost.h"
 #include "fusion/scheduler.h"
@@ -19,14 +21,20 @@ class ConvScheduler final : public Scheduler {
   Group::Kind kind() const override { return Group::Kind::Conv; }
 
   void claim(PartitionBuilder& p, const FusionOptions& options) const override {
-    if (options.conv_dtypes.empty()) return;
+    if (options.conv_dtypes.empty() && !options.conv_direct) return;
     for (auto& n : p.graph().nodes()) {
+      if (n->op != Op::Convolution) continue;
       auto spec = match_conv_kernel(*n);
-      if (!spec || std::find(options.conv_dtypes.begin(), options.conv_dtypes.end(), spec->conv.dtype) ==
-                       options.conv_dtypes.end())
-        continue;
+      if (spec && std::find(options.conv_dtypes.begin(), options.conv_dtypes.end(), spec->conv.dtype) ==
+                      options.conv_dtypes.end())
+        spec.reset();
       const auto epilogue = epilogue_group(p, n.get());
-      if (!options.conv_always && !kernel_is_faster(*spec, epilogue.has_value())) continue;
+      if (spec && !options.conv_always && !kernel_is_faster(*spec, epilogue.has_value())) spec.reset();
+      if (!spec && options.conv_direct) {
+        spec = match_direct_conv(*n);
+        if (spec && !direct_is_faster(*spec, *n, epilogue.has_value())) spec.reset();
+      }
+      if (!spec) continue;
       std::vector<Node*> members{n.get()};
       if (epilogue) {
         std::vector<Node*> ep = p.release(*epilogue);
@@ -37,12 +45,14 @@ class ConvScheduler final : public Scheduler {
   }
 
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
+    if (g.conv.direct) return codegen::generate_conv_direct(g, g.conv, id);
     if (hopper(g, options)) return codegen::generate_conv_sm90(g, g.conv, id);
     return codegen::generate_conv(g, g.conv, id);
   }
 
   // Autotuning's other candidates: CUTLASS's tiles (all of them beside a Hopper kernel).
   std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions& options) const override {
+    if (g.conv.direct) return {};
     std::vector<codegen::KernelSource> out = codegen::conv_variants(g, g.conv, id);
     if (hopper(g, options)) out.insert(out.begin(), codegen::generate_conv(g, g.conv, id));
     return out;
@@ -59,6 +69,14 @@ class ConvScheduler final : public Scheduler {
     const ConvTimes t = conv_times(spec.conv, true);
     const double unfused = t.cudnn_channels_last + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
     return t.kernel < unfused;
+  }
+
+  // The direct kernel against cuDNN in the conv's layout, which writes its
+  // result and has the epilogue read it back.
+  static bool direct_is_faster(const ConvKernelSpec& spec, const Node& conv, bool fuses_epilogue) {
+    const ConvTimes t = conv_times(spec.conv, false, true);
+    const double cudnn = is_channels_last(conv.input(0)->type) ? t.cudnn_channels_last : t.cudnn_nchw;
+    return t.direct < cudnn + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
   }
 
   // The pointwise group that can be `conv`'s epilogue (pointwise_epilogue)

@@ -19,6 +19,7 @@ struct FusionOptions {
   std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
   std::vector<DType> conv_dtypes;  // convolutions of these dtypes may become conv kernels; empty: none
   bool conv_always = false;        // every conv a kernel covers becomes one, whatever the cost model says
+  bool conv_direct = false;        // f32 convs may become direct kernels (where the cost model prefers them)
   bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
   int arch = 0;                    // the target GPU's compute capability; 0: unknown
   bool variants = false;           // also every other candidate kernel of a group (autotuning)

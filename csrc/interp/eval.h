@@ -61,11 +61,12 @@ HostTensor map_rows_along_dim(const Node& n, const Env& env,
                               void (*f)(const std::vector<double>& in, std::vector<double>& out));
 HostTensor eval_layer_norm(const Node& n, const Env& env);
 HostTensor eval_pool(const Node& n, const Env& env);    // pooling.cc
+HostTensor eval_conv(const Node& n, const Env& env);    // convolution.cc
 HostTensor eval_matmul(const Node& n, const Env& env);  // matmul.cc
 HostTensor eval_layout(const Node& n, const Env& env);  // layout.cc
 
 // The reference semantics of `op` (ops.cc), or null for an op the
-// interpreter cannot run (convolution, opaque).
+// interpreter cannot run (opaque).
 Evaluator reference_semantics(Op op);
 
 }  // namespace ff::interp

@@ -161,7 +161,7 @@ Evaluator reference_semantics(Op op) {
       };
 
     case Op::Mm: case Op::Bmm: case Op::Addmm: return eval_matmul;
-    case Op::Convolution: return nullptr;  // runs as a library call only
+    case Op::Convolution: return eval_conv;
 
     case Op::View: case Op::Permute: case Op::Expand: case Op::Unsqueeze: case Op::Squeeze:
     case Op::Slice: case Op::Select: case Op::Cat:

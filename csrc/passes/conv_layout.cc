@@ -4,7 +4,8 @@
 // Every 2-D and 3-D convolution (forward or transposed, any groups) is
 // weighed with the cost model (fusion/conv_cost.h): cuDNN on contiguous
 // operands against channels-last (cuDNN, or a generated kernel where
-// PassOptions::conv_kernels allows), channels-last paying for the conversions
+// PassOptions::conv_kernels allows) and a direct kernel in place (where
+// PassOptions::conv_direct allows), channels-last paying for the conversions
 // it needs: the input's when no kernel can write it channels-last, the
 // weight's, and the result's when it is returned or read by a library op that
 // would copy it. A timing of both layouts (PassOptions::conv_channels_last,
@@ -102,6 +103,7 @@ class ConvLayout : public Pass {
 
   void configure(const PassOptions& options) override {
     kernels_ = options.conv_kernels;
+    direct_ = options.conv_direct;
     measured_ = &options.conv_channels_last;
   }
 
@@ -136,6 +138,7 @@ class ConvLayout : public Pass {
 
  private:
   bool kernels_ = false;
+  bool direct_ = false;
   const std::map<std::string, bool>* measured_ = nullptr;
 
   // 2-D and 3-D floating convs not yet channels-last (nor a buffer's new value).
@@ -155,12 +158,14 @@ class ConvLayout : public Pass {
       if (it != measured_->end()) return it->second;
     }
     const ConvSpec spec = *conv_spec(conv);
-    const fusion::ConvTimes t = fusion::conv_times(spec, kernels_ && fusion::conv_kernel_covers(spec));
+    const fusion::ConvTimes t = fusion::conv_times(spec, kernels_ && fusion::conv_kernel_covers(spec),
+                                                   direct_ && fusion::direct_conv_covers(spec));
     double conversions = 0;
     if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
     if (!is_channels_last(conv.input(1)->type)) conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
     if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(bytes_of(conv.result()->type));
-    return t.best_channels_last() + conversions < t.cudnn_nchw;
+    // A direct kernel reads the operands where they are.
+    return t.best_channels_last() + conversions < std::min(t.cudnn_nchw, t.direct);
   }
 
   // The conv's input can be had channels-last without a copy: it is already,

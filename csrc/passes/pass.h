@@ -28,6 +28,8 @@ struct PassOptions {
   // Convolutions may run as generated implicit-GEMM kernels (channels-last),
   // which need CUTLASS's headers.
   bool conv_kernels = false;
+  // 2-D f32 convolutions may run as generated direct kernels (any layout).
+  bool conv_direct = false;
 };
 
 class Pass {

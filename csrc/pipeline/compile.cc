@@ -42,11 +42,13 @@ std::vector<DType> gemm_dtypes(GemmPolicy policy, Precision precision) {
 }
 
 void set_conv_policy(CompileOptions& o, std::string_view policy) {
-  if (policy == "off" || policy == "0" || policy.empty()) return;
-  if (policy != "auto" && policy != "1" && policy != "always")
+  if (policy != "direct" && !policy.empty() && policy != "auto" && policy != "1" && policy != "always" &&
+      policy != "off" && policy != "0")
     throw std::invalid_argument("conv kernel policy '" + std::string(policy) +
-                                "' is unknown; expected auto (1), always or off (0)");
-  o.conv_dtypes = {DType::f32, DType::f16, DType::bf16};
+                                "' is unknown; expected direct, auto (1), always or off (0)");
+  const bool off = policy == "off" || policy == "0", implicit = policy == "auto" || policy == "1" || policy == "always";
+  o.conv_direct = !off;
+  o.conv_dtypes = implicit ? std::vector<DType>{DType::f32, DType::f16, DType::bf16} : std::vector<DType>{};
   o.conv_always = policy == "always";
 }
 
@@ -82,6 +84,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   pass_options.eager_conv_tf32 = options.eager_conv_tf32;
   pass_options.conv_channels_last = options.conv_channels_last;
   pass_options.conv_kernels = !options.conv_dtypes.empty();
+  pass_options.conv_direct = options.conv_direct;
   auto run = [&](const std::vector<std::string>& names) {
     passes::PassManager pm(names, pass_options);
     if (options.trace_passes) pm.run(*graph, 4, trace);
@@ -100,6 +103,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   fo.gemm_dtypes = dtypes;
   fo.conv_dtypes = options.conv_dtypes;
   fo.conv_always = options.conv_always;
+  fo.conv_direct = options.conv_direct;
   fo.tf32 = options.precision == Precision::tf32;
   fo.arch = options.arch;
   fo.variants = options.autotune;

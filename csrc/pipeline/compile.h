@@ -46,6 +46,9 @@ struct CompileOptions {
   // (where the cost model prefers them to cuDNN); empty: none.
   std::vector<DType> conv_dtypes;
   bool conv_always = false;         // every conv a kernel covers, not only where the cost model prefers it
+  // 2-D f32 convs may run as generated direct kernels (IEEE f32, any layout;
+  // codegen/cuda/conv_direct.h) where the cost model prefers them to cuDNN.
+  bool conv_direct = true;
   bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
   int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
   bool reductions = true;           // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
@@ -56,10 +59,12 @@ struct CompileOptions {
   std::map<std::string, bool> conv_channels_last;
 };
 
-// Which convolutions run as generated conv kernels: "auto" (also "1": where
-// the cost model prefers them to cuDNN), "always" (every conv one covers:
-// tests and probes), "off" (also "0" and ""). Throws std::invalid_argument
-// naming an unknown policy.
+// Which convolutions run as generated conv kernels: "direct" (the default,
+// also ""): direct kernels where the cost model prefers them to cuDNN;
+// "auto" (also "1"): direct and implicit-GEMM kernels where it prefers them;
+// "always": every conv an implicit-GEMM kernel covers, direct kernels where
+// preferred (tests and probes); "off" (also "0"): none. Throws
+// std::invalid_argument naming an unknown policy.
 void set_conv_policy(CompileOptions& o, std::string_view policy);
 
 // Each stage's output: the pipeline's diagnostics and the plan that runs.

@@ -102,7 +102,7 @@ std::vector<nb::ndarray<nb::numpy, double>> interpret(const std::string& text, c
 
 // Options of a compile: `gemm` is a GemmPolicy name (compile.h); matmuls
 // become GEMM kernels only where CUTLASS's headers were found.
-// The conv kernel policy (compile.h's set_conv_policy); none without CUTLASS's headers.
+// The conv kernel policy (compile.h's set_conv_policy); no implicit-GEMM kernels without CUTLASS's headers.
 void set_conv_policy(ff::CompileOptions& opts, const std::string& policy) {
   ff::set_conv_policy(opts, policy);  // throws for an unknown name, with or without CUTLASS
   if (!ff::runtime::cutlass_available()) {
@@ -168,15 +168,16 @@ NB_MODULE(_core, m) {
         o->eager_conv_tf32 = conv_tf32;
         o->conv_channels_last = conv_channels_last;
       }, "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
-         "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "off",
+         "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "direct",
          "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
          "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
          "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
          "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
          "capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR "
          "after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). "
-         "conv: auto (convs may become generated implicit-GEMM kernels where the cost model prefers them to "
-         "cuDNN), always (every conv one covers) or off; none where CUTLASS's headers are missing. conv_tf32: per "
+         "conv: direct (2-D f32 convs may become generated direct kernels where the cost model prefers them to "
+         "cuDNN), auto (also implicit-GEMM kernels; none where CUTLASS's headers are missing), always (every conv "
+         "an implicit-GEMM kernel covers) or off. conv_tf32: per "
          "conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it "
          "IEEE); conv_channels_last: per signature, whether it timed faster channels-last.")
       .def_prop_ro("precision", [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })

@@ -42,7 +42,31 @@ def test_a_conv_and_its_epilogue_are_one_kernel_computing_what_eager_does(monkey
     out, _ = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, [x, r]))
     with torch.no_grad():
         torch.testing.assert_close(out[0], model(x, r), rtol=1e-5, atol=1e-5)
-    # Off by default: the conv stays a library call.
+    # Off: the conv stays a library call.
     assert not [k for k in _plan(captured.text, "off", monkeypatch).kernels if k.kind == "conv"]
     with pytest.raises(ValueError, match="FUSEFORGE_CONV_KERNELS is 'fast'.*unknown"):
         _plan(captured.text, "fast", monkeypatch)
+
+
+def test_direct_conv_cases_plan_one_kernel_that_builds_without_spills(monkeypatch):
+    """The direct-kernel GPU test's convs (few multiply-adds an output, any
+    groups, NCHW or channels-last input) each become one direct kernel with
+    their relu and scale, under the default policy and the IEEE math the CPU
+    decides; each builds for sm_90 without register spills. Policy off keeps
+    them library calls."""
+    import re
+    import test_conv_direct_gpu as direct
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
+    for name, (kw, shape, channels_last) in direct.CASES.items():
+        x = torch.randn(shape)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        captured = capture(direct.ConvBlock(**kw), [x], name=name)
+        monkeypatch.delenv("FUSEFORGE_CONV_KERNELS", raising=False)
+        plan = core.compile(captured.text, compile_options(arch=90)).plan
+        (k,) = [k for k in plan.kernels if k.kind == "conv"]
+        assert "_direct_" in k.name and [n.op for n in k.nodes][-2:] == ["relu", "mul"], (name, str(plan))
+        assert not [s for s in plan.run if s.kind == "call"], (name, str(plan))
+        is_cubin, _, log = core.nvrtc_compile(k.translation_unit, k.name, 90, options=["-Xptxas=-v"])
+        assert is_cubin and re.findall(r"(\d+) bytes spill stores", log) == ["0"], (name, log)
+        assert not [k for k in _plan(captured.text, "off", monkeypatch).kernels if k.kind == "conv"]

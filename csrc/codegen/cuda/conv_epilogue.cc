@@ -58,7 +58,8 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   const std::string el = cuda_storage_type(c.dtype);
   ConvEpilogue e;
   std::ostringstream params, args, os;
-  params << cuda_storage_type(out->type.dtype) << "* __restrict__ out, const " << el << "* x, const " << el << "* w";
+  params << cuda_storage_type(out->type.dtype) << "* __restrict__ out, const " << el << "* __restrict__ x, const " << el
+         << "* __restrict__ w";
   args << "out";
   os << "struct FusedEpilogue {\n  " << cuda_storage_type(out->type.dtype) << "* __restrict__ out;\n";
   if (c.has_bias) {

@@ -238,7 +238,7 @@ class Executor:
         largest = max(int(np.prod(self.types[b].shape)) for b in [*k.outputs, *(i.buffer for i in k.inputs)])
         # A GEMM or reduction costs about its output times its operands: only
         # small ones run on the (scalar) interpreter, the rest through ATen; the
-        # sampled check assumes a pointwise group; convs have no reference semantics.
+        # sampled check assumes a pointwise group; convs run through ATen.
         if (largest > INTERPRET_LIMIT and k.kind != "pointwise") or k.kind == "conv":
             return by_ops
         slots = list(k.graph_inputs)

@@ -8,8 +8,9 @@ read here and nowhere else:
   timed at its first run (the choice is cached on disk);
 - FUSEFORGE_REDUCTIONS=0: reductions, norms, softmax, pooling and scans stay library calls
   (to compare with the generated reduction kernels);
-- FUSEFORGE_CONV_KERNELS: off (default), auto (or 1: generated implicit-GEMM
-  conv kernels where the cost model prefers them to cuDNN) or always;
+- FUSEFORGE_CONV_KERNELS: direct (default: 2-D f32 convs as generated direct
+  kernels where the cost model prefers them to cuDNN), auto (or 1: also
+  implicit-GEMM conv kernels where it prefers them), always or off (or 0);
 - FUSEFORGE_CONV_PRECISION: probe (default), ieee or tf32: every f32 conv's
   math forced instead of probed (diagnostics; runtime/conv_probe.py).
 
@@ -41,7 +42,7 @@ def compile_options(precision: str = "fp32", arch: int = 0, *, gemm: str | None 
     a bad precision or policy."""
     check_precision(precision)
     policy = gemm if gemm is not None else os.environ.get("FUSEFORGE_GEMM", "auto")
-    conv = os.environ.get("FUSEFORGE_CONV_KERNELS", "off")
+    conv = os.environ.get("FUSEFORGE_CONV_KERNELS", "direct")
     try:
         return core.CompileOptions(precision=precision, gemm=policy, autotune=autotune_enabled(), arch=arch,
                                    passes=passes or [], trace=trace,

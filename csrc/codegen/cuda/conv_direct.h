@@ -1,0 +1,31 @@
+#pragma once
+// Direct convolution kernels: 2-D forward convs computed with IEEE f32 FMAs
+// straight from the input's and weight's own layouts (any strides; NCHW
+// normally), the pointwise group after the conv fused as its epilogue
+// (conv_epilogue.h) and written once. Made for convs with few multiply-adds
+// per output (few input channels per group: first layers, depthwise convs),
+// which are bandwidth-bound, and where cuDNN's kernels idle most of their
+// lanes and then write a result the epilogue reads back.
+#include "codegen/cuda/kernel_source.h"
+#include "fusion/conv.h"
+#include "fusion/group.h"
+
+namespace ff::codegen {
+
+// How a direct conv kernel divides the work. A block: one sample, `cob`
+// output channels of one group, an output tile of `tp` rows x `tq * px`
+// columns; a thread: `px` adjacent output columns of one row, for each of
+// the block's channels (cob x px accumulators). Input channels are staged
+// through shared memory `cib` at a time (the tile's window, zero-padded),
+// with their weights.
+struct DirectConvTile {
+  int px = 4, tq = 8, tp = 32, cob = 8, cib = 1;
+  int ih = 0, iw = 0, iw_padded = 0;  // the staged window of one input channel (rows, columns, row pitch)
+  int threads() const { return tp * tq; }
+};
+
+DirectConvTile choose_direct_conv_tile(const ConvSpec& spec);
+
+KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id);
+
+}  // namespace ff::codegen

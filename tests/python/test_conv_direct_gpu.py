@@ -1,0 +1,71 @@
+"""GPU tests of the direct conv kernels (codegen/cuda/conv_direct.cc): convs
+with few multiply-adds per output, in any layout and groups, run as one
+generated kernel with their epilogue, and keep the fp32 contract: error
+against fp64 at most twice eager's, NaN and inf as eager. Skipped without a
+GPU; the CPU checks are the fusion goldens conv_direct_* (kernel emulator
+against the interpreter)."""
+import pytest
+import torch
+import torch.nn as nn
+
+import fuseforge
+
+pytestmark = pytest.mark.gpu
+
+
+class ConvBlock(nn.Module):
+    def __init__(self, cin, cout, k, stride=1, padding=0, dilation=1, groups=1, bias=True):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                              bias=bias)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) * 1.5
+
+
+CASES = {
+    "first_layer": (dict(cin=3, cout=16, k=3), (8, 3, 64, 64), False),
+    "six_channels_odd_size": (dict(cin=6, cout=10, k=3, padding=1, bias=False), (5, 6, 37, 29), False),
+    "depthwise_strided": (dict(cin=32, cout=32, k=3, stride=2, padding=1, groups=32), (4, 32, 33, 33), False),
+    "depthwise_multiplier_dilated": (dict(cin=8, cout=16, k=5, padding=4, dilation=2, groups=8), (3, 8, 40, 40), False),
+    "grouped_channels_last": (dict(cin=8, cout=12, k=3, groups=2), (4, 8, 50, 50), True),
+}
+
+
+def _direct_kernels(fast):
+    return [k.name for s in fast.specializations() for k in s.compiled.plan.kernels
+            if k.kind == "conv" and "_direct_" in k.name]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_direct_conv_keeps_the_fp32_contract(case):
+    kw, shape, channels_last = CASES[case]
+    torch.manual_seed(0)
+    model = ConvBlock(**kw).cuda().eval()
+    x = torch.randn(shape, device="cuda")
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        got = fast(x)
+        want = model(x)
+        ref = model.double()(x.double())
+        model.float()
+    assert _direct_kernels(fast), "expected a direct conv kernel"
+    assert got.stride() == want.stride()
+    ours, eager = (got.double() - ref).abs().max().item(), (want.double() - ref).abs().max().item()
+    assert ours <= 2 * eager + 1e-6, (ours, eager)
+
+
+def test_direct_conv_propagates_nan_and_inf_as_eager():
+    model = ConvBlock(cin=3, cout=8, k=3).cuda().eval()
+    x = torch.randn(2, 3, 20, 20, device="cuda")
+    x[0, 0, 5, 5] = float("nan")
+    x[1, 2, 10, 10] = float("inf")
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        got, want = fast(x), model(x)
+    assert _direct_kernels(fast)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    torch.testing.assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-4)
