@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "codegen/cuda/conv.h"
+#include "codegen/cuda/conv_direct.h"
 #include "codegen/cuda/conv_sm90.h"
 #include "fusion/conv.h"
 #include "fusion/scheduler.h"
@@ -210,6 +211,50 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
 })");
   ASSERT_TRUE(s);
   EXPECT_FALSE(codegen::sm90_conv_applies(*s));
+}
+
+TEST(ConvKernel, DirectKernelsWhereShortReductionsIdleCudnn) {
+  // IEEE f32 (no TF32 decided), NCHW, nothing fused: 6 input channels (54
+  // multiply-adds an output) go to the direct kernel, 64 (576) stay cuDNN's.
+  fusion::FusionOptions direct;
+  direct.conv_direct = true;
+  auto kind_of = [&](int64_t cin) {
+    const std::string c = std::to_string(cin);
+    auto g = parse("graph @g(%x: f32[32," + c + ",64,64], %w: f32[32," + c + R"(,3,3] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : f32[32,32,62,62]
+  return %0
+})");
+    verify(*g);
+    for (const fusion::Group& group : fusion::partition(*g, direct).groups)
+      if (group.kind == fusion::Group::Kind::Conv && group.conv.direct) return std::string("direct");
+    return std::string("cudnn");
+  };
+  EXPECT_EQ(kind_of(6), "direct");
+  EXPECT_EQ(kind_of(64), "cudnn");
+}
+
+TEST(ConvKernel, DirectTilesFitTheRowAndStageChannelsInEqualParts) {
+  ConvSpec s;
+  s.batch = 8;
+  s.in_channels = 8;
+  s.out_channels = 32;
+  s.input_size = {160, 160};
+  s.output_size = {158, 158};
+  s.kernel = {3, 3};
+  s.stride = s.dilation = {1, 1};
+  s.padding = s.output_padding = {0, 0};
+  // 158 columns: 8 threads of 4 columns leave 2 idle, 32 threads would leave 98.
+  codegen::DirectConvTile t = codegen::choose_direct_conv_tile(s);
+  EXPECT_EQ(t.tq * t.px, 32);
+  EXPECT_EQ(t.threads(), 256);
+  // A 34x34 window a channel (pitch 40): 6 channels fit 32 KB; 8 go as two stages of 4.
+  EXPECT_EQ(t.iw_padded % 32, t.tq % 32);
+  EXPECT_EQ(t.cib, 4);
+  s.output_size = {126, 126};
+  s.input_size = {128, 128};
+  t = codegen::choose_direct_conv_tile(s);
+  EXPECT_EQ(t.tq, 32);  // 126 columns: one warp of 4 columns each leaves 2 idle
+  EXPECT_EQ(t.tp, 8);
 }
 
 }  // namespace

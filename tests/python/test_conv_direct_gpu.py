@@ -52,7 +52,6 @@ def test_direct_conv_keeps_the_fp32_contract(case):
         ref = model.double()(x.double())
         model.float()
     assert _direct_kernels(fast), "expected a direct conv kernel"
-    assert got.stride() == want.stride()
     ours, eager = (got.double() - ref).abs().max().item(), (want.double() - ref).abs().max().item()
     assert ours <= 2 * eager + 1e-6, (ours, eager)
 

@@ -23,6 +23,13 @@ TWO_CONVS = """graph @g(%x: f32[2,8,12,12], %w: f32[16,8,3,3] param, %v: f32[2,1
 CPU = torch.device("cpu")
 
 
+@pytest.fixture(autouse=True)
+def _convs_as_library_calls(monkeypatch):
+    """These tests are about conv library calls and their math: no generated
+    conv kernels (the direct kernel would take TWO_CONVS' first conv)."""
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "off")
+
+
 class _SeesConvPrecision(TorchDispatchMode):
     """Records cuDNN's conv precision setting whenever aten.convolution runs."""
 

@@ -14,8 +14,9 @@ namespace ff::codegen {
 
 // How a direct conv kernel divides the work. A block: one sample, `cob`
 // output channels of one group, an output tile of `tp` rows x `tq * px`
-// columns; a thread: `px` adjacent output columns of one row, for each of
-// the block's channels (cob x px accumulators). Input channels are staged
+// columns; a thread: `px` output columns of one row, `tq` apart (so that a
+// warp's stores of each column step fill whole rows), for each of the
+// block's channels (cob x px accumulators). Input channels are staged
 // through shared memory `cib` at a time (the tile's window, zero-padded),
 // with their weights.
 struct DirectConvTile {

@@ -93,17 +93,21 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
 
   const int64_t P = shape[shape.size() - 2], Q = shape.back(), Z = three_d ? shape[2] : 1;
   const std::string idx = wide ? "long long" : "int";
+  const std::string spatial = three_d ? "z, p, q" : "p, q";
   os << "  // acc: the implicit GEMM's value at (row: output pixel, col: output channel).\n"
      << "  __device__ __forceinline__ void store(int row, int col, float acc) const {\n"
      << "    if (row >= M || col >= N) return;\n"
-     << "    const " << idx << " q = row % " << Q << ", p = row / " << Q << " % " << P;
-  if (three_d) os << ", z = row / " << P * Q << " % " << Z;
-  os << ", n = row / " << P * Q * Z << ";\n";
+     << "    store_at(row / " << P * Q * Z << ", col, " << (three_d ? "row / " + std::to_string(P * Q) + " % " + std::to_string(Z) + ", " : "")
+     << "row / " << Q << " % " << P << ", row % " << Q << ", acc);\n"
+     << "  }\n";
   // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
   const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
   std::string value = rounded("acc");
   if (c.has_bias) value = rounded(value + " + ff_load(bias[col])");
-  os << "    // v: the conv's value" << (c.has_bias ? " plus its bias" : "") << "; then " << epilogue.size()
+  os << "  // The same at output element (n, col, " << spatial << "), inside the output.\n"
+     << "  __device__ __forceinline__ void store_at(" << idx << " n, " << idx << " col, " << idx
+     << (three_d ? " z, " + idx : "") << " p, " << idx << " q, float acc) const {\n"
+     << "    // v: the conv's value" << (c.has_bias ? " plus its bias" : "") << "; then " << epilogue.size()
      << " fused pointwise op(s).\n"
      << "    const float v = " << value << ";\n"
      << body.str()

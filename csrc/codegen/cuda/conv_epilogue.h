@@ -1,9 +1,10 @@
 #pragma once
-// What every conv kernel (conv.cc's CUTLASS one, conv_sm90.cc's wgmma one)
+// What every conv kernel (conv.cc's CUTLASS one, conv_sm90.cc's wgmma one, conv_direct.cc's)
 // does after its mainloop, written once: a device struct `FusedEpilogue` whose
 // store(row, col, acc) takes one accumulator of the implicit GEMM (row: the
 // output pixel, col: the output channel), applies the conv's bias and the
-// group's pointwise nodes, and writes the group's output through its strides.
+// group's pointwise nodes, and writes the group's output through its strides;
+// store_at(n, col, [z,] p, q, acc) does the same at output coordinates.
 #include <string>
 
 #include "codegen/cuda/kernel_source.h"
