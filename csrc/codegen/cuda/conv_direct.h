@@ -15,12 +15,14 @@ namespace ff::codegen {
 // How a direct conv kernel divides the work. A block: one sample, `cob`
 // output channels of one group, an output tile of `tp` rows x `tq * px`
 // columns; a thread: `px` output columns of one row, `tq` apart (so that a
-// warp's stores of each column step fill whole rows), for each of the
-// block's channels (cob x px accumulators). Input channels are staged
+// warp's stores of each column step fill whole rows) or, with fewer than 4
+// channels (`adjacent`), side by side (their windows' inputs read once), for
+// each of the block's channels (cob x px accumulators). Input channels are staged
 // through shared memory `cib` at a time (the tile's window, zero-padded),
 // with their weights.
 struct DirectConvTile {
   int px = 4, tq = 8, tp = 32, cob = 8, cib = 1;
+  bool adjacent = false;
   int ih = 0, iw = 0, iw_padded = 0;  // the staged window of one input channel (rows, columns, row pitch)
   int threads() const { return tp * tq; }
 };
