@@ -30,6 +30,7 @@ struct ff_emu_dim3 { unsigned x, y, z; };
 struct ff_emu_thread { ff_emu_dim3 thread, block, block_dim, grid_dim; };
 ff_emu_thread* ff_emu_current();
 void ff_emu_syncthreads();
+void ff_emu_syncwarp();
 void ff_emu_shfl(void* value, int bytes, int lane_mask);
 void ff_emu_shfl_up(void* value, int bytes, int delta);
 #define threadIdx (ff_emu_current()->thread)
@@ -44,6 +45,7 @@ void ff_emu_shfl_up(void* value, int bytes, int delta);
 #define __shared__ static
 #define __align__(n) alignas(n)
 #define __syncthreads() ff_emu_syncthreads()
+#define __syncwarp(...) ff_emu_syncwarp()
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) { ff_emu_shfl(&v, sizeof(T), o); return v; }
 template <class T> T __shfl_up_sync(unsigned, T v, int d) { ff_emu_shfl_up(&v, sizeof(T), d); return v; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -127,6 +129,10 @@ template <class From> void ff_emu_shuffle(void* value, int bytes, From from) {
   barrier(g_warp_arrived[w], g_warp_gen[w], size);
   std::memcpy(value, g_slot[w * 32 + from(lane)].data(), bytes);
   barrier(g_warp_arrived[w], g_warp_gen[w], size);
+}
+void ff_emu_syncwarp() {
+  const int w = g_cur / 32;
+  barrier(g_warp_arrived[w], g_warp_gen[w], std::min(32, g_threads - w * 32));
 }
 void ff_emu_shfl_up(void* value, int bytes, int delta) {
   ff_emu_shuffle(value, bytes, [delta](int lane) { return lane >= delta ? lane - delta : lane; });

@@ -199,7 +199,10 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   os << "    " << type << " w = lane < kThreads / 32 ? warp_totals[lane] : " << type << "(0);\n";
   os << "#pragma unroll\n    for (int o = 1; o < 32; o <<= 1) {\n      const " << type
      << " n = __shfl_up_sync(0xffffffffu, w, o);\n      if (lane >= o) w += n;\n    }\n";
-  os << "    if (lane < kThreads / 32) warp_totals[lane] = w;\n    if (lane == kThreads / 32 - 1) block_total = w;\n  }\n";
+  // The shuffles order the lanes' steps, not their shared-memory accesses:
+  // __syncwarp does, so that no lane overwrites a total another still reads.
+  os << "    __syncwarp();  // every lane has read its total before any is overwritten\n"
+     << "    if (lane < kThreads / 32) warp_totals[lane] = w;\n    if (lane == kThreads / 32 - 1) block_total = w;\n  }\n";
   os << "  __syncthreads();\n";
   os << "  // The exclusive prefix: the lane below's inclusive sum (not t minus this run's, which would round).\n";
   os << "  " << type << " prefix = __shfl_up_sync(0xffffffffu, t, 1);\n  if (lane == 0) prefix = " << type << "(0);\n";
