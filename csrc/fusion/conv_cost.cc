@@ -45,11 +45,12 @@ double channels_last_ratio(const ConvSpec& s) {
 
 double ms(double flops, double rate, double bytes) { return 1e3 * std::max(flops / rate, bytes / kBandwidth); }
 
-// The share of cuDNN's rate a conv's reduction length allows (depthwise convs
-// have kernels of their own).
+// The share of cuDNN's rate a forward conv's reduction length allows
+// (depthwise convs have kernels of their own; transposed ones are not
+// measured, so not modelled).
 double reduction_efficiency(const ConvSpec& s) {
-  if (s.depthwise()) return 1.0;
-  double taps = static_cast<double>(s.transposed ? s.out_per_group() : s.in_per_group());
+  if (s.depthwise() || s.transposed) return 1.0;
+  double taps = static_cast<double>(s.in_per_group());
   for (int64_t k : s.kernel) taps *= static_cast<double>(k);
   return std::min(1.0, taps / kFullReduction);
 }
