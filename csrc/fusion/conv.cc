@@ -1,5 +1,7 @@
 #include "fusion/conv.h"
 
+#include "codegen/cuda/conv_direct.h"
+
 namespace ff::fusion {
 
 int64_t ConvKernelSpec::gemm_m() const {
@@ -65,7 +67,9 @@ bool direct_conv_covers(const ConvSpec& s) {
   // Grid limits (samples on z, groups x channel blocks on y) and the
   // epilogue's 32-bit pixel index.
   if (s.batch > 65535 || s.out_channels > 65535) return false;
-  return static_cast<double>(s.batch) * s.output_size[0] * s.output_size[1] < static_cast<double>(int64_t{1} << 31);
+  if (static_cast<double>(s.batch) * s.output_size[0] * s.output_size[1] >= static_cast<double>(int64_t{1} << 31))
+    return false;
+  return codegen::direct_conv_fits(s);
 }
 
 std::optional<ConvKernelSpec> match_direct_conv(const Node& n) {

@@ -255,6 +255,13 @@ TEST(ConvKernel, DirectTilesFitTheRowAndStageChannelsInEqualParts) {
   t = codegen::choose_direct_conv_tile(s);
   EXPECT_EQ(t.tq, 32);  // 126 columns: one warp of 4 columns each leaves 2 idle
   EXPECT_EQ(t.tp, 8);
+  EXPECT_TRUE(fusion::direct_conv_covers(s));
+  // A stride of 64 stages a window 64 times the tile's width: it does not fit
+  // shared memory even one row high, so the conv stays cuDNN's.
+  s.stride = {64, 64};
+  s.input_size = {8064, 8064};
+  EXPECT_FALSE(codegen::direct_conv_fits(s));
+  EXPECT_FALSE(fusion::direct_conv_covers(s));
 }
 
 }  // namespace

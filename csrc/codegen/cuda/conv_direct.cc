@@ -63,6 +63,12 @@ DirectConvTile choose_direct_conv_tile(const ConvSpec& c) {
   return t;
 }
 
+bool direct_conv_fits(const ConvSpec& c) {
+  const DirectConvTile t = choose_direct_conv_tile(c);
+  return int64_t{t.ih} * t.iw_padded * 4 <= kStagedInputBytes &&
+         c.kernel[0] * c.kernel[1] * t.cob * 4 <= kStagedWeightBytes;
+}
+
 KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
   const ConvSpec& c = s.conv;
   if (c.dims != 2 || c.dtype != DType::f32) throw IRError("direct conv codegen: expected a 2-D f32 conv");

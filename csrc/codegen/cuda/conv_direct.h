@@ -28,6 +28,9 @@ struct DirectConvTile {
 };
 
 DirectConvTile choose_direct_conv_tile(const ConvSpec& spec);
+// Whether that tile's staged input channel and weights fit the kernel's
+// shared memory (a very wide stride or window may not).
+bool direct_conv_fits(const ConvSpec& spec);
 
 KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id);
 
