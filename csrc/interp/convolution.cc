@@ -9,12 +9,6 @@ namespace ff::interp {
 
 namespace {
 
-int64_t product(const Shape& v) {
-  int64_t p = 1;
-  for (int64_t x : v) p *= x;
-  return p;
-}
-
 // Row-major coordinates of flat index i in `extents`.
 void unflatten(int64_t i, const Shape& extents, Shape& at) {
   for (size_t d = extents.size(); d-- > 0;) {
@@ -33,7 +27,7 @@ HostTensor eval_conv(const Node& n, const Env& env) {
   const HostTensor& w = value_of(env, n, 1);
   HostTensor out = result_tensor(n);
   const size_t dims = static_cast<size_t>(s.dims);
-  const int64_t in_plane = product(s.input_size), out_plane = product(s.output_size), taps = product(s.kernel);
+  const int64_t in_plane = numel(s.input_size), out_plane = numel(s.output_size), taps = numel(s.kernel);
   const int64_t cg = s.in_per_group(), kg = s.out_per_group();
   Shape tap(dims), pix(dims);
   // Where window tap `tap` of position `pix` lands on the other side (the

@@ -12,31 +12,25 @@ std::string ints(const Shape& v) {
   return s + "]";
 }
 
-int64_t product(const Shape& v) {
-  int64_t p = 1;
-  for (int64_t x : v) p *= x;
-  return p;
-}
-
 }  // namespace
 
 double ConvSpec::flops() const {
   // Every input (transposed) or output (forward) element meets a kernel window
   // of the other side's channels in its group.
-  const double window = static_cast<double>(product(kernel));
+  const double window = static_cast<double>(numel(kernel));
   if (transposed)
-    return 2.0 * batch * in_channels * product(input_size) * out_per_group() * window;
-  return 2.0 * batch * out_channels * product(output_size) * in_per_group() * window;
+    return 2.0 * batch * in_channels * numel(input_size) * out_per_group() * window;
+  return 2.0 * batch * out_channels * numel(output_size) * in_per_group() * window;
 }
 
 double ConvSpec::input_bytes() const {
-  return static_cast<double>(batch) * in_channels * product(input_size) * dtype_size(dtype);
+  return static_cast<double>(batch) * in_channels * numel(input_size) * dtype_size(dtype);
 }
 double ConvSpec::weight_bytes() const {
-  return static_cast<double>(in_channels) * out_per_group() * product(kernel) * dtype_size(dtype);
+  return static_cast<double>(in_channels) * out_per_group() * numel(kernel) * dtype_size(dtype);
 }
 double ConvSpec::output_bytes() const {
-  return static_cast<double>(batch) * out_channels * product(output_size) * dtype_size(dtype);
+  return static_cast<double>(batch) * out_channels * numel(output_size) * dtype_size(dtype);
 }
 
 std::optional<ConvSpec> conv_spec(const Node& n) {

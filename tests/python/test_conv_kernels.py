@@ -2,6 +2,8 @@
 kernel whose ATen form (the CPU stand-in, and the fallback where the kernel
 cannot run) computes what eager computes. tests/python/test_conv_gpu.py runs
 the kernels themselves."""
+import re
+
 import pytest
 import torch
 
@@ -9,6 +11,8 @@ from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_options
+
+import test_conv_direct_gpu as direct
 
 
 class ConvEpilogue(torch.nn.Module):
@@ -54,8 +58,6 @@ def test_direct_conv_cases_plan_one_kernel_that_builds_without_spills(monkeypatc
     their relu and scale, under the default policy and the IEEE math the CPU
     decides; each builds for sm_90 without register spills. Policy off keeps
     them library calls."""
-    import re
-    import test_conv_direct_gpu as direct
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
     for name, (kw, shape, channels_last) in direct.CASES.items():
         x = torch.randn(shape)
