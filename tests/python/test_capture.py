@@ -625,6 +625,28 @@ def test_lstm_hidden_states_match_eager():
     assert cg.opaque_targets == ["aten.gru.input"]
 
 
+def test_rnns_trace_as_one_op_without_their_decompositions(monkeypatch):
+    # Capture must not trace an RNN's per-step decomposition (seconds for long
+    # sequences): the fuseforge:: stand-ins allocate results of the shapes and
+    # strides ATen's RNNs return, and the graph names the ATen op again.
+    from torch._decomp import decompositions as D
+
+    def unrolled(*args, **kwargs):
+        raise AssertionError("the RNN decomposition was traced")
+    monkeypatch.setattr(D, "one_layer_lstm", unrolled)
+    monkeypatch.setattr(D, "one_layer_rnn", unrolled)
+    cases = [
+        (nn.LSTM(6, 8, 2, batch_first=True, bidirectional=True), "aten.lstm.input", [_r(3, 5, 6)]),
+        (nn.LSTM(6, 8, 1, proj_size=4), "aten.lstm.input", [_r(5, 3, 6)]),
+        (nn.GRU(6, 8, 2, batch_first=True, bidirectional=True), "aten.gru.input", [_r(3, 5, 6)]),
+        (nn.RNN(6, 8, 1, nonlinearity="relu"), "aten.rnn_relu.input", [_r(5, 3, 6)]),
+        (nn.RNN(6, 8, 2, batch_first=True), "aten.rnn_tanh.input", [_r(3, 5, 6)]),
+    ]
+    for rnn, target, inputs in cases:
+        cg = check_against_eager(Fn(lambda m, x: m.rnn(x)[0] * 2, rnn=rnn), inputs)
+        assert cg.opaque_targets == [target]
+
+
 def test_batchnorm_train_and_eval():
     for train in (True, False):
         torch.manual_seed(0)

@@ -26,6 +26,7 @@ from torch.utils import _pytree as pytree
 from fuseforge.capture.decompositions import decomposition_table
 from fuseforge.capture.graph import CaptureError, CapturedGraph
 from fuseforge.capture.lowering import _Lowerer
+from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
 
 
 @contextlib.contextmanager
@@ -84,7 +85,7 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
         warnings.filterwarnings("ignore", message=r".*were assigned during export.*")
         printed = io.StringIO()  # a failing export prints the partial graph to stderr
         try:
-            with contextlib.redirect_stderr(printed):
+            with contextlib.redirect_stderr(printed), opaque_rnns():
                 ep = torch.export.export(model, args, strict=False)
         except Exception as e:
             error = CaptureError(f"torch.export failed: {type(e).__name__}: {e}")
@@ -92,9 +93,11 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
             raise error from e
         sys.stderr.write(printed.getvalue())
         try:
-            return ep.run_decompositions(decomposition_table())
+            ep = ep.run_decompositions(decomposition_table())
         except Exception as e:
             raise CaptureError(f"run_decompositions failed: {type(e).__name__}: {e}") from e
+        restore_aten_targets(ep.graph)
+        return ep
 
 
 @contextlib.contextmanager
