@@ -33,6 +33,7 @@ void ff_emu_syncthreads();
 void ff_emu_syncwarp();
 void ff_emu_shfl(void* value, int bytes, int lane_mask);
 void ff_emu_shfl_up(void* value, int bytes, int delta);
+void ff_emu_shfl_idx(void* value, int bytes, int src);
 #define threadIdx (ff_emu_current()->thread)
 #define blockIdx (ff_emu_current()->block)
 #define blockDim (ff_emu_current()->block_dim)
@@ -48,6 +49,7 @@ void ff_emu_shfl_up(void* value, int bytes, int delta);
 #define __syncwarp(...) ff_emu_syncwarp()
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) { ff_emu_shfl(&v, sizeof(T), o); return v; }
 template <class T> T __shfl_up_sync(unsigned, T v, int d) { ff_emu_shfl_up(&v, sizeof(T), d); return v; }
+template <class T> T __shfl_sync(unsigned, T v, int src) { ff_emu_shfl_idx(&v, sizeof(T), src); return v; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
@@ -136,6 +138,10 @@ void ff_emu_syncwarp() {
 }
 void ff_emu_shfl_up(void* value, int bytes, int delta) {
   ff_emu_shuffle(value, bytes, [delta](int lane) { return lane >= delta ? lane - delta : lane; });
+}
+void ff_emu_shfl_idx(void* value, int bytes, int src) {
+  if (g_cur / 32 * 32 + src % 32 >= g_threads) std::abort();  // a lane the block does not have
+  ff_emu_shuffle(value, bytes, [src](int) { return src % 32; });
 }
 void ff_emu_shfl(void* value, int bytes, int lane_mask) {
   ff_emu_shuffle(value, bytes, [lane_mask](int lane) { return lane ^ lane_mask; });

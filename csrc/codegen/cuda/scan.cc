@@ -70,6 +70,15 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
     }
     return a;
   };
+  // A lane's chunk: kChunk consecutive elements per round, the smallest vector
+  // of the unit-stride accesses (each access then moves a chunk per vector).
+  auto chunk_of = [](const std::vector<Access>& outs, const std::vector<Access>& ins) {
+    int chunk = 0;
+    for (const auto* list : {&outs, &ins})
+      for (const Access& a : *list)
+        if (a.step == 1) chunk = chunk ? std::min(chunk, a.vector) : a.vector;
+    return std::max(chunk, 1);
+  };
   for (const Value* v : g.outputs) {
     if (v != scan.result()) throw IRError("scan group output '%" + v->name + "' is not its scan (internal error)");
     outs.push_back(access("out" + std::to_string(outs.size()), v));
@@ -85,6 +94,9 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
       ks.inputs.push_back(v->name);
     }
   }
+  const int chunk = chunk_of(outs, ins);
+  for (auto* list : {&outs, &ins})
+    for (Access& a : *list) a.vector = a.step == 1 && chunk > 1 ? chunk : 1;
   int64_t reach = numel(shape);
   bool half = false;
   for (const auto* list : {&outs, &ins})
@@ -112,11 +124,16 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
      << " index_t;\n";
   os << "  constexpr index_t kLength = " << length << ";  // elements per row\n";
   os << "  constexpr int kThreads = " << s.threads << ", kItems = " << s.items << ";  // threads per block, elements per thread\n";
+  os << "  constexpr int kChunk = " << chunk << ", kRounds = kItems / kChunk;  // a lane's consecutive elements per round\n";
   os << "  const unsigned rank = " << (s.cluster > 1 ? "ff_cluster_rank()" : "0") << ";  // the block's part of the row\n";
   os << "  const index_t row = blockIdx.x" << (s.cluster > 1 ? " / " + std::to_string(s.cluster) : "") << ";\n";
-  os << "  // The thread's first element: a block's threads take consecutive runs of kItems.\n";
-  os << "  const index_t first = (static_cast<index_t>(rank) * kThreads + threadIdx.x) * kItems;\n";
-  os << "  const bool full = first + kItems <= kLength;\n";
+  os << "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n";
+  os << "  // A warp takes 32 * kItems consecutive elements of the row, in kRounds rounds of\n";
+  os << "  // 32 * kChunk: lane l holds the round's chunk l, so each load and store of a warp\n";
+  os << "  // is one contiguous span. Element j of the thread (round j / kChunk) is at\n";
+  os << "  // first + (j / kChunk) * 32 * kChunk + j % kChunk.\n";
+  os << "  const index_t first = ((static_cast<index_t>(rank) * kThreads + (threadIdx.x & ~31)) * kItems) + lane * kChunk;\n";
+  os << "  const bool full = first + (kRounds - 1) * 32 * kChunk + kChunk <= kLength;\n";
   // The row's coordinates over the kept dims, innermost first.
   os << "  index_t rest = row;\n";
   std::vector<size_t> kept;
@@ -139,21 +156,23 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
       os << "  const index_t base_" << a.param << " = " << (base.empty() ? "0" : base) << ";\n";
       if (a.vector > 1)
         aligned += std::string(aligned.empty() ? "" : " && ") + "reinterpret_cast<unsigned long long>(" + a.param +
-                   ") % " + std::to_string(kVectorBytes) + " == 0";
+                   ") % " + std::to_string(a.vector * dtype_size(a.value->type.dtype)) + " == 0";
     }
   if (!aligned.empty()) {
-    os << "  // 16-byte vectors where the pointers allow them (views may start anywhere) and the run is whole.\n";
+    os << "  // Vector accesses where the pointers allow them (views may start anywhere) and every chunk is whole.\n";
     os << "  const bool vector = full && " << aligned << ";\n";
   }
   auto at = [](const Access& a, const std::string& e) {
     return "base_" + a.param + (a.step == 0 ? "" : " + " + (a.step == 1 ? e : e + " * " + std::to_string(a.step)));
   };
-  // A load or store of a's run: `vector_body` per 16-byte vector q (where
+  const std::string element = "(first + (j / kChunk) * 32 * kChunk + j % kChunk)";  // thread's element j in the row
+  const std::string chunk_start = "first + q * 32";                                  // chunk q / kChunk
+  // A load or store of a's elements: `vector_body` per chunk q (where
   // `vector` holds), else `scalar_body` per element j.
   auto vector_or_scalar = [&](const Access& a, const std::string& vector_body, const std::string& scalar_body) {
     std::string ind = "  ";
     if (a.vector > 1) {
-      os << "  if (vector) {\n#pragma unroll\n    for (int q = 0; q < kItems; q += " << a.vector << ") {\n      "
+      os << "  if (vector) {\n#pragma unroll\n    for (int q = 0; q < kItems; q += kChunk) {\n      "
          << vector_body << "\n    }\n  } else {\n";
       ind = "    ";
     }
@@ -173,9 +192,9 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
     os << "  " << ct << " " << x << "[kItems];\n";
     const std::string vec = "ff_vec<" + st + ", " + std::to_string(a.vector) + ">";
     vector_or_scalar(a, "const " + vec + " v = *reinterpret_cast<const " + vec + "*>(" + a.param + " + base_" +
-                            a.param + " + first + q);\n#pragma unroll\n      for (int k = 0; k < " +
-                            std::to_string(a.vector) + "; ++k) " + x + "[q + k] = ff_load(v.v[k]);",
-                     x + "[j] = first + j < kLength ? ff_load(" + a.param + "[" + at(a, "(first + j)") + "]) : " + ct +
+                            a.param + " + " + chunk_start + ");\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) " +
+                            x + "[q + k] = ff_load(v.v[k]);",
+                     x + "[j] = " + element + " < kLength ? ff_load(" + a.param + "[" + at(a, element) + "]) : " + ct +
                          "(0);");
     expr_of[a.value] = x + "[j]";
   }
@@ -185,16 +204,23 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   emit_pointwise_nodes(os, prologue, "    ", scalars, expr_of, temp, "p");
   std::string x = expr_of.at(scan.input(0));
   if (compute_dtype(scan.input(0)->type.dtype) != acc) x = "static_cast<" + type + ">(" + x + ")";
-  os << "    v[j] = first + j < kLength ? " << x << " : " << type << "(0);  // past the row's end: nothing to add\n";
+  os << "    v[j] = " << element << " < kLength ? " << x << " : " << type << "(0);  // past the row's end: nothing to add\n";
   os << "  }\n";
-  os << "  // ---- the scan: each thread's run in order, then the totals of the threads before it\n";
-  os << "#pragma unroll\n  for (int j = 1; j < kItems; ++j) v[j] += v[j - 1];\n";
-  os << "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n";
-  os << "  " << type << " t = v[kItems - 1];  // becomes the inclusive sum of the warp's runs up to this thread's\n";
-  os << "#pragma unroll\n  for (int o = 1; o < 32; o <<= 1) {\n    const " << type
-     << " n = __shfl_up_sync(0xffffffffu, t, o);\n    if (lane >= o) t += n;\n  }\n";
+  os << "  // ---- the scan, round by round: each lane's chunk in order, then the chunks of the\n"
+        "  // lanes below (shuffles) and the warp's earlier rounds (carry)\n";
+  os << "  " << type << " carry = " << type << "(0);  // the warp's sum of its earlier rounds\n";
+  os << "#pragma unroll\n  for (int r = 0; r < kRounds; ++r) {\n";
+  os << "#pragma unroll\n    for (int k = 1; k < kChunk; ++k) v[r * kChunk + k] += v[r * kChunk + k - 1];\n";
+  os << "    " << type << " t = v[r * kChunk + kChunk - 1];  // becomes the inclusive sum of the round's chunks up to this lane's\n";
+  os << "#pragma unroll\n    for (int o = 1; o < 32; o <<= 1) {\n      const " << type
+     << " n = __shfl_up_sync(0xffffffffu, t, o);\n      if (lane >= o) t += n;\n    }\n";
+  os << "    // The exclusive prefix: the lane below's inclusive sum (not t minus this chunk's, which would round).\n";
+  os << "    " << type << " below = __shfl_up_sync(0xffffffffu, t, 1);\n    if (lane == 0) below = " << type << "(0);\n";
+  os << "    below += carry;\n";
+  os << "#pragma unroll\n    for (int k = 0; k < kChunk; ++k) v[r * kChunk + k] += below;\n";
+  os << "    carry += __shfl_sync(0xffffffffu, t, 31);\n  }\n";
   os << "  __shared__ " << type << " warp_totals[kThreads / 32];\n  __shared__ " << type << " block_total;\n";
-  os << "  if (lane == 31) warp_totals[warp] = t;\n  __syncthreads();\n";
+  os << "  if (lane == 0) warp_totals[warp] = carry;\n  __syncthreads();\n";
   os << "  if (warp == 0) {  // the warps' totals, scanned by the first warp\n";
   os << "    " << type << " w = lane < kThreads / 32 ? warp_totals[lane] : " << type << "(0);\n";
   os << "#pragma unroll\n    for (int o = 1; o < 32; o <<= 1) {\n      const " << type
@@ -204,9 +230,7 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   os << "    __syncwarp();  // every lane has read its total before any is overwritten\n"
      << "    if (lane < kThreads / 32) warp_totals[lane] = w;\n    if (lane == kThreads / 32 - 1) block_total = w;\n  }\n";
   os << "  __syncthreads();\n";
-  os << "  // The exclusive prefix: the lane below's inclusive sum (not t minus this run's, which would round).\n";
-  os << "  " << type << " prefix = __shfl_up_sync(0xffffffffu, t, 1);\n  if (lane == 0) prefix = " << type << "(0);\n";
-  os << "  if (warp > 0) prefix += warp_totals[warp - 1];\n";
+  os << "  " << type << " prefix = warp > 0 ? warp_totals[warp - 1] : " << type << "(0);  // the block's earlier warps\n";
   if (s.cluster > 1) {
     os << "  prefix += ff_cluster_exclusive_sum(block_total);  // the cluster's earlier blocks\n";
   }
@@ -214,10 +238,10 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   for (const Access& a : outs) {
     const std::string st = cuda_storage_type(a.value->type.dtype);
     const std::string vec = "ff_vec<" + st + ", " + std::to_string(a.vector) + ">";
-    vector_or_scalar(a, vec + " v_out;\n#pragma unroll\n      for (int k = 0; k < " + std::to_string(a.vector) +
-                            "; ++k) v_out.v[k] = ff_store<" + st + ">(v[q + k] + prefix);\n      *reinterpret_cast<" +
-                            vec + "*>(" + a.param + " + base_" + a.param + " + first + q) = v_out;",
-                     "if (first + j < kLength) " + a.param + "[" + at(a, "(first + j)") + "] = ff_store<" + st +
+    vector_or_scalar(a, vec + " v_out;\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) v_out.v[k] = ff_store<" +
+                            st + ">(v[q + k] + prefix);\n      *reinterpret_cast<" + vec + "*>(" + a.param + " + base_" +
+                            a.param + " + " + chunk_start + ") = v_out;",
+                     "if (" + element + " < kLength) " + a.param + "[" + at(a, element) + "] = ff_store<" + st +
                          ">(v[j] + prefix);");
   }
   os << "}\n";

@@ -11,7 +11,8 @@ namespace ff::codegen {
 
 // How a scan kernel lays threads over its rows (fusion/scan_scheduler.cc
 // chooses): `cluster` blocks of `threads` threads share a row, each thread
-// holding `items` consecutive elements in registers; a row is at most
+// holding `items` elements in registers (a warp holds 32 * items consecutive
+// ones, lane by lane in 16-byte chunks); a row is at most
 // cluster * threads * items long.
 struct ScanStrategy {
   int threads = 32;
@@ -23,11 +24,12 @@ struct ScanStrategy {
 // The scan node of a Scan group, and the dim it runs along.
 const Node& scan_node(const fusion::Group& g);
 
-// The kernel of a Scan group: per row, each thread loads its elements (16-byte
-// vectors where the scanned dim is unit-stride and the pointers allow) and
-// computes the prologue on them, scans them in order, then adds the total of
-// the threads before it (warp shuffles, then the warps' totals through shared
-// memory, then the cluster's earlier blocks' totals) and stores. Sums in f32
+// The kernel of a Scan group: per row, each thread loads its elements (a
+// warp's chunks are one contiguous span; 16-byte vectors where the scanned dim
+// is unit-stride and the pointers allow) and computes the prologue on them;
+// each round, a lane scans its chunk and adds the chunks of the lanes below
+// (warp shuffles) and the warp's earlier rounds; then the warps' totals
+// through shared memory, then the cluster's earlier blocks' totals; stores. Sums in f32
 // (f64 for f64) and rounds each stored element to the result's dtype. The
 // summation order is fixed: the same result every run. Parameters: a pointer
 // per output, a pointer per tensor input, a double per scalar input.
