@@ -647,6 +647,24 @@ def test_rnns_trace_as_one_op_without_their_decompositions(monkeypatch):
         assert cg.opaque_targets == [target]
 
 
+def test_conv_strides_are_recomputed_where_export_recorded_others():
+    # torch.export records a channels-last conv's result contiguous on CUDA;
+    # faithful_conv_strides asks the fake conv again and re-propagates, so the
+    # ops after it follow too. (Here the strides are made stale by hand.)
+    from fuseforge.capture.conv_strides import faithful_conv_strides
+    model = Fn(lambda m, x: torch.relu(m.conv(x)) * 2, conv=nn.Conv2d(4, 8, 3))
+    x = _r(2, 4, 10, 10).to(memory_format=torch.channels_last)
+    ep = torch.export.export(model, (x,), strict=False).run_decompositions(decomposition_table())
+    nodes = [n for n in ep.graph.nodes if n.op == "call_function"]
+    want = [n.meta["val"].stride() for n in nodes]
+    assert want[0] == (512, 1, 64, 8) and not faithful_conv_strides(ep)
+    with nodes[0].meta["val"].fake_mode:
+        for n in nodes:
+            n.meta["val"] = torch.empty(n.meta["val"].shape)
+    assert faithful_conv_strides(ep)
+    assert [n.meta["val"].stride() for n in nodes] == want
+
+
 def test_batchnorm_train_and_eval():
     for train in (True, False):
         torch.manual_seed(0)

@@ -115,3 +115,34 @@ def test_eager_flags_are_respected(monkeypatch):
         assert torch.backends.cudnn.conv.fp32_precision == "ieee"
     finally:
         torch.backends.cudnn.conv.fp32_precision = saved
+
+
+class _ConvThen(torch.nn.Module):
+    def __init__(self, cin: int, tail: str):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(cin, 32, 3)
+        self.tail = tail
+
+    def forward(self, x):
+        y = self.conv(x)
+        if self.tail == "relu":
+            return torch.relu(y) * 2
+        if self.tail == "pool":
+            return torch.nn.functional.max_pool2d(torch.relu(y), 2)
+        return y
+
+
+@pytest.mark.parametrize("tail", ["none", "relu", "pool"])
+@pytest.mark.parametrize("cin", [3, 64], ids=["direct", "cudnn"])
+def test_channels_last_input_gives_eagers_output_strides(cin, tail):
+    """A channels-last input: the output has eager's (channels-last) strides,
+    through a direct kernel (3 input channels) or cuDNN (64), alone or with a
+    pointwise or pooling tail (torch.export alone records them contiguous)."""
+    import fuseforge
+    torch.manual_seed(0)
+    model = _ConvThen(cin, tail).to(DEV)
+    x = torch.randn(8, cin, 34, 34, device=DEV).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want, got = model(x), fuseforge.optimize(model)(x)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)

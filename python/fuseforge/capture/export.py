@@ -23,6 +23,7 @@ import torch.fx as fx
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from fuseforge.capture.conv_strides import faithful_conv_strides
 from fuseforge.capture.decompositions import decomposition_table
 from fuseforge.capture.graph import CaptureError, CapturedGraph
 from fuseforge.capture.lowering import _Lowerer
@@ -96,6 +97,7 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
             ep = ep.run_decompositions(decomposition_table())
         except Exception as e:
             raise CaptureError(f"run_decompositions failed: {type(e).__name__}: {e}") from e
+        faithful_conv_strides(ep)  # before the RNN stand-ins go: their fake kernels are cheap
         restore_aten_targets(ep.graph)
         return ep
 
