@@ -665,6 +665,42 @@ def test_conv_strides_are_recomputed_where_export_recorded_others():
     assert [n.meta["val"].stride() for n in nodes] == want
 
 
+class _ManyCompositeOps(nn.Module):
+    """CompositeImplicitAutograd ops of several kinds: kept whole (upsample,
+    logsumexp), decomposed by a Python function (matmul through linear on a
+    permuted input), by their own kernel (layer norm, normalize, einsum, std,
+    cosine similarity, pixel shuffle, adaptive pooling)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.ln, self.gn = nn.Linear(8, 8), nn.LayerNorm(8), nn.GroupNorm(2, 4)
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x, y, z):
+        a = F.gelu(self.ln(self.lin(z.transpose(0, 1))), approximate="tanh").sum(0) + torch.logsumexp(x, -1, keepdim=True)
+        b = F.interpolate(self.gn(self.conv(y)), scale_factor=2, mode="bilinear")
+        c = F.adaptive_avg_pool2d(b, 1).flatten(1) + F.pixel_shuffle(torch.cat([y] * 4, 1), 2).mean((2, 3))
+        d = torch.einsum("bi,bj->bij", x, x).sum(-1) + F.normalize(x, dim=-1) + x.std(-1, keepdim=True)
+        return a, c, d + F.cosine_similarity(x, x).unsqueeze(-1)
+
+
+@pytest.mark.parametrize("case", ["many_composite_ops", "transformer_encoder_layer", "small_convnet"])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_narrowed_composite_overrides_give_the_same_graph(case, train, monkeypatch):
+    # run_decompositions shows export only the CIA ops it must override
+    # (kept whole, Python decompositions, those in the graph): the graph must
+    # be the one export's full override gives.
+    from fuseforge.capture import decompositions
+    if case == "many_composite_ops":
+        model, inputs = _ManyCompositeOps(), [_r(4, 8), _r(2, 4, 6, 6), _r(4, 2, 8)]
+    else:
+        _, model, inputs = _build_meta(_problem(case))
+    model.train(train)
+    narrowed = capture(model, inputs, name="m").text
+    monkeypatch.setattr(decompositions, "_cia_split", lambda: None)
+    assert capture(model, inputs, name="m").text == narrowed
+
+
 def test_batchnorm_train_and_eval():
     for train in (True, False):
         torch.manual_seed(0)

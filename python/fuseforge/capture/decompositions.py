@@ -3,7 +3,11 @@ default one minus the ops fuseforge keeps whole, plus batch and group norm
 decompositions of ours."""
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
+import torch.export.exported_program
 
 aten = torch.ops.aten
 
@@ -131,3 +135,66 @@ def decomposition_table() -> dict:
         table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
         _TABLE = table
     return dict(_TABLE)
+
+
+_CIA: tuple[set, set] | None = None  # (CIA ops export overrides, CIA ops left to their own kernel)
+
+
+def _cia_split() -> tuple[set, set] | None:
+    """torch's functional CompositeImplicitAutograd ops split in two: those
+    export must override while it retraces (kept whole, or decomposed by a
+    Python function) and those decomposed by their own CIA kernel. None where
+    export's helper moved."""
+    global _CIA
+    collect = getattr(torch.export.exported_program, "_collect_all_valid_cia_ops", None)
+    if collect is None:
+        return None
+    if _CIA is None:
+        table = decomposition_table()
+        every = set(collect())
+        own = {op for op in every if _is_own_cia_kernel(table.get(op))}
+        _CIA = every - own, own
+    return _CIA
+
+
+def _is_own_cia_kernel(fn) -> bool:
+    """Whether a table entry decomposes its op by the op's own CIA kernel
+    (export's default entry for most CIA ops; a few have Python
+    decompositions instead, matmul's among them)."""
+    return getattr(getattr(fn, "func", None), "__name__", None) == "_special_op_to_decompose_cia"
+
+
+@contextlib.contextmanager
+def _overriding_only(ops: set) -> Iterator[None]:
+    module = torch.export.exported_program
+    collect = module._collect_all_valid_cia_ops
+    module._collect_all_valid_cia_ops = lambda: set(ops)
+    try:
+        yield
+    finally:
+        module._collect_all_valid_cia_ops = collect
+
+
+def run_decompositions(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """`ep` lowered to core ATen with decomposition_table(), the ops kept whole
+    left whole.
+
+    run_decompositions registers an override on every functional
+    CompositeImplicitAutograd op torch has (564) and removes it again: about
+    0.25 s per capture, most of a cached compile. Only the CIA ops kept whole
+    (absent from the table) need one, those the table decomposes by a Python
+    function, and those in the graph (whose kernels then run as export runs
+    them); the others, reached only inside a kernel, decompose by their own
+    CIA kernel, which is what the table's entry for them does too. So export
+    is shown only the former, and the table hands it no entry for the others.
+    tests/python/test_capture.py checks that the graphs are the same."""
+    split = _cia_split()
+    table = decomposition_table()
+    if split is None:
+        return ep.run_decompositions(table)
+    overridden, own_kernel = split
+    in_graph = {n.target for n in ep.graph.nodes if n.op == "call_function"}
+    for op in own_kernel - in_graph:
+        table.pop(op, None)
+    with _overriding_only(overridden | (own_kernel & in_graph)):
+        return ep.run_decompositions(table)

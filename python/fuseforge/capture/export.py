@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from fuseforge.capture.conv_strides import faithful_conv_strides
-from fuseforge.capture.decompositions import decomposition_table
+from fuseforge.capture.decompositions import run_decompositions
 from fuseforge.capture.graph import CaptureError, CapturedGraph
 from fuseforge.capture.lowering import _Lowerer
 from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
@@ -94,7 +94,7 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
             raise error from e
         sys.stderr.write(printed.getvalue())
         try:
-            ep = ep.run_decompositions(decomposition_table())
+            ep = run_decompositions(ep)
         except Exception as e:
             raise CaptureError(f"run_decompositions failed: {type(e).__name__}: {e}") from e
         faithful_conv_strides(ep)  # before the RNN stand-ins go: their fake kernels are cheap
