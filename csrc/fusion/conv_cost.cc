@@ -71,15 +71,17 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
     t.cudnn_nchw = t.cudnn_channels_last = ms(flops, kSimtF32 * efficiency, bytes);
   } else {
     // Tensor cores read channels-last tiles: cuDNN's contiguous-layout
-    // kernels pay for that (the seed's conv: about 1.3 ms channels-last, 5.0
-    // contiguous). Modelled as at least transposing input and result, and at
-    // least torch.compile's average ratio; grouped convs lose channels-last.
+    // calls pay for that twice, in transposes of the input and result around
+    // a channels-last kernel and in a slower kernel (H200, session 18: a
+    // 48 -> 96 channel 3x3 conv 0.293 ms inside the NCHW call, plus 0.187 of
+    // transposes, against 0.228 for the NHWC call's kernel; the seed's and a
+    // 3 -> 64 conv's NCHW-output kernels 1.8x their NHWC ones). Modelled as
+    // torch.compile's average ratio for the kernel plus both transposes;
+    // grouped convs lose channels-last.
     t.cudnn_channels_last = ms(flops, (f32 ? kTf32 : kHalf) * efficiency, bytes);
     const double ratio = channels_last_ratio(s);
     t.cudnn_nchw = t.cudnn_channels_last / ratio;
-    if (ratio < 1)
-      t.cudnn_nchw =
-          std::max(t.cudnn_nchw, t.cudnn_channels_last + copy_ms(s.input_bytes()) + copy_ms(s.output_bytes()));
+    if (ratio < 1) t.cudnn_nchw += copy_ms(s.input_bytes()) + copy_ms(s.output_bytes());
   }
   t.kernel = kernel_applies ? ms(flops, f32 ? (s.tf32 ? kKernelTf32 : kKernel3xTf32) : kKernelHalf, bytes) : inf;
   t.direct = direct_applies ? ms(flops, kDirectF32, bytes) : inf;

@@ -162,10 +162,23 @@ class ConvLayout : public Pass {
                                                    direct_ && fusion::direct_conv_covers(spec));
     double conversions = 0;
     if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
-    if (!is_channels_last(conv.input(1)->type)) conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
+    if (!is_channels_last(conv.input(1)->type) && !from_weights(*conv.input(1)))
+      conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
     if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(bytes_of(conv.result()->type));
     // A direct kernel reads the operands where they are.
     return t.best_channels_last() + conversions < std::min(t.cudnn_nchw, t.direct);
+  }
+
+  // A value computed from parameters, module buffers and constants only: its
+  // conversion runs once, in the plan's prepare section, not per call.
+  static bool from_weights(const Value& v) {
+    if (v.is_input()) return v.input_kind == InputKind::Param || v.input_kind == InputKind::Buffer ||
+                             v.input_kind == InputKind::Const;
+    const Node* p = v.producer;
+    if (p == nullptr || p->op == Op::Opaque) return false;
+    for (const Operand& o : p->operands)
+      if (o.value != nullptr && !from_weights(*o.value)) return false;
+    return true;
   }
 
   // The conv's input can be had channels-last without a copy: it is already,
