@@ -112,7 +112,8 @@ void ReductionWriter::plan_accumulators() {
       static const char* names[] = {"ff_sum", "ff_prod", "ff_max", "ff_min", "ff_any", "ff_welford", "ff_argmax",
                                     "ff_argmin", "ff_maxsumexp"};
       std::string type = names[static_cast<int>(kind)];
-      if (kind != K::Any) type += "<" + t + ">";
+      if (kind == K::ArgMax || kind == K::ArgMin) type += "<" + t + ", " + index_type() + ">";
+      else if (kind != K::Any) type += "<" + t + ">";
       found = static_cast<int>(accs.size());
       accs.push_back({kind, x, d.level.at(r), "a" + std::to_string(found), type});
     }
@@ -185,7 +186,8 @@ int ReductionWriter::accumulator_words() const {
   int w = 0;
   for (const auto& a : accs) {
     switch (a.kind) {
-      case Accumulator::Kind::Welford: case Accumulator::Kind::ArgMax: case Accumulator::Kind::ArgMin: w += 3; break;
+      case Accumulator::Kind::Welford: w += 3; break;
+      case Accumulator::Kind::ArgMax: case Accumulator::Kind::ArgMin: w += index_type() == "int" ? 2 : 3; break;
       case Accumulator::Kind::MaxSumExp: w += 2; break;
       default: w += 1;
     }
@@ -341,7 +343,7 @@ void ReductionWriter::emit_element(std::ostringstream& os, int pass, const std::
       continue;
     }
     os << ind << a.name << "[" << (a.kind == Accumulator::Kind::MaxSumExp ? chunk_slot : slot) << "].push(" << x
-       << (a.indexed() ? ", static_cast<long long>(" + index + ")" : "") << ");\n";
+       << (a.indexed() ? ", static_cast<" + index_type() + ">(" + index + ")" : "") << ");\n";
   }
 }
 

@@ -86,23 +86,27 @@ template <class T> struct ff_welford {
 
 // argmax / argmin with ATen's order: a NaN beats any number, and among equal
 // values (or NaNs) the lower index wins, so any merge order gives eager's index.
-template <class T, bool kMax> struct ff_arg {
+// The index is the kernel's index type I (32 bits where offsets allow: fewer
+// registers and compares a pushed element).
+template <class T, bool kMax, class I> struct ff_arg {
   T v;
-  long long i;
-  static __device__ __forceinline__ ff_arg identity() { return {kMax ? -ff_inf(T()) : ff_inf(T()), 0x7fffffffffffffffLL}; }
-  static __device__ __forceinline__ bool better(T a, long long ia, T b, long long ib) {
+  I i;
+  static __device__ __forceinline__ ff_arg identity() {
+    return {kMax ? -ff_inf(T()) : ff_inf(T()), sizeof(I) == 8 ? I(0x7fffffffffffffffLL) : I(0x7fffffff)};
+  }
+  static __device__ __forceinline__ bool better(T a, I ia, T b, I ib) {
     if (ff_isnan(a)) return !ff_isnan(b) || ia < ib;
     if (a == b) return ia < ib;
     return kMax ? a > b : a < b;
   }
-  __device__ __forceinline__ void push(T x, long long j) {
+  __device__ __forceinline__ void push(T x, I j) {
     if (better(x, j, v, i)) v = x, i = j;
   }
   __device__ __forceinline__ void merge(const ff_arg& o) { push(o.v, o.i); }
   __device__ __forceinline__ ff_arg shfl_xor(int o) const { return {ff_shfl_xor(v, o), ff_shfl_xor(i, o)}; }
 };
-template <class T> using ff_argmax = ff_arg<T, true>;
-template <class T> using ff_argmin = ff_arg<T, false>;
+template <class T, class I> using ff_argmax = ff_arg<T, true, I>;
+template <class T, class I> using ff_argmin = ff_arg<T, false, I>;
 
 // The running max m (NaN-propagating) and the sum of exp(x - m): softmax,
 // log_softmax and logsumexp in one pass over a row. Elements come in chunks
