@@ -16,14 +16,18 @@ namespace ff::testing {
 
 namespace {
 
-// The CUDA built-ins generated kernels use, for the host. Shared memory is a
-// function-local static (blocks run one after another); threadIdx and
-// friends are the running fiber's.
+// The CUDA built-ins generated kernels use, for the host. A block's threads
+// are fibers of one host thread; the blocks of a cluster run at once, one
+// host thread each, so shared memory is a function-local thread_local;
+// threadIdx and friends are the running fiber's.
 const char* kEmulation = R"EMU(
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <ucontext.h>
 #include <vector>
 struct ff_emu_dim3 { unsigned x, y, z; };
@@ -43,7 +47,7 @@ void ff_emu_shfl_idx(void* value, int bytes, int src);
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __cluster_dims__(...)
-#define __shared__ static
+#define __shared__ static thread_local
 #define __align__(n) alignas(n)
 #define __syncthreads() ff_emu_syncthreads()
 #define __syncwarp(...) ff_emu_syncwarp()
@@ -66,26 +70,21 @@ inline unsigned short ff_emu_float_to_bf16(float x) {
 }
 )EMU";
 
-// The cluster prelude (codegen/cuda/prelude.h) for the host. Blocks run one
-// after another in blockIdx.x order, so a block of rank r runs after ranks
-// 0..r-1 of its cluster: the exclusive sum is over totals they left.
+// The cluster primitives (codegen/cuda/prelude.h) for the host: the barrier
+// waits for every block of the cluster, and a peer's shared variable sits at
+// the same offset in its host thread's thread-local storage as ours does.
 const char* kClusterEmulation = R"EMU(
 unsigned ff_emu_cluster_size();
+void ff_emu_cluster_sync();
+const void* ff_emu_peer(const void* p, unsigned rank);
 inline unsigned ff_cluster_rank() { return blockIdx.x % ff_emu_cluster_size(); }
-template <class T> T ff_cluster_exclusive_sum(T value) {
-  static std::vector<T> totals;
-  const unsigned rank = ff_cluster_rank();
-  if (totals.size() <= rank) totals.resize(rank + 1);
-  totals[rank] = value;
-  T sum = T(0);
-  for (unsigned r = 0; r < rank; ++r) sum += totals[r];
-  return sum;
-}
+inline void ff_cluster_sync() { ff_emu_cluster_sync(); }
+template <class T> const T* ff_cluster_peer(const T* p, unsigned rank) { return static_cast<const T*>(ff_emu_peer(p, rank)); }
 )EMU";
 
 // The kernel's source with its PTX conversions and cluster primitives replaced by the host's.
 std::string host_source(std::string src) {
-  const std::string cluster(codegen::cuda_cluster_prelude());
+  const std::string cluster(codegen::cuda_cluster_primitives());
   if (const size_t at = src.find(cluster); at != std::string::npos) src.replace(at, cluster.size(), kClusterEmulation);
   const std::pair<const char*, const char*> swaps[] = {
       {R"(asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));)", "f = ff_emu_half_to_float(h.bits);"},
@@ -99,17 +98,26 @@ std::string host_source(std::string src) {
 
 // The fiber scheduler and the launch entry, after the kernel.
 const char* kRuntime = R"EMU(
+unsigned ff_emu_cluster_size();
 namespace {
-std::vector<ff_emu_thread> g_state;
-std::vector<ucontext_t> g_ctx;
-std::vector<std::vector<char>> g_stack;
-std::vector<std::vector<unsigned char>> g_slot;
-std::vector<int> g_warp_arrived, g_warp_gen;
-ucontext_t g_main;
-int g_cur = 0, g_threads = 0, g_arrived = 0, g_gen = 0;
-bool g_yielded = false;
+// A host thread's block: its fibers and their barriers.
+thread_local std::vector<ff_emu_thread> g_state;
+thread_local std::vector<ucontext_t> g_ctx;
+thread_local std::vector<std::vector<char>> g_stack;
+thread_local std::vector<std::vector<unsigned char>> g_slot;
+thread_local std::vector<int> g_warp_arrived, g_warp_gen;
+thread_local ucontext_t g_main;
+thread_local int g_cur = 0, g_arrived = 0, g_gen = 0;
+thread_local bool g_yielded = false;
+thread_local char g_anchor;  // where this host thread's thread-local storage is
+int g_threads = 0;
 void** g_ptrs;
 double* g_scalars;
+// The cluster: its blocks' storage and the barrier between their host threads.
+std::vector<const char*> g_anchors;
+std::mutex g_cluster_mutex;
+std::condition_variable g_cluster_cv;
+unsigned g_cluster_arrived = 0, g_cluster_gen = 0;
 void yield() {
   g_yielded = true;
   swapcontext(&g_ctx[g_cur], &g_main);
@@ -123,6 +131,26 @@ void trampoline() { ff_emu_entry(g_ptrs, g_scalars); }
 }  // namespace
 ff_emu_thread* ff_emu_current() { return &g_state[g_cur]; }
 void ff_emu_syncthreads() { barrier(g_arrived, g_gen, g_threads); }
+// The block's fibers meet, then its fiber 0 waits (holding its host thread)
+// for the cluster's other blocks, then the block's fibers go on.
+void ff_emu_cluster_sync() {
+  ff_emu_syncthreads();
+  if (g_cur == 0) {
+    std::unique_lock<std::mutex> lock(g_cluster_mutex);
+    const unsigned gen = g_cluster_gen;
+    if (++g_cluster_arrived == ff_emu_cluster_size()) {
+      g_cluster_arrived = 0;
+      ++g_cluster_gen;
+      g_cluster_cv.notify_all();
+    } else {
+      g_cluster_cv.wait(lock, [gen] { return g_cluster_gen != gen; });
+    }
+  }
+  ff_emu_syncthreads();
+}
+const void* ff_emu_peer(const void* p, unsigned rank) {
+  return g_anchors.at(rank) + (static_cast<const char*>(p) - &g_anchor);
+}
 // A warp shuffle: every lane of the running fiber's warp puts its value in
 // its slot, then takes lane `from(lane)`'s.
 template <class From> void ff_emu_shuffle(void* value, int bytes, From from) {
@@ -146,10 +174,9 @@ void ff_emu_shfl_idx(void* value, int bytes, int src) {
 void ff_emu_shfl(void* value, int bytes, int lane_mask) {
   ff_emu_shuffle(value, bytes, [lane_mask](int lane) { return lane ^ lane_mask; });
 }
-extern "C" void ff_emu_run(const unsigned* grid, const unsigned* block, void** ptrs, double* scalars) {
-  g_ptrs = ptrs;
-  g_scalars = scalars;
-  g_threads = block[0] * block[1] * block[2];
+// Runs the blocks of cluster rank `rank` (all blocks when clusters are 1), in order.
+void run_blocks(const unsigned* grid, const unsigned* block, unsigned rank) {
+  const unsigned cluster = ff_emu_cluster_size();
   g_state.assign(g_threads, {});
   g_ctx.assign(g_threads, {});
   g_stack.assign(g_threads, std::vector<char>(256 * 1024));
@@ -158,7 +185,7 @@ extern "C" void ff_emu_run(const unsigned* grid, const unsigned* block, void** p
   g_warp_gen.assign((g_threads + 31) / 32, 0);
   for (unsigned bz = 0; bz < grid[2]; ++bz)
     for (unsigned by = 0; by < grid[1]; ++by)
-      for (unsigned bx = 0; bx < grid[0]; ++bx) {
+      for (unsigned bx = rank; bx < grid[0]; bx += cluster) {
         std::vector<bool> done(g_threads, false);
         for (int t = 0; t < g_threads; ++t) {
           g_state[t] = {{t % block[0], t / block[0] % block[1], t / (block[0] * block[1])}, {bx, by, bz},
@@ -180,6 +207,27 @@ extern "C" void ff_emu_run(const unsigned* grid, const unsigned* block, void** p
             if (!g_yielded) done[t] = true, --left;
           }
       }
+}
+extern "C" void ff_emu_run(const unsigned* grid, const unsigned* block, void** ptrs, double* scalars) {
+  g_ptrs = ptrs;
+  g_scalars = scalars;
+  g_threads = block[0] * block[1] * block[2];
+  const unsigned cluster = ff_emu_cluster_size();
+  g_anchors.assign(cluster, nullptr);
+  if (cluster == 1) {
+    g_anchors[0] = &g_anchor;
+    run_blocks(grid, block, 0);
+    return;
+  }
+  // A host thread per rank; each records its storage before its first
+  // block, so before any cluster barrier lets a peer look.
+  std::vector<std::thread> ranks;
+  for (unsigned r = 0; r < cluster; ++r)
+    ranks.emplace_back([=] {
+      g_anchors[r] = &g_anchor;
+      run_blocks(grid, block, r);
+    });
+  for (auto& t : ranks) t.join();
 }
 )EMU";
 
@@ -308,7 +356,10 @@ std::vector<interp::HostTensor> emulate_kernel(const codegen::KernelSource& k, c
     out << kEmulation << host_source(k.source) << "\n" << entry_for(k) << kRuntime
         << "unsigned ff_emu_cluster_size() { return " << (clustered ? cluster[1].str() : "1") << "; }\n";
   }
-  const std::string cmd = "c++ -std=c++17 -O1 -w -shared -fPIC -o " + lib + " " + src + " > " + dir + "/log.txt 2>&1";
+  // -fno-gnu-unique and -Bsymbolic: each library's template statics (a
+  // cluster helper's shared memory) are its own, where a unique symbol would
+  // bind them to the first library loaded that had them (and keep it loaded).
+  const std::string cmd = "c++ -std=c++17 -O1 -w -shared -fPIC -pthread -fno-gnu-unique -Wl,-Bsymbolic -o " + lib + " " + src + " > " + dir + "/log.txt 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     std::ifstream log(std::string(dir) + "/log.txt");
     std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());

@@ -68,9 +68,10 @@ __device__ __forceinline__ float ff_round_bf16(float x) { return ff_load(ff_stor
 
 // Cluster primitives in PTX (as CUTLASS's cluster_sm90.hpp). The barrier's
 // arrive releases and its wait acquires: shared-memory writes before it are
-// visible to every block of the cluster after it; the second barrier keeps
-// each block's shared memory alive until its peers have read it.
-std::string_view cuda_cluster_prelude() {
+// visible to every block of the cluster after it. ff_cluster_peer maps a
+// shared-memory address of this block to the same variable of the block of
+// `rank`, as a generic pointer that plain loads read.
+std::string_view cuda_cluster_primitives() {
   return R"(
 __device__ __forceinline__ unsigned ff_cluster_rank() {
   unsigned r;
@@ -80,29 +81,25 @@ __device__ __forceinline__ unsigned ff_cluster_rank() {
 __device__ __forceinline__ void ff_cluster_sync() {
   asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
-__device__ __forceinline__ unsigned ff_cluster_address(const void* p, unsigned rank) {
-  unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p)), remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
+template <class T> __device__ __forceinline__ const T* ff_cluster_peer(const T* p, unsigned rank) {
+  unsigned long long a;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(a) : "l"(reinterpret_cast<unsigned long long>(p)), "r"(rank));
+  return reinterpret_cast<const T*>(a);
 }
-__device__ __forceinline__ float ff_cluster_load(const float* p, unsigned rank) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ff_cluster_address(p, rank)) : "memory");
-  return v;
+)";
 }
-__device__ __forceinline__ double ff_cluster_load(const double* p, unsigned rank) {
-  double v;
-  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(ff_cluster_address(p, rank)) : "memory");
-  return v;
-}
-// Every thread of every block calls it, with its block's value.
+
+std::string cuda_cluster_prelude() {
+  return std::string(cuda_cluster_primitives()) + R"(
+// Every thread of every block calls it, with its block's value; the second
+// barrier keeps each block's slot alive until its peers have read it.
 template <class T> __device__ __forceinline__ T ff_cluster_exclusive_sum(T value) {
   __shared__ T slot;
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) slot = value;
   ff_cluster_sync();
   T sum = T(0);
   const unsigned rank = ff_cluster_rank();
-  for (unsigned r = 0; r < rank; ++r) sum += ff_cluster_load(&slot, r);
+  for (unsigned r = 0; r < rank; ++r) sum += *ff_cluster_peer(&slot, r);
   ff_cluster_sync();
   return sum;
 }

@@ -1,4 +1,5 @@
 #pragma once
+#include <string>
 #include <string_view>
 
 namespace ff::codegen {
@@ -7,8 +8,10 @@ namespace ff::codegen {
 std::string_view cuda_prelude();
 // Additions for kernels that touch f16/bf16 tensors: 16-bit storage types and conversions.
 std::string_view cuda_half_prelude();
-// Additions for kernels launched in thread-block clusters (sm_90): the block's
-// rank, and ff_cluster_exclusive_sum: the sum of a value over the cluster's
+// Additions for kernels launched in thread-block clusters (sm_90): the
+// primitives (the block's rank, the cluster barrier, a peer block's shared
+// memory), then ff_cluster_exclusive_sum: a value summed over the cluster's
 // blocks of lower rank, in rank order, through distributed shared memory.
-std::string_view cuda_cluster_prelude();
+std::string_view cuda_cluster_primitives();
+std::string cuda_cluster_prelude();
 }  // namespace ff::codegen
