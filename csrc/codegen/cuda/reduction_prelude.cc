@@ -18,6 +18,31 @@ __device__ __forceinline__ float ff_log(float x) { return logf(x); }
 __device__ __forceinline__ double ff_log(double x) { return log(x); }
 __device__ __forceinline__ float ff_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double ff_rsqrt(double x) { return rsqrt(x); }
+// ff_maximum in one instruction (sm_80's max.NaN) where a kernel takes the
+// max of every element (softmax, logsumexp): its two NaN tests cost more than
+// the max itself. Hosts without PTX (the kernel emulator) take ff_maximum.
+__device__ __forceinline__ float ff_max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return ff_maximum(a, b);
+#endif
+}
+__device__ __forceinline__ double ff_max_nan(double a, double b) { return ff_maximum(a, b); }
+// e / s given r = 1 / s: the quotient through the reciprocal, then one
+// Newton step on its residual (the division's own fast path, without its
+// special-case checks): three instructions, rounded as the division is but
+// in rare ties. For s in [1, n], as a softmax's sum of exp(x - max) is.
+__device__ __forceinline__ float ff_div_rcp(float e, float s, float r) {
+  const float q = e * r;
+  return fmaf(fmaf(-q, s, e), r, q);
+}
+__device__ __forceinline__ double ff_div_rcp(double e, double s, double r) {
+  const double q = e * r;
+  return fma(fma(-q, s, e), r, q);
+}
 template <class T> __device__ __forceinline__ T ff_shfl_xor(T v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 __device__ __forceinline__ bool ff_shfl_xor(bool v, int o) { return __shfl_xor_sync(0xffffffffu, static_cast<int>(v), o) != 0; }
 
@@ -120,7 +145,7 @@ template <class T> struct ff_maxsumexp {
   static __device__ __forceinline__ ff_maxsumexp identity() { return {-ff_inf(T()), T(0)}; }
   // The exponent's offset: m, or 0 while every element is -inf (exp(-inf - -inf) is NaN).
   static __device__ __forceinline__ T base(T m) { return m == -ff_inf(T()) ? T(0) : m; }
-  // `next`: the max of m and the chunk (ff_maximum: a NaN makes it NaN, and
+  // `next`: the max of m and the chunk (ff_max_nan: a NaN makes it NaN, and
   // the sum NaN; an infinite one makes exp(inf - inf) NaN, as eager's).
   __device__ __forceinline__ void rebase(T next) { s *= ff_exp(m - base(next)); m = next; }
   __device__ __forceinline__ void push(T x) { s += ff_exp(x - base(m)); }
