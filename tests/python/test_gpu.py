@@ -424,3 +424,33 @@ def test_side_by_side_timing_interleaves_the_candidates():
                    warmup=1, trials=6)
     assert set(ms) == {"a", "b"} and all(v > 0 for v in ms.values())
     assert calls == ["a", "b"] + ["a", "b"] * 6
+
+
+def test_small_outputs_are_fresh_memory_every_call():
+    """A small kernel output's memory for the next call is allocated after the
+    launch (Executor._launch): each call still returns its own tensor, an
+    earlier output keeps its values, another stream gets memory of its own,
+    and a CUDA graph capture allocates from its pool."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU()).cuda()
+    fast = fuseforge.optimize(copy.deepcopy(model))
+    x1, x2 = torch.randn(8, 64, device="cuda"), torch.randn(8, 64, device="cuda")
+    with torch.no_grad():
+        a, b = fast(x1), fast(x2)
+        assert a.data_ptr() != b.data_ptr()
+        torch.testing.assert_close(a, model(x1))
+        torch.testing.assert_close(b, model(x2))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            c = fast(x1)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.testing.assert_close(c, model(x1))
+        assert c.data_ptr() not in (a.data_ptr(), b.data_ptr())
+        graph, static_x = torch.cuda.CUDAGraph(), x1.clone()
+        fast(static_x)  # warm on the capture's stream first, as CUDA graphs require
+        with torch.cuda.graph(graph):
+            out = fast(static_x)
+        static_x.copy_(x2)
+        graph.replay()
+        torch.testing.assert_close(out, model(x2))
+        torch.testing.assert_close(a, model(x1))
