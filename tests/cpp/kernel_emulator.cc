@@ -214,19 +214,15 @@ extern "C" void ff_emu_run(const unsigned* grid, const unsigned* block, void** p
   g_threads = block[0] * block[1] * block[2];
   const unsigned cluster = ff_emu_cluster_size();
   g_anchors.assign(cluster, nullptr);
-  if (cluster == 1) {
-    g_anchors[0] = &g_anchor;
-    run_blocks(grid, block, 0);
-    return;
-  }
-  // A host thread per rank; each records its storage before its first
-  // block, so before any cluster barrier lets a peer look.
+  // Each rank records its storage before its first block, so before any
+  // cluster barrier lets a peer look; a host thread per rank in a cluster.
+  auto rank = [=](unsigned r) {
+    g_anchors[r] = &g_anchor;
+    run_blocks(grid, block, r);
+  };
+  if (cluster == 1) return rank(0);
   std::vector<std::thread> ranks;
-  for (unsigned r = 0; r < cluster; ++r)
-    ranks.emplace_back([=] {
-      g_anchors[r] = &g_anchor;
-      run_blocks(grid, block, r);
-    });
+  for (unsigned r = 0; r < cluster; ++r) ranks.emplace_back(rank, r);
   for (auto& t : ranks) t.join();
 }
 )EMU";
