@@ -74,13 +74,13 @@ class LaunchableKernel {
 
   // Parameters in the kernel's order: a device pointer per output and per
   // input, a double per scalar; on `stream` (a CUstream handle).
-  void launch(int device, const std::vector<uintptr_t>& pointers, const std::vector<double>& scalars,
+  void launch(int device, const uintptr_t* pointers, size_t n_pointers, const double* scalars, size_t n_scalars,
               uintptr_t stream) {
     if (grid_.x == 0 || grid_.y == 0 || grid_.z == 0) return;  // empty tensors
     std::vector<void*> args;
-    args.reserve(pointers.size() + scalars.size());
-    for (auto& p : pointers) args.push_back(const_cast<uintptr_t*>(&p));
-    for (auto& s : scalars) args.push_back(const_cast<double*>(&s));
+    args.reserve(n_pointers + n_scalars);
+    for (size_t i = 0; i < n_pointers; ++i) args.push_back(const_cast<uintptr_t*>(pointers + i));
+    for (size_t i = 0; i < n_scalars; ++i) args.push_back(const_cast<double*>(scalars + i));
     kernel_.launch(device, grid_, block_, shared_, args.data(), stream);
   }
   const std::string& name() const { return kernel_.kernel().name; }
@@ -91,6 +91,21 @@ class LaunchableKernel {
   unsigned shared_;
 };
 
+
+// LaunchableKernel::launch for callers outside this extension
+// (fuseforge._fast_call, which links libtorch): plain C types, and the error
+// message (valid until the thread's next failed launch) instead of an exception.
+const char* launch_entry(void* kernel, int device, const uintptr_t* pointers, size_t n_pointers,
+                         const double* scalars, size_t n_scalars, uintptr_t stream) {
+  static thread_local std::string error;
+  try {
+    static_cast<LaunchableKernel*>(kernel)->launch(device, pointers, n_pointers, scalars, n_scalars, stream);
+    return nullptr;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return error.c_str();
+  }
+}
 
 runtime::CompiledKernel compile(const std::string& source, const std::string& name, int arch, bool cutlass, bool sm90a) {
   return runtime::compile_cached(source, name, arch, kernel_options(cutlass), sm90a);
@@ -266,8 +281,16 @@ void bind_plan(nb::module_& m) {
       .def_ro("plan", &CompiledGraph::plan, nb::rv_policy::reference_internal);
 
   nb::class_<LaunchableKernel>(m, "LaunchableKernel")
-      .def("launch", &LaunchableKernel::launch, "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
-      .def_prop_ro("name", &LaunchableKernel::name);
+      .def("launch",
+           [](LaunchableKernel& k, int device, const std::vector<uintptr_t>& pointers,
+              const std::vector<double>& scalars, uintptr_t stream) {
+             k.launch(device, pointers.data(), pointers.size(), scalars.data(), scalars.size(), stream);
+           },
+           "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
+      .def_prop_ro("name", &LaunchableKernel::name)
+      .def_prop_ro("handle", [](LaunchableKernel& k) { return reinterpret_cast<uintptr_t>(&k); },
+                   "its address, for launch_entry");
+  m.attr("launch_entry") = reinterpret_cast<uintptr_t>(&launch_entry);
 
   m.def("load_kernels", &load_kernels, "kernels"_a, "arch"_a,
         "Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel "

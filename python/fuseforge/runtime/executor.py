@@ -87,6 +87,7 @@ class Executor:
         self.input_slots = list(plan.inputs)
         self.output_slots = list(plan.outputs)
         self.mutation_slots = [v for _, v in plan.mutations]
+        self._tuning: set[int] = set()  # kernels whose candidates are timed at their first run
         self._prepare = [self._step(s) for s in plan.prepare]
         self._run = [self._step(s) for s in plan.run]
         # The values prepare leaves for run, and the weights it reads (whose
@@ -190,6 +191,8 @@ class Executor:
         # kernel that autotuning may find slower than cuDNN.
         by_ops = self._op_by_op(index) if kernel is None or k.kind == "conv" else None
         tune = kernel is not None and len(k.variants) > 0  # listed only when autotuning
+        if tune:
+            self._tuning.add(index)
         # Small outputs for the next launch are allocated right after this
         # one, while the kernel runs: before the launch the host's time is
         # the GPU's wait. In the timing loop a launch-bound call's output
@@ -228,6 +231,8 @@ class Executor:
             if tune:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
                 library = (lambda: by_ops(env)) if k.kind == "conv" else None
                 kernel, tune = self._tuned(k, kernel, pointers, library), False
+                self.kernels[index] = kernel
+                self._tuning.discard(index)
                 if kernel is None:  # cuDNN won
                     by_ops(env)
                     return
@@ -307,6 +312,41 @@ class Executor:
                     raise AssertionError(f"kernel {k.name}: interpreter disagrees on sampled elements "
                                          f"(max abs diff {err:.3g})")
         return run
+
+    # ---- the native call path (runtime/fast_call.py)
+
+    def fast_steps(self) -> list[tuple]:
+        """The run section as fuseforge._fast_call.FastCall takes it: a
+        compiled kernel's launch natively; a free; any other step (library
+        calls, views, kernels still to be tuned or run op by op, CPU
+        stand-ins) through this executor's own closure over the slot list."""
+        out: list[tuple] = []
+        for step, run in zip(self.plan.run, self._run):
+            kernel = self.kernels[step.kernel] if step.kind == "launch" and self.device.type == "cuda" else None
+            if step.kind == "free":
+                out.append(("free", list(step.results)))
+            elif kernel is not None and step.kernel not in self._tuning:
+                k = self.plan.kernels[step.kernel]
+                outs = [(o, *self._layout(o)) for o in k.outputs]
+                ins = [(i.memory, bool(i.relayout), *self._layout(i.memory)) for i in k.inputs]
+                out.append(("launch", kernel, kernel.handle, outs, ins, int(k.align_bytes), list(k.scalars)))
+            else:
+                out.append(("python", run))
+        return out
+
+    def _layout(self, slot: int) -> tuple:
+        t = self.types[slot]
+        return t.dtype, t.shape, t.strides
+
+    def prepared(self, inputs: Sequence[Any]) -> tuple[list, list] | None:
+        """The prepare section as the last call left it: ([(slot, weight)],
+        [(slot, kept value)]) for `inputs` (that call's), or None if it has
+        not run."""
+        if self._prepare and "values" not in self._prepared:
+            return None
+        by_slot = dict(zip(self.input_slots, inputs))
+        return ([(b, by_slot[b]) for b in self._weights],
+                list(zip(self._kept, self._prepared.get("values", []))))
 
     # ---- call
 

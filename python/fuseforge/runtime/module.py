@@ -14,6 +14,7 @@ from torch import nn
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
 from fuseforge.diagnostics import one_line
+from fuseforge.runtime import fast_call
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
@@ -35,6 +36,7 @@ class Specialization:
     getters: list  # CapturedGraph.input_getters: per IR input, how to get it at call time
     state_meta: list  # per "state" getter: (dtype, device, shape, strides) at capture
     mutation_targets: list  # per mutation: (module, buffer name)
+    fast: Any = None  # fast_call.arm's FastCall for calls like the last one; False: it cannot take them
 
     def gather(self, args: Sequence[Any]) -> list | None:
         """The plan's inputs for `args`, or None if this specialization does not
@@ -148,11 +150,17 @@ class OptimizedModule(nn.Module):
         if kwargs:
             args = self._bind_kwargs(args, kwargs)
         hot = self._ff_hot  # the last specialization run, and its guard key: most calls repeat it
+        missed = None  # the specialization whose native call path declined this call
+        if hot is not None and hot[1].fast:
+            result = hot[1].fast(self, args)  # C++ (fast_call.py), or None if this call is not like the last
+            if result is not None:
+                return self._finish(hot[1], *result)
+            missed = hot[1]
         key = _guard_key(self, args) if hot is not None else None
         if hot is not None and key == hot[0]:
             inputs = hot[1].gather(args)
             if inputs is not None:
-                return self._run(hot[1], inputs)
+                return self._run(hot[1], inputs, args, rearm=missed is hot[1])
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if self._ff_gave_up or not tensors:
             return self._eager(*args)
@@ -169,7 +177,7 @@ class OptimizedModule(nn.Module):
             inputs = spec.gather(args)
             if inputs is not None:
                 object.__setattr__(self, "_ff_hot", (key, spec))
-                return self._run(spec, inputs)
+                return self._run(spec, inputs, args, rearm=missed is spec)
         if len(self.specializations()) >= MAX_SPECIALIZATIONS:
             object.__setattr__(self, "_ff_gave_up", True)
             object.__setattr__(self, "_ff_hot", None)
@@ -192,7 +200,7 @@ class OptimizedModule(nn.Module):
         if inputs is None:
             raise RuntimeError("fuseforge internal error: a fresh specialization rejects the inputs it was captured on")
         object.__setattr__(self, "_ff_hot", (key, spec))
-        return self._run(spec, inputs)
+        return self._run(spec, inputs, args)
 
     def _warn_once(self, reason: str) -> None:
         """One warning per module, on its first fall back to eager."""
@@ -223,18 +231,29 @@ class OptimizedModule(nn.Module):
         targets = [resolve_attribute(self._ff_model, name) for name, _ in captured.mutations]
         return Specialization(captured, compiled, executor, getters, state_meta, targets)
 
-    def _run(self, spec: Specialization, inputs: list) -> Any:
+    def _run(self, spec: Specialization, inputs: list, args: Sequence[Any], rearm: bool = False) -> Any:
+        """The Python path: runs `spec` on `inputs` (gathered from `args`),
+        then arms its native call path for the calls after (fast_call.arm)
+        if it has none, or if it declined a call this specialization takes
+        (a weight the prepare section reads changed, say)."""
         grad = torch.is_grad_enabled()
         with (torch.no_grad() if grad else _NOTHING), precision_context(self.precision):
             outputs, new_buffers = spec.executor(inputs)
             for (mod, name), value in zip(spec.mutation_targets, new_buffers):
                 getattr(mod, name).copy_(value)
-        if grad:
-            anchor = next((t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad), None)
-            if anchor is not None:
-                floating = [i for i, o in enumerate(outputs) if o.is_floating_point()]
-                for i, o in zip(floating, _NoBackward.apply(anchor, *[outputs[i] for i in floating])):
-                    outputs[i] = o
+        if spec.fast is None or rearm:
+            spec.fast = fast_call.arm(self, spec, args, inputs) or False
+        anchor = next((t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad), None) if grad else None
+        return self._finish(spec, outputs, anchor)
+
+    @staticmethod
+    def _finish(spec: Specialization, outputs: list, anchor: torch.Tensor | None) -> Any:
+        """Forward's output structure from the plan's outputs; given `anchor`
+        (an input that requires grad), floating outputs get _NoBackward's grad_fn."""
+        if anchor is not None:
+            floating = [i for i, o in enumerate(outputs) if o.is_floating_point()]
+            for i, o in zip(floating, _NoBackward.apply(anchor, *[outputs[i] for i in floating])):
+                outputs[i] = o
         return spec.captured.unflatten_outputs(outputs)
 
 
