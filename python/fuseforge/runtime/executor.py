@@ -35,10 +35,6 @@ INTERPRET_SAMPLE = 1 << 14
 #: kernel cannot: it did not compile here, or (conv) cuDNN timed faster.
 _LIBRARY_BACKED = ("gemm", "conv")
 
-#: A kernel whose outputs take at most this many bytes gets them for its next
-#: launch allocated right after this one's (see Executor._launch).
-SPARE_OUTPUT_BYTES = 1 << 20
-
 Env = list  # a value per plan buffer (None where not live)
 Run = Callable[[Env], None]
 
@@ -52,12 +48,6 @@ class _Type:
 
 def _type(b: Any) -> _Type:
     return _Type(TORCH[b.dtype], tuple(b.shape), tuple(b.strides))
-
-
-def _bytes(t: _Type) -> int:
-    """The memory a tensor of type t spans."""
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides)) if all(t.shape) else 0
-    return span * t.dtype.itemsize
 
 
 def _raw_stream(device_index: int) -> int:
@@ -193,26 +183,6 @@ class Executor:
         tune = kernel is not None and len(k.variants) > 0  # listed only when autotuning
         if tune:
             self._tuning.add(index)
-        # Small outputs for the next launch are allocated right after this
-        # one, while the kernel runs: before the launch the host's time is
-        # the GPU's wait. In the timing loop a launch-bound call's output
-        # allocation took 12-36 us of host time (gemm_divide_sum_scaling on an
-        # H200; its kernel takes 22 us). The spare is fresh memory, handed out
-        # once, on the stream it was allocated for; none while capturing a
-        # CUDA graph. A list, whose pop and append are atomic.
-        spare_ok = sum(_bytes(t) for _, t in outs) <= SPARE_OUTPUT_BYTES
-        spares: list = []  # (stream, output tensors) for the next launch
-        capturing = torch._C._cuda_isCurrentStreamCapturing
-
-        def fresh() -> list:
-            return [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
-
-        def take_spare(stream: int) -> list:
-            try:
-                on, tensors = spares.pop()
-            except IndexError:  # none (or another thread took it)
-                return fresh()
-            return tensors if on == stream else fresh()
 
         def run(env: Env) -> None:
             nonlocal kernel, tune
@@ -225,8 +195,7 @@ class Executor:
                 if (relayout and not _same_layout(x, t)) or (align and x.data_ptr() % align):
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
             stream = _raw_stream(dev_index)
-            spare = spare_ok and not capturing()
-            out_tensors = take_spare(stream) if spare else fresh()
+            out_tensors = [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
             if tune:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
                 library = (lambda: by_ops(env)) if k.kind == "conv" else None
@@ -239,8 +208,6 @@ class Executor:
             kernel.launch(dev_index, pointers, [float(env[s]) for s in scalars], stream)
             for (o, _), t in zip(outs, out_tensors):
                 env[o] = t
-            if spare and not spares:
-                spares.append((stream, fresh()))
         return run
 
     def _tuned(self, k: Any, default: Any, pointers: list[int], library: Callable[[], Any] | None = None) -> Any:
