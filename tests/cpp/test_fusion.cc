@@ -157,10 +157,11 @@ TEST(Codegen, TransposingGroupStagesTilesThroughSharedMemory) {
 })", {{"dce"}, false});
   ASSERT_EQ(cg.kernels.size(), 1u);
   const auto& k = cg.kernels[0];
-  EXPECT_EQ(k.grid[0], 4);  // ceil(100 / 32) tiles along HW
+  EXPECT_EQ(k.grid[0], 1);  // one tile of 128 along HW's 100
   EXPECT_EQ(k.grid[1], 2);  // 64 / 32 along C
   EXPECT_EQ(k.grid[2], 2);  // N
-  EXPECT_NE(k.source.find("__shared__ float tile_in0[32][33]"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("__shared__ float tile_in0[128][33]"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("ff_vec<float, 4>"), std::string::npos) << k.source;  // 4 channels, then 4 pixels a load
   EXPECT_EQ(k.source.find("tile_in1"), std::string::npos);  // the broadcast bias is read directly
   EXPECT_TRUE(runtime::compile_kernel(k.source, k.name, 90).is_cubin);
 }

@@ -91,7 +91,8 @@ std::string describe(const CompiledGraph& cg) {
     // The strategy: the generator's header line after its last "; ".
     const std::string head = k.source.substr(0, k.source.find('\n'));
     if (g.kind == fusion::Group::Kind::Reduction || g.kind == fusion::Group::Kind::Pool ||
-        g.kind == fusion::Group::Kind::Scan || (g.kind == fusion::Group::Kind::Conv && g.conv.direct))
+        g.kind == fusion::Group::Kind::Scan || (g.kind == fusion::Group::Kind::Conv && g.conv.direct) ||
+        head.find("; transposing") != std::string::npos)
       out += " | " + head.substr(head.rfind("; ") + 2);
     out += "\n";
   }

@@ -160,12 +160,14 @@ def test_odd_sizes_and_views():
 
 def test_transposing_kernels_match_eager():
     """Groups whose input is unit-stride along another dim than the output's
-    go through shared-memory tiles; edge tiles and odd sizes must be exact."""
+    go through shared-memory tiles; edge tiles and odd sizes must be exact,
+    and so must an input that starts off its vectors' alignment (a view one
+    element into its storage: the kernel's element-wise fallback)."""
     class M(torch.nn.Module):
         def forward(self, x, b):
             return torch.minimum(x.transpose(1, 2).contiguous() + b, torch.tensor(0.25))
-    for shape in [(1, 1, 1), (3, 33, 65), (2, 128, 100), (5, 7, 1030)]:
-        x = torch.randn(*shape, device="cuda")
+    for shape, offset in [((1, 1, 1), 0), ((3, 33, 65), 0), ((2, 128, 100), 0), ((2, 128, 100), 1), ((5, 7, 1030), 0)]:
+        x = torch.randn(offset + shape[0] * shape[1] * shape[2], device="cuda")[offset:].view(shape)
         b = torch.randn(shape[1], device="cuda")
         fast = fuseforge.optimize(M())
         torch.testing.assert_close(fast(x, b), M()(x, b), rtol=0, atol=0)

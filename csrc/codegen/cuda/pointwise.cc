@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -148,14 +149,34 @@ void emit_head(std::ostringstream& os, const KernelSource& ks, const fusion::Gro
   os << ") {\n";
 }
 
-// Side of the square tiles transposing groups stage through shared memory.
-constexpr int kTile = 32;  // 64 measured slower on H100 (2.42 vs 2.15 ms, conv seed epilogue)
+// A transposing group's tile of the (dt, inner) plane and its vector widths.
+struct Tile {
+  int dt = 32, inner = 32;     // extents along dt and along inner
+  int vec_dt = 1, vec_inner = 1;  // elements per global access along each
+};
+constexpr int kTileThreads = 256;
+
+// The largest of 4, 2, 1 that divides `size` and every stride (but `unit`'s)
+// of the accesses `uses` selects: their vectors then start at multiples of
+// it, so one alignment check of the base pointers covers them all.
+template <typename Uses>
+int vector_width(const Layout& l, size_t unit, Uses uses) {
+  for (int v : {4, 2}) {
+    bool ok = l.sizes[unit] % v == 0;
+    for (size_t t = 0; t < l.strides.size() && ok; ++t)
+      if (uses(t))
+        for (size_t d = 0; d < l.sizes.size(); ++d)
+          if (d != unit && l.strides[t][d] % v != 0) ok = false;
+    if (ok) return v;
+  }
+  return 1;
+}
 
 // The dim along which a transposing group's inputs are unit-stride, when
 // some input is unit-stride along a dim other than the innermost one (the
 // output's). Reading such an input in output order touches one element per
-// 32-byte sector; staging square tiles through shared memory keeps reads and
-// writes coalesced. nullopt when no input transposes or the tiling does not fit.
+// 32-byte sector; staging tiles through shared memory keeps reads and writes
+// coalesced. nullopt when no input transposes or the tiling does not fit.
 std::optional<size_t> transpose_dim(const Layout& l, const std::vector<Access>& acc) {
   const size_t inner = l.sizes.size() - 1;
   std::optional<size_t> dt;
@@ -177,15 +198,46 @@ std::optional<size_t> transpose_dim(const Layout& l, const std::vector<Access>& 
   int64_t others = 1;
   for (size_t d = 0; d < inner; ++d)
     if (d != *dt) others *= l.sizes[d];
-  if (others > 65535 || (l.sizes[*dt] + kTile - 1) / kTile > 65535) return std::nullopt;
+  if (others > 65535 || (l.sizes[*dt] + 31) / 32 > 65535) return std::nullopt;
   return dt;
 }
 
-// A transposing group: blocks of 32x8 threads walk a kTile x kTile tile of
-// the (dt, inner) plane; blockIdx.z enumerates the remaining dims. Transposed
-// inputs are staged through shared memory (rows padded by one word against
-// bank conflicts), read with threadIdx.x along dt, used with threadIdx.x
-// along inner, where every other access is contiguous or broadcast.
+// A transposing group's tile: about 4096 elements, as wide along inner as
+// its extent allows up to 128 (each row of the output written in one run:
+// where rows are not 32-byte aligned, as in the conv seed's 126x126 images,
+// the partial sectors at a run's ends cost the more the shorter the runs),
+// the rest along dt; within 48 KiB of shared memory. On an H200, a tile of
+// 32 along dt and 128 along inner took 508 us on the conv seed's epilogue
+// against 538 for 32x32 and 640 for 64x32; where inner is short (12
+// channels, a channels-last copy) 128 along dt took 82 us against 136 for 32x32.
+Tile choose_tile(const Layout& l, size_t dt, const std::vector<Access>& acc, const std::function<bool(size_t)>& transposed) {
+  const size_t inner = l.sizes.size() - 1;
+  auto pow2_at_least = [](int64_t n) {
+    int p = 1;
+    while (p < n && p < 128) p *= 2;
+    return p;
+  };
+  Tile t;
+  t.vec_dt = vector_width(l, dt, transposed);
+  t.vec_inner = vector_width(l, inner, [&](size_t a) { return l.strides[a][inner] == 1; });
+  t.inner = std::max(pow2_at_least(l.sizes[inner]), t.vec_inner);
+  t.dt = std::max(std::min(pow2_at_least(l.sizes[dt]), std::max(32, 4096 / t.inner)), t.vec_dt);
+  size_t staged = 0;  // bytes of shared memory per (padded) tile element
+  for (size_t a = 0; a < acc.size(); ++a)
+    if (transposed(a)) staged += dtype_size(compute_dtype(acc[a].dtype));
+  while (static_cast<size_t>(t.inner) * (t.dt + 1) * staged > 48 * 1024 && t.dt > t.vec_dt) t.dt /= 2;
+  while (static_cast<size_t>(t.inner) * (t.dt + 1) * staged > 48 * 1024 && t.inner > t.vec_inner) t.inner /= 2;
+  return t;
+}
+
+// A transposing group: a block of 256 threads (32x8) takes a tile of the
+// (dt, inner) plane; blockIdx.z enumerates the remaining dims. Transposed
+// inputs are read along dt (their unit stride) in vectors of vec_dt into a
+// shared-memory tile, then every thread takes vec_inner consecutive elements
+// along inner (the output's unit stride): the other inputs in vectors there
+// (or broadcast), the transposed ones from the tile's column, and stores a
+// vector. Vectors need their base pointers aligned, checked once per thread;
+// otherwise the same loops run element by element.
 void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<Access>& acc,
                     const std::unordered_map<const Value*, size_t>& access_of,
                     const std::unordered_map<const Value*, std::string>& scalar_param, const Layout& l, size_t dt,
@@ -194,25 +246,32 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
   std::vector<size_t> others;
   for (size_t d = 0; d < inner; ++d)
     if (d != dt) others.push_back(d);
-  const std::string index_t = index_type(l, acc.size(), numel(g.shape), 1);
+  auto is_transposed = [&](size_t t) { return !acc[t].is_output && l.strides[t][inner] != 0 && l.strides[t][inner] != 1; };
+  const Tile tile = choose_tile(l, dt, acc, is_transposed);
+  const std::string index_t = index_type(l, acc.size(), numel(g.shape), std::max(tile.vec_dt, tile.vec_inner));
   ks.vector_width = 1;
   ks.items = numel(g.shape);
   ks.block = 32;
-  ks.block_y = 8;
-  ks.grid[0] = (l.sizes[inner] + kTile - 1) / kTile;
-  ks.grid[1] = (l.sizes[dt] + kTile - 1) / kTile;
+  ks.block_y = kTileThreads / 32;
+  ks.grid[0] = (l.sizes[inner] + tile.inner - 1) / tile.inner;
+  ks.grid[1] = (l.sizes[dt] + tile.dt - 1) / tile.dt;
   ks.grid[2] = 1;
   for (size_t d : others) ks.grid[2] *= l.sizes[d];
 
-  auto is_transposed = [&](size_t t) { return !acc[t].is_output && l.strides[t][inner] != 0 && l.strides[t][inner] != 1; };
   std::ostringstream os;
   emit_head(os, ks, g, acc, half,
-            "pointwise group " + std::to_string(id) + " (transposing: " + std::to_string(kTile) + "x" +
-                std::to_string(kTile) + " tiles over collapsed dims " + std::to_string(dt) + " and " +
-                std::to_string(inner) + ")");
+            "pointwise group " + std::to_string(id) + "; transposing " + std::to_string(tile.dt) + "x" +
+                std::to_string(tile.inner) + " tiles of collapsed dims " + std::to_string(dt) + " and " +
+                std::to_string(inner) + ", vectors of " + std::to_string(tile.vec_dt) + " and " +
+                std::to_string(tile.vec_inner) + " along them");
   os << "  typedef " << index_t << " index_t;\n";
+  // Rows along inner, columns along dt; a row is padded by one element so
+  // that a column (phase 2) spreads over the banks.
   for (size_t t = 0; t < acc.size(); ++t)
-    if (is_transposed(t)) os << "  __shared__ " << compute_type(acc[t].dtype) << " tile_" << acc[t].param << "[" << kTile << "][" << kTile + 1 << "];\n";
+    if (is_transposed(t))
+      os << "  __shared__ " << compute_type(acc[t].dtype) << " tile_" << acc[t].param << "[" << tile.inner << "]["
+         << tile.dt + 1 << "];\n";
+  os << "  const int tid = threadIdx.y * 32 + threadIdx.x;\n";
   // Coordinates of the block's tile: the outer dims from blockIdx.z.
   os << "  index_t rest = blockIdx.z;\n";
   for (size_t k = others.size(); k-- > 0;) {
@@ -220,8 +279,8 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
     if (k == 0) os << "  const index_t i" << d << " = rest;\n";
     else os << "  const index_t i" << d << " = rest % " << l.sizes[d] << "; rest /= " << l.sizes[d] << ";\n";
   }
-  os << "  const index_t t" << dt << " = static_cast<index_t>(blockIdx.y) * " << kTile << ", t" << inner
-     << " = static_cast<index_t>(blockIdx.x) * " << kTile << ";\n";
+  os << "  const index_t t" << dt << " = static_cast<index_t>(blockIdx.y) * " << tile.dt << ", t" << inner
+     << " = static_cast<index_t>(blockIdx.x) * " << tile.inner << ";\n";
   auto offset = [&](size_t t, const std::string& a, const std::string& b) {
     std::string e;
     for (size_t d = 0; d < l.sizes.size(); ++d) {
@@ -232,23 +291,51 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
     }
     return e.empty() ? std::string("0") : e;
   };
-  // Stage the transposed inputs: threadIdx.x runs along dt (their unit stride).
-  // Constant trip counts, so the loops unroll and each thread's loads are all
-  // in flight at once rather than one DRAM latency after another.
-  const std::string loops = "  for (int rk = 0; rk < " + std::to_string(kTile / 8) +
-                            "; ++rk)\n#pragma unroll\n  for (int ck = 0; ck < " + std::to_string(kTile / 32) +
-                            "; ++ck) {\n    const int r = threadIdx.y + 8 * rk, c = threadIdx.x + 32 * ck;\n";
-  os << "#pragma unroll\n" << loops;
-  os << "    const index_t a = t" << dt << " + c, b = t" << inner << " + r;\n";
+  auto aligned = [&](const std::string& name, int vec, auto uses) {
+    if (vec == 1) return;
+    os << "  const bool " << name << " = true";
+    for (size_t t = 0; t < acc.size(); ++t)
+      if (uses(t))
+        os << " && reinterpret_cast<unsigned long long>(" << acc[t].param << ") % " << vec * dtype_size(acc[t].dtype)
+           << " == 0";
+    os << ";\n";
+  };
+  const auto unit_inner = [&](size_t t) { return l.strides[t][inner] == 1; };
+  aligned("aligned_dt", tile.vec_dt, is_transposed);
+  aligned("aligned_inner", tile.vec_inner, unit_inner);
+  // A loop over this thread's vectors of the tile: `per_row` vectors of `vec`
+  // along one dim per row of the other; constant trip counts, so the loops
+  // unroll and all of a thread's loads are in flight together.
+  auto loop = [&](int rows, int per_row) {
+    const int vectors = rows * per_row, trips = (vectors + kTileThreads - 1) / kTileThreads;
+    os << "#pragma unroll\n  for (int k = 0; k < " << trips << "; ++k) {\n";
+    os << "    const int v = tid + " << kTileThreads << " * k;\n";
+    if (vectors % kTileThreads != 0) os << "    if (v >= " << vectors << ") break;\n";
+    os << "    const int row = v / " << per_row << ", col = v % " << per_row << ";\n";
+  };
+  // Phase 1: the transposed inputs into their tiles, vectors along dt.
+  const int vd = tile.vec_dt, vi = tile.vec_inner;
+  loop(tile.inner, tile.dt / vd);
+  os << "    const index_t a = t" << dt << " + col * " << vd << ", b = t" << inner << " + row;\n";
   os << "    if (a < " << l.sizes[dt] << " && b < " << l.sizes[inner] << ") {\n";
-  for (size_t t = 0; t < acc.size(); ++t)
-    if (is_transposed(t))
-      os << "      tile_" << acc[t].param << "[r][c] = ff_load(" << acc[t].param << "[" << offset(t, "a", "b")
-         << "]);\n";
+  for (size_t t = 0; t < acc.size(); ++t) {
+    if (!is_transposed(t)) continue;
+    const std::string st = storage_type(acc[t].dtype), p = acc[t].param, at = p + " + " + offset(t, "a", "b");
+    const std::string cell = "tile_" + p + "[row][col * " + std::to_string(vd) + " + j]";
+    if (vd == 1) {
+      os << "      tile_" << p << "[row][col] = ff_load(" << p << "[" << offset(t, "a", "b") << "]);\n";
+      continue;
+    }
+    os << "      if (aligned_dt) {\n        const ff_vec<" << st << ", " << vd << "> x = *reinterpret_cast<const ff_vec<"
+       << st << ", " << vd << ">*>(" << at << ");\n";
+    os << "#pragma unroll\n        for (int j = 0; j < " << vd << "; ++j) " << cell << " = ff_load(x.v[j]);\n";
+    os << "      } else {\n#pragma unroll\n        for (int j = 0; j < " << vd << "; ++j) " << cell << " = ff_load(("
+       << at << ")[j]);\n      }\n";
+  }
   os << "    }\n  }\n  __syncthreads();\n";
-  // Compute: threadIdx.x runs along inner (the output's unit stride).
-  os << "#pragma unroll\n" << loops;
-  os << "    const index_t a = t" << dt << " + r, b = t" << inner << " + c;\n";
+  // Phase 2: vectors along inner; the fused body per element.
+  loop(tile.dt, tile.inner / vi);
+  os << "    const index_t a = t" << dt << " + row, b = t" << inner << " + col * " << vi << ";\n";
   os << "    if (a >= " << l.sizes[dt] << " || b >= " << l.sizes[inner] << ") continue;\n";
   std::unordered_map<const Value*, std::string> expr_of;
   for (const Value* v : g.inputs) {
@@ -258,18 +345,48 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
       continue;
     }
     size_t t = access_of.at(v);
-    std::string x = "x_" + acc[t].param;
-    if (is_transposed(t))
-      os << "    const " << compute_type(acc[t].dtype) << " " << x << " = tile_" << acc[t].param << "[c][r];\n";
-    else
-      os << "    const " << compute_type(acc[t].dtype) << " " << x << " = ff_load(" << acc[t].param << "["
-         << offset(t, "a", "b") << "]);\n";
-    expr_of[v] = x;
+    const std::string p = acc[t].param, x = "x_" + p, ct = compute_type(acc[t].dtype), st = storage_type(acc[t].dtype);
+    if (l.strides[t][inner] == 0) {  // broadcast along inner: one load
+      os << "    const " << ct << " " << x << " = ff_load(" << p << "[" << offset(t, "a", "b") << "]);\n";
+      expr_of[v] = x;
+      continue;
+    }
+    os << "    " << ct << " " << x << "[" << vi << "];\n";
+    expr_of[v] = x + "[j]";
+    if (is_transposed(t)) {
+      os << "#pragma unroll\n    for (int j = 0; j < " << vi << "; ++j) " << x << "[j] = tile_" << p << "[col * " << vi
+         << " + j][row];\n";
+    } else if (vi == 1) {
+      os << "    " << x << "[0] = ff_load(" << p << "[" << offset(t, "a", "b") << "]);\n";
+    } else {
+      const std::string at = p + " + " + offset(t, "a", "b");
+      os << "    if (aligned_inner) {\n      const ff_vec<" << st << ", " << vi << "> y = *reinterpret_cast<const ff_vec<"
+         << st << ", " << vi << ">*>(" << at << ");\n";
+      os << "#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) " << x << "[j] = ff_load(y.v[j]);\n";
+      os << "    } else {\n#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) " << x << "[j] = ff_load(("
+         << at << ")[j]);\n    }\n";
+    }
   }
-  emit_body(os, g, "    ", scalar_param, expr_of);
   for (size_t i = 0; i < g.outputs.size(); ++i)
-    os << "    " << acc[i].param << "[" << offset(i, "a", "b") << "] = ff_store<" << storage_type(acc[i].dtype) << ">("
-       << expr_of.at(g.outputs[i]) << ");\n";
+    os << "    " << compute_type(acc[i].dtype) << " y_out" << i << "[" << vi << "];\n";
+  os << "#pragma unroll\n    for (int j = 0; j < " << vi << "; ++j) {\n";
+  emit_body(os, g, "      ", scalar_param, expr_of);
+  for (size_t i = 0; i < g.outputs.size(); ++i)
+    os << "      y_out" << i << "[j] = " << expr_of.at(g.outputs[i]) << ";\n";
+  os << "    }\n";
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const std::string st = storage_type(acc[i].dtype), p = acc[i].param, at = p + " + " + offset(i, "a", "b");
+    if (vi == 1) {
+      os << "    " << p << "[" << offset(i, "a", "b") << "] = ff_store<" << st << ">(y_out" << i << "[0]);\n";
+      continue;
+    }
+    os << "    if (aligned_inner) {\n      ff_vec<" << st << ", " << vi << "> y;\n";
+    os << "#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) y.v[j] = ff_store<" << st << ">(y_out" << i
+       << "[j]);\n";
+    os << "      *reinterpret_cast<ff_vec<" << st << ", " << vi << ">*>(" << at << ") = y;\n";
+    os << "    } else {\n#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) (" << at << ")[j] = ff_store<"
+       << st << ">(y_out" << i << "[j]);\n    }\n";
+  }
   os << "  }\n}\n";
   ks.source = os.str();
 }
