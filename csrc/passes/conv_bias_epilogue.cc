@@ -28,8 +28,8 @@ namespace {
 
 // Whether every user of `v` (a convolution's result) is pointwise or a
 // reduction. For a 2-D convolution only reductions over the channels, or
-// ones split_long_reduction splits: the add makes conv_layout run it NHWC,
-// where a reduction over the channels reads rows of unit stride (a softmax
+// ones split_long_reduction splits, or over H and W: the add makes conv_layout
+// run it NHWC, where a reduction over the channels reads rows of unit stride (a softmax
 // over them staging its NCHW result through shared memory, up to the row
 // length that allows) and a batch norm's statistics over N, H, W partials of
 // many columns, but another over N, H, W would have few columns, and
@@ -47,7 +47,10 @@ bool feeds_only_fusible(const Graph& g, const Value* v, bool maybe_nhwc) {
     const bool over_channels = softmax ? u->attr_int("dim") == 1
                                        : u->has_attr("dims") && u->attr_ints("dims") == std::vector<int64_t>{1};
     if (softmax && over_channels && v->type.shape[1] <= fusion::max_staged_row_length(v->type.dtype)) continue;
-    if (softmax || u->op == Op::LayerNorm || !(over_channels || splits_into_partials(*u))) return false;
+    // Instance norm's statistics (per sample and channel, over H, W): a
+    // column reduction over the NHWC rows, the bias add its prologue.
+    const bool over_spatial = !softmax && u->has_attr("dims") && u->attr_ints("dims") == std::vector<int64_t>{2, 3};
+    if (softmax || u->op == Op::LayerNorm || !(over_channels || over_spatial || splits_into_partials(*u))) return false;
   }
   return true;
 }

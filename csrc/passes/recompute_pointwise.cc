@@ -4,13 +4,13 @@
 //   %y = add(%conv, %bias_view)                  (%conv large, %bias_view small)
 //   %m = mean(%y) ... ; %v = var(%y) ... ; %z = sub(%y, ...)
 // becomes
-//   %y0 = add(%conv, %bias_view) ; %m = mean(%y0) ...
-//   %y1 = add(%conv, %bias_view) ; %v = var(%y1) ...
-//   %y2 = add(%conv, %bias_view) ; %z = sub(%y2, ...)
+//   %y0 = add(%conv, %bias_view) ; %m = mean(%y0) ... ; %v = var(%y0) ...
+//   %y1 = add(%conv, %bias_view) ; %z = sub(%y1, ...)
 //
 // Each copy fuses into its reader's kernel (a reduction's prologue, a
 // pointwise group), which reads %conv where it read %y: the same bytes, and
-// %y is never written. Only where every reader fuses (pointwise ops and
+// %y is never written. Reductions over the same dims (var and mean, as
+// above) share one copy, being one kernel. Only where every reader fuses (pointwise ops and
 // reductions that become kernels): a library call would need %y written
 // anyway. Only nodes reading one tensor of their size and small others
 // (per-channel values, scalars), so no reader reads more than it did; that
@@ -40,10 +40,20 @@ class RecomputePointwise : public Pass {
       if (recomputable(g, *n)) candidates.push_back(n.get());
     for (Node* n : candidates) {
       const std::vector<Node*> users = g.users(n->result());
+      // Reductions over the same dims share a copy: they become one kernel
+      // (var and mean in one pass), which a copy each would split.
+      std::vector<std::pair<std::string, Value*>> shared{{reduction_key(*users[0]), n->result()}};
       for (size_t i = 1; i < users.size(); ++i) {
-        Node* copy = g.insert_before(users[i], n->op, n->operands, {n->result()->type}, n->attrs);
+        const std::string key = reduction_key(*users[i]);
+        Value* value = nullptr;
+        for (const auto& [k, v] : shared)
+          if (!key.empty() && k == key) value = v;
+        if (value == nullptr) {
+          value = g.insert_before(users[i], n->op, n->operands, {n->result()->type}, n->attrs)->result();
+          shared.emplace_back(key, value);
+        }
         for (Operand& o : users[i]->operands)
-          if (o.is_value() && o.value == n->result()) o = Operand::of(copy->result());
+          if (o.is_value() && o.value == n->result()) o = Operand::of(value);
       }
     }
     return !candidates.empty();
@@ -51,6 +61,15 @@ class RecomputePointwise : public Pass {
 
  private:
   bool conv_kernels_ = false;
+
+  // What a reduction reduces ("" for other nodes): reductions with equal keys
+  // over one value are computed in one kernel.
+  static std::string reduction_key(const Node& u) {
+    if (op_kind(u.op) != OpKind::Reduction || !u.has_attr("dims")) return "";
+    std::string key = u.attr_bool_or("keepdim", false) ? "keep" : "drop";
+    for (int64_t d : u.attr_ints("dims")) key += " " + std::to_string(d);
+    return key;
+  }
 
   static bool fuses(const Node& u) { return op_kind(u.op) == OpKind::Pointwise || fusion::is_kernel_reduction(u); }
 

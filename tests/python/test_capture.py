@@ -772,6 +772,36 @@ def test_group_norm_decomposes_like_eager(case):
     assert "opaque" not in cg.text and "= var(" in cg.text and "= mean(" in cg.text
 
 
+@pytest.mark.parametrize("case", ["affine", "plain_3d", "running_train", "running_eval", "channels_last", "half"])
+def test_instance_norm_decomposes_on_its_input_shape(case):
+    """Statistics per sample and channel over the input as it is (no [1, N*C,
+    ...] view, which a channels-last input cannot take without a copy), and
+    running statistics as ATen updates them."""
+    torch.manual_seed(0)
+    norm, x = {
+        "affine": (nn.InstanceNorm2d(6, affine=True), _r(2, 6, 4, 5)),
+        "plain_3d": (nn.InstanceNorm1d(4), _r(3, 4, 7)),
+        "running_train": (nn.InstanceNorm2d(4, track_running_stats=True, momentum=0.3), _r(3, 4, 5, 5)),
+        "running_eval": (nn.InstanceNorm2d(4, affine=True, track_running_stats=True), _r(3, 4, 5, 5)),
+        "channels_last": (nn.InstanceNorm2d(6, affine=True), _r(2, 6, 4, 5).to(memory_format=torch.channels_last)),
+        "half": (nn.InstanceNorm2d(4, affine=True).half(), _r(2, 4, 3, 3, dtype=torch.float16)),
+    }[case]
+    with torch.no_grad():
+        if norm.affine:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-1, 1)
+        if norm.track_running_stats:
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+    model = Fn(lambda m, x: m.norm(x) * 0.5, norm=norm).train(case != "running_eval")
+    tol = 2e-3 if x.dtype == torch.float16 else 1e-5
+    cg = check_against_eager(model, [x], atol=tol, rtol=tol)
+    assert "opaque" not in cg.text and "= view(%x)" not in cg.text, cg.text  # no [1, N*C, ...] view
+    if case in ("affine", "channels_last", "running_train", "half"):
+        assert "dims=[2, 3], keepdim=true" in cg.text, cg.text
+    assert [b for b, _ in cg.mutations] == (["norm.running_mean", "norm.running_var"] if case == "running_train" else [])
+
+
 def test_buffer_mutation_by_hand():
     class Counter(nn.Module):
         def __init__(self):

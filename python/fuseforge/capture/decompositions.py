@@ -116,6 +116,32 @@ def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     return out.to(x.dtype).reshape(x.shape), mean.reshape(n, groups), rstd.reshape(n, groups)
 
 
+def _instance_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                   running_mean: torch.Tensor | None, running_var: torch.Tensor | None, use_input_stats: bool,
+                   momentum: float, eps: float, cudnn_enabled: bool) -> torch.Tensor:
+    """Instance norm on its input's own shape: statistics over the spatial
+    dims per sample and channel, per-channel weight and bias. ATen's
+    composite views the input as [1, N*C, ...] for a batch norm, which a
+    channels-last input (a conv's result) cannot be viewed as without a copy;
+    here a channels-last input is reduced where it is. Running statistics
+    follow ATen's: each sample's batch-norm update (unbiased variance),
+    averaged over the samples."""
+    channels = [1, -1] + [1] * (x.dim() - 2)
+    if not use_input_stats:
+        return _normalize(x, running_mean.reshape(channels), torch.rsqrt(running_var + eps).reshape(channels),
+                          weight, bias)
+    var, mean = torch.var_mean(_compute_input(x), dim=list(range(2, x.dim())), correction=0, keepdim=True)
+    out = _normalize(x, mean, torch.rsqrt(var + eps), weight, bias)
+    n, c = x.shape[0], x.shape[1]
+    if running_mean is not None:
+        running_mean.copy_(running_mean * (1 - momentum) + mean.reshape(n, c).mean(0) * momentum)
+    if running_var is not None:
+        count = x.numel() // (n * c)
+        unbiased = var.reshape(n, c) * (count / max(count - 1, 1))
+        running_var.copy_(running_var * (1 - momentum) + unbiased.mean(0) * momentum)
+    return out
+
+
 _TABLE: dict | None = None
 
 
@@ -133,6 +159,7 @@ def decomposition_table() -> dict:
         table[aten.native_group_norm.default] = _group_norm
         table[aten._native_batch_norm_legit_functional.default] = _batch_norm_train
         table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
+        table[aten.instance_norm.default] = _instance_norm
         _TABLE = table
     return dict(_TABLE)
 
