@@ -24,6 +24,7 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -242,7 +243,7 @@ class FastCall {
     py::object dict, name;
   };
 
-  static std::vector<int> conv_precision() {
+  static std::array<int, 3> conv_precision() {
     auto& ctx = at::globalContext();
     using at::Float32Backend, at::Float32Op;
     return {static_cast<int>(ctx.float32Precision(Float32Backend::CUDA, Float32Op::CONV)),
@@ -351,7 +352,7 @@ class FastCall {
   bool training_;
   int device_;
   LaunchEntry launch_;
-  std::vector<int> conv_precision_;
+  std::array<int, 3> conv_precision_;  // cuDNN conv, CUDA and generic fp32 precision, as armed
   std::vector<ArgGuard> args_;
   std::vector<std::pair<int, py::object>> specialized_;
   std::vector<Input> inputs_;

@@ -14,17 +14,17 @@ Why: for a small model the Python path's host time is the GPU's idle time
 (20-130 us per call in the timing loop, against a 22 us kernel for
 gemm_divide_sum_scaling on an H200).
 
-FUSEFORGE_FAST_CALL=0 turns it off (to compare, or to rule it out). It needs
-the _fast_call extension, which is built where torch is importable at build
-time (it links libtorch); without it every call takes the Python path.
+FUSEFORGE_FAST_CALL=0 turns it off (runtime/options.py). It needs the
+_fast_call extension, which is built where torch is importable at build time
+(it links libtorch); without it every call takes the Python path.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Sequence
 
 from fuseforge._native import core
+from fuseforge.runtime.options import fast_call_enabled
 from fuseforge.runtime.precision import precision_context
 
 try:
@@ -32,7 +32,7 @@ try:
 except ImportError:  # built without torch at hand
     _fast_call = None
 
-ENABLED = _fast_call is not None and os.environ.get("FUSEFORGE_FAST_CALL") != "0"
+ENABLED = _fast_call is not None and fast_call_enabled()
 
 
 def arm(module: Any, spec: Any, args: Sequence[Any], inputs: Sequence[Any]) -> Any:

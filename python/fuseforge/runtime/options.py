@@ -12,7 +12,9 @@ read here and nowhere else:
   kernels where the cost model prefers them to cuDNN), auto (or 1: also
   implicit-GEMM conv kernels where it prefers them), always or off (or 0);
 - FUSEFORGE_CONV_PRECISION: probe (default), ieee or tf32: every f32 conv's
-  math forced instead of probed (diagnostics; runtime/conv_probe.py).
+  math forced instead of probed (diagnostics; runtime/conv_probe.py);
+- FUSEFORGE_FAST_CALL=0: every call takes the Python path, none the native
+  one (runtime/fast_call.py; to compare, or to rule it out).
 
 With a CUDA device, `compile_ir` first probes what eager's convolutions do on
 it (conv_probe.decide) and hands the answers to the compiler.
@@ -27,6 +29,10 @@ import torch
 from fuseforge._native import core
 from fuseforge.runtime import conv_probe
 from fuseforge.runtime.precision import check_precision
+
+
+def fast_call_enabled() -> bool:
+    return os.environ.get("FUSEFORGE_FAST_CALL") != "0"
 
 
 def autotune_enabled() -> bool:
