@@ -15,6 +15,8 @@ TORCH: dict[str, torch.dtype] = {d.name: getattr(torch, d.torch) for d in _TABLE
 IR_NAME: dict[torch.dtype, str] = {t: name for name, t in TORCH.items()}
 #: IR dtype name -> the c10 scalar type constant ('f32' -> 'at::kFloat')
 ATEN: dict[str, str] = {d.name: d.aten for d in _TABLE}
+#: IR dtype name -> bytes per element ('f32' -> 4)
+SIZE: dict[str, int] = {d.name: d.size for d in _TABLE}
 
 
 def torch_text(name: str) -> str:

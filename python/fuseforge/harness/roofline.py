@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from fuseforge.dtypes import SIZE
+
 
 class Peaks(NamedTuple):
     """Datasheet figures of one device: DRAM bytes/s and dense FLOP/s."""
@@ -48,16 +50,13 @@ PEAKS: dict[str, Peaks] = {
     "H200": Peaks(4.8e12, 67e12, 495e12, 989e12),
 }
 
-_ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
-
-
 def _numel(shape: Any) -> int:
     return math.prod(int(d) for d in shape)
 
 
 def _bytes(plan: Any, b: int) -> int:
     buf = plan.buffers[b]
-    return _numel(buf.shape) * _ITEMSIZE.get(buf.dtype, 4)
+    return _numel(buf.shape) * SIZE[buf.dtype]
 
 
 def plan_bytes(plan: Any) -> int:
