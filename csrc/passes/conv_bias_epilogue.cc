@@ -44,12 +44,12 @@ bool feeds_only_fusible(const Graph& g, const Value* v, bool maybe_nhwc) {
     if (op_kind(u->op) != OpKind::Reduction) return false;
     if (!nhwc_next) continue;
     const bool softmax = u->op == Op::Softmax || u->op == Op::LogSoftmax;
-    const bool over_channels = softmax ? u->attr_int("dim") == 1
-                                       : u->has_attr("dims") && u->attr_ints("dims") == std::vector<int64_t>{1};
+    const std::vector<int64_t> dims = !softmax && u->has_attr("dims") ? u->attr_ints("dims") : std::vector<int64_t>{};
+    const bool over_channels = softmax ? u->attr_int("dim") == 1 : dims == std::vector<int64_t>{1};
     if (softmax && over_channels && v->type.shape[1] <= fusion::max_staged_row_length(v->type.dtype)) continue;
     // Instance norm's statistics (per sample and channel, over H, W): a
     // column reduction over the NHWC rows, the bias add its prologue.
-    const bool over_spatial = !softmax && u->has_attr("dims") && u->attr_ints("dims") == std::vector<int64_t>{2, 3};
+    const bool over_spatial = dims == std::vector<int64_t>{2, 3};
     if (softmax || u->op == Op::LayerNorm || !(over_channels || over_spatial || splits_into_partials(*u))) return false;
   }
   return true;

@@ -110,8 +110,7 @@ struct Step {
 
 struct Weight {
   int slot;
-  PyObject* identity;  // borrowed, compared only (py::object `held` keeps it alive)
-  py::object held;
+  py::object value;  // the weight itself: a call's must be this object
   int64_t version;
   const void* data;
 };
@@ -172,7 +171,7 @@ class FastCall {
     }
     for (py::handle w : weights) {
       py::handle obj = w[py::int_(1)];
-      Weight x{w[py::int_(0)].cast<int>(), obj.ptr(), py::reinterpret_borrow<py::object>(obj), 0, nullptr};
+      Weight x{w[py::int_(0)].cast<int>(), py::reinterpret_borrow<py::object>(obj), 0, nullptr};
       if (is_tensor(obj)) {
         x.version = tensor(obj)._version();
         x.data = tensor(obj).data_ptr();
@@ -218,7 +217,7 @@ class FastCall {
     }
     for (const Weight& w : weights_) {
       py::handle v = env[w.slot];
-      if (v.ptr() != w.identity) return py::none();
+      if (!v.is(w.value)) return py::none();
       if (is_tensor(v) && (tensor(v)._version() != w.version || tensor(v).data_ptr() != w.data)) return py::none();
     }
     for (const auto& [slot, value] : kept_) env[slot] = value;

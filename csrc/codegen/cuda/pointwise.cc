@@ -149,6 +149,46 @@ void emit_head(std::ostringstream& os, const KernelSource& ks, const fusion::Gro
   os << ") {\n";
 }
 
+// `const bool <name>`: whether each of `accesses`' pointers is aligned to
+// vectors of `vec` elements (views may start anywhere); checked once per thread.
+void emit_alignment_flag(std::ostringstream& os, const std::string& name, int vec,
+                         const std::vector<const Access*>& accesses) {
+  os << "  const bool " << name << " =";
+  for (size_t k = 0; k < accesses.size(); ++k)
+    os << (k ? " &&" : "") << " (reinterpret_cast<unsigned long long>(" << accesses[k]->param << ") % "
+       << vec * dtype_size(accesses[k]->dtype) << " == 0)";
+  os << ";\n";
+}
+
+// `vec` elements at pointer expression `at` into `dest` (an expression of
+// the lane variable `lane`): one vector load where `aligned` holds, one
+// element at a time otherwise.
+void emit_vector_load(std::ostringstream& os, const std::string& ind, const std::string& aligned, DType dtype,
+                      int vec, const std::string& at, const std::string& lane, const std::string& dest) {
+  const std::string v = "ff_vec<" + storage_type(dtype) + ", " + std::to_string(vec) + ">";
+  const std::string lanes = "for (int " + lane + " = 0; " + lane + " < " + std::to_string(vec) + "; ++" + lane + ") ";
+  os << ind << "if (" << aligned << ") {\n" << ind << "  const " << v << " ff_v = *reinterpret_cast<const " << v
+     << "*>(" << at << ");\n";
+  os << "#pragma unroll\n" << ind << "  " << lanes << dest << " = ff_load(ff_v.v[" << lane << "]);\n";
+  os << ind << "} else {\n#pragma unroll\n" << ind << "  " << lanes << dest << " = ff_load((" << at << ")[" << lane
+     << "]);\n" << ind << "}\n";
+}
+
+// `value` (an expression of the lane variable `lane`) for `vec` elements at
+// pointer expression `at`: one vector store where `aligned` holds, one
+// element at a time otherwise.
+void emit_vector_store(std::ostringstream& os, const std::string& ind, const std::string& aligned, DType dtype,
+                       int vec, const std::string& at, const std::string& lane, const std::string& value) {
+  const std::string st = storage_type(dtype), v = "ff_vec<" + st + ", " + std::to_string(vec) + ">";
+  const std::string lanes = "for (int " + lane + " = 0; " + lane + " < " + std::to_string(vec) + "; ++" + lane + ") ";
+  os << ind << "if (" << aligned << ") {\n" << ind << "  " << v << " ff_v;\n";
+  os << "#pragma unroll\n" << ind << "  " << lanes << "ff_v.v[" << lane << "] = ff_store<" << st << ">(" << value
+     << ");\n";
+  os << ind << "  *reinterpret_cast<" << v << "*>(" << at << ") = ff_v;\n";
+  os << ind << "} else {\n#pragma unroll\n" << ind << "  " << lanes << "(" << at << ")[" << lane << "] = ff_store<"
+     << st << ">(" << value << ");\n" << ind << "}\n";
+}
+
 // A transposing group's tile of the (dt, inner) plane and its vector widths.
 struct Tile {
   int dt = 32, inner = 32;     // extents along dt and along inner
@@ -279,7 +319,8 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
     if (k == 0) os << "  const index_t i" << d << " = rest;\n";
     else os << "  const index_t i" << d << " = rest % " << l.sizes[d] << "; rest /= " << l.sizes[d] << ";\n";
   }
-  os << "  const index_t t" << dt << " = static_cast<index_t>(blockIdx.y) * " << tile.dt << ", t" << inner
+  // (Named origin_*: the body's temporaries are t0, t1, ...)
+  os << "  const index_t origin_" << dt << " = static_cast<index_t>(blockIdx.y) * " << tile.dt << ", origin_" << inner
      << " = static_cast<index_t>(blockIdx.x) * " << tile.inner << ";\n";
   auto offset = [&](size_t t, const std::string& a, const std::string& b) {
     std::string e;
@@ -291,18 +332,14 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
     }
     return e.empty() ? std::string("0") : e;
   };
-  auto aligned = [&](const std::string& name, int vec, auto uses) {
-    if (vec == 1) return;
-    os << "  const bool " << name << " = true";
-    for (size_t t = 0; t < acc.size(); ++t)
-      if (uses(t))
-        os << " && reinterpret_cast<unsigned long long>(" << acc[t].param << ") % " << vec * dtype_size(acc[t].dtype)
-           << " == 0";
-    os << ";\n";
-  };
-  const auto unit_inner = [&](size_t t) { return l.strides[t][inner] == 1; };
-  aligned("aligned_dt", tile.vec_dt, is_transposed);
-  aligned("aligned_inner", tile.vec_inner, unit_inner);
+  std::vector<const Access*> along_dt, along_inner;  // the accesses vectorized along each
+  for (const Access& a : acc)
+    (is_transposed(&a - acc.data()) ? along_dt : along_inner).push_back(&a);
+  along_inner.erase(std::remove_if(along_inner.begin(), along_inner.end(),
+                                   [&](const Access* a) { return l.strides[a - acc.data()][inner] != 1; }),
+                    along_inner.end());
+  if (tile.vec_dt > 1) emit_alignment_flag(os, "aligned_dt", tile.vec_dt, along_dt);
+  if (tile.vec_inner > 1) emit_alignment_flag(os, "aligned_inner", tile.vec_inner, along_inner);
   // A loop over this thread's vectors of the tile: `per_row` vectors of `vec`
   // along one dim per row of the other; constant trip counts, so the loops
   // unroll and all of a thread's loads are in flight together.
@@ -316,26 +353,21 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
   // Phase 1: the transposed inputs into their tiles, vectors along dt.
   const int vd = tile.vec_dt, vi = tile.vec_inner;
   loop(tile.inner, tile.dt / vd);
-  os << "    const index_t a = t" << dt << " + col * " << vd << ", b = t" << inner << " + row;\n";
+  os << "    const index_t a = origin_" << dt << " + col * " << vd << ", b = origin_" << inner << " + row;\n";
   os << "    if (a < " << l.sizes[dt] << " && b < " << l.sizes[inner] << ") {\n";
   for (size_t t = 0; t < acc.size(); ++t) {
     if (!is_transposed(t)) continue;
-    const std::string st = storage_type(acc[t].dtype), p = acc[t].param, at = p + " + " + offset(t, "a", "b");
-    const std::string cell = "tile_" + p + "[row][col * " + std::to_string(vd) + " + j]";
-    if (vd == 1) {
+    const std::string p = acc[t].param;
+    if (vd == 1)
       os << "      tile_" << p << "[row][col] = ff_load(" << p << "[" << offset(t, "a", "b") << "]);\n";
-      continue;
-    }
-    os << "      if (aligned_dt) {\n        const ff_vec<" << st << ", " << vd << "> x = *reinterpret_cast<const ff_vec<"
-       << st << ", " << vd << ">*>(" << at << ");\n";
-    os << "#pragma unroll\n        for (int j = 0; j < " << vd << "; ++j) " << cell << " = ff_load(x.v[j]);\n";
-    os << "      } else {\n#pragma unroll\n        for (int j = 0; j < " << vd << "; ++j) " << cell << " = ff_load(("
-       << at << ")[j]);\n      }\n";
+    else
+      emit_vector_load(os, "      ", "aligned_dt", acc[t].dtype, vd, p + " + " + offset(t, "a", "b"), "j",
+                       "tile_" + p + "[row][col * " + std::to_string(vd) + " + j]");
   }
   os << "    }\n  }\n  __syncthreads();\n";
   // Phase 2: vectors along inner; the fused body per element.
   loop(tile.dt, tile.inner / vi);
-  os << "    const index_t a = t" << dt << " + row, b = t" << inner << " + col * " << vi << ";\n";
+  os << "    const index_t a = origin_" << dt << " + row, b = origin_" << inner << " + col * " << vi << ";\n";
   os << "    if (a >= " << l.sizes[dt] << " || b >= " << l.sizes[inner] << ") continue;\n";
   std::unordered_map<const Value*, std::string> expr_of;
   for (const Value* v : g.inputs) {
@@ -345,7 +377,7 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
       continue;
     }
     size_t t = access_of.at(v);
-    const std::string p = acc[t].param, x = "x_" + p, ct = compute_type(acc[t].dtype), st = storage_type(acc[t].dtype);
+    const std::string p = acc[t].param, x = "x_" + p, ct = compute_type(acc[t].dtype);
     if (l.strides[t][inner] == 0) {  // broadcast along inner: one load
       os << "    const " << ct << " " << x << " = ff_load(" << p << "[" << offset(t, "a", "b") << "]);\n";
       expr_of[v] = x;
@@ -359,12 +391,7 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
     } else if (vi == 1) {
       os << "    " << x << "[0] = ff_load(" << p << "[" << offset(t, "a", "b") << "]);\n";
     } else {
-      const std::string at = p + " + " + offset(t, "a", "b");
-      os << "    if (aligned_inner) {\n      const ff_vec<" << st << ", " << vi << "> y = *reinterpret_cast<const ff_vec<"
-         << st << ", " << vi << ">*>(" << at << ");\n";
-      os << "#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) " << x << "[j] = ff_load(y.v[j]);\n";
-      os << "    } else {\n#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) " << x << "[j] = ff_load(("
-         << at << ")[j]);\n    }\n";
+      emit_vector_load(os, "    ", "aligned_inner", acc[t].dtype, vi, p + " + " + offset(t, "a", "b"), "j", x + "[j]");
     }
   }
   for (size_t i = 0; i < g.outputs.size(); ++i)
@@ -375,17 +402,12 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
     os << "      y_out" << i << "[j] = " << expr_of.at(g.outputs[i]) << ";\n";
   os << "    }\n";
   for (size_t i = 0; i < g.outputs.size(); ++i) {
-    const std::string st = storage_type(acc[i].dtype), p = acc[i].param, at = p + " + " + offset(i, "a", "b");
-    if (vi == 1) {
-      os << "    " << p << "[" << offset(i, "a", "b") << "] = ff_store<" << st << ">(y_out" << i << "[0]);\n";
-      continue;
-    }
-    os << "    if (aligned_inner) {\n      ff_vec<" << st << ", " << vi << "> y;\n";
-    os << "#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) y.v[j] = ff_store<" << st << ">(y_out" << i
-       << "[j]);\n";
-    os << "      *reinterpret_cast<ff_vec<" << st << ", " << vi << ">*>(" << at << ") = y;\n";
-    os << "    } else {\n#pragma unroll\n      for (int j = 0; j < " << vi << "; ++j) (" << at << ")[j] = ff_store<"
-       << st << ">(y_out" << i << "[j]);\n    }\n";
+    const std::string p = acc[i].param, y = "y_out" + std::to_string(i);
+    if (vi == 1)
+      os << "    " << p << "[" << offset(i, "a", "b") << "] = ff_store<" << storage_type(acc[i].dtype) << ">(" << y
+         << "[0]);\n";
+    else
+      emit_vector_store(os, "    ", "aligned_inner", acc[i].dtype, vi, p + " + " + offset(i, "a", "b"), "j", y + "[j]");
   }
   os << "  }\n}\n";
   ks.source = os.str();
@@ -455,21 +477,12 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
   os << "  typedef " << index_t << " index_t;\n";
   os << "  constexpr index_t kItems = " << ks.items << ";\n";
 
-  // Unit-stride accesses use vector loads/stores only when their pointers are
-  // aligned to the vector size (views may start anywhere); checked once per thread.
-  std::vector<size_t> vector_acc;
+  // Unit-stride accesses use vector loads/stores only where their pointers are aligned.
+  std::vector<const Access*> vector_acc;
   if (vec > 1)
     for (size_t t = 0; t < acc.size(); ++t)
-      if (l.strides[t][inner] == 1) vector_acc.push_back(t);
-  if (!vector_acc.empty()) {
-    os << "  const bool aligned =";
-    for (size_t k = 0; k < vector_acc.size(); ++k) {
-      const Access& a = acc[vector_acc[k]];
-      os << (k ? " &&" : "") << " (reinterpret_cast<unsigned long long>(" << a.param << ") % "
-         << vec * dtype_size(a.dtype) << " == 0)";
-    }
-    os << ";\n";
-  }
+      if (l.strides[t][inner] == 1) vector_acc.push_back(&acc[t]);
+  if (!vector_acc.empty()) emit_alignment_flag(os, "aligned", vec, vector_acc);
   // Each thread takes kUnroll items, blockDim.x apart (so every warp access
   // stays contiguous), and issues all their loads before any arithmetic: the
   // memory latencies overlap, which a memory-bound kernel needs for bandwidth.
@@ -516,16 +529,11 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
     if (scalar_param.count(v)) continue;
     size_t t = access_of.at(v);
     const Access& a = acc[t];
-    std::string st = storage_type(a.dtype), x = "x_" + a.param, o = "o_" + a.param + "[u]";
-    if (l.strides[t][inner] == 0 || vec == 1) {
+    const std::string x = "x_" + a.param, o = "o_" + a.param + "[u]";
+    if (l.strides[t][inner] == 0 || vec == 1)
       os << "      " << x << "[u] = ff_load(" << a.param << "[" << o << "]);\n";
-    } else {
-      os << "      if (aligned) {\n        const ff_vec<" << st << ", " << vec << "> v = *reinterpret_cast<const ff_vec<"
-         << st << ", " << vec << ">*>(" << a.param << " + " << o << ");\n";
-      os << "#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) " << x << "[u][k] = ff_load(v.v[k]);\n";
-      os << "      } else {\n#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) " << x
-         << "[u][k] = ff_load(" << a.param << "[" << o << " + k]);\n      }\n";
-    }
+    else
+      emit_vector_load(os, "      ", "aligned", a.dtype, vec, a.param + " + " + o, "k", x + "[u][k]");
   }
   os << "    }\n";
 
@@ -546,17 +554,12 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
   if (vec > 1) os << "      }\n";
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     const Access& a = acc[i];
-    std::string st = storage_type(a.dtype), o = "o_" + a.param + "[u]";
-    if (vec == 1) {
-      os << "      " << a.param << "[" << o << "] = ff_store<" << st << ">(y_out" << i << ");\n";
-    } else {
-      os << "      if (aligned) {\n        ff_vec<" << st << ", " << vec << "> v;\n";
-      os << "#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) v.v[k] = ff_store<" << st << ">(y_out" << i
-         << "[k]);\n";
-      os << "        *reinterpret_cast<ff_vec<" << st << ", " << vec << ">*>(" << a.param << " + " << o << ") = v;\n";
-      os << "      } else {\n#pragma unroll\n        for (int k = 0; k < " << vec << "; ++k) " << a.param << "[" << o
-         << " + k] = ff_store<" << st << ">(y_out" << i << "[k]);\n      }\n";
-    }
+    const std::string o = "o_" + a.param + "[u]";
+    if (vec == 1)
+      os << "      " << a.param << "[" << o << "] = ff_store<" << storage_type(a.dtype) << ">(y_out" << i << ");\n";
+    else
+      emit_vector_store(os, "      ", "aligned", a.dtype, vec, a.param + " + " + o, "k",
+                        "y_out" + std::to_string(i) + "[k]");
   }
   os << "    }\n";
   os << "  }\n}\n";

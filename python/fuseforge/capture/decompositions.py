@@ -126,10 +126,8 @@ def _instance_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
     here a channels-last input is reduced where it is. Running statistics
     follow ATen's: each sample's batch-norm update (unbiased variance),
     averaged over the samples."""
-    channels = [1, -1] + [1] * (x.dim() - 2)
     if not use_input_stats:
-        return _normalize(x, running_mean.reshape(channels), torch.rsqrt(running_var + eps).reshape(channels),
-                          weight, bias)
+        return _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps)[0]
     var, mean = torch.var_mean(_compute_input(x), dim=list(range(2, x.dim())), correction=0, keepdim=True)
     out = _normalize(x, mean, torch.rsqrt(var + eps), weight, bias)
     n, c = x.shape[0], x.shape[1]
