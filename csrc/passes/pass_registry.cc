@@ -15,6 +15,7 @@ std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
 std::unique_ptr<Pass> make_conv_precision();  // conv_precision.cc
 std::unique_ptr<Pass> make_conv_layout();     // conv_layout.cc
 std::unique_ptr<Pass> make_split_gemm_reduction();  // split_gemm_reduction.cc
+std::unique_ptr<Pass> make_split_gemm_k();  // split_gemm_k.cc
 std::unique_ptr<Pass> make_split_long_reduction();  // split_long_reduction.cc
 std::unique_ptr<Pass> make_recompute_pointwise();  // recompute_pointwise.cc
 std::unique_ptr<Pass> make_pointwise_before_view();  // pointwise_before_view.cc
@@ -36,6 +37,7 @@ const Entry kPasses[] = {
     {"conv_precision", make_conv_precision},
     {"conv_layout", make_conv_layout},
     {"split_gemm_reduction", make_split_gemm_reduction},
+    {"split_gemm_k", make_split_gemm_k},
     {"split_long_reduction", make_split_long_reduction},
     {"recompute_pointwise", make_recompute_pointwise},
     {"pointwise_before_view", make_pointwise_before_view},

@@ -91,10 +91,11 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
     else pm.run(*graph);
   };
   run(options.passes.empty() ? passes::default_pipeline() : options.passes);
-  // After the others, so that it sees the final epilogues; only where f32
-  // matmuls become GEMM kernels, which then write block partials.
+  // After the others, so that they see the final epilogues; only where f32
+  // matmuls become GEMM kernels, which then run split along K or write block
+  // partials.
   const auto& dtypes = options.gemm_dtypes;
-  if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_reduction"});
+  if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_k", "split_gemm_reduction"});
   // Last and alone: cse would merge its copies back.
   if (options.passes.empty()) run({"recompute_pointwise"});
   out.ir_after = print(*graph);

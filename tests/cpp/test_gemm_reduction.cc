@@ -13,13 +13,14 @@
 namespace ff {
 namespace {
 
-// linear -> swish -> sum over the features, at K = 1024 (Hopper kernel sizes).
-const char* kSwishSum = R"(graph @g(%x: f32[200,1024], %w: f32[320,1024] param, %b: f32[320] param) {
+// linear -> swish -> sum over the features, at K = 1024 (Hopper kernel sizes),
+// with tiles enough (16 x 3) that split_gemm_k keeps K whole.
+const char* kSwishSum = R"(graph @g(%x: f32[2048,1024], %w: f32[320,1024] param, %b: f32[320] param) {
   %0 = permute(%w) {dims=[1, 0]} : f32[1024,320]{1,1024}
-  %1 = addmm(%b, %x, %0) : f32[200,320]
-  %2 = sigmoid(%1) : f32[200,320]
-  %3 = mul(%1, %2) : f32[200,320]
-  %4 = sum(%3) {dims=[1], keepdim=false} : f32[200]
+  %1 = addmm(%b, %x, %0) : f32[2048,320]
+  %2 = sigmoid(%1) : f32[2048,320]
+  %3 = mul(%1, %2) : f32[2048,320]
+  %4 = sum(%3) {dims=[1], keepdim=false} : f32[2048]
   return %4
 })";
 
@@ -51,7 +52,7 @@ TEST(GemmReduction, SplitOnlyWhereF32MatmulsBecomeGemmKernels) {
   }
   const std::string split_ir = testing::compile_for(kSwishSum, 90).ir_after;
   EXPECT_EQ(split_ir, split(kSwishSum));
-  EXPECT_NE(split_ir.find("= view(%3) : f32[200,5,64]"), std::string::npos) << split_ir;
+  EXPECT_NE(split_ir.find("= view(%3) : f32[2048,5,64]"), std::string::npos) << split_ir;
   expect_same_meaning(kSwishSum, split_ir);
 }
 
@@ -75,14 +76,14 @@ TEST(GemmReduction, HopperKernelWritesOnlyTheBlockPartials) {
   EXPECT_TRUE(group.gemm.reduce_rows);
   EXPECT_EQ(group.gemm.reduce_block, 64);
   ASSERT_EQ(group.outputs.size(), 1u);
-  EXPECT_EQ(group.outputs[0]->type.shape, (Shape{200, 5}));
+  EXPECT_EQ(group.outputs[0]->type.shape, (Shape{2048, 5}));
   const codegen::KernelSource& k = cg.kernels[0];
   EXPECT_TRUE(k.sm90a);
   EXPECT_EQ(k.name, "ff_gemm_addmm_sigmoid_mul_sum_3xtf32_sm90_0");
   EXPECT_NE(k.source.find("ff_sm90::reduce_rows<64>(acc, f, M, N, *this, 1.0f, out)"),
             std::string::npos)
       << k.source;
-  // The partials' last sum is a reduction kernel over the 200 x 5 partials.
+  // The partials' last sum is a reduction kernel over the 2048 x 5 partials.
   const fusion::Group& last = cg.partition.groups[1];
   ASSERT_EQ(last.kind, fusion::Group::Kind::Reduction);
   ASSERT_EQ(last.nodes.size(), 1u);
@@ -93,13 +94,14 @@ TEST(GemmReduction, HopperKernelWritesOnlyTheBlockPartials) {
 }
 
 TEST(GemmReduction, ColumnMaxAndMeanKernels) {
-  const std::string text = R"(graph @g(%x: f32[256,1024], %w: f32[96,1024], %v: f32[256,1024]) {
+  // 34 tiles each: split_gemm_k keeps K whole.
+  const std::string text = R"(graph @g(%x: f32[4352,1024], %w: f32[96,1024], %v: f32[4352,1024]) {
   %0 = permute(%w) {dims=[1, 0]} : f32[1024,96]{1,1024}
-  %1 = mm(%x, %0) : f32[256,96]
+  %1 = mm(%x, %0) : f32[4352,96]
   %2 = amax(%1) {dims=[0], keepdim=false} : f32[96]
-  %3 = mm(%v, %0) : f32[256,96]
-  %4 = tanh(%3) : f32[256,96]
-  %5 = mean(%4) {dims=[1], keepdim=false} : f32[256]
+  %3 = mm(%v, %0) : f32[4352,96]
+  %4 = tanh(%3) : f32[4352,96]
+  %5 = mean(%4) {dims=[1], keepdim=false} : f32[4352]
   return %2, %5
 })";
   const CompiledGraph cg = compile_for(text, 90);

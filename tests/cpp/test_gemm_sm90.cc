@@ -15,12 +15,12 @@ namespace {
 
 // y = x @ W.T + b, then y + 2 * sigmoid(y): the gemm_sigmoid pattern at a
 // ragged size (M, N not multiples of the 128 x 128 tile, K of its 32).
-const char* kLinear = R"(graph @g(%x: f32[130,1028], %w: f32[300,1028] param, %b: f32[300] param) {
+const char* kLinear = R"(graph @g(%x: f32[1410,1028], %w: f32[300,1028] param, %b: f32[300] param) {
   %0 = permute(%w) {dims=[1, 0]} : f32[1028,300]{1,1028}
-  %1 = addmm(%b, %x, %0) : f32[130,300]
-  %2 = sigmoid(%1) : f32[130,300]
-  %3 = mul(%2, 2.0) : f32[130,300]
-  %4 = add(%3, %1) : f32[130,300]
+  %1 = addmm(%b, %x, %0) : f32[1410,300]
+  %2 = sigmoid(%1) : f32[1410,300]
+  %3 = mul(%2, 2.0) : f32[1410,300]
+  %4 = add(%3, %1) : f32[1410,300]
   return %4
 })";
 
@@ -43,7 +43,7 @@ TEST(GemmSm90, HopperTargetGetsTheWgmmaKernelWithTheEpilogueFused) {
       << k.source;
   EXPECT_EQ(k.source.find("asm volatile(\"mov"), std::string::npos);
   EXPECT_EQ(k.inputs, (std::vector<std::string>{"x", "0", "b"}));
-  EXPECT_EQ(k.grid[0], 2 * 3);  // a CTA per tile: ceil(130 / 128) x ceil(300 / 128)
+  EXPECT_EQ(k.grid[0], 12 * 3);  // a CTA per tile: ceil(1410 / 128) x ceil(300 / 128)
   EXPECT_EQ(k.grid[1], 1);
   EXPECT_EQ(k.block, 384);
   EXPECT_EQ(k.align_bytes, 16);

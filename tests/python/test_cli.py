@@ -61,7 +61,7 @@ LINEAR = textwrap.dedent('''
             return torch.relu(self.fc(x))
 
     def get_inputs():
-        return [torch.randn(64, 1024)]
+        return [torch.randn(8192, 1024)]
 
     def get_init_inputs():
         return []

@@ -54,14 +54,17 @@ class Features(torch.nn.Module):
         return self.model.features(*xs)
 
 
-CASES = [  # (model, input shapes, block partials' shape); K >= 1024: Hopper's kernel, else CUTLASS's
-    (LinearReduce(1024, 320, "sum", 1), [(200, 1024)], (200, 5)),
-    (LinearReduce(1024, 256, "mean", -1, keepdim=True), [(130, 1024)], (130, 4)),
-    (LinearReduce(1024, 96, "amax", 0), [(192, 1024)], (3, 96)),
-    (LinearReduce(1024, 300, "amin", 0, keepdim=True), [(256, 1024)], (4, 300)),
+# (model, input shapes, block partials' shape); K >= 1024: Hopper's kernel, else CUTLASS's. The
+# linears have 33 tiles of 128 x 128 or more, which split_gemm_k keeps whole (fewer would run split
+# along K instead, as a bmm whose sum the reduction kernels take).
+CASES = [
+    (LinearReduce(1024, 320, "sum", 1), [(1400, 1024)], (1400, 5)),
+    (LinearReduce(1024, 256, "mean", -1, keepdim=True), [(2180, 1024)], (2180, 4)),
+    (LinearReduce(1024, 96, "amax", 0), [(4224, 1024)], (66, 96)),
+    (LinearReduce(1024, 300, "amin", 0, keepdim=True), [(1408, 1024)], (22, 300)),
     (BmmReduce("sum", 2), [(3, 100, 1024), (3, 48, 1024)], (3, 100, 3)),
     (BmmReduce("amax", 1), [(2, 64, 1024), (2, 70, 1024)], (2, 1, 70)),
-    (LinearReduce(512, 320, "sum", 1), [(200, 512)], (200, 5)),
+    (LinearReduce(512, 320, "sum", 1), [(1400, 512)], (1400, 5)),
     (LinearReduce(256, 192, "amax", 0), [(320, 256)], (5, 192)),
     (BmmReduce("mean", 2), [(3, 100, 64), (3, 96, 64)], (3, 100, 3)),
 ]
@@ -157,7 +160,7 @@ def test_reduction_epilogue_matches_eager_and_fp64(model, shapes, partials):
 def test_reduction_epilogue_propagates_nan_like_eager():
     """A NaN in one input row reaches that row's sum and every column's amax."""
     model = LinearReduce(1024, 256, "amax", 0).cuda().eval()
-    x = torch.randn(256, 1024, device="cuda")
+    x = torch.randn(4224, 1024, device="cuda")  # 66 tiles: K stays whole
     x[7, 3] = float("nan")
     fast = fuseforge.optimize(model)
     with torch.no_grad():

@@ -110,11 +110,12 @@ def test_odd_shape_gemm_kernels_compile(dtype, m, n, k):
 def test_gemm_tiles_do_not_spill_registers(monkeypatch, math, m, n):
     """Each candidate tile (picked by the cost model for these shapes) fits the
     register file: ptxas reports no spills for sm_90 (f32: 3xTF32; tf32: f32
-    operands under the tf32 precision)."""
+    operands under the tf32 precision). K = 384 leaves no two slices of 256
+    for split_gemm_k: the 256 x 256 linear stays one addmm kernel."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
     dtype = "f32" if math == "tf32" else math
-    text = f"""graph @g(%a: {dtype}[{m},512], %w: {dtype}[{n},512] param, %bias: {dtype}[{n}] param) {{
-  %0 = permute(%w) {{dims=[1, 0]}} : {dtype}[512,{n}]{{1,512}}
+    text = f"""graph @g(%a: {dtype}[{m},384], %w: {dtype}[{n},384] param, %bias: {dtype}[{n}] param) {{
+  %0 = permute(%w) {{dims=[1, 0]}} : {dtype}[384,{n}]{{1,384}}
   %1 = addmm(%bias, %a, %0) : {dtype}[{m},{n}]
   %2 = gelu(%1) : {dtype}[{m},{n}]
   return %2
@@ -130,11 +131,12 @@ def test_gemm_tiles_do_not_spill_registers(monkeypatch, math, m, n):
 def test_cutlass_gemm_kernels_with_a_block_reduction_build_for_every_tile(monkeypatch, reduce):
     """The CUTLASS kernels (other GPUs, and short sums on Hopper) that write
     block partials build with each candidate tile, without register spills;
-    the shared memory they declare holds their storage (static_asserts)."""
+    the shared memory they declare holds their storage (static_asserts).
+    K = 384: too short for split_gemm_k."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")  # every tile: the plan lists the others as variants
-    text = f"""graph @g(%x: f32[256,512], %w: f32[320,512], %r: f32[256,320]) {{
-  %0 = permute(%w) {{dims=[1, 0]}} : f32[512,320]{{1,512}}
+    text = f"""graph @g(%x: f32[256,384], %w: f32[320,384], %r: f32[256,320]) {{
+  %0 = permute(%w) {{dims=[1, 0]}} : f32[384,320]{{1,384}}
   %1 = mm(%x, %0) : f32[256,320]
   %2 = add(%1, %r) : f32[256,320]
   %3 = {reduce}
@@ -147,7 +149,7 @@ def test_cutlass_gemm_kernels_with_a_block_reduction_build_for_every_tile(monkey
         assert is_cubin and " 0 bytes spill stores" in log, (name, log)
 
 
-@pytest.mark.parametrize("k,reduce", [(1024, None), (8192, None), (1024, "sum(%3) {dims=[1], keepdim=false} : f32[1024]"),
+@pytest.mark.parametrize("k,reduce", [(1024, None), (8192, None), (1024, "sum(%3) {dims=[1], keepdim=false} : f32[1536]"),
                                       (1024, "amax(%3) {dims=[0], keepdim=false} : f32[512]")],
                          ids=["k1024", "k8192", "row_sums", "column_maxima"])
 def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch, k, reduce):
@@ -156,13 +158,14 @@ def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch
     "Potential Performance Loss": no wgmmas serialized (info C7514/C7515/C7519)
     and no setmaxnreg ignored (C7508). C7519 came with a compile-time K; that
     kernel ran 1.58 ms on an H100 where the same mainloop with run-time sizes
-    ran 1.43 ms (1024 x 8192 x 8192). Also with a reduction in the epilogue."""
+    ran 1.43 ms (1024 x 8192 x 8192). Also with a reduction in the epilogue. 1536 x 512:
+    48 tiles, which split_gemm_k keeps whole."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
-    text = f"""graph @g(%a: f32[1024,{k}], %w: f32[512,{k}] param, %bias: f32[512] param, %r: f32[1024,512]) {{
+    text = f"""graph @g(%a: f32[1536,{k}], %w: f32[512,{k}] param, %bias: f32[512] param, %r: f32[1536,512]) {{
   %0 = permute(%w) {{dims=[1, 0]}} : f32[{k},512]{{1,{k}}}
-  %1 = addmm(%bias, %a, %0) : f32[1024,512]
-  %2 = sigmoid(%1) : f32[1024,512]
-  %3 = add(%2, %r) : f32[1024,512]
+  %1 = addmm(%bias, %a, %0) : f32[1536,512]
+  %2 = sigmoid(%1) : f32[1536,512]
+  %3 = add(%2, %r) : f32[1536,512]
   return %3
 }}"""
     if reduce:

@@ -25,7 +25,7 @@ EXPECTED = {
     "logsumexp_mean": ([["logsumexp"], ["mean"]], []),
     "max_and_argmax": ([["amax", "argmax"]], []),
     "layernorm_residual_dropout_eval": ([["layer_norm"]], []),
-    "classifier_head": ([["mean"], ["log_softmax"]], []),
+    "classifier_head": ([["mean"], ["sum"], ["log_softmax"]], []),  # the sum of the linear's K slices (split_gemm_k)
     "linear_gelu_layernorm": ([["layer_norm"]], []),
     "conv2d_groupnorm_silu": ([["var", "mean"]], []),
     "conv2d_instancenorm_scale": ([["var", "mean"]], []),  # the weight and bias repeated per sample: prepare steps

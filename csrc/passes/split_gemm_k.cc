@@ -1,0 +1,105 @@
+// split_gemm_k: a matmul with too few output tiles to fill the GPU and a long
+// K becomes S matmuls over slices of K (one bmm) and the sum of their partial
+// results (split-K).
+//
+//   %y = addmm(%bias, %a, %b) : f32[256,1000]       (%a: [256,2048], %b: [2048,1000])
+// becomes
+//   %0 = view(%a) : f32[256,8,256]
+//   %1 = permute(%0) {dims=[1, 0, 2]} : f32[8,256,256]{256,2048,1}
+//   %2 = view(%b) : f32[8,256,1000]
+//   %3 = bmm(%1, %2) : f32[8,256,1000]
+//   %4 = sum(%3) {dims=[0], keepdim=false} : f32[256,1000]
+//   %y = add(%4, %bias) : f32[256,1000]
+//
+// A GEMM kernel gives each output tile (up to 128 x 128) one CTA: 256 x 1000
+// is 16 CTAs on a GPU of 132 SMs, each running all 2048 of K. Split 8 ways
+// the bmm has 128 CTAs of 256 each; the sum (a column reduction in a fixed
+// order: the same result every run) reads back 8 MB, and the bias and any
+// pointwise work after it fuse into that reduction's kernel. Each slice is an
+// fp32-accurate GEMM (a shorter one) and the slices are summed in fp32, so
+// accuracy is that of the unsplit GEMM.
+//
+// Only f32 mm/addmm that match_gemm accepts (alpha 1, beta 0 or 1). Like split_gemm_reduction the
+// pipeline runs it only where f32 matmuls become GEMM kernels (compile.cc):
+// a library GEMM splits K itself.
+#include "fusion/gemm.h"
+#include "passes/pass.h"
+
+namespace ff::passes {
+
+namespace {
+
+constexpr int64_t kTile = 128;       // the largest GEMM tile's side: a CTA each
+constexpr int64_t kTargetCtas = 128;  // about one wave on 132 SMs (H100, H200)
+constexpr int64_t kMinSlice = 256;    // K per slice at least: 8 k-blocks of 32
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The number of slices for `n`, or 0 when it is left whole: a power of two
+// that fills about one wave, with slices of kMinSlice or more.
+int64_t slices(const Node& n) {
+  if (n.op != Op::Mm && n.op != Op::Addmm) return 0;
+  const auto spec = fusion::match_gemm(n);
+  if (!spec || spec->dtype != DType::f32 || spec->alpha != 1.0 || (spec->beta != 0.0 && spec->beta != 1.0)) return 0;
+  const int64_t tiles = ceil_div(spec->m, kTile) * ceil_div(spec->n, kTile);
+  if (tiles * 4 > kTargetCtas) return 0;  // a quarter of the GPU or more: whole
+  int64_t s = 1;
+  while (tiles * s * 2 <= kTargetCtas && spec->k % (s * 2) == 0 && spec->k / (s * 2) >= kMinSlice) s *= 2;
+  return s >= 2 ? s : 0;
+}
+
+Node* view(Graph& g, Node* before, Value* x, Shape shape) {
+  Node* v = g.insert_before(before, Op::View, {Operand::of(x)}, {TensorType::contiguous(x->type.dtype, shape)});
+  v->result()->type = infer_result_types(*v).at(0);
+  return v;
+}
+
+// Rewrites `n` into S sliced products and their sum; false (graph unchanged)
+// when the bmm is no GEMM kernel's. Splitting one dim of a 2-D operand is
+// always a view (no copy), whatever its strides.
+bool split(Graph& g, Node* n, int64_t s) {
+  const bool addmm = n->op == Op::Addmm;
+  Value* a = n->input(addmm ? 1 : 0);
+  Value* b = n->input(addmm ? 2 : 1);
+  const TensorType& y = n->result()->type;
+  const int64_t m = y.shape[0], cols = y.shape[1], k = a->type.shape[1], slice = k / s;
+  Node* av = view(g, n, a, {m, s, slice});
+  Node* at = g.insert_before(n, Op::Permute, {Operand::of(av->result())}, {a->type},
+                             {{"dims", std::vector<int64_t>{1, 0, 2}}});
+  at->result()->type = infer_result_types(*at).at(0);
+  Node* bv = view(g, n, b, {s, slice, cols});
+  Node* bmm = g.insert_before(n, Op::Bmm, {Operand::of(at->result()), Operand::of(bv->result())},
+                              {TensorType::contiguous(y.dtype, {s, m, cols})});
+  if (!fusion::match_gemm(*bmm)) {
+    g.erase_nodes(std::vector<Node*>{bmm, bv, at, av});
+    return false;
+  }
+  Node* sum = g.insert_before(n, Op::Sum, {Operand::of(bmm->result())}, {TensorType::contiguous(y.dtype, {m, cols})},
+                              {{"dims", std::vector<int64_t>{0}}, {"keepdim", false}});
+  Node* last = sum;
+  if (addmm && fusion::match_gemm(*n)->beta != 0.0)
+    last = g.insert_before(n, Op::Add, {Operand::of(sum->result()), Operand::of(n->input(0))}, {y});
+  g.replace_all_uses(n->result(), last->result());
+  g.erase_nodes(std::vector<Node*>{n});
+  return true;
+}
+
+class SplitGemmK final : public Pass {
+ public:
+  std::string_view name() const override { return "split_gemm_k"; }
+
+  bool run(Graph& g) override {
+    std::vector<std::pair<Node*, int64_t>> todo;
+    for (auto& n : g.nodes())
+      if (const int64_t s = slices(*n)) todo.emplace_back(n.get(), s);
+    bool changed = false;
+    for (auto [n, s] : todo) changed |= split(g, n, s);  // inserting invalidates iteration over g.nodes()
+    return changed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_split_gemm_k() { return std::make_unique<SplitGemmK>(); }
+
+}  // namespace ff::passes
