@@ -19,9 +19,11 @@
 // fp32-accurate GEMM (a shorter one) and the slices are summed in fp32, so
 // accuracy is that of the unsplit GEMM.
 //
-// Only f32 mm/addmm that match_gemm accepts (alpha 1, beta 0 or 1). Like split_gemm_reduction the
-// pipeline runs it only where f32 matmuls become GEMM kernels (compile.cc):
-// a library GEMM splits K itself.
+// Only f32 mm/addmm that match_gemm accepts (alpha 1, beta 0 or 1). Like
+// split_gemm_reduction the pipeline runs it only where f32 matmuls become
+// GEMM kernels (compile.cc): a library GEMM splits K itself.
+#include <optional>
+
 #include "fusion/gemm.h"
 #include "passes/pass.h"
 
@@ -35,17 +37,26 @@ constexpr int64_t kMinSlice = 256;    // K per slice at least: 8 k-blocks of 32
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The number of slices for `n`, or 0 when it is left whole: a power of two
-// that fills about one wave, with slices of kMinSlice or more.
-int64_t slices(const Node& n) {
-  if (n.op != Op::Mm && n.op != Op::Addmm) return 0;
+// A matmul to split: `slices` of K, and whether it adds addmm's bias (beta 1).
+struct Split {
+  Node* n;
+  int64_t slices;
+  bool bias;
+};
+
+// How to split `n`, if at all: a power of two of slices that fills about one
+// wave, each kMinSlice or more of K.
+std::optional<Split> plan_split(Node& n) {
+  if (n.op != Op::Mm && n.op != Op::Addmm) return std::nullopt;
   const auto spec = fusion::match_gemm(n);
-  if (!spec || spec->dtype != DType::f32 || spec->alpha != 1.0 || (spec->beta != 0.0 && spec->beta != 1.0)) return 0;
+  if (!spec || spec->dtype != DType::f32 || spec->alpha != 1.0 || (spec->beta != 0.0 && spec->beta != 1.0))
+    return std::nullopt;
   const int64_t tiles = ceil_div(spec->m, kTile) * ceil_div(spec->n, kTile);
-  if (tiles * 4 > kTargetCtas) return 0;  // a quarter of the GPU or more: whole
+  if (tiles * 4 > kTargetCtas) return std::nullopt;  // a quarter of the GPU or more: whole
   int64_t s = 1;
   while (tiles * s * 2 <= kTargetCtas && spec->k % (s * 2) == 0 && spec->k / (s * 2) >= kMinSlice) s *= 2;
-  return s >= 2 ? s : 0;
+  if (s < 2) return std::nullopt;
+  return Split{&n, s, n.op == Op::Addmm && spec->beta != 0.0};
 }
 
 Node* view(Graph& g, Node* before, Value* x, Shape shape) {
@@ -54,10 +65,12 @@ Node* view(Graph& g, Node* before, Value* x, Shape shape) {
   return v;
 }
 
-// Rewrites `n` into S sliced products and their sum; false (graph unchanged)
-// when the bmm is no GEMM kernel's. Splitting one dim of a 2-D operand is
-// always a view (no copy), whatever its strides.
-bool split(Graph& g, Node* n, int64_t s) {
+// Rewrites the matmul into its sliced products and their sum; false (graph
+// unchanged) when the bmm is no GEMM kernel's. Splitting one dim of a 2-D
+// operand is always a view (no copy), whatever its strides.
+bool split(Graph& g, const Split& sp) {
+  Node* n = sp.n;
+  const int64_t s = sp.slices;
   const bool addmm = n->op == Op::Addmm;
   Value* a = n->input(addmm ? 1 : 0);
   Value* b = n->input(addmm ? 2 : 1);
@@ -77,7 +90,7 @@ bool split(Graph& g, Node* n, int64_t s) {
   Node* sum = g.insert_before(n, Op::Sum, {Operand::of(bmm->result())}, {TensorType::contiguous(y.dtype, {m, cols})},
                               {{"dims", std::vector<int64_t>{0}}, {"keepdim", false}});
   Node* last = sum;
-  if (addmm && fusion::match_gemm(*n)->beta != 0.0)
+  if (sp.bias)
     last = g.insert_before(n, Op::Add, {Operand::of(sum->result()), Operand::of(n->input(0))}, {y});
   g.replace_all_uses(n->result(), last->result());
   g.erase_nodes(std::vector<Node*>{n});
@@ -89,11 +102,11 @@ class SplitGemmK final : public Pass {
   std::string_view name() const override { return "split_gemm_k"; }
 
   bool run(Graph& g) override {
-    std::vector<std::pair<Node*, int64_t>> todo;
+    std::vector<Split> todo;
     for (auto& n : g.nodes())
-      if (const int64_t s = slices(*n)) todo.emplace_back(n.get(), s);
+      if (auto sp = plan_split(*n)) todo.push_back(*sp);
     bool changed = false;
-    for (auto [n, s] : todo) changed |= split(g, n, s);  // inserting invalidates iteration over g.nodes()
+    for (const Split& sp : todo) changed |= split(g, sp);  // inserting invalidates iteration over g.nodes()
     return changed;
   }
 };
