@@ -180,12 +180,12 @@ class Executor:
         # Its library calls: for a kernel that did not compile, and for a conv
         # kernel that autotuning may find slower than cuDNN.
         by_ops = self._op_by_op(index) if kernel is None or k.kind == "conv" else None
-        tune = kernel is not None and len(k.variants) > 0  # listed only when autotuning
-        if tune:
+        if kernel is not None and len(k.variants) > 0:  # listed only when autotuning
             self._tuning.add(index)
+        tuning = self._tuning
 
         def run(env: Env) -> None:
-            nonlocal kernel, tune
+            nonlocal kernel
             if kernel is None:
                 by_ops(env)
                 return
@@ -196,11 +196,10 @@ class Executor:
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
             out_tensors = [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
-            if tune:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
+            if index in tuning:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
                 library = (lambda: by_ops(env)) if k.kind == "conv" else None
-                kernel, tune = self._tuned(k, kernel, pointers, library), False
-                self.kernels[index] = kernel
-                self._tuning.discard(index)
+                kernel = self.kernels[index] = self._tuned(k, kernel, pointers, library)
+                tuning.discard(index)
                 if kernel is None:  # cuDNN won
                     by_ops(env)
                     return
