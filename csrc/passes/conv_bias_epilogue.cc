@@ -27,12 +27,12 @@ namespace ff::passes {
 namespace {
 
 // Whether every user of `v` (a convolution's result) is pointwise or a
-// reduction. For a 2-D convolution only reductions over the channels, or
-// ones split_long_reduction splits, or over H and W: the add makes conv_layout
-// run it NHWC, where a reduction over the channels reads rows of unit stride (a softmax
-// over them staging its NCHW result through shared memory, up to the row
-// length that allows) and a batch norm's statistics over N, H, W partials of
-// many columns, but another over N, H, W would have few columns, and
+// reduction. For a 2-D convolution only reductions over the channels, or ones
+// split_long_reduction splits, or over H and W: the add makes conv_layout run
+// it NHWC, where a reduction over the channels reads rows of unit stride (a
+// softmax over them staging its NCHW result through shared memory, up to the
+// row length that allows) and a batch norm's statistics over N, H, W partials
+// of many columns, but another over N, H, W would have few columns, and
 // layer_norm would write its NCHW result across rows (uncoalesced).
 bool feeds_only_fusible(const Graph& g, const Value* v, bool maybe_nhwc) {
   if (g.is_graph_output(v)) return false;

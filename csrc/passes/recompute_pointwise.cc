@@ -7,16 +7,15 @@
 //   %y0 = add(%conv, %bias_view) ; %m = mean(%y0) ... ; %v = var(%y0) ...
 //   %y1 = add(%conv, %bias_view) ; %z = sub(%y1, ...)
 //
-// Each copy fuses into its reader's kernel (a reduction's prologue, a
-// pointwise group), which reads %conv where it read %y: the same bytes, and
-// %y is never written. Reductions over the same dims (var and mean, as
-// above) share one copy, being one kernel. Only where every reader fuses (pointwise ops and
-// reductions that become kernels): a library call would need %y written
-// anyway. Only nodes reading one tensor of their size and small others
-// (per-channel values, scalars), so no reader reads more than it did; that
-// tensor an input, an ATen op's or a library convolution's result (a GEMM or
-// a conv kernel would take the node into its epilogue; a pointwise chain is
-// left whole).
+// Each copy fuses into its reader's kernel (a reduction's prologue, a pointwise
+// group), which reads %conv where it read %y: the same bytes, and %y is never
+// written. Reductions over the same dims (var and mean, as above) share one
+// copy, being one kernel. Only where every reader fuses (pointwise ops and
+// reductions that become kernels): a library call would need %y written anyway.
+// Only nodes reading one tensor of their size and small others (per-channel
+// values, scalars), so no reader reads more than it did; that tensor an input,
+// an ATen op's or a library convolution's result (a GEMM or a conv kernel would
+// take the node into its epilogue; a pointwise chain is left whole).
 //
 // The pipeline runs it once, after the others (compile.cc): cse would merge
 // the copies back.
