@@ -4,6 +4,8 @@
 // it has its entry here.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <functional>
 #include <numeric>
 
@@ -55,6 +57,20 @@ double variance(const Node& n, const std::vector<double>& row) {
   for (double v : row) ss += (v - mean) * (v - mean);
   int64_t dof = std::max<int64_t>(0, static_cast<int64_t>(row.size()) - n.attr_int_or("correction", 1));
   return ss / static_cast<double>(dof);  // 0/0 = NaN, like PyTorch
+}
+
+// x as f32 rounded to tf32: 10 mantissa bits, to nearest, ties away from zero
+// (adding half the dropped ulp to the bits carries into the exponent where it
+// must); NaN stays NaN.
+double round_tf32(double x) {
+  const float f = static_cast<float>(x);
+  if (std::isnan(f)) return x;
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = (bits + 0x1000u) & 0xFFFFE000u;
+  float r;
+  std::memcpy(&r, &bits, sizeof r);
+  return r;
 }
 
 // softmax / log_softmax of a row: the max (NaN-propagating), then the sum of exp(x - max).
@@ -115,6 +131,7 @@ Evaluator reference_semantics(Op op) {
     case Op::IsNan: return FF_UNARY(FF_BOOL(std::isnan(x)));
     case Op::Cast: return FF_UNARY(x);  // the result rounding converts
     case Op::Copy: return FF_UNARY(x);
+    case Op::RoundTf32: return FF_UNARY(round_tf32(x));
     case Op::Add: return FF_BINARY(a + b);
     case Op::Sub: return FF_BINARY(a - b);
     case Op::Mul: return FF_BINARY(a * b);

@@ -56,6 +56,7 @@ template <class T> T __shfl_up_sync(unsigned, T v, int d) { ff_emu_shfl_up(&v, s
 template <class T> T __shfl_sync(unsigned, T v, int src) { ff_emu_shfl_idx(&v, sizeof(T), src); return v; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
 inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }

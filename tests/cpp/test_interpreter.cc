@@ -105,6 +105,18 @@ TEST(InterpPointwise, F16Rounding) {
   EXPECT_EQ(out[1].data[2], 204.75);           // 204.8 to the f16 grid (spacing 0.125)
 }
 
+TEST(InterpPointwise, RoundTf32KeepsTenMantissaBitsRoundingTiesAway) {
+  // 1 + 2^-11 is a tie (away: 1 + 2^-10, where f16's tie goes to even), 1 +
+  // 2^-12 rounds down, the largest tf32 below 2 plus a carry rounds up into
+  // the exponent; NaN and infinities pass.
+  const double ulp = std::ldexp(1.0, -10);
+  auto out = RunIR(R"(graph @g(%x: f32[7]) {
+  %0 = round_tf32(%x) : f32[7]
+  return %0
+})", {F32({7}, {1.0 + ulp / 2, 1.0 + ulp / 4, -(1.0 + 3 * ulp / 4), 2.0 - ulp / 2, kNaN, -kInf, 0.0})});
+  ExpectData(out[0], {1.0 + ulp, 1.0, -(1.0 + ulp), 2.0, kNaN, -kInf, 0.0});
+}
+
 TEST(InterpPointwise, IntegerAndBoolPaths) {
   auto out = RunIR(R"(graph @g(%x: i64[5], %y: i64[5]) {
   %0 = gt(%x, 2) : bool[5]

@@ -255,8 +255,9 @@ _NUMBERS = {"bool": True, "int": 3, "float": 0.5}
 
 
 def _torch_fn(name: str):
-    """The torch function of IR op `name` (copy: clone, a fresh tensor of the same dtype)."""
-    return torch.clone if name == "copy" else getattr(torch, name, None) or getattr(F, name)
+    """The torch function of IR op `name` (copy, round_tf32: clone, a fresh
+    tensor of the same dtype)."""
+    return torch.clone if name in ("copy", "round_tf32") else getattr(torch, name, None) or getattr(F, name)
 
 
 def _operand(spec):

@@ -88,6 +88,7 @@ std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
     case Op::LogicalNot: return "(!" + a[0] + ")";
     case Op::IsNan: return "ff_isnan(" + a[0] + ")";
     case Op::Cast: case Op::Copy: case Op::Full: return a[0];
+    case Op::RoundTf32: return c == DType::f32 ? "ff_round_tf32(" + a[0] + ")" : a[0];
     case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
     case Op::Sub: return "(" + a[0] + " - " + a[1] + ")";
     case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";

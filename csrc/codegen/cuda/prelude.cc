@@ -27,6 +27,10 @@ __device__ __forceinline__ double ff_sigmoid(double x) { return 1.0 / (1.0 + exp
 __device__ __forceinline__ float ff_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ double ff_silu(double x) { return x / (1.0 + exp(-x)); }
 template <class T> __device__ __forceinline__ T ff_relu(T x) { return ff_isnan(x) ? x : (x > T(0) ? x : T(0)); }
+// f32 rounded to tf32 (nearest, ties away): what a 1xTF32 conv kernel's tensor cores read exactly.
+__device__ __forceinline__ float ff_round_tf32(float x) {
+  return ff_isnan(x) ? x : __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+}
 __device__ __forceinline__ float ff_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 __device__ __forceinline__ double ff_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
 __device__ __forceinline__ float ff_gelu_tanh(float x) {

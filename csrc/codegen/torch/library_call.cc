@@ -157,6 +157,9 @@ std::string torch_expr(const Node& n, const std::vector<std::string>& operands) 
     case Op::LogicalNot: return f.pointwise("torch.logical_not");
     case Op::IsNan: return f.pointwise("torch.isnan");
     case Op::Cast: case Op::Copy: return a[0] + ".to(" + f.dt + ", copy=True)";
+    case Op::RoundTf32:  // as ff_round_tf32: on the bits, NaN kept
+      return "torch.where(torch.isnan(" + a[0] + "), " + a[0] + ", torch.bitwise_and(" + a[0] +
+             ".view(torch.int32) + 4096, -8192).view(torch.float32))";
     case Op::Add: return f.pointwise("torch.add");
     case Op::Sub: return f.pointwise("torch.sub");
     case Op::Mul: return f.pointwise("torch.mul");
