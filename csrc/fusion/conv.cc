@@ -57,6 +57,8 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   ConvKernelSpec s;
   s.conv = *spec;
   s.alignment = alignment_of(*spec);
+  const auto rounded = [](const Value* v) { return v->producer != nullptr && v->producer->op == Op::RoundTf32; };
+  s.rounded_operands = spec->dtype == DType::f32 && spec->tf32 && rounded(n.input(0)) && rounded(n.input(1));
   return s;
 }
 

@@ -20,6 +20,9 @@ struct ConvKernelSpec {
   // convs: 16 bytes, their only form).
   int alignment = 1;
   bool direct = false;  // a direct kernel (conv_direct.h), not an implicit GEMM
+  // A 1xTF32 conv whose input and weight are round_tf32 results
+  // (round_conv_operands): its kernel reads them as loaded.
+  bool rounded_operands = false;
   int64_t gemm_m() const;
   int64_t gemm_n() const { return conv.out_channels; }
   int64_t gemm_k() const;

@@ -1,7 +1,10 @@
 #include "fusion/conv_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+
+#include "codegen/cuda/sm90_ss_mainloop.h"
 
 namespace ff::fusion {
 
@@ -15,10 +18,22 @@ constexpr double kSimtF32 = 55e12;      // IEEE f32: no tensor cores in cuDNN
 constexpr double kTf32 = 230e12;        // cuDNN TF32 tensor cores, channels-last
 constexpr double kHalf = 450e12;        // cuDNN f16/bf16 tensor cores, channels-last
 constexpr double kKernel3xTf32 = 65e12; // our implicit GEMM, f32 as 3xTF32
-// Our implicit GEMM, 1xTF32, measured on an H100 with a fused relu: the
-// wgmma kernel 128-133 TFLOP/s on 3x3 convs of 64 input and 128 output
-// channels (CUTLASS's sm80 form 100; cuDNN's conv alone about 340).
+// Our implicit GEMM, 1xTF32, rounding its tiles in place, measured on an H100
+// with a fused relu: the wgmma kernel 128-133 TFLOP/s on 3x3 convs of 64 input
+// and 128 output channels (CUTLASS's sm80 form 100; cuDNN's conv alone about
+// 340).
 constexpr double kKernelTf32 = 130e12;
+// The same on rounded operands (sm90_ss_mainloop.h) is bound by what its
+// producer gathers through L2: every tile reads its BM rows and BN columns of
+// the implicit GEMM whole, each input pixel once per window tap. Measured on
+// an H200 (tools/conv_probe.py section C, 8 convs): with its stores switched
+// off the seed's conv moved 7.0 GB in 1.15 ms and its producer alone in 0.96;
+// the stores of its NCHW result, which the consumers make between tiles, took
+// 0.47 ms more for 1.04 GB. These rates model the 8 convs' kernels within
+// -15 % and +25 %, more often high than low.
+constexpr double kSsGather = 5e12;    // bytes/s through L2 into shared memory
+constexpr double kSsStore = 2e12;     // bytes/s of the result, not overlapped with the mainloop
+constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs: 23 TFLOP/s measured on an H100 for 6
 // input channels, 48 output channels and a 3x3 window, a third of the FMA
@@ -30,6 +45,10 @@ constexpr double kDirectF32 = 22e12;
 // IEEE kernel, about 54/256 of its rate on long ones.
 constexpr double kFullReduction = 256;
 constexpr double kBandwidth = 2.5e12;   // bytes/s, HBM3 effective
+// Against cuDNN as timed, our kernels' figures carry a margin: the models
+// above ran up to 25 % fast (the 1xTF32 one on the suite's convs), and the
+// epilogue's pass they save is modelled at an H100's bandwidth.
+constexpr double kTimedMargin = 1.25;
 
 // cuDNN's channels-last time over its NCHW time for tensor-core math, by conv
 // class: torch.compile's averages over TorchBench's convs (inductor's
@@ -45,6 +64,24 @@ double channels_last_ratio(const ConvSpec& s) {
 
 double ms(double flops, double rate, double bytes) { return 1e3 * std::max(flops / rate, bytes / kBandwidth); }
 
+// The share of our register-fragment kernels' 128 output channels a tile that
+// their columns use (the rates above are of convs of 128): a conv of 24
+// output channels runs its wgmmas at 24/128 of the rate.
+double tile_use(const ConvSpec& s) {
+  const double n = static_cast<double>(s.out_channels);
+  return n / (std::ceil(n / 128) * 128);
+}
+
+double ss_kernel_ms(const ConvSpec& s) {
+  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels);
+  int64_t m = s.batch, k = s.in_channels;
+  for (int64_t v : s.output_size) m *= v;
+  for (int64_t v : s.kernel) k *= v;
+  const double k_padded = static_cast<double>((k + 31) / 32 * 32);
+  const double gathered = static_cast<double>(tile.tiles(m, s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
+  return 1e3 * (std::max(s.flops() / kSsTf32, gathered / kSsGather) + s.output_bytes() / kSsStore);
+}
+
 // The share of cuDNN's rate a forward conv's reduction length allows
 // (depthwise convs have kernels of their own; transposed ones are not
 // measured, so not modelled).
@@ -59,7 +96,11 @@ double reduction_efficiency(const ConvSpec& s) {
 
 double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
 
-ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies) {
+double kernel_rounding_in_place_ms(const ConvSpec& s) {
+  return ms(s.flops(), kKernelTf32 * tile_use(s), s.bytes()) * kTimedMargin;
+}
+
+ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies, const CudnnTimes* measured) {
   const double inf = std::numeric_limits<double>::infinity();
   const double flops = s.flops(), bytes = s.bytes();
   const bool f32 = s.dtype == DType::f32;
@@ -83,7 +124,14 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
     t.cudnn_nchw = t.cudnn_channels_last / ratio;
     if (ratio < 1) t.cudnn_nchw += copy_ms(s.input_bytes()) + copy_ms(s.output_bytes());
   }
-  t.kernel = kernel_applies ? ms(flops, f32 ? (s.tf32 ? kKernelTf32 : kKernel3xTf32) : kKernelHalf, bytes) : inf;
+  if (!kernel_applies) t.kernel = inf;
+  else if (f32 && s.tf32) t.kernel = ss_kernel_ms(s);
+  else t.kernel = ms(flops, (f32 ? kKernel3xTf32 : kKernelHalf) * tile_use(s), bytes);
+  if (measured != nullptr) {
+    t.cudnn_nchw = measured->contiguous_ms;
+    t.cudnn_channels_last = measured->channels_last_ms;
+    t.kernel *= kTimedMargin;
+  }
   t.direct = direct_applies ? ms(flops, kDirectF32, bytes) : inf;
   return t;
 }

@@ -19,8 +19,16 @@ struct ConvTimes {
 };
 
 // `kernel_applies`: whether a generated implicit-GEMM kernel can run this
-// conv; `direct_applies`: whether a direct kernel can.
-ConvTimes conv_times(const ConvSpec& spec, bool kernel_applies, bool direct_applies = false);
+// conv; `direct_applies`: whether a direct kernel can; `measured`: cuDNN's
+// timed figures for it, if any (the kernel's figure then carries a margin). A
+// 1xTF32 kernel is modelled as Hopper's on rounded operands
+// (sm90_ss_mainloop.h), the form round_conv_operands sets up.
+ConvTimes conv_times(const ConvSpec& spec, bool kernel_applies, bool direct_applies = false,
+                     const CudnnTimes* measured = nullptr);
+
+// The Hopper 1xTF32 kernel on operands not rounded beforehand (it rounds its
+// tiles itself: sm90_mainloop.h), against cuDNN as timed (with the margin).
+double kernel_rounding_in_place_ms(const ConvSpec& spec);
 
 // Milliseconds to read and write `bytes` once (a layout conversion).
 double copy_ms(double bytes);

@@ -24,17 +24,28 @@ class ConvScheduler final : public Scheduler {
     if (options.conv_dtypes.empty() && !options.conv_direct) return;
     for (auto& n : p.graph().nodes()) {
       if (n->op != Op::Convolution) continue;
-      auto spec = match_conv_kernel(*n);
-      if (spec && std::find(options.conv_dtypes.begin(), options.conv_dtypes.end(), spec->conv.dtype) ==
-                      options.conv_dtypes.end())
-        spec.reset();
-      const auto epilogue = epilogue_group(p, n.get());
-      if (spec && !options.conv_always && !kernel_is_faster(*spec, epilogue.has_value())) spec.reset();
-      if (!spec && options.conv_direct) {
-        spec = match_direct_conv(*n);
-        if (spec && !direct_is_faster(*spec, *n, epilogue.has_value())) spec.reset();
-      }
+      const bool fuses = epilogue_group(p, n.get()).has_value();
+      const auto direct = [&]() -> std::optional<ConvKernelSpec> {
+        auto s = options.conv_direct ? match_direct_conv(*n) : std::nullopt;
+        return s && direct_is_faster(*s, *n, fuses) ? s : std::nullopt;
+      };
+      // An implicit GEMM only against cuDNN as timed (the model's cuDNN
+      // rates stray by 5x from shape to shape), unless every conv must be one.
+      const auto implicit = [&]() -> std::optional<ConvKernelSpec> {
+        auto s = match_conv_kernel(*n);
+        const auto& dtypes = options.conv_dtypes;
+        if (!s || std::find(dtypes.begin(), dtypes.end(), s->conv.dtype) == dtypes.end()) return std::nullopt;
+        if (options.conv_always) return s;
+        const auto cudnn = measured_cudnn(*n);
+        return cudnn && kernel_is_faster(*s, *cudnn, fuses, options) ? s : std::nullopt;
+      };
+      // A direct kernel first where it beats cuDNN: it covers the short
+      // reductions that idle an implicit GEMM's tiles as much as cuDNN's
+      // (unless every conv a kernel covers must be an implicit GEMM).
+      std::optional<ConvKernelSpec> spec = options.conv_always ? implicit() : direct();
+      if (!spec) spec = options.conv_always ? direct() : implicit();
       if (!spec) continue;
+      const auto epilogue = epilogue_group(p, n.get());
       std::vector<Node*> members{n.get()};
       if (epilogue) {
         std::vector<Node*> ep = p.release(*epilogue);
@@ -59,16 +70,21 @@ class ConvScheduler final : public Scheduler {
   }
 
  private:
-  static bool hopper(const Group& g, const FusionOptions& options) {
-    return options.arch == 90 && codegen::sm90_conv_applies(g.conv);
+  static bool hopper(const Group& g, const FusionOptions& options) { return hopper_kernel(g.conv, options); }
+  static bool hopper_kernel(const ConvKernelSpec& spec, const FusionOptions& options) {
+    return options.arch == 90 && codegen::sm90_conv_applies(spec);
   }
 
-  // The kernel against cuDNN's channels-last conv, which writes its result
-  // and has the epilogue read it back.
-  static bool kernel_is_faster(const ConvKernelSpec& spec, bool fuses_epilogue) {
-    const ConvTimes t = conv_times(spec.conv, true);
+  // The kernel against cuDNN's channels-last conv as timed, which writes its
+  // result and has the epilogue read it back.
+  static bool kernel_is_faster(const ConvKernelSpec& spec, const CudnnTimes& cudnn, bool fuses_epilogue,
+                               const FusionOptions& options) {
+    const ConvTimes t = conv_times(spec.conv, true, false, &cudnn);
+    const bool rounds_in_place = spec.conv.dtype == DType::f32 && spec.conv.tf32 &&
+                                 !(hopper_kernel(spec, options) && spec.rounded_operands);
+    const double kernel = rounds_in_place ? kernel_rounding_in_place_ms(spec.conv) : t.kernel;
     const double unfused = t.cudnn_channels_last + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
-    return t.kernel < unfused;
+    return kernel < unfused;
   }
 
   // The direct kernel against cuDNN in the conv's layout, which writes its

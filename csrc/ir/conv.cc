@@ -84,6 +84,11 @@ std::string conv_signature(const Node& conv) {
   return os.str();
 }
 
+std::optional<CudnnTimes> measured_cudnn(const Node& conv) {
+  if (!conv.has_attr("cudnn_contiguous_ms") || !conv.has_attr("cudnn_channels_last_ms")) return std::nullopt;
+  return CudnnTimes{conv.attr_float("cudnn_contiguous_ms"), conv.attr_float("cudnn_channels_last_ms")};
+}
+
 Shape channels_last_strides(const Shape& s) {
   Shape st(s.size(), 0);
   if (s.size() < 3) return contiguous_strides(s);

@@ -48,6 +48,17 @@ std::optional<ConvSpec> conv_spec(const Node& n);
 // separately, the conv kernel is the same). One line, stable across versions.
 std::string conv_signature(const Node& conv);
 
+// cuDNN's milliseconds for a convolution on contiguous and on channels-last
+// operands, timed on the GPU the plan is for (the front end's probe,
+// runtime/conv_probe.py); the cost model's cuDNN figures give way to them.
+struct CudnnTimes {
+  double contiguous_ms = 0;
+  double channels_last_ms = 0;
+};
+// The times conv_precision recorded on a convolution (its attributes
+// cudnn_contiguous_ms and cudnn_channels_last_ms), if any.
+std::optional<CudnnTimes> measured_cudnn(const Node& conv);
+
 // Channels-last strides of a [N, C, spatial...] shape: C unit-stride, then
 // the spatial dims in order, N outermost (torch.channels_last / _3d).
 Shape channels_last_strides(const Shape& shape);

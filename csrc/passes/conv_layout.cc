@@ -3,13 +3,16 @@
 //
 // Every 2-D and 3-D convolution (forward or transposed, any groups) is
 // weighed with the cost model (fusion/conv_cost.h): cuDNN on contiguous
-// operands against channels-last (cuDNN, or a generated kernel where
-// PassOptions::conv_kernels allows) and a direct kernel in place (where
-// PassOptions::conv_direct allows), channels-last paying for the conversions
-// it needs: the input's when no kernel can write it channels-last, the
-// weight's, and the result's when it is returned or read by a library op that
-// would copy it. A timing of both layouts (PassOptions::conv_channels_last,
-// from the front end's autotuning probe) overrides the model.
+// operands against channels-last (cuDNN, or a generated implicit-GEMM kernel
+// where PassOptions::conv_kernels allows and cuDNN was timed, as the conv
+// scheduler decides) and a direct kernel in place (where
+// PassOptions::conv_direct allows; preferred where it beats cuDNN, as the
+// scheduler does), channels-last paying for the conversions it needs: the
+// input's when no kernel can write it channels-last, the weight's, and the
+// result's when it is returned or read by a library op that would copy it.
+// cuDNN's times as the front end measured them (conv_precision records them
+// on the conv) replace the model's; a timing of both layouts under
+// autotuning (PassOptions::conv_channels_last) decides alone.
 //
 // A channels-last conv gets channels-last operands and result. Then the
 // layout spreads: a pointwise op, a normalization (softmax, layer_norm: its
@@ -103,6 +106,7 @@ class ConvLayout : public Pass {
 
   void configure(const PassOptions& options) override {
     kernels_ = options.conv_kernels;
+    always_ = options.conv_always;
     direct_ = options.conv_direct;
     measured_ = &options.conv_channels_last;
   }
@@ -138,6 +142,7 @@ class ConvLayout : public Pass {
 
  private:
   bool kernels_ = false;
+  bool always_ = false;
   bool direct_ = false;
   const std::map<std::string, bool>* measured_ = nullptr;
 
@@ -158,8 +163,15 @@ class ConvLayout : public Pass {
       if (it != measured_->end()) return it->second;
     }
     const ConvSpec spec = *conv_spec(conv);
-    const fusion::ConvTimes t = fusion::conv_times(spec, kernels_ && fusion::conv_kernel_covers(spec),
-                                                   direct_ && fusion::direct_conv_covers(spec));
+    const bool direct = direct_ && fusion::direct_conv_covers(spec);
+    // cuDNN as timed where the front end did; implicit GEMMs only there (the
+    // conv scheduler weighs them against nothing else), or everywhere.
+    const auto cudnn = measured_cudnn(conv);
+    const bool kernel = kernels_ && (cudnn || always_) && fusion::conv_kernel_covers(spec);
+    const fusion::ConvTimes t = fusion::conv_times(spec, kernel, direct, cudnn ? &*cudnn : nullptr);
+    // The conv scheduler takes a direct kernel first where it beats cuDNN, in
+    // whatever layout the operands are (unless every conv must be an implicit GEMM).
+    if (direct && !always_ && t.direct < t.cudnn_nchw) return false;
     double conversions = 0;
     if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
     if (!is_channels_last(conv.input(1)->type) && !from_weights(*conv.input(1)))

@@ -12,6 +12,12 @@
 // the library call applies (cuDNN's TF32 switch around it), what a conv kernel
 // compiles to (1xTF32 or 3xTF32) and what explain prints.
 //
+// Where the front end timed cuDNN on a conv's signature (PassOptions::
+// conv_cudnn), the times go on the conv too, as cudnn_contiguous_ms and
+// cudnn_channels_last_ms (measured_cudnn()): the conv scheduler weighs its
+// kernels against them, after the conv's operands, and so its signature,
+// changed.
+//
 // A convolution that already has the attribute keeps it: the decision is
 // made once, on the captured graph, before other passes change the conv.
 #include "ir/conv.h"
@@ -28,14 +34,22 @@ class ConvPrecision : public Pass {
   void configure(const PassOptions& options) override {
     tf32_ = options.tf32;
     eager_ = &options.eager_conv_tf32;
+    cudnn_ = &options.conv_cudnn;
   }
 
   bool run(Graph& g) override {
     bool changed = false;
     for (auto& n : g.nodes()) {
-      if (n->op != Op::Convolution || n->has_attr("fp32_precision") || n->result()->type.dtype != DType::f32 ||
-          !conv_spec(*n))
-        continue;
+      if (n->op != Op::Convolution || !conv_spec(*n)) continue;
+      if (cudnn_ != nullptr && !n->has_attr("cudnn_contiguous_ms")) {
+        auto it = cudnn_->find(conv_signature(*n));
+        if (it != cudnn_->end()) {
+          n->attrs["cudnn_contiguous_ms"] = it->second.contiguous_ms;
+          n->attrs["cudnn_channels_last_ms"] = it->second.channels_last_ms;
+          changed = true;
+        }
+      }
+      if (n->has_attr("fp32_precision") || n->result()->type.dtype != DType::f32) continue;
       n->attrs["fp32_precision"] = std::string(tf32_ || eager_tf32(*n) ? "tf32" : "ieee");
       changed = true;
     }
@@ -45,6 +59,7 @@ class ConvPrecision : public Pass {
  private:
   bool tf32_ = false;
   const std::map<std::string, bool>* eager_ = nullptr;
+  const std::map<std::string, CudnnTimes>* cudnn_ = nullptr;
 
   bool eager_tf32(const Node& conv) const {
     if (eager_ == nullptr) return false;

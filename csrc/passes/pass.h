@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/conv.h"
 #include "ir/graph.h"
 
 namespace ff::passes {
@@ -25,9 +26,14 @@ struct PassOptions {
   // Per convolution signature: whether it ran faster channels-last than
   // contiguous when timed (autotuning); overrides the cost model.
   std::map<std::string, bool> conv_channels_last;
+  // Per convolution signature: cuDNN's times in both layouts, measured on the
+  // GPU (the front end's probe); conv_precision records them on the conv.
+  std::map<std::string, CudnnTimes> conv_cudnn;
   // Convolutions may run as generated implicit-GEMM kernels (channels-last),
-  // which need CUTLASS's headers.
+  // which need CUTLASS's headers: where cuDNN was timed slower, or every conv
+  // one covers (conv_always).
   bool conv_kernels = false;
+  bool conv_always = false;
   // 2-D f32 convolutions may run as generated direct kernels (any layout).
   bool conv_direct = false;
 };

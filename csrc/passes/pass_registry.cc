@@ -14,6 +14,7 @@ std::unique_ptr<Pass> make_broadcast_bmm_to_mm();  // broadcast_bmm_to_mm.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();  // conv_bias_epilogue.cc
 std::unique_ptr<Pass> make_conv_precision();  // conv_precision.cc
 std::unique_ptr<Pass> make_conv_layout();     // conv_layout.cc
+std::unique_ptr<Pass> make_round_conv_operands();  // round_conv_operands.cc
 std::unique_ptr<Pass> make_split_gemm_reduction();  // split_gemm_reduction.cc
 std::unique_ptr<Pass> make_split_gemm_k();  // split_gemm_k.cc
 std::unique_ptr<Pass> make_split_long_reduction();  // split_long_reduction.cc
@@ -36,6 +37,7 @@ const Entry kPasses[] = {
     {"conv_bias_epilogue", make_conv_bias_epilogue},
     {"conv_precision", make_conv_precision},
     {"conv_layout", make_conv_layout},
+    {"round_conv_operands", make_round_conv_operands},
     {"split_gemm_reduction", make_split_gemm_reduction},
     {"split_gemm_k", make_split_gemm_k},
     {"split_long_reduction", make_split_long_reduction},
@@ -63,7 +65,7 @@ std::vector<std::string> pass_names() {
 std::vector<std::string> default_pipeline() {
   return {"conv_precision",      "canonicalize",       "matmul_sum_to_gemv", "gemv_as_reduction",
           "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_layout",
-          "split_long_reduction", "pointwise_before_view", "cse",      "dce"};
+          "round_conv_operands",  "split_long_reduction", "pointwise_before_view", "cse",      "dce"};
 }
 
 }  // namespace ff::passes

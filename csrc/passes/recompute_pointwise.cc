@@ -14,8 +14,10 @@
 // reductions that become kernels): a library call would need %y written anyway.
 // Only nodes reading one tensor of their size and small others (per-channel
 // values, scalars), so no reader reads more than it did; that tensor an input,
-// an ATen op's or a library convolution's result (a GEMM or a conv kernel would
-// take the node into its epilogue; a pointwise chain is left whole).
+// an ATen op's or a convolution's result (a GEMM kernel would take the node
+// into its epilogue; a pointwise chain is left whole). A conv is written whole
+// by cuDNN or by a conv kernel, which takes a pointwise epilogue only where
+// one group reads all of it, so its copies there are the same bytes read.
 //
 // The pipeline runs it once, after the others (compile.cc): cse would merge
 // the copies back.
@@ -31,7 +33,6 @@ constexpr int64_t kSmallRatio = 16;  // an operand this many times smaller than 
 class RecomputePointwise : public Pass {
  public:
   std::string_view name() const override { return "recompute_pointwise"; }
-  void configure(const PassOptions& options) override { conv_kernels_ = options.conv_kernels; }
 
   bool run(Graph& g) override {
     std::vector<Node*> candidates;
@@ -59,8 +60,6 @@ class RecomputePointwise : public Pass {
   }
 
  private:
-  bool conv_kernels_ = false;
-
   // What a reduction reduces ("" for other nodes): reductions with equal keys
   // over one value are computed in one kernel.
   static std::string reduction_key(const Node& u) {
@@ -72,8 +71,8 @@ class RecomputePointwise : public Pass {
 
   static bool fuses(const Node& u) { return op_kind(u.op) == OpKind::Pointwise || fusion::is_kernel_reduction(u); }
 
-  bool materialized(const Node* p) const {
-    return p == nullptr || p->op == Op::Opaque || (p->op == Op::Convolution && !conv_kernels_);
+  static bool materialized(const Node* p) {
+    return p == nullptr || p->op == Op::Opaque || p->op == Op::Convolution;
   }
 
   bool recomputable(const Graph& g, const Node& n) const {

@@ -12,6 +12,7 @@
 
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/group.h"
+#include "ir/conv.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
 
@@ -57,6 +58,9 @@ struct CompileOptions {
   // whether it timed faster channels-last (autotuning; conv_layout.cc).
   std::map<std::string, bool> eager_conv_tf32;
   std::map<std::string, bool> conv_channels_last;
+  // Per convolution signature: cuDNN's times in both layouts on the target
+  // GPU (probed where implicit-GEMM conv kernels may replace it).
+  std::map<std::string, CudnnTimes> conv_cudnn;
 };
 
 // Which convolutions run as generated conv kernels: "direct" (the default,

@@ -162,14 +162,17 @@ NB_MODULE(_core, m) {
       .def("__init__", [](ff::CompileOptions* o, const std::string& precision, const std::string& gemm, bool autotune,
                           int arch, const std::vector<std::string>& passes, bool trace, bool reductions,
                           const std::string& conv, const std::map<std::string, bool>& conv_tf32,
-                          const std::map<std::string, bool>& conv_channels_last) {
+                          const std::map<std::string, bool>& conv_channels_last,
+                          const std::map<std::string, std::pair<double, double>>& conv_cudnn_ms) {
         new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
         set_conv_policy(*o, conv);
         o->eager_conv_tf32 = conv_tf32;
         o->conv_channels_last = conv_channels_last;
+        for (const auto& [sig, ms] : conv_cudnn_ms) o->conv_cudnn[sig] = ff::CudnnTimes{ms.first, ms.second};
       }, "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
          "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "direct",
          "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
+         "conv_cudnn_ms"_a = std::map<std::string, std::pair<double, double>>{},
          "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
          "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
          "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
@@ -179,7 +182,8 @@ NB_MODULE(_core, m) {
          "cuDNN), auto (also implicit-GEMM kernels; none where CUTLASS's headers are missing), always (every conv "
          "an implicit-GEMM kernel covers) or off. conv_tf32: per "
          "conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it "
-         "IEEE); conv_channels_last: per signature, whether it timed faster channels-last.")
+         "IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per "
+         "signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise).")
       .def_prop_ro("precision", [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
       .def_prop_ro("gemm_dtypes", [](const ff::CompileOptions& o) {
         std::vector<std::string> out;

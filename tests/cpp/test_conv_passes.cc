@@ -118,9 +118,25 @@ TEST(ConvLayout, ATimingOverridesTheCostModel) {
   EXPECT_TRUE(g->outputs()[1]->type.is_contiguous());
 }
 
+TEST(ConvPrecision, RecordsCudnnsTimesOnTheConvWhereTheyOutliveItsSignature) {
+  // The front end's timings come by the captured conv's signature; the conv
+  // scheduler reads them after conv_layout changed the operands' strides.
+  auto g = parse(kTwoConvs);
+  passes::PassOptions options;
+  options.conv_cudnn[conv_signature(*nth_conv(*g, 1))] = CudnnTimes{0.05, 0.5};
+  options.eager_conv_tf32[conv_signature(*nth_conv(*g, 1))] = true;
+  passes::PassManager(passes::default_pipeline(), options).run(*g);
+  EXPECT_FALSE(measured_cudnn(*nth_conv(*g, 0)));
+  const auto recorded = measured_cudnn(*nth_conv(*g, 1));
+  ASSERT_TRUE(recorded) << print(*g);
+  EXPECT_EQ(recorded->contiguous_ms, 0.05);
+  EXPECT_EQ(recorded->channels_last_ms, 0.5);
+}
+
 TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
   // cuDNN's IEEE convs gain nothing channels-last; a 3xTF32 kernel (which
-  // needs channels-last) is modelled faster than cuDNN's SIMT fp32.
+  // needs channels-last) is modelled faster than cuDNN's SIMT fp32 as timed
+  // (2 ms here). Untimed, no implicit GEMM is weighed.
   const char* text = R"(graph @g(%x: f32[64,64,64,64], %w: f32[128,64,3,3] param) {
   %0 = relu(%x) : f32[64,64,64,64]
   %1 = convolution(%0, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[64,128,64,64]
@@ -134,6 +150,10 @@ TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
   auto with = parse(text);
   passes::PassOptions options;
   options.conv_kernels = true;
+  auto untimed = parse(text);
+  passes::PassManager({"conv_precision", "conv_layout"}, options).run(*untimed);
+  EXPECT_FALSE(is_channels_last(nth_conv(*untimed, 0)->result()->type)) << print(*untimed);
+  options.conv_cudnn[conv_signature(*nth_conv(*with, 0))] = CudnnTimes{2.0, 2.0};
   passes::PassManager({"conv_precision", "conv_layout"}, options).run(*with);
   EXPECT_TRUE(is_channels_last(nth_conv(*with, 0)->result()->type)) << print(*with);
   EXPECT_EQ(precision_of(*with, 0), "ieee");

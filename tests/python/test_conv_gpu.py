@@ -144,5 +144,8 @@ def test_channels_last_input_gives_eagers_output_strides(cin, tail):
     x = torch.randn(8, cin, 34, 34, device=DEV).to(memory_format=torch.channels_last)
     with torch.no_grad():
         want, got = model(x), fuseforge.optimize(model)(x)
+        ref = copy.deepcopy(model).double()(x.double())
     assert got.stride() == want.stride()
-    torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
+    # The precision contract (eager's conv may be TF32, and a conv kernel's
+    # TF32 sums in another order): error against fp64 at most twice eager's.
+    assert (got.double() - ref).abs().max() <= 2 * (want.double() - ref).abs().max() + 1e-6

@@ -156,7 +156,8 @@ def test_decisions_reach_the_plan_and_are_cached(fake_gpu):
 def test_without_a_gpu_or_under_the_tf32_policy_nothing_is_probed(fake_gpu):
     assert conv_probe.decide(TWO_CONVS, "fp32", CPU) == {}
     assert _precisions(_compile()) == ["ieee", "ieee"]
-    assert conv_probe.decide(TWO_CONVS, "tf32", torch.device("cuda")) == {"conv_tf32": {}, "conv_channels_last": {}}
+    assert conv_probe.decide(TWO_CONVS, "tf32", torch.device("cuda")) == {"conv_tf32": {}, "conv_channels_last": {},
+                                                                          "conv_cudnn_ms": {}}
     assert _precisions(_compile(precision="tf32")) == ["tf32", "tf32"]
     assert fake_gpu == []
 
@@ -190,6 +191,23 @@ def test_layout_timings_override_the_cost_model(fake_gpu, monkeypatch):
     assert sorted(decided["conv_channels_last"].values()) == [False, True]
     after = core.convolutions(_compile(convs=decided).ir_after)
     assert [c["channels_last"] for c in after] == [True, False]
+
+
+def test_where_conv_kernels_may_replace_cudnn_its_times_go_on_the_conv(fake_gpu, monkeypatch):
+    """Under the default conv policy (auto) each conv's cuDNN times in both
+    layouts are measured once and recorded on the conv for the cost model;
+    without autotuning they do not decide the layout by themselves."""
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "auto")
+    monkeypatch.setattr(conv_probe, "measure_layout", lambda conv, device, math: {
+        "contiguous_ms": 2.0, "channels_last_ms": 1.0 if conv["input"][1][1] == 8 else 3.0})
+    decided = probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))
+    assert decided["conv_channels_last"] == {}
+    assert sorted(decided["conv_cudnn_ms"].values()) == [(2.0, 1.0), (2.0, 3.0)]
+    after = _compile(convs=decided).ir_after
+    assert after.count("cudnn_channels_last_ms=1.0, cudnn_contiguous_ms=2.0") == 1, after
+    assert after.count("cudnn_channels_last_ms=3.0, cudnn_contiguous_ms=2.0") == 1, after
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "direct")
+    assert probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))["conv_cudnn_ms"] == {}
 
 
 def test_specializations_are_guarded_on_the_users_conv_precision(user_flags):

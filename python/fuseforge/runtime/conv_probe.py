@@ -125,17 +125,21 @@ def _probed_tf32(key: str, conv: dict, device: torch.device) -> bool:
 
 
 def decide(text: str, precision: str, device: torch.device, *, forced: str = "probe",
-           tune_layout: bool = False) -> dict[str, dict[str, bool]]:
+           tune_layout: bool = False, time_cudnn: bool = False) -> dict[str, dict]:
     """CompileOptions' conv arguments for an IR graph: `conv_tf32` (per f32
     conv signature: eager's conv uses TF32, as probed; unneeded under the tf32
-    policy) and `conv_channels_last` (per signature, timed, with
-    `tune_layout`). Empty without a GPU. `forced` "ieee" or "tf32" sets every
-    f32 conv's math instead of probing (diagnostics)."""
+    policy), `conv_channels_last` (per signature, timed, with `tune_layout`)
+    and `conv_cudnn_ms` (per signature, cuDNN's (contiguous, channels-last)
+    milliseconds, with `time_cudnn`: the conv scheduler weighs implicit-GEMM
+    kernels against these). Empty without a GPU.
+    `forced` "ieee" or "tf32" sets every f32 conv's math instead of probing
+    (diagnostics)."""
     if device.type != "cuda":
         return {}
     convs = core.convolutions(text)
     conv_tf32: dict[str, bool] = {}
     conv_channels_last: dict[str, bool] = {}
+    conv_cudnn_ms: dict[str, tuple[float, float]] = {}
     env = _environment(device) if convs else ""
     for conv in convs:
         sig = conv["signature"]
@@ -146,10 +150,26 @@ def decide(text: str, precision: str, device: torch.device, *, forced: str = "pr
             elif precision != "tf32":
                 conv_tf32[sig] = _probed_tf32(f"{env}|{sig}", conv, device)
             math = "tf32" if precision == "tf32" or conv_tf32.get(sig) else "ieee"
-        if tune_layout and len(conv["input"][1]) in (4, 5):
-            t = _cached(f"{env}|{sig}|layout {math}", lambda: measure_layout(conv, device, math))
-            conv_channels_last[sig] = t["channels_last_ms"] < t["contiguous_ms"]
-    return {"conv_tf32": conv_tf32, "conv_channels_last": conv_channels_last}
+        if (tune_layout or time_cudnn) and len(conv["input"][1]) in (4, 5):
+            t = _timed_layouts(f"{env}|{sig}|layout {math}", conv, device, math)
+            if t is None:
+                continue
+            if tune_layout:
+                conv_channels_last[sig] = t["channels_last_ms"] < t["contiguous_ms"]
+            if time_cudnn:
+                conv_cudnn_ms[sig] = (t["contiguous_ms"], t["channels_last_ms"])
+    return {"conv_tf32": conv_tf32, "conv_channels_last": conv_channels_last, "conv_cudnn_ms": conv_cudnn_ms}
+
+
+def _timed_layouts(key: str, conv: dict, device: torch.device, math: str) -> dict | None:
+    """measure_layout's answer, cached; None (with a warning: the cost model
+    decides) where it cannot run, e.g. out of memory."""
+    try:
+        return _cached(key, lambda: measure_layout(conv, device, math))
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
+        warnings.warn(f"fuseforge: could not time `{conv['text']}` on cuDNN ({str(e)[:200]}); the cost model "
+                      "decides its layout and engine")
+        return None
 
 
 def evidence(text: str, device: torch.device) -> list[tuple[str, dict | None]]:

@@ -8,9 +8,10 @@ read here and nowhere else:
   timed at its first run (the choice is cached on disk);
 - FUSEFORGE_REDUCTIONS=0: reductions, norms, softmax, pooling and scans stay library calls
   (to compare with the generated reduction kernels);
-- FUSEFORGE_CONV_KERNELS: direct (default: 2-D f32 convs as generated direct
-  kernels where the cost model prefers them to cuDNN), auto (or 1: also
-  implicit-GEMM conv kernels where it prefers them), always or off (or 0);
+- FUSEFORGE_CONV_KERNELS: auto (default, or 1: convs as generated direct or
+  implicit-GEMM kernels where the cost model, with cuDNN's times measured on
+  the GPU, prefers them to cuDNN), direct (only direct kernels: 2-D f32
+  convs), always (every conv an implicit-GEMM kernel covers) or off (or 0);
 - FUSEFORGE_CONV_PRECISION: probe (default), ieee or tf32: every f32 conv's
   math forced instead of probed (diagnostics; runtime/conv_probe.py);
 - FUSEFORGE_FAST_CALL=0: every call takes the Python path, none the native
@@ -39,6 +40,10 @@ def autotune_enabled() -> bool:
     return os.environ.get("FUSEFORGE_AUTOTUNE") == "1"
 
 
+def conv_policy() -> str:
+    return os.environ.get("FUSEFORGE_CONV_KERNELS", "auto")
+
+
 def compile_options(precision: str = "fp32", arch: int = 0, *, gemm: str | None = None,
                     trace: bool = False, passes: list[str] | None = None,
                     convs: dict[str, dict[str, bool]] | None = None) -> Any:
@@ -48,7 +53,7 @@ def compile_options(precision: str = "fp32", arch: int = 0, *, gemm: str | None 
     a bad precision or policy."""
     check_precision(precision)
     policy = gemm if gemm is not None else os.environ.get("FUSEFORGE_GEMM", "auto")
-    conv = os.environ.get("FUSEFORGE_CONV_KERNELS", "direct")
+    conv = conv_policy()
     try:
         return core.CompileOptions(precision=precision, gemm=policy, autotune=autotune_enabled(), arch=arch,
                                    passes=passes or [], trace=trace,
@@ -64,7 +69,9 @@ def probe_convs(text: str, precision: str, device: torch.device) -> dict[str, di
     forced = os.environ.get("FUSEFORGE_CONV_PRECISION", "probe")
     if forced not in ("probe", "ieee", "tf32"):
         raise ValueError(f"fuseforge: FUSEFORGE_CONV_PRECISION is {forced!r}; expected probe, ieee or tf32")
-    return conv_probe.decide(text, precision, device, forced=forced, tune_layout=autotune_enabled())
+    implicit = conv_policy() in ("auto", "1", "always")
+    return conv_probe.decide(text, precision, device, forced=forced, tune_layout=autotune_enabled(),
+                             time_cudnn=implicit)
 
 
 def compile_ir(text: str, precision: str = "fp32", arch: int = 0, *, gemm: str | None = None,

@@ -1,0 +1,210 @@
+#include "codegen/cuda/sm90_ss_mainloop.h"
+
+#include <sstream>
+
+namespace ff::codegen {
+
+Sm90SsTile sm90_ss_tile(int64_t n) {
+  Sm90SsTile t;
+  t.bn = n <= 64 ? 64 : n <= 128 ? 128 : 256;
+  t.bm = t.bn <= 128 ? 256 : 128;
+  return t;
+}
+
+namespace {
+
+// wgmma m64n{bn}k8 with both operands from shared memory: d has bn / 2
+// accumulators a thread, listed one by one in the asm.
+std::string wgmma_ss(int bn) {
+  const int regs = bn / 2;
+  std::ostringstream os;
+  os << "__device__ __forceinline__ void wgmma(float (&d)[" << regs
+     << "], unsigned long long a, unsigned long long b) {\n"
+     << "  asm volatile(\n"
+     << "      \"wgmma.mma_async.sync.aligned.m64n" << bn << "k8.f32.tf32.tf32 {\"\n      \"";
+  for (int i = 0; i < regs; ++i) os << "%" << i << (i + 1 < regs ? "," : "") << ((i % 16 == 15) ? "\"\n      \"" : "");
+  os << "}, %" << regs << ", %" << regs + 1 << ", 1, 1, 1;\\n\"\n      : ";
+  for (int i = 0; i < regs; ++i) os << "\"+f\"(d[" << i << "])" << (i + 1 < regs ? ", " : "") << ((i % 8 == 7) ? "\n        " : "");
+  os << ": \"l\"(a), \"l\"(b));\n}\n";
+  return os.str();
+}
+
+}  // namespace
+
+std::string cuda_sm90_ss_mainloop(const Sm90SsTile& tile) {
+  std::ostringstream os;
+  os << R"CUDA(
+// ---- fuseforge sm90 1xTF32 mainloop, both operands from shared memory ----
+// acc = A @ B^T for A (M x K) and B (N x K), both K-contiguous and already
+// rounded to tf32 (the tensor cores truncate what they read, so rounding
+// here would cost a pass over every tile). A CTA of 384 threads computes a
+// BM x BN tile: warpgroup 0 (the producer) gathers A's and B's 32-deep
+// k-blocks with cp.async into STAGES stages, each tile 128-byte rows in the
+// 128-byte swizzle the wgmma descriptors name; warpgroups 1 and 2 (the
+// consumers) each run the wgmmas of BM / 2 rows straight from the stage,
+// keep one k-block's wgmmas in flight and release a stage once the next
+// k-block's are issued. The accumulation stays in the tensor cores, as
+// cuDNN's and cuBLAS's TF32 kernels accumulate.
+namespace ff_sm90 {
+namespace ss {
+
+)CUDA";
+  os << "constexpr int BM = " << tile.bm << ", BN = " << tile.bn << ", BK = 32, STAGES = " << tile.stages()
+     << ";\n"
+     << "constexpr int LAG = STAGES - 2;  // the producer readies k-block g - LAG after issuing g's loads\n"
+     << "constexpr int MS = BM / 128;     // m64 slices a consumer warpgroup\n"
+     << "constexpr int A_TILE = BM * 128, B_TILE = BN * 128, STAGE = A_TILE + B_TILE;  // bytes\n"
+     << "constexpr int SMEM_BYTES = 1024 + STAGES * STAGE + 2 * STAGES * 8;\n"
+     << wgmma_ss(tile.bn);
+  os << R"CUDA(
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+template <int R>
+__device__ __forceinline__ void reg_fence(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The producer's loads of k-block kb: thread t's 16-byte chunks are column
+// chunk t % 8 of rows t / 8 + 16 i, A's from a0 (rows < 128) and a1 (rows
+// 128 on), B's from b; rows 16 apart share their swizzle phase (row % 8), so
+// one destination offset serves every row. Chunks past M, N or K, and A's
+// window taps outside the input, read as zeros (cp.async's zero fill).
+template <class ARows>
+struct Loader {
+  ARows a0, a1;
+  const float* b;
+  const float* any;  // a valid address for the zero-filled chunks
+  long long ldb16;   // 16 rows of B
+  int b_rows;        // rows of this thread's B chunks that exist: i < b_rows
+  int k, K;
+  unsigned dst;      // this thread's first chunk's offset in a tile
+  __device__ __forceinline__ void load(unsigned stage, int kb) const {
+    const int kk = kb * BK;
+    const bool k_ok = k + kk < K;
+#pragma unroll
+    for (int i = 0; i < BM / 16; ++i) {
+      const float* src;
+      const bool ok = (i < 8 ? a0.at(i, kk, src) : a1.at(i - 8, kk, src)) && k_ok;
+      cp_async16(stage + dst + i * 2048, ok ? src : any, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 16; ++i) {
+      const bool ok = k_ok && i < b_rows;
+      cp_async16(stage + A_TILE + dst + i * 2048, ok ? b + i * ldb16 + kk : any, ok);
+    }
+  }
+};
+
+// Calls epilogue(row, col, v0, v1) for each pair of adjacent columns of a
+// consumer thread's m64 slice: element i lies at row row0 + 8 * ((i >> 1) & 1),
+// column col0 + 8 * (i >> 2) + (i & 1).
+template <class Epilogue>
+__device__ __forceinline__ void store_slice(const Epilogue& epilogue, const float (&acc)[BN / 2], int row0, int col0) {
+#pragma unroll
+  for (int i = 0; i < BN / 2; i += 2) epilogue(row0 + 8 * ((i >> 1) & 1), col0 + 8 * (i >> 2), acc[i], acc[i + 1]);
+}
+
+// Computes the BM x BN tiles of A @ B^T, persistent: CTA c takes tiles c,
+// c + gridDim.x, ... (m-tiles first), its producer loading the next tile
+// while the consumers store the last. `a` gives the producer A's rows (an
+// implicit GEMM's view: rows(row, k) covers rows row + 16 i, i < 8). Needs K
+// % 4 == 0, 16-byte aligned chunks, ldb a multiple of 4, SMEM_BYTES of
+// dynamic shared memory and 384 threads.
+template <class A, class Epilogue>
+__device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, int K, long long ldb,
+                                     const Epilogue& epilogue) {
+  extern __shared__ __align__(16) unsigned char ff_smem[];
+  const unsigned base = (smem_u32(ff_smem) + 1023u) & ~1023u;
+  const unsigned ready = base + STAGES * STAGE, empty = ready + STAGES * 8;
+  const int tiles_m = (M + BM - 1) / BM, tiles = tiles_m * ((N + BN - 1) / BN);
+  const int nk = (K + BK - 1) / BK;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < STAGES; ++i) {
+      mbar_init(ready + i * 8, 128);
+      mbar_init(empty + i * 8, 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  // Registers: 65536 / 384 = 170 a thread at launch; the producer hands most
+  // of its share to the consumers (128 x 88 + 256 x 208 <= 65536).
+  if (threadIdx.x < 128) {  // producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
+    const int t = threadIdx.x, row0 = t >> 3, ch = t & 7;
+    // k-block j's stage is complete once every producer thread's copies of it
+    // landed and were made visible to the tensor cores (the async proxy).
+    const auto ready_up = [&](int j) {
+      cp_async_wait<LAG>();
+      fence_proxy_async();
+      mbar_arrive(ready + (j % STAGES) * 8);
+    };
+    int g = 0;
+#pragma unroll 1
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
+      const Loader<typename A::Rows> ld{a.rows(m0 + row0, ch * 4), a.rows(m0 + 128 + row0, ch * 4),
+                                        b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb, (N - n0 - row0 + 15) / 16,
+                                        ch * 4, K, static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+#pragma unroll 1
+      for (int kb = 0; kb < nk; ++kb, ++g) {
+        const int slot = g % STAGES;
+        if (g >= STAGES) mbar_wait(empty + slot * 8, (g / STAGES - 1) & 1);
+        ld.load(base + slot * STAGE, kb);
+        cp_async_commit();
+        if (g >= LAG) ready_up(g - LAG);
+      }
+    }
+#pragma unroll 1
+    for (int j = g - LAG; j < g; ++j) {
+      cp_async_commit();  // empty groups: wait<LAG> then waits for k-block j's
+      if (j >= 0) ready_up(j);
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n");
+  const int ct = threadIdx.x - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31;
+  float acc[MS][BN / 2];
+  int g = 0;
+#pragma unroll 1
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
+#pragma unroll
+    for (int j = 0; j < MS; ++j)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[j][i] = 0.0f;
+#pragma unroll 1
+    for (int kb = 0; kb < nk; ++kb, ++g) {
+      const int slot = g % STAGES;
+      const unsigned stage = base + slot * STAGE;
+      mbar_wait(ready + slot * 8, (g / STAGES) & 1);
+#pragma unroll
+      for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int j = 0; j < MS; ++j)  // rows (wg * MS + j) * 64 on: 8 KiB a slice
+          wgmma(acc[j], b_desc(stage + (wg * MS + j) * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
+      wgmma_commit();
+      wgmma_wait1();  // k-block kb - 1's wgmmas are done: its stage is free
+#pragma unroll
+      for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
+      if (kb > 0) mbar_arrive(empty + ((g - 1) % STAGES) * 8);
+    }
+    wgmma_wait0();
+#pragma unroll
+    for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
+    mbar_arrive(empty + ((g - 1) % STAGES) * 8);
+#pragma unroll
+    for (int j = 0; j < MS; ++j)
+      store_slice(epilogue, acc[j], m0 + (wg * MS + j) * 64 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3));
+  }
+}
+
+}  // namespace ss
+}  // namespace ff_sm90
+)CUDA";
+  return os.str();
+}
+
+}  // namespace ff::codegen

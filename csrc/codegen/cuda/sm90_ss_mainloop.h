@@ -1,0 +1,38 @@
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace ff::codegen {
+
+// A 1xTF32 Hopper (sm_90a) mainloop whose wgmmas read both operands from
+// shared memory, for operands already rounded to tf32 in global memory (the
+// rounding is a pointwise op fused into whatever wrote them: the layout copy
+// of a conv's input, the prepared weight). Nothing touches a tile between its
+// cp.async and the tensor cores, so shared-memory traffic is the loads and
+// the wgmmas' reads alone: the register-fragment mainloop (sm90_mainloop.h)
+// also reads A into registers and rounds B in place, and ran a 3x3 conv at
+// about 130 TFLOP/s where cuDNN reached 340 (H100).
+//
+// The tile is Sm90SsTile's BM x BN, for two consumer warpgroups of BM / 2
+// rows each (one or two m64 slices of n = BN); the source is generated per
+// tile because the wgmma's register list is as long as BN / 2.
+struct Sm90SsTile {
+  int bm = 256, bn = 128;
+  // As many stages as fit the 227 KiB an SM's CTA may use, up to 6.
+  int stages() const { return std::min(6, (227 * 1024 - 2048) / ((bm + bn) * 128)); }
+  int shared_bytes() const { return 1024 + stages() * (bm + bn) * 128 + 2 * stages() * 8; }
+  int64_t tiles(int64_t m, int64_t n) const { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); }
+};
+
+// The tile for an M x N result: BN the smallest of 64, 128, 256 covering N
+// (256 past it), BM 256 where BN <= 128, else 128 (at most 128 accumulators a
+// consumer thread).
+Sm90SsTile sm90_ss_tile(int64_t n);
+
+// ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
+// K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
+// columns. Needs cuda_sm90_mainloop() before it (its helpers).
+std::string cuda_sm90_ss_mainloop(const Sm90SsTile& tile);
+
+}  // namespace ff::codegen
