@@ -236,8 +236,13 @@ def _conv_graph(c: dict, math: str) -> tuple[str, list[int]]:
     attrs = (f"dilation={_ints(c['dilation'])}, fp32_precision=\"{math}\", groups=1, "
              f"output_padding={_ints(c['output_padding'])}, padding={_ints(c['padding'])}, "
              f"stride={_ints(c['stride'])}, transposed=false")
-    text = (f"graph @probe(%x: {t(c['input'][1], cl(c['input'][1]))}, %w: {t(c['weight'][1], cl(c['weight'][1]))} "
-            f"param) {{\n  %0 = convolution(%x, %w) {{{attrs}}} : {t(out, cl(out))}\n  %1 = relu(%0) : {t(out)}\n"
+    x, w = t(c['input'][1], cl(c['input'][1])), t(c['weight'][1], cl(c['weight'][1]))
+    # A 1xTF32 conv reads operands rounded to tf32 where they were written (round_conv_operands), as in a plan.
+    rounded = math == "tf32" and c["dtype"] == "f32"
+    operands = "%xr, %wr" if rounded else "%x, %w"
+    text = (f"graph @probe(%x: {x}, %w: {w} param) {{\n"
+            + (f"  %xr = round_tf32(%x) : {x}\n  %wr = round_tf32(%w) : {w}\n" if rounded else "")
+            + f"  %0 = convolution({operands}) {{{attrs}}} : {t(out, cl(out))}\n  %1 = relu(%0) : {t(out)}\n"
             f"  return %1\n}}\n")
     return text, out
 
