@@ -73,7 +73,7 @@ double tile_use(const ConvSpec& s) {
 }
 
 double ss_kernel_ms(const ConvSpec& s) {
-  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels);
+  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.dims);
   int64_t m = s.batch, k = s.in_channels;
   for (int64_t v : s.output_size) m *= v;
   for (int64_t v : s.kernel) k *= v;

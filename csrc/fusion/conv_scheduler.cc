@@ -24,7 +24,8 @@ class ConvScheduler final : public Scheduler {
     if (options.conv_dtypes.empty() && !options.conv_direct) return;
     for (auto& n : p.graph().nodes()) {
       if (n->op != Op::Convolution) continue;
-      const bool fuses = epilogue_group(p, n.get()).has_value();
+      const auto epilogue = epilogue_group(p, n.get());
+      const bool fuses = epilogue.has_value();
       const auto direct = [&]() -> std::optional<ConvKernelSpec> {
         auto s = options.conv_direct ? match_direct_conv(*n) : std::nullopt;
         return s && direct_is_faster(*s, *n, fuses) ? s : std::nullopt;
@@ -45,7 +46,6 @@ class ConvScheduler final : public Scheduler {
       std::optional<ConvKernelSpec> spec = options.conv_always ? implicit() : direct();
       if (!spec) spec = options.conv_always ? direct() : implicit();
       if (!spec) continue;
-      const auto epilogue = epilogue_group(p, n.get());
       std::vector<Node*> members{n.get()};
       if (epilogue) {
         std::vector<Node*> ep = p.release(*epilogue);
@@ -57,7 +57,7 @@ class ConvScheduler final : public Scheduler {
 
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
     if (g.conv.direct) return codegen::generate_conv_direct(g, g.conv, id);
-    if (hopper(g, options)) return codegen::generate_conv_sm90(g, g.conv, id);
+    if (hopper(g.conv, options)) return codegen::generate_conv_sm90(g, g.conv, id);
     return codegen::generate_conv(g, g.conv, id);
   }
 
@@ -65,13 +65,12 @@ class ConvScheduler final : public Scheduler {
   std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions& options) const override {
     if (g.conv.direct) return {};
     std::vector<codegen::KernelSource> out = codegen::conv_variants(g, g.conv, id);
-    if (hopper(g, options)) out.insert(out.begin(), codegen::generate_conv(g, g.conv, id));
+    if (hopper(g.conv, options)) out.insert(out.begin(), codegen::generate_conv(g, g.conv, id));
     return out;
   }
 
  private:
-  static bool hopper(const Group& g, const FusionOptions& options) { return hopper_kernel(g.conv, options); }
-  static bool hopper_kernel(const ConvKernelSpec& spec, const FusionOptions& options) {
+  static bool hopper(const ConvKernelSpec& spec, const FusionOptions& options) {
     return options.arch == 90 && codegen::sm90_conv_applies(spec);
   }
 
@@ -81,7 +80,7 @@ class ConvScheduler final : public Scheduler {
                                const FusionOptions& options) {
     const ConvTimes t = conv_times(spec.conv, true, false, &cudnn);
     const bool rounds_in_place = spec.conv.dtype == DType::f32 && spec.conv.tf32 &&
-                                 !(hopper_kernel(spec, options) && spec.rounded_operands);
+                                 !(hopper(spec, options) && spec.rounded_operands);
     const double kernel = rounds_in_place ? kernel_rounding_in_place_ms(spec.conv) : t.kernel;
     const double unfused = t.cudnn_channels_last + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
     return kernel < unfused;

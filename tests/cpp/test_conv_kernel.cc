@@ -232,7 +232,7 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   EXPECT_NE(ks.source.find("constexpr int BM = 256, BN = 64"), std::string::npos) << ks.source;
   EXPECT_NE(ks.source.find("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"), std::string::npos);
   EXPECT_NE(ks.source.find("ff_sm90::ss::gemm(ConvA{x}, w,"), std::string::npos);
-  EXPECT_EQ(ks.shared_bytes, codegen::sm90_ss_tile(48).shared_bytes());
+  EXPECT_EQ(ks.shared_bytes, codegen::sm90_ss_tile(48, 2).shared_bytes());
   EXPECT_EQ(ks.items, (96 * 188 * 188 + 255) / 256);
 }
 

@@ -187,20 +187,33 @@ def _conv_plan(text, convs, **kw):
     return core.compile(text, compile_options(arch=90, convs=convs, **kw)).plan
 
 
+@pytest.mark.parametrize("math", ["ieee", "tf32"])
 @pytest.mark.parametrize("path", CONV_PROBLEMS, ids=problem_name)
-def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path):
+def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path, math):
     """Every conv kernel a problem can get (conv kernels for every conv one
-    covers, all convs channels-last) builds for sm_90 without register spills:
-    the forward convs without groups (2-D and 3-D) become kernels, with the
-    pointwise group after them fused; the others stay cuDNN calls."""
+    covers, all convs channels-last, in IEEE f32 or TF32) builds for sm_90
+    without register spills: the forward convs without groups (2-D and 3-D)
+    become kernels, with the pointwise group after them fused; the others stay
+    cuDNN calls. In TF32 a Hopper kernel whose input and weight were rounded
+    where they were written (round_conv_operands: the channels-last copy, the
+    prepared weight) reads both from shared memory; the others round their
+    tiles themselves."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")  # a disk-cache hit carries no ptxas log
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
     text = _capture(path).text
     convs = core.convolutions(text)
-    plan = _conv_plan(text, {"conv_channels_last": {c["signature"]: True for c in convs}})
+    plan = _conv_plan(text, {"conv_channels_last": {c["signature"]: True for c in convs},
+                             "conv_tf32": {c["signature"]: math == "tf32" for c in convs}})
     kernels = [k for k in plan.kernels if k.kind == "conv"]
     covered = [c for c in convs if not c["transposed"] and c["groups"] == 1]
     assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
+    rounded = {b for k in plan.kernels if k.nodes[-1].op == "round_tf32" for b in k.outputs}
+    for k in kernels:
+        reads_rounded = k.sm90a and {k.inputs[0].buffer, k.inputs[1].buffer} <= rounded
+        assert ("ff_sm90::ss::gemm(" in k.source) == reads_rounded, (path.stem, k.name)
+        assert not rounded or math == "tf32", path.stem
+    if math == "tf32" and path.stem == "conv2d_min_add_multiply":
+        assert [k.name for k in kernels if "ff_sm90::ss::gemm(" in k.source], "the seed's conv reads its copy"
     for k in kernels:
         assert k.shared_bytes > 0 and len(k.inputs) >= 2 and k.nodes[0].op == "convolution"
         assert k.sm90a != k.cutlass, k.name  # Hopper's wgmma kernel or CUTLASS's

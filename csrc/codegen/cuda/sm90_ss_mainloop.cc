@@ -4,10 +4,10 @@
 
 namespace ff::codegen {
 
-Sm90SsTile sm90_ss_tile(int64_t n) {
+Sm90SsTile sm90_ss_tile(int64_t n, int dims) {
   Sm90SsTile t;
   t.bn = n <= 64 ? 64 : n <= 128 ? 128 : 256;
-  t.bm = t.bn <= 128 ? 256 : 128;
+  t.bm = t.bn <= 128 && dims < 3 ? 256 : 128;
   return t;
 }
 

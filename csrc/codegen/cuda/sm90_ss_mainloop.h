@@ -25,10 +25,11 @@ struct Sm90SsTile {
   int64_t tiles(int64_t m, int64_t n) const { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); }
 };
 
-// The tile for an M x N result: BN the smallest of 64, 128, 256 covering N
-// (256 past it), BM 256 where BN <= 128, else 128 (at most 128 accumulators a
-// consumer thread).
-Sm90SsTile sm90_ss_tile(int64_t n);
+// The tile for an M x N result of a conv of `dims` spatial dims: BN the
+// smallest of 64, 128, 256 covering N (256 past it); BM 256 where BN <= 128,
+// else 128 (at most 128 accumulators a consumer thread), and 128 for 3-D
+// convs (the producer's window origins of 16 rows spill its registers).
+Sm90SsTile sm90_ss_tile(int64_t n, int dims);
 
 // ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
 // K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
