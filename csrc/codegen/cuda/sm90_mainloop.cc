@@ -281,6 +281,35 @@ struct Fragment {
   float* scratch;  // 4 KiB of shared memory, free once every consumer is past the mainloop
 };
 
+// The producer's walk over its CTA's tiles (c, c + gridDim.x, ...): step g
+// waits for its stage to be free (`empty`, released by the consumers), issues
+// the loads of the CTA's g-th k-block (load(loader, slot, kb), the loader made
+// by tile_loader(tile) per tile) and readies the (g - LAG)-th (ready(j)); the
+// last LAG are readied after the loop, behind empty cp.async groups so that
+// ready's wait<LAG> still waits for k-block j's.
+template <int STAGES, int LAG, class TileLoaderOf, class Load, class Ready>
+__device__ __forceinline__ void produce(int tiles, int nk, unsigned empty, const TileLoaderOf& tile_loader,
+                                        const Load& load, const Ready& ready) {
+  int g = 0;
+#pragma unroll 1
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const auto ld = tile_loader(tile);
+#pragma unroll 1
+    for (int kb = 0; kb < nk; ++kb, ++g) {
+      const int slot = g % STAGES;
+      if (g >= STAGES) mbar_wait(empty + slot * 8, (g / STAGES - 1) & 1);
+      load(ld, slot, kb);
+      cp_async_commit();
+      if (g >= LAG) ready(g - LAG);
+    }
+  }
+#pragma unroll 1
+  for (int j = g - LAG; j < g; ++j) {
+    cp_async_commit();
+    if (j >= 0) ready(j);
+  }
+}
+
 // The consumer warpgroups' own barrier (the producer's is 1).
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 
@@ -392,8 +421,6 @@ __device__ __forceinline__ void gemm_tf32(const A& a, const float* b, int M, int
   if (threadIdx.x < 128) {  // producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
     const int t = threadIdx.x, row0 = t >> 3, ch = t & 7;
-    // Step g issues the loads of the CTA's g-th k-block and readies the
-    // (g - LAG)-th; the last LAG are readied after the loop.
     const auto ready = [&](int j) {
       cp_async_wait<LAG>();  // this thread's chunks of k-block j landed
       producer_sync();       // everyone's did
@@ -404,29 +431,16 @@ __device__ __forceinline__ void gemm_tf32(const A& a, const float* b, int M, int
       fence_proxy_async();  // the tensor cores (async proxy) read the tiles and residuals
       mbar_arrive(s.ready + (j % STAGES) * 8);
     };
-    int g = 0;
-#pragma unroll 1
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const auto tile_loader = [&](int tile) {
       const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
       // (B's 128-byte swizzle: chunk ch of row r lies at ch ^ (r % 8).)
-      const TileLoader<typename A::Rows> ld{a.rows(m0 + row0, ch * 4), b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb,
-                                           (N - n0 - row0 + 15) / 16, ch * 4, K,
-                                           static_cast<unsigned>((row0 * A_LD + ch * 4) * 4),
-                                           static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
-#pragma unroll 1
-      for (int kb = 0; kb < nk; ++kb, ++g) {
-        const int slot = g % STAGES;
-        if (g >= STAGES) mbar_wait(s.empty + slot * 8, (g / STAGES - 1) & 1);
-        ld.load(s, slot, kb);
-        cp_async_commit();
-        if (g >= LAG) ready(g - LAG);
-      }
-    }
-#pragma unroll 1
-    for (int j = g - LAG; j < g; ++j) {
-      cp_async_commit();  // empty groups: wait<LAG> then waits for k-block j's
-      if (j >= 0) ready(j);
-    }
+      return TileLoader<typename A::Rows>{a.rows(m0 + row0, ch * 4), b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb,
+                                          (N - n0 - row0 + 15) / 16, ch * 4, K,
+                                          static_cast<unsigned>((row0 * A_LD + ch * 4) * 4),
+                                          static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+    };
+    const auto load = [&](const TileLoader<typename A::Rows>& ld, int slot, int kb) { ld.load(s, slot, kb); };
+    produce<STAGES, LAG>(tiles, nk, s.empty, tile_loader, load, ready);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n");

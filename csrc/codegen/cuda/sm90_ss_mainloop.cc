@@ -138,27 +138,14 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
       fence_proxy_async();
       mbar_arrive(ready + (j % STAGES) * 8);
     };
-    int g = 0;
-#pragma unroll 1
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const auto tile_loader = [&](int tile) {
       const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
-      const Loader<typename A::Rows> ld{a.rows(m0 + row0, ch * 4), a.rows(m0 + 128 + row0, ch * 4),
-                                        b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb, (N - n0 - row0 + 15) / 16,
-                                        ch * 4, K, static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
-#pragma unroll 1
-      for (int kb = 0; kb < nk; ++kb, ++g) {
-        const int slot = g % STAGES;
-        if (g >= STAGES) mbar_wait(empty + slot * 8, (g / STAGES - 1) & 1);
-        ld.load(base + slot * STAGE, kb);
-        cp_async_commit();
-        if (g >= LAG) ready_up(g - LAG);
-      }
-    }
-#pragma unroll 1
-    for (int j = g - LAG; j < g; ++j) {
-      cp_async_commit();  // empty groups: wait<LAG> then waits for k-block j's
-      if (j >= 0) ready_up(j);
-    }
+      return Loader<typename A::Rows>{a.rows(m0 + row0, ch * 4), a.rows(m0 + 128 + row0, ch * 4),
+                                      b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb, (N - n0 - row0 + 15) / 16,
+                                      ch * 4, K, static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+    };
+    const auto load = [&](const Loader<typename A::Rows>& ld, int slot, int kb) { ld.load(base + slot * STAGE, kb); };
+    produce<STAGES, LAG>(tiles, nk, empty, tile_loader, load, ready_up);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n");
