@@ -63,12 +63,13 @@ struct CompileOptions {
   std::map<std::string, CudnnTimes> conv_cudnn;
 };
 
-// Which convolutions run as generated conv kernels: "direct" (the default,
-// also ""): direct kernels where the cost model prefers them to cuDNN;
-// "auto" (also "1"): direct and implicit-GEMM kernels where it prefers them;
-// "always": every conv an implicit-GEMM kernel covers, direct kernels where
-// preferred (tests and probes); "off" (also "0"): none. Throws
-// std::invalid_argument naming an unknown policy.
+// Which convolutions run as generated conv kernels: "direct" (the C++
+// default, also ""): direct kernels where the cost model prefers them to
+// cuDNN; "auto" (also "1"; the front end's default): also implicit-GEMM
+// kernels where the model puts them ahead of cuDNN as timed (conv_cudnn; an
+// untimed conv stays cuDNN's); "always": every conv an implicit-GEMM kernel
+// covers, direct kernels where preferred (tests and probes); "off" (also
+// "0"): none. Throws std::invalid_argument naming an unknown policy.
 void set_conv_policy(CompileOptions& o, std::string_view policy);
 
 // Each stage's output: the pipeline's diagnostics and the plan that runs.
