@@ -247,12 +247,6 @@ def _conv_graph(c: dict, math: str) -> tuple[str, list[int]]:
     return text, out
 
 
-def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
-    """f32 values rounded to tf32 (nearest, ties away: the kernels' ff_round_tf32), strides kept."""
-    bits = t.view(torch.int32)
-    return ((bits + 0x1000) & -0x2000).view(torch.float32)
-
-
 def section_c(paths: list[Path], budget: float) -> list[dict]:
     print("\nC. generated conv kernels (fused relu) vs cuDNN channels-last conv + relu, decided math")
     print("problem | conv | x | w | math | kernel ms | cudnn ms | kernel TFLOP/s | cudnn TFLOP/s | kernel err/eager | tile")
@@ -288,7 +282,7 @@ def section_c(paths: list[Path], budget: float) -> list[dict]:
                 xl, wl = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
                 # A 1xTF32 kernel reads operands rounded to tf32 (the plan rounds them in the copies that make them
                 # channels-last); cuDNN rounds them itself, so both see the same values.
-                xk, wk = (tf32_rounded(xl), tf32_rounded(wl)) if math == "tf32" else (xl, wl)
+                xk, wk = (conv_probe.round_tf32(xl), conv_probe.round_tf32(wl)) if math == "tf32" else (xl, wl)
                 y = torch.empty(out_shape, dtype=x.dtype, device=DEV)
                 stream = torch.cuda.current_stream().cuda_stream
                 run = lambda: kern.launch(0, [y.data_ptr(), xk.data_ptr(), wk.data_ptr()], [], stream)  # noqa: E731

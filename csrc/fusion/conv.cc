@@ -4,18 +4,6 @@
 
 namespace ff::fusion {
 
-int64_t ConvKernelSpec::gemm_m() const {
-  int64_t m = conv.batch;
-  for (int64_t v : conv.output_size) m *= v;
-  return m;
-}
-
-int64_t ConvKernelSpec::gemm_k() const {
-  int64_t k = conv.in_channels;
-  for (int64_t v : conv.kernel) k *= v;
-  return k;
-}
-
 namespace {
 
 // Elements per vector access: the largest power of two up to 16 bytes that

@@ -23,9 +23,9 @@ struct ConvKernelSpec {
   // A 1xTF32 conv whose input and weight are round_tf32 results
   // (round_conv_operands): its kernel reads them as loaded.
   bool rounded_operands = false;
-  int64_t gemm_m() const;
+  int64_t gemm_m() const { return conv.gemm_m(); }
   int64_t gemm_n() const { return conv.out_channels; }
-  int64_t gemm_k() const;
+  int64_t gemm_k() const { return conv.gemm_k(); }
 };
 
 // The kernel spec of a conv node, or nullopt where no kernel covers it.

@@ -74,11 +74,10 @@ double tile_use(const ConvSpec& s) {
 
 double ss_kernel_ms(const ConvSpec& s) {
   const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.dims);
-  int64_t m = s.batch, k = s.in_channels;
-  for (int64_t v : s.output_size) m *= v;
-  for (int64_t v : s.kernel) k *= v;
-  const double k_padded = static_cast<double>((k + 31) / 32 * 32);
-  const double gathered = static_cast<double>(tile.tiles(m, s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
+  const int64_t bk = codegen::Sm90SsTile::bk;
+  const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
+  const double gathered =
+      static_cast<double>(tile.tiles(s.gemm_m(), s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
   return 1e3 * (std::max(s.flops() / kSsTf32, gathered / kSsGather) + s.output_bytes() / kSsStore);
 }
 

@@ -14,6 +14,18 @@ std::string ints(const Shape& v) {
 
 }  // namespace
 
+int64_t ConvSpec::gemm_m() const {
+  int64_t m = batch;
+  for (int64_t v : output_size) m *= v;
+  return m;
+}
+
+int64_t ConvSpec::gemm_k() const {
+  int64_t k = in_channels;
+  for (int64_t v : kernel) k *= v;
+  return k;
+}
+
 double ConvSpec::flops() const {
   // Every input (transposed) or output (forward) element meets a kernel window
   // of the other side's channels in its group.

@@ -31,6 +31,10 @@ struct ConvSpec {
   bool grouped() const { return groups > 1 && in_per_group() > 1; }
   // Multiply-adds times two.
   double flops() const;
+  // As an implicit GEMM (forward, no groups): M = batch x output pixels,
+  // K = input channels x kernel window.
+  int64_t gemm_m() const;
+  int64_t gemm_k() const;
   // Bytes at the conv's dtype of the input, the weight, the result, all three.
   double input_bytes() const;
   double weight_bytes() const;

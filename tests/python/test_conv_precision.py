@@ -109,7 +109,7 @@ def test_the_probe_finds_fp32_convs_fp32_and_tf32_convs_tf32(monkeypatch):
 
     def tf32_eager(c, x, w):
         if x.dtype == torch.float32:
-            x, w = conv_probe._round_tf32(x).float(), conv_probe._round_tf32(w).float()
+            x, w = conv_probe.round_tf32(x), conv_probe.round_tf32(w)
         return plain(c, x, w)
     monkeypatch.setattr(conv_probe, "_call", tf32_eager)
     tf32 = conv_probe.measure_precision(conv, CPU)

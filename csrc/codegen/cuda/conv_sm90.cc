@@ -120,8 +120,8 @@ Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s) {
   m.math = "_tf32";
   m.tiles = tile.tiles(s.gemm_m(), s.gemm_n());
   m.shared_bytes = tile.shared_bytes();
-  m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) +
-                  "x32 tiles, TF32 on wgmma (sm_90a) from operands rounded to tf32";
+  m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(Sm90SsTile::bk) +
+                  " tiles, TF32 on wgmma (sm_90a) from operands rounded to tf32";
   m.source = std::string(cuda_sm90_mainloop()) + cuda_sm90_ss_mainloop(tile);
   m.launch_check = "static_assert(ff_sm90::ss::SMEM_BYTES == " + std::to_string(m.shared_bytes) +
                    ", \"the launch's shared memory\");\n";

@@ -49,8 +49,8 @@ namespace ff_sm90 {
 namespace ss {
 
 )CUDA";
-  os << "constexpr int BM = " << tile.bm << ", BN = " << tile.bn << ", BK = 32, STAGES = " << tile.stages()
-     << ";\n"
+  os << "constexpr int BM = " << tile.bm << ", BN = " << tile.bn << ", BK = " << Sm90SsTile::bk
+     << ", STAGES = " << tile.stages() << ";\n"
      << "constexpr int LAG = STAGES - 2;  // the producer readies k-block g - LAG after issuing g's loads\n"
      << "constexpr int MS = BM / 128;     // m64 slices a consumer warpgroup\n"
      << "constexpr int A_TILE = BM * 128, B_TILE = BN * 128, STAGE = A_TILE + B_TILE;  // bytes\n"

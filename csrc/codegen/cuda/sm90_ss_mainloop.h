@@ -18,6 +18,7 @@ namespace ff::codegen {
 // rows each (one or two m64 slices of n = BN); the source is generated per
 // tile because the wgmma's register list is as long as BN / 2.
 struct Sm90SsTile {
+  static constexpr int bk = 32;  // K of a stage: a 128-byte row of f32, the swizzle's width
   int bm = 256, bn = 128;
   // As many stages as fit the 227 KiB an SM's CTA may use, up to 6.
   int stages() const { return std::min(6, (227 * 1024 - 2048) / ((bm + bn) * 128)); }

@@ -70,10 +70,11 @@ def _call(conv: dict, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
                                               conv["transposed"], conv["output_padding"], conv["groups"])
 
 
-def _round_tf32(x: torch.Tensor) -> torch.Tensor:
-    """x rounded to TF32 (10 mantissa bits, to nearest, ties away) as f64."""
-    bits = x.float().contiguous().view(torch.int32)
-    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).double()
+def round_tf32(x: torch.Tensor) -> torch.Tensor:
+    """x as f32 rounded to TF32 (10 mantissa bits, to nearest, ties away: the
+    IR's round_tf32 without its NaN guard), strides kept."""
+    bits = x.float().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
 def _rms(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -94,7 +95,7 @@ def measure_precision(conv: dict, device: torch.device) -> dict:
         x, w = operands(conv, device)
         y = _call(conv, x, w)[:1]
         ref = _call(conv, x[:1].double(), w.double())
-        tf32 = _call(conv, _round_tf32(x[:1]), _round_tf32(w))
+        tf32 = _call(conv, round_tf32(x[:1]).double(), round_tf32(w).double())
         eager, tf32_err = _rms(y, ref), _rms(tf32, ref)
     return {"eager_error": eager, "tf32_error": tf32_err, "tf32": tf32_err <= TF32_MARGIN * eager}
 
