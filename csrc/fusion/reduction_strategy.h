@@ -13,7 +13,11 @@
 // makes it fit; an input every item of a thread reads alike, a per-channel
 // weight beside channels-last data, costs one vector), else they stream from
 // memory again in each pass, with fewer threads per row where a row's last
-// round of loads would leave most of them idle.
+// round of loads would leave most of them idle. A block per row that leaves
+// registers for one block per SM takes half the threads, with part of each
+// thread's share in shared memory if registers cannot hold it, so two rows
+// overlap on each SM. Columns of a chunked accumulator (max-sum-exp, Welford)
+// take no more threads than keep 64 KiB of loads in flight per SM.
 #include "codegen/cuda/reduction.h"
 #include "fusion/scheduler.h"
 

@@ -83,10 +83,15 @@ inline void ff_cluster_sync() { ff_emu_cluster_sync(); }
 template <class T> const T* ff_cluster_peer(const T* p, unsigned rank) { return static_cast<const T*>(ff_emu_peer(p, rank)); }
 )EMU";
 
-// The kernel's source with its PTX conversions and cluster primitives replaced by the host's.
+// The kernel's source with its PTX conversions, cluster primitives and dynamic
+// shared memory replaced by the host's.
 std::string host_source(std::string src) {
   const std::string cluster(codegen::cuda_cluster_primitives());
   if (const size_t at = src.find(cluster); at != std::string::npos) src.replace(at, cluster.size(), kClusterEmulation);
+  // Dynamic shared memory: the most an SM has, per host thread (block).
+  const std::string dynamic(codegen::cuda_dynamic_shared());
+  if (const size_t at = src.find(dynamic); at != std::string::npos)
+    src.replace(at, dynamic.size(), "alignas(16) static thread_local unsigned char ff_dynamic_shared[228 * 1024];");
   const std::pair<const char*, const char*> swaps[] = {
       {R"(asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));)", "f = ff_emu_half_to_float(h.bits);"},
       {R"(asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));)", "h.bits = ff_emu_float_to_half(x);"},

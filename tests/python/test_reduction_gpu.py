@@ -62,6 +62,7 @@ CASES = {
     "var_mean_channels_split": (lambda m, x: torch.var_mean(x, (0, 2, 3)), [_r(32, 48, 64, 64)], {}),
     "var_mean_channels_last_split": (lambda m, x: torch.var_mean(x, (0, 2, 3)), [_channels_last(32, 48, 64, 64)], {}),
     "sum_one_long_dim_split": (lambda m, x: (x.sum(1), torch.logsumexp(x, 1, keepdim=True)), [_r(4, 1 << 20)], {}),
+    # many long rows: part of each thread's share waits in shared memory (two rows per SM)
     "softmax_long_rows": (lambda m, x: torch.softmax(x, -1), [_r(512, 32768)], {}),
     "log_softmax_rows": (lambda m, x: torch.log_softmax(x, -1), [_r(2048, 1000)], {}),
     "logsumexp_rows": (lambda m, x: torch.logsumexp(x, -1), [_r(2048, 4096)], {}),
@@ -84,6 +85,7 @@ CASES = {
     "batch_norm_1d_train": (lambda m, x: torch.relu(m.bn(x)), [_r(4096, 4096)], {"bn": nn.BatchNorm1d(4096)}),
     # 16-bit inputs (fp32 accumulation)
     "softmax_half": (lambda m, x: torch.softmax(x, -1), [_r(2048, 4096, dtype=torch.float16)], {}),
+    "softmax_half_long_rows": (lambda m, x: torch.softmax(x, -1), [_r(512, 32768, dtype=torch.float16)], {}),
     "layer_norm_bf16": (lambda m, x: m.ln(x), [_r(4096, 768, dtype=torch.bfloat16)],
                         {"ln": nn.LayerNorm(768).to(torch.bfloat16)}),
     "sum_half_columns": (lambda m, x: x.sum(0), [_r(2048, 32768, dtype=torch.float16)], {}),

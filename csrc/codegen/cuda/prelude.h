@@ -14,4 +14,7 @@ std::string_view cuda_half_prelude();
 // blocks of lower rank, in rank order, through distributed shared memory.
 std::string_view cuda_cluster_primitives();
 std::string cuda_cluster_prelude();
+// The declaration of a kernel's dynamic shared memory (ff_dynamic_shared,
+// 16-byte aligned), one line; the kernel emulator swaps it for host storage.
+std::string_view cuda_dynamic_shared();
 }  // namespace ff::codegen

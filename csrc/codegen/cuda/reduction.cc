@@ -15,7 +15,11 @@ std::string ReductionStrategy::describe() const {
         " threads across rows x " + std::to_string(threads) + " along the reduced extent";
   }
   if (staged) r += ", transposed outputs staged in shared memory";
-  r += persistent ? ", inputs held in registers across passes" : ", inputs streamed (" + std::to_string(unroll) + " loads in flight)";
+  if (shared_items > 0)
+    r += ", inputs held across passes in registers and shared memory (" + std::to_string(shared_items) +
+         " loads per thread)";
+  else
+    r += persistent ? ", inputs held in registers across passes" : ", inputs streamed (" + std::to_string(unroll) + " loads in flight)";
   return r;
 }
 

@@ -31,6 +31,11 @@ struct ReductionStrategy {
   // normalization (statistics, then the apply) reads them once; otherwise
   // each pass reads them again.
   bool persistent = false;
+  // Rows form, a block per row, persistent: of each thread's items of the
+  // inputs held across passes, the last `shared_items` wait in shared memory
+  // (copied there with cp.async, which holds no registers in flight) rather
+  // than in registers, so that two blocks, two rows, share an SM.
+  int shared_items = 0;
   // Rows form, several rows per block: the transposed element outputs
   // (ReductionAccess::transposed) go to a shared-memory tile of the block's
   // rows, written out afterwards with consecutive threads on consecutive rows.

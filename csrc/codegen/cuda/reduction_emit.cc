@@ -216,7 +216,10 @@ void ReductionWriter::head(std::ostringstream& os, const std::string& form) cons
   os << cuda_prelude();
   if (half) os << cuda_half_prelude();
   os << cuda_reduction_prelude();
-  os << "\nFF_EXTERN_C __global__ void __launch_bounds__(" << s.block << ") " << ks.name << "(";
+  // Inputs partly in shared memory are there for two blocks per SM: registers
+  // for two (else the compiler keeps the shared-memory items in registers too).
+  os << "\nFF_EXTERN_C __global__ void __launch_bounds__(" << s.block << (s.shared_items > 0 ? ", 2" : "") << ") "
+     << ks.name << "(";
   for (size_t t = 0; t < l.access.size(); ++t) {
     const auto& a = l.access[t];
     os << (t ? ", " : "") << (a.is_output ? "" : "const ") << cuda_storage_type(a.dtype) << "* __restrict__ " << a.param;

@@ -1,6 +1,7 @@
 #include "codegen/cuda/reduction_kernel.h"
 
 #include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/prelude.h"
 
 namespace ff::codegen {
 
@@ -27,11 +28,41 @@ bool ReductionKernel::item_invariant(const ReductionAccess& a) const {
 void ReductionKernel::declare_caches() {
   if (!s_.persistent) return;
   for (const auto& a : l_.access)
-    if (!a.is_output && !a.per_row && w_.read_again(&a)) {
-      os_ << "  " << cuda_compute_type(a.dtype) << " c_" << a.param << "[" << items_of(a) << "]"
-          << (per_lane(a) ? "[kVec]" : "") << ";  // %" << a.value->name << ", held in registers across the passes\n";
-      cached_.insert(&a);
+    if (!a.is_output && !a.per_row && w_.read_again(&a)) cached_.insert(&a);
+  int64_t shared_bytes = 0;
+  for (const ReductionAccess* a : cached_) {
+    const bool split = in_shared(*a);
+    if (split && shared_bytes == 0) {
+      os_ << "  constexpr int kRegItems = " << items_ - s_.shared_items << ", kSharedItems = " << s_.shared_items
+          << ";  // a thread's items of the inputs held across passes: in registers, then in shared memory\n";
+      os_ << "  " << cuda_dynamic_shared() << "\n";
     }
+    os_ << "  " << cuda_compute_type(a->dtype) << " c_" << a->param << "[" << (split ? "kRegItems" : std::to_string(items_of(*a)))
+        << "]" << (per_lane(*a) ? "[kVec]" : "") << ";  // %" << a->value->name << ", held in registers across the passes\n";
+    if (!split) continue;
+    // Item u (>= kRegItems) of lane t at [(u - kRegItems) * kThreads + t]:
+    // a warp's 16-byte slots are adjacent, so its accesses take no bank conflicts.
+    const std::string vec = "ff_vec<" + cuda_storage_type(a->dtype) + ", kVec>";
+    os_ << "  " << vec << "* const s_" << a->param << " = reinterpret_cast<" << vec << "*>(ff_dynamic_shared + "
+        << shared_bytes << ");  // and its last kSharedItems items, in shared memory\n";
+    shared_bytes += int64_t{s_.shared_items} * s_.threads * s_.vector * dtype_size(a->dtype);
+  }
+  w_.ks.shared_bytes = static_cast<int>(shared_bytes);
+}
+
+void ReductionKernel::shared_load(const ReductionAccess& a, const std::string& in) {
+  const std::string vec = "ff_vec<" + cuda_storage_type(a.dtype) + ", kVec>";
+  const std::string slot = "s_" + a.param + "[(u - kRegItems) * kThreads + lane]";
+  os_ << in << "if (aligned) {\n" << in << "  ff_cp_async<sizeof(" << vec << ")>(&" << slot << ", " << a.param << " + "
+      << elem_offset(a) << ");\n";
+  os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << slot << ".v[k] = " << a.param
+      << "[" << elem_offset(a) << " + k];\n" << in << "}\n";
+}
+
+std::string ReductionKernel::cached_value(const ReductionAccess& a) const {
+  const std::string reg = "c_" + a.param + item(a) + (per_lane(a) ? "[k]" : "");
+  if (!in_shared(a)) return reg;
+  return "(u < kRegItems ? " + reg + " : ff_load(s_" + a.param + "[(u - kRegItems) * kThreads + lane].v[k]))";
 }
 
 void ReductionKernel::vector_load(const ReductionAccess& a, const std::string& dst, const std::string& in) {
@@ -103,8 +134,21 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
   if (!varying.empty()) {
     const std::string in = open_items(true);
     emit_unravel(os, in, "e", l_.reduced, "e");
-    for (const ReductionAccess* a : varying) load(*a, (cached_.count(a) ? "c_" : x) + a->param + "[u]", in);
+    bool shared = false;
+    for (const ReductionAccess* a : varying) {
+      if (!in_shared(*a)) {
+        load(*a, (cached_.count(a) ? "c_" : x) + a->param + "[u]", in);
+        continue;
+      }
+      shared = true;
+      os << in << "if (u < kRegItems) {\n";
+      load(*a, "c_" + a->param + "[u]", in + "  ");
+      os << in << "} else {\n";
+      shared_load(*a, in + "  ");
+      os << in << "}\n";
+    }
     close_items();
+    if (shared) os << ind << "ff_cp_async_wait_all();  // this thread's copies, which only it reads\n";
   }
   for (const ReductionAccess* a : local)
     if (cached_.count(a)) loaded_.insert(a);
@@ -112,7 +156,8 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
   auto registers = [&] {
     ExprMap local_expr = expr_of;
     for (const ReductionAccess* a : inputs)
-      local_expr[a->value] = (cached_.count(a) ? "c_" : x) + a->param + item(*a) + (per_lane(*a) ? "[k]" : "");
+      local_expr[a->value] =
+          cached_.count(a) ? cached_value(*a) : x + a->param + item(*a) + (per_lane(*a) ? "[k]" : "");
     return local_expr;
   };
   const bool chunked = reduce && w_.chunked(p);

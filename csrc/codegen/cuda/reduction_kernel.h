@@ -32,8 +32,17 @@ class ReductionKernel {
 
   // One pass: its accumulators, loads, per-element work and (reducing) merge.
   void pass(int p, ExprMap& expr_of);
-  // Registers for the inputs read by several passes, when they stay in registers.
+  // Registers for the inputs read by several passes, when they stay in
+  // registers; with ReductionStrategy::shared_items (Rows form, a block per
+  // row), each thread's last items of them in shared memory instead.
   void declare_caches();
+  bool in_shared(const ReductionAccess& a) const {
+    return s_.shared_items > 0 && cached_.count(&a) != 0 && !item_invariant(a);
+  }
+  // Item u of `a` (u >= kRegItems) copied to its shared-memory slot.
+  void shared_load(const ReductionAccess& a, const std::string& in);
+  // Lane k of a cached input's item u, in registers or shared memory.
+  std::string cached_value(const ReductionAccess& a) const;
   // Whether every item of a thread reads the same elements of `a`
   // (ReductionLayout::repeats_within): then it takes one item's registers
   // and loads, not `items`.

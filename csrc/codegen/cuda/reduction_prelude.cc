@@ -18,6 +18,24 @@ __device__ __forceinline__ float ff_log(float x) { return logf(x); }
 __device__ __forceinline__ double ff_log(double x) { return log(x); }
 __device__ __forceinline__ float ff_rsqrt(float x) { return rsqrtf(x); }
 __device__ __forceinline__ double ff_rsqrt(double x) { return rsqrt(x); }
+// N bytes (4, 8 or 16) from global to shared memory with sm_80's cp.async,
+// which holds no registers while the copy is in flight;
+// ff_cp_async_wait_all() makes the thread's copies visible to it. Hosts
+// without PTX (the kernel emulator) copy at once.
+template <int N> __device__ __forceinline__ void ff_cp_async(void* shared, const void* global) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  if (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(global) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(global), "n"(N) : "memory");
+#else
+  for (int i = 0; i < N; ++i) static_cast<char*>(shared)[i] = static_cast<const char*>(global)[i];
+#endif
+}
+__device__ __forceinline__ void ff_cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
 // ff_maximum in one instruction (sm_80's max.NaN) where a kernel takes the
 // max of every element (softmax, logsumexp): its two NaN tests cost more than
 // the max itself. Hosts without PTX (the kernel emulator) take ff_maximum.
