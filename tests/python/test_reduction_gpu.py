@@ -74,6 +74,9 @@ CASES = {
     "instance_norm_relu": (lambda m, x: torch.relu(m.inorm(x) * 0.5), [_r(16, 96, 48, 48)],
                            {"inorm": nn.InstanceNorm2d(96, affine=True)}),
     "channels_last_softmax": (lambda m, x: torch.softmax(x, 1), [_channels_last(32, 64, 28, 28)], {}),
+    # along W of a channels-last input, written contiguous: through a tile of the block's columns
+    "layer_norm_w_channels_last": (lambda m, x: F.softplus(m.ln(x)), [_channels_last(64, 16, 64, 32)],
+                                   {"ln": nn.LayerNorm(32)}),
     # written contiguous: the result transposed through shared memory
     "channels_last_softmax_to_contiguous": (lambda m, x: torch.softmax(x, 1).contiguous() * 2,
                                             [_channels_last(32, 96, 27, 27)], {}),

@@ -39,6 +39,9 @@ struct ReductionStrategy {
   // Rows form, several rows per block: the transposed element outputs
   // (ReductionAccess::transposed) go to a shared-memory tile of the block's
   // rows, written out afterwards with consecutive threads on consecutive rows.
+  // Columns form: the element outputs unit-stride along the rows
+  // (ReductionAccess::along_rows) go to a tile of the block's columns, written
+  // out with consecutive threads on consecutive elements of a row.
   bool staged = false;
   // One line saying the above, for the kernel's header and golden tests.
   std::string describe() const;

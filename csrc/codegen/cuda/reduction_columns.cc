@@ -58,7 +58,9 @@ class ColumnsKernel final : public ReductionKernel {
     w_.bind_scalars(expr_of);
     w_.emit_row_inputs(os, "  ", expr_of, [&](const ReductionAccess& a) { return "base_" + a.param + lane_step(a); });
     declare_caches();
+    declare_stages();
     for (int p = 1; p <= w_.passes(); ++p) pass(p, expr_of);
+    write_stages(sizes);
     const auto outs = w_.row_outputs();
     if (!outs.empty()) {
       os << "  if (threadIdx.y == 0 && col_valid) {\n#pragma unroll\n    for (int k = 0; k < kVec; ++k) {\n";
@@ -114,7 +116,50 @@ class ColumnsKernel final : public ReductionKernel {
     }
   }
 
+  bool staged(const ReductionAccess& a) const { return s_.staged && a.along_rows(order_.back()); }
+
+  // A staged output's tile: column c of the block (threadIdx.x * kVec + k),
+  // element e of its row at [c][e], each column padded by one slot.
+  void declare_stages() {
+    if (!s_.staged) return;
+    os_ << "  constexpr int kTileColumns = " << s_.block / s_.threads * s_.vector
+        << ", kStageStride = kLength + 1;  // the block's columns, and a column's slots in the tiles\n";
+    for (const auto& a : l_.access)
+      if (staged(a))
+        os_ << "  __shared__ " << cuda_storage_type(a.dtype) << " stage_" << a.param
+            << "[kTileColumns * kStageStride];  // the block's columns of %" << a.value->name << "\n";
+  }
+
+  // The tiles out: consecutive threads take consecutive elements of a
+  // column's row, which are adjacent in memory, so the stores coalesce.
+  void write_stages(const Shape& sizes) {
+    if (!s_.staged) return;
+    std::ostringstream& os = os_;
+    os << "  // ---- the staged outputs, a run of stores along each row\n  __syncthreads();\n";
+    os << "  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < kTileColumns * kLength; i += blockDim.x * blockDim.y) {\n";
+    os << "    const int c = i / kLength;\n    const index_t e = i % kLength;\n";
+    os << "    const index_t at = static_cast<index_t>(blockIdx.x) * kTileColumns + c;\n";
+    os << "    if (at >= kColumns) continue;\n";
+    emit_unravel(os, "    ", "at", sizes, "s");
+    emit_unravel(os, "    ", "e", l_.reduced, "e");
+    for (const auto& a : l_.access) {
+      if (!staged(a)) continue;
+      Shape st;
+      for (size_t d : order_) st.push_back(a.kept[d]);
+      const std::string r = offset_expr("e", a.reduced);
+      os << "    " << a.param << "[" << offset_expr("s", st) << (r == "0" ? "" : " + " + r) << "] = stage_" << a.param
+         << "[c * kStageStride + e];\n";
+    }
+    os << "  }\n";
+  }
+
   void store(const ReductionAccess& a, const std::string& in) override {
+    if (staged(a)) {
+      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) stage_" << a.param
+          << "[(threadIdx.x * kVec + k) * kStageStride + e] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_"
+          << a.param << "[k]);\n";
+      return;
+    }
     if (kind(a) == Kind::Vector) {
       vector_store(a, in);
       return;

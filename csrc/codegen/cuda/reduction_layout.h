@@ -23,6 +23,10 @@ struct ReductionAccess {
   // (a softmax over the channels of a channels-last tensor written NCHW):
   // written along the row, each store would touch its own sector.
   bool transposed() const { return is_output && !per_row && kept.back() == 1 && reduced.back() != 1; }
+  // The Columns form's counterpart: an element output unit-stride along the
+  // row but not across the columns, which run along kept dim `across` (a
+  // layer norm over W of a channels-last tensor written NCDHW).
+  bool along_rows(size_t across) const { return is_output && !per_row && reduced.back() == 1 && kept[across] != 1; }
 };
 
 struct ReductionLayout {

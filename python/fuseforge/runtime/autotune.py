@@ -60,14 +60,28 @@ def store(k: str, value: Any, file: str = CHOICES) -> None:
         pass
 
 
-def cuda_time(fn: Callable[[], None], reps: int = 5) -> float:
-    """Median milliseconds of `fn` over `reps` runs after one warm-up (CUDA events)."""
+def cuda_time(fn: Callable[[], None], reps: int = 5, warm_ms: float = 2.0, total_ms: float = 10.0) -> float:
+    """Median milliseconds of `fn` (CUDA events) after warming up for at
+    least `warm_ms`, over `reps` runs or as many more (up to 50) as take about
+    `total_ms`. Short functions need both: a conv of 36 us timed over one
+    warm-up and five runs once read above 98 us, so the conv scheduler chose
+    a kernel twice as slow as cuDNN's."""
     import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    runs = 0
+    start.record()
+    while True:
+        fn()
+        runs += 1
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) >= warm_ms or runs >= 200:
+            break
+    each = start.elapsed_time(end) / runs
     times = []
-    for _ in range(reps):
+    for _ in range(int(min(50, max(reps, total_ms / max(each, 1e-3))))):
         start.record()
         fn()
         end.record()
