@@ -120,7 +120,7 @@ void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, in
   };
   auto blocks_per_sm = [&](int threads, int64_t items) { return 65536 / (threads * registers(threads, items)); };
   const int64_t items = (loads + s.threads - 1) / s.threads;
-  if (s.threads != s.block || s.threads < 128 || s.staged || l.rows < 2 * sm_count(arch) ||
+  if (s.threads != s.block || s.threads < 128 || l.rows < 2 * sm_count(arch) ||
       blocks_per_sm(s.threads, items) >= 2)
     return;
   const int half = s.threads / 2;

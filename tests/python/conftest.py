@@ -6,6 +6,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*/*.py"))
 
+
+def kernel_convs(convs: list[dict]) -> list[dict]:
+    """The convs (core.convolutions) that conv kernels cover: forward 2-D and
+    3-D convs without groups."""
+    return [c for c in convs if not c["transposed"] and c["groups"] == 1 and len(c["input"][1]) in (4, 5)]
+
 #: A small problem file (a Linear layer, relu, a scale); {prelude} and {init}
 #: put code at the top and inside get_init_inputs.
 TINY_PROBLEM = """

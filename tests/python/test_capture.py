@@ -259,7 +259,7 @@ def _problem(name: str) -> str:
 
 
 def test_problem_count():
-    assert len(PROBLEMS) == 36
+    assert len(PROBLEMS) == 45
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)

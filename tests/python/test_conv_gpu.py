@@ -16,7 +16,7 @@ from fuseforge.runtime import conv_probe
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import conv_fp32_precision
 
-from conftest import PROBLEMS
+from conftest import PROBLEMS, kernel_convs
 
 pytestmark = pytest.mark.gpu
 
@@ -94,8 +94,7 @@ def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
         with torch.no_grad():
             fast(*[x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()])
         kernels = [k for s in fast.specializations() for k in s.compiled.plan.kernels if k.kind == "conv"]
-        covered = [c for c in core.convolutions(fast.specializations()[0].captured.text)
-                   if not c["transposed"] and c["groups"] == 1]
+        covered = kernel_convs(core.convolutions(fast.specializations()[0].captured.text))
         assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
         torch.cuda.empty_cache()
 

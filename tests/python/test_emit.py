@@ -141,7 +141,8 @@ def test_library_steps_as_text_match_the_executor(path):
             want = library_calls.make_call(step, torch.device("cpu"))(operands)
             names = {b: f"a{i}" for i, b in enumerate(env)}
             text = step_expr(step, [names[o.buffer] if o.buffer >= 0 else literal(o.literal) for o in step.operands])
-            scope = {"torch": torch, "dev": torch.device("cpu"), **{names[b]: env[b] for b in names}}
+            helpers = {f.__name__: f for f in library_calls.HELPERS}  # the emitted file's too
+            scope = {"torch": torch, "dev": torch.device("cpu"), **helpers, **{names[b]: env[b] for b in names}}
             got = eval(text, scope)
             want = list(want) if isinstance(want, (tuple, list)) else [want]
             got = list(got) if isinstance(got, (tuple, list)) else [got]

@@ -10,7 +10,7 @@ from fuseforge.capture import capture
 from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime.options import compile_ir, compile_options
 
-from conftest import PROBLEMS
+from conftest import PROBLEMS, kernel_convs
 
 
 def _capture(path):
@@ -205,7 +205,7 @@ def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path, math):
     plan = _conv_plan(text, {"conv_channels_last": {c["signature"]: True for c in convs},
                              "conv_tf32": {c["signature"]: math == "tf32" for c in convs}})
     kernels = [k for k in plan.kernels if k.kind == "conv"]
-    covered = [c for c in convs if not c["transposed"] and c["groups"] == 1]
+    covered = kernel_convs(convs)
     assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
     rounded = {b for k in plan.kernels if k.nodes[-1].op == "round_tf32" for b in k.outputs}
     for k in kernels:

@@ -33,8 +33,8 @@ void ReductionKernel::declare_caches() {
   for (const ReductionAccess* a : cached_) {
     const bool split = in_shared(*a);
     if (split && shared_bytes == 0) {
-      os_ << "  constexpr int kRegItems = " << items_ - s_.shared_items << ", kSharedItems = " << s_.shared_items
-          << ";  // a thread's items of the inputs held across passes: in registers, then in shared memory\n";
+      os_ << "  constexpr int kRegItems = " << items_ - s_.shared_items << ";  // a thread's first items of the inputs held "
+          << "across passes, in registers; the other " << s_.shared_items << " in shared memory\n";
       os_ << "  " << cuda_dynamic_shared() << "\n";
     }
     os_ << "  " << cuda_compute_type(a->dtype) << " c_" << a->param << "[" << (split ? "kRegItems" : std::to_string(items_of(*a)))
@@ -44,7 +44,7 @@ void ReductionKernel::declare_caches() {
     // a warp's 16-byte slots are adjacent, so its accesses take no bank conflicts.
     const std::string vec = "ff_vec<" + cuda_storage_type(a->dtype) + ", kVec>";
     os_ << "  " << vec << "* const s_" << a->param << " = reinterpret_cast<" << vec << "*>(ff_dynamic_shared + "
-        << shared_bytes << ");  // and its last kSharedItems items, in shared memory\n";
+        << shared_bytes << ");  // and its items from kRegItems on\n";
     shared_bytes += int64_t{s_.shared_items} * s_.threads * s_.vector * dtype_size(a->dtype);
   }
   w_.ks.shared_bytes = static_cast<int>(shared_bytes);
