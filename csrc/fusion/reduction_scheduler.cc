@@ -14,8 +14,9 @@
 // Growing from a seed reduction, a pointwise group or node joins when the
 // whole still forms one domain, no path leaves the kernel and comes back
 // into it (a cycle through a library call), every value read outside the
-// kernel spans its rows (or its whole domain), and applying the results to
-// the rows pays (reduction_strategy.h). A kernel with too few blocks to fill
+// kernel spans its rows (or its whole domain), applying the results to the
+// rows pays and the element outputs are written a run at a time
+// (reduction_strategy.h). A kernel with too few blocks to fill
 // the GPU is not made at all. Pointwise groups run first
 // (scheduler.h), GEMM kernels take their epilogues before this scheduler.
 #include <algorithm>
@@ -108,12 +109,10 @@ class ReductionScheduler final : public Scheduler {
       }
       if (outside && !d->covers(n->result())) return false;
     }
-    if (applies) {
-      const Group g = p.describe_nodes(Group::Kind::Reduction, nodes);
-      const auto l = codegen::reduction_layout(g, *d);
-      if (!apply_pass_pays(choose_reduction_strategy(g, *d, l, options), l, options)) return false;
-    }
-    return true;
+    const Group g = p.describe_nodes(Group::Kind::Reduction, nodes);
+    const auto l = codegen::reduction_layout(g, *d);
+    const auto s = choose_reduction_strategy(g, *d, l, options);
+    return (!applies || apply_pass_pays(s, l, options)) && writes_coalesced(s, l);
   }
 
   static void grow(PartitionBuilder& p, Node* seed, const FusionOptions& options) {

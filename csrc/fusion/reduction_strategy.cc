@@ -328,6 +328,14 @@ bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::Reducti
   return s.persistent || blocks_of(s, l) >= 2 * sm_count(options.arch);
 }
 
+bool writes_coalesced(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l) {
+  if (s.form != ReductionStrategy::Form::Columns || s.staged) return true;
+  const auto c = static_cast<size_t>(l.contiguous_kept());
+  for (const ReductionAccess& a : l.access)
+    if (a.along_rows(c)) return false;
+  return true;
+}
+
 bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
                      const FusionOptions& options) {
   constexpr int64_t kSmall = 1 << 20;  // elements: launch-bound either way

@@ -20,6 +20,7 @@ std::unique_ptr<Pass> make_split_gemm_k();  // split_gemm_k.cc
 std::unique_ptr<Pass> make_split_long_reduction();  // split_long_reduction.cc
 std::unique_ptr<Pass> make_recompute_pointwise();  // recompute_pointwise.cc
 std::unique_ptr<Pass> make_pointwise_before_view();  // pointwise_before_view.cc
+std::unique_ptr<Pass> make_reduction_before_view();  // reduction_before_view.cc
 
 namespace {
 struct Entry {
@@ -43,6 +44,7 @@ const Entry kPasses[] = {
     {"split_long_reduction", make_split_long_reduction},
     {"recompute_pointwise", make_recompute_pointwise},
     {"pointwise_before_view", make_pointwise_before_view},
+    {"reduction_before_view", make_reduction_before_view},
 };
 }  // namespace
 
@@ -65,7 +67,8 @@ std::vector<std::string> pass_names() {
 std::vector<std::string> default_pipeline() {
   return {"conv_precision",      "canonicalize",       "matmul_sum_to_gemv", "gemv_as_reduction",
           "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_layout",
-          "round_conv_operands",  "split_long_reduction", "pointwise_before_view", "cse",      "dce"};
+          "round_conv_operands",  "reduction_before_view", "split_long_reduction", "pointwise_before_view", "cse",
+          "dce"};
 }
 
 }  // namespace ff::passes

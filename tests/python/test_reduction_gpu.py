@@ -71,6 +71,9 @@ CASES = {
     "rmsnorm_manual": (_rms, [_r(16, 512, 4096)], {"w": nn.Parameter(torch.rand(4096) + 0.5)}),
     "manual_softmax_two_passes": (_manual_softmax, [_r(1024, 3000)], {}),
     "group_norm_silu": (lambda m, x: F.silu(m.gn(x)), [_r(16, 256, 32, 32)], {"gn": nn.GroupNorm(32, 256)}),
+    # the mean reads the norm's [N, G, C/G, H*W] result (reduction_before_view): the apply is its prologue
+    "group_norm_then_mean": (lambda m, x: F.gelu(m.gn(x)).mean((2, 3)), [_r(16, 64, 32, 32)],
+                             {"gn": nn.GroupNorm(8, 64)}),
     "instance_norm_relu": (lambda m, x: torch.relu(m.inorm(x) * 0.5), [_r(16, 96, 48, 48)],
                            {"inorm": nn.InstanceNorm2d(96, affine=True)}),
     "channels_last_softmax": (lambda m, x: torch.softmax(x, 1), [_channels_last(32, 64, 28, 28)], {}),
