@@ -65,20 +65,31 @@ int vector_width(const codegen::ReductionLayout& l, int64_t extent, bool reduced
 // The inputs a later pass of the kernel reads again.
 using Rereads = std::vector<const ReductionAccess*>;
 
+// The registers a thread's share of the inputs read again takes:
+// `per_thread` elements of each (`items`), but one vector's words for an
+// input that repeats within `step` elements (Rows form: the elements between
+// a thread's items; else 0).
+struct CacheWords {
+  int64_t items = 0, repeated = 0;
+};
+CacheWords cache_words(const codegen::ReductionLayout& l, const Rereads& again, int64_t per_thread, int vector,
+                       int64_t step) {
+  CacheWords w;
+  for (const ReductionAccess* a : again) {
+    if (l.repeats_within(*a, step)) w.repeated += vector;
+    else w.items += per_thread;
+  }
+  return w;
+}
+
 // Whether a thread can hold `per_thread` elements of each input read again in
 // registers, beside `acc_words` of accumulators, at `block` threads: within
 // kMaxCacheWords of per-item arrays, and within the registers a thread has.
-// In the Rows form (`step`: elements between a thread's items, else 0) an
-// input that repeats within `step` elements takes one vector's words.
 bool cache_fits(const codegen::ReductionLayout& l, const Rereads& again, int64_t per_thread, int vector, int block,
                 int acc_words, int64_t step = 0) {
-  int64_t items = 0, repeated = 0;
-  for (const ReductionAccess* a : again) {
-    if (l.repeats_within(*a, step)) repeated += vector;
-    else items += per_thread;
-  }
+  const CacheWords w = cache_words(l, again, per_thread, vector, step);
   const int64_t free = 65536 / block - kRegisterOverhead - acc_words;
-  return items <= std::min<int64_t>(kMaxCacheWords, free) && items + repeated <= free;
+  return w.items <= std::min<int64_t>(kMaxCacheWords, free) && w.items + w.repeated <= free;
 }
 
 // Loads in flight per thread when the inputs stream: each holds a vector of
@@ -113,10 +124,8 @@ void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, in
                      ReductionStrategy& s) {
   // Registers per thread at `threads` threads per row, `items` of each input in registers.
   auto registers = [&](int threads, int64_t items) {
-    int64_t words = kRegisterOverhead + int64_t{acc_words} * s.vector;
-    for (const ReductionAccess* a : again)
-      words += (l.repeats_within(*a, int64_t{threads} * s.vector) ? 1 : items) * s.vector;
-    return words;
+    const CacheWords w = cache_words(l, again, items * s.vector, s.vector, int64_t{threads} * s.vector);
+    return kRegisterOverhead + int64_t{acc_words} * s.vector + w.items + w.repeated;
   };
   auto blocks_per_sm = [&](int threads, int64_t items) { return 65536 / (threads * registers(threads, items)); };
   const int64_t items = (loads + s.threads - 1) / s.threads;

@@ -30,8 +30,7 @@ class ColumnsKernel final : public ReductionKernel {
     for (size_t d = 0; d < l_.kept.size(); ++d)
       if (static_cast<int>(d) != inner) order_.push_back(d);
     if (inner >= 0) order_.push_back(static_cast<size_t>(inner));
-    Shape sizes;
-    for (size_t d : order_) sizes.push_back(l_.kept[d]);
+    const Shape sizes = in_order(l_.kept);
 
     std::ostringstream& os = os_;
     w_.head(os, s_.describe());
@@ -48,11 +47,8 @@ class ColumnsKernel final : public ReductionKernel {
     for (size_t i = 0; i < order_.size(); ++i) os << (i ? ", " : "") << "k" << i << ": dim " << order_[i];
     os << ").\n";
     emit_unravel(os, "  ", "col", sizes, "k");
-    for (const auto& a : l_.access) {
-      Shape st;
-      for (size_t d : order_) st.push_back(a.kept[d]);
-      os << "  const index_t base_" << a.param << " = " << offset_expr("k", st) << ";\n";
-    }
+    for (const auto& a : l_.access)
+      os << "  const index_t base_" << a.param << " = " << offset_expr("k", in_order(a.kept)) << ";\n";
     emit_aligned();
     ExprMap expr_of;
     w_.bind_scalars(expr_of);
@@ -76,6 +72,13 @@ class ColumnsKernel final : public ReductionKernel {
 
  private:
   std::vector<size_t> order_;
+
+  // Per-kept-dim values (an access's strides, the extents) in the column index's order.
+  Shape in_order(const Shape& kept) const {
+    Shape out;
+    for (size_t d : order_) out.push_back(kept[d]);
+    return out;
+  }
 
   // How an access steps across a thread's columns: a vector load (unit
   // stride), one value for all (stride 0, or one column), or one load each.
@@ -144,10 +147,9 @@ class ColumnsKernel final : public ReductionKernel {
     emit_unravel(os, "    ", "e", l_.reduced, "e");
     for (const auto& a : l_.access) {
       if (!staged(a)) continue;
-      Shape st;
-      for (size_t d : order_) st.push_back(a.kept[d]);
       const std::string r = offset_expr("e", a.reduced);
-      os << "    " << a.param << "[" << offset_expr("s", st) << (r == "0" ? "" : " + " + r) << "] = stage_" << a.param
+      os << "    " << a.param << "[" << offset_expr("s", in_order(a.kept)) << (r == "0" ? "" : " + " + r) << "] = stage_"
+         << a.param
          << "[c * kStageStride + e];\n";
     }
     os << "  }\n";

@@ -40,9 +40,7 @@ void ReductionKernel::declare_caches() {
     os_ << "  " << cuda_compute_type(a->dtype) << " c_" << a->param << "[" << (split ? "kRegItems" : std::to_string(items_of(*a)))
         << "]" << (per_lane(*a) ? "[kVec]" : "") << ";  // %" << a->value->name << ", held in registers across the passes\n";
     if (!split) continue;
-    // Item u (>= kRegItems) of lane t at [(u - kRegItems) * kThreads + t]:
-    // a warp's 16-byte slots are adjacent, so its accesses take no bank conflicts.
-    const std::string vec = "ff_vec<" + cuda_storage_type(a->dtype) + ", kVec>";
+    const std::string vec = storage_vector(*a);
     os_ << "  " << vec << "* const s_" << a->param << " = reinterpret_cast<" << vec << "*>(ff_dynamic_shared + "
         << shared_bytes << ");  // and its items from kRegItems on\n";
     shared_bytes += int64_t{s_.shared_items} * s_.threads * s_.vector * dtype_size(a->dtype);
@@ -50,10 +48,19 @@ void ReductionKernel::declare_caches() {
   w_.ks.shared_bytes = static_cast<int>(shared_bytes);
 }
 
+std::string ReductionKernel::storage_vector(const ReductionAccess& a) {
+  return "ff_vec<" + cuda_storage_type(a.dtype) + ", kVec>";
+}
+
+// Item u (>= kRegItems) of lane t at [(u - kRegItems) * kThreads + t]: a
+// warp's 16-byte slots are adjacent, so its accesses take no bank conflicts.
+std::string ReductionKernel::shared_slot(const ReductionAccess& a) {
+  return "s_" + a.param + "[(u - kRegItems) * kThreads + lane]";
+}
+
 void ReductionKernel::shared_load(const ReductionAccess& a, const std::string& in) {
-  const std::string vec = "ff_vec<" + cuda_storage_type(a.dtype) + ", kVec>";
-  const std::string slot = "s_" + a.param + "[(u - kRegItems) * kThreads + lane]";
-  os_ << in << "if (aligned) {\n" << in << "  ff_cp_async<sizeof(" << vec << ")>(&" << slot << ", " << a.param << " + "
+  const std::string slot = shared_slot(a);
+  os_ << in << "if (aligned) {\n" << in << "  ff_cp_async<sizeof(" << storage_vector(a) << ")>(&" << slot << ", " << a.param << " + "
       << elem_offset(a) << ");\n";
   os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << slot << ".v[k] = " << a.param
       << "[" << elem_offset(a) << " + k];\n" << in << "}\n";
@@ -62,24 +69,24 @@ void ReductionKernel::shared_load(const ReductionAccess& a, const std::string& i
 std::string ReductionKernel::cached_value(const ReductionAccess& a) const {
   const std::string reg = "c_" + a.param + item(a) + (per_lane(a) ? "[k]" : "");
   if (!in_shared(a)) return reg;
-  return "(u < kRegItems ? " + reg + " : ff_load(s_" + a.param + "[(u - kRegItems) * kThreads + lane].v[k]))";
+  return "(u < kRegItems ? " + reg + " : ff_load(" + shared_slot(a) + ".v[k]))";
 }
 
 void ReductionKernel::vector_load(const ReductionAccess& a, const std::string& dst, const std::string& in) {
-  const std::string st = cuda_storage_type(a.dtype);
-  os_ << in << "if (aligned) {\n" << in << "  const ff_vec<" << st << ", kVec> v = *reinterpret_cast<const ff_vec<"
-      << st << ", kVec>*>(" << a.param << " + " << elem_offset(a) << ");\n";
+  const std::string vec = storage_vector(a);
+  os_ << in << "if (aligned) {\n" << in << "  const " << vec << " v = *reinterpret_cast<const " << vec << "*>("
+      << a.param << " + " << elem_offset(a) << ");\n";
   os_ << "#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << dst << "[k] = ff_load(v.v[k]);\n";
   os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << dst << "[k] = "
       << load_expr(a, elem_offset(a) + " + k") << ";\n" << in << "}\n";
 }
 
 void ReductionKernel::vector_store(const ReductionAccess& a, const std::string& in) {
-  const std::string st = cuda_storage_type(a.dtype);
-  os_ << in << "if (aligned) {\n" << in << "  ff_vec<" << st << ", kVec> v;\n";
+  const std::string st = cuda_storage_type(a.dtype), vec = storage_vector(a);
+  os_ << in << "if (aligned) {\n" << in << "  " << vec << " v;\n";
   os_ << "#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) v.v[k] = ff_store<" << st << ">(y_" << a.param
       << "[k]);\n";
-  os_ << in << "  *reinterpret_cast<ff_vec<" << st << ", kVec>*>(" << a.param << " + " << elem_offset(a) << ") = v;\n";
+  os_ << in << "  *reinterpret_cast<" << vec << "*>(" << a.param << " + " << elem_offset(a) << ") = v;\n";
   os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << a.param << "["
       << elem_offset(a) << " + k] = ff_store<" << st << ">(y_" << a.param << "[k]);\n" << in << "}\n";
 }

@@ -41,6 +41,8 @@ class ReductionKernel {
   }
   // Item u of `a` (u >= kRegItems) copied to its shared-memory slot.
   void shared_load(const ReductionAccess& a, const std::string& in);
+  static std::string storage_vector(const ReductionAccess& a);  // ff_vec<storage type, kVec>
+  static std::string shared_slot(const ReductionAccess& a);     // item u's slot, for lane `lane`
   // Lane k of a cached input's item u, in registers or shared memory.
   std::string cached_value(const ReductionAccess& a) const;
   // Whether every item of a thread reads the same elements of `a`
