@@ -256,7 +256,8 @@ def section_c(paths: list[Path], budget: float) -> list[dict]:
         text, convs = captured_convs(path, "eval")
         choice = decided(text)
         for c in convs:
-            if c["transposed"] or c["groups"] != 1 or c["signature"] in seen or c["dtype"] not in ("f32", "f16", "bf16"):
+            if (c["transposed"] or c["groups"] != 1 or len(c["input"][1]) not in (4, 5) or c["signature"] in seen
+                    or c["dtype"] not in ("f32", "f16", "bf16")):
                 continue
             seen.add(c["signature"])
             if out_of_time(budget):

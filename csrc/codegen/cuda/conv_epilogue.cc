@@ -38,8 +38,23 @@ std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKerne
   return name;
 }
 
+bool conv_stores_staged(const fusion::Group& group) {
+  if (group.nodes.empty() || group.outputs.size() != 1) return false;
+  const Value* out = group.outputs[0];
+  const Shape& shape = group.nodes.front()->result()->type.shape;  // [N, K, (Z,) P, Q]
+  if (out->type.dtype != DType::f32 || out->type.shape != shape) return false;
+  const Shape strides = broadcast_strides(out->type, shape);
+  int64_t pixels = 1;  // the spatial dims, innermost first, must be contiguous
+  for (size_t d = shape.size(); d-- > 2;) {
+    if (strides[d] != pixels) return false;
+    pixels *= shape[d];
+  }
+  // Every run of a channel's pixels 16-byte aligned and a multiple of 16 bytes.
+  return pixels % 4 == 0 && strides[0] % 4 == 0 && strides[1] % 4 == 0 && strides[1] >= pixels;
+}
+
 ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& s, KernelSource& ks,
-                          const std::string& members) {
+                          const std::string& members, bool staged) {
   const ConvSpec& c = s.conv;
   if (group.nodes.empty() || group.outputs.size() != 1) throw IRError("conv codegen: expected a conv and one output");
   const Node& conv = *group.nodes.front();
@@ -104,17 +119,33 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
   std::string value = rounded("acc");
   if (c.has_bias) value = rounded(value + " + ff_load(bias[col])");
+  const std::string coords = idx + " n, " + idx + " col, " + (three_d ? idx + " z, " : "") + idx + " p, " + idx + " q";
   os << "  // The same at output element (n, col, " << spatial << "), inside the output.\n"
-     << "  __device__ __forceinline__ void store_at(" << idx << " n, " << idx << " col, " << idx
-     << (three_d ? " z, " + idx : "") << " p, " << idx << " q, float acc) const {\n"
+     << "  __device__ __forceinline__ void store_at(" << coords << ", float acc) const {\n"
+     << "    out[" << offset(out_strides, index) << "] = ff_store<" << cuda_storage_type(out->type.dtype)
+     << ">(value_at(n, col, " << spatial << ", acc));\n"
+     << "  }\n"
+     << "  __device__ __forceinline__ float value_at(" << coords << ", float acc) const {\n"
      << "    // v: the conv's value" << (c.has_bias ? " plus its bias" : "") << "; then " << epilogue.size()
      << " fused pointwise op(s).\n"
      << "    const float v = " << value << ";\n"
-     << body.str()
-     << "    out[" << offset(out_strides, index) << "] = ff_store<" << cuda_storage_type(out->type.dtype) << ">("
-     << expr_of.at(out) << ");\n"
-     << "  }\n"
-     << members << "};\n";
+     << body.str() << "    return " << expr_of.at(out) << ";\n"
+     << "  }\n";
+  if (staged) {
+    // Staged stores (sm90_ss_mainloop.h): the value alone, and where each
+    // output channel's run of a sample's pixels begins.
+    os << "  static constexpr int SAMPLE = " << P * Q * Z << ";  // pixels a sample\n"
+       << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n"
+       << "    return value_at(row / " << P * Q * Z << ", col, "
+       << (three_d ? "row / " + std::to_string(P * Q) + " % " + std::to_string(Z) + ", " : "") << "row / " << Q
+       << " % " << P << ", row % " << Q << ", acc);\n"
+       << "  }\n"
+       << "  __device__ __forceinline__ float* column(int n, int col) const {\n"
+       << "    return out + static_cast<long long>(n) * " << out_strides[0] << " + static_cast<long long>(col) * "
+       << out_strides[1] << ";\n"
+       << "  }\n";
+  }
+  os << members << "};\n";
   e.parameters = params.str();
   e.arguments = args.str();
   e.definition = os.str();

@@ -25,8 +25,15 @@ std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKerne
 
 // The group's epilogue, with the kernel's own `members` added to the struct;
 // sets ks.inputs (x, w, bias, then the other tensors the epilogue reads) and
-// ks.outputs.
+// ks.outputs. `staged` (conv_stores_staged) adds value(row, col, acc), the
+// value alone, and column(n, col), where output channel col of sample n (its
+// SAMPLE pixels contiguous) begins.
 ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& spec, KernelSource& ks,
-                          const std::string& members = "");
+                          const std::string& members = "", bool staged = false);
+
+// Whether the group's output can leave a kernel in runs of one channel's
+// pixels (an f32 result, pixels contiguous per channel, 16-byte aligned runs):
+// the Hopper kernel's staged stores (sm90_ss_mainloop.h).
+bool conv_stores_staged(const fusion::Group& group);
 
 }  // namespace ff::codegen

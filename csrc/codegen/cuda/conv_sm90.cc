@@ -114,14 +114,14 @@ Mainloop fragment_mainloop(const fusion::ConvKernelSpec& s) {
 }
 
 // The 1xTF32 mainloop on operands rounded to tf32 beforehand (sm90_ss_mainloop.h).
-Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s) {
-  const Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.conv.dims);
+Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTile& tile) {
   Mainloop m;
   m.math = "_tf32";
   m.tiles = tile.tiles(s.gemm_m(), s.gemm_n());
   m.shared_bytes = tile.shared_bytes();
   m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(Sm90SsTile::bk) +
-                  " tiles, TF32 on wgmma (sm_90a) from operands rounded to tf32";
+                  " tiles, TF32 on wgmma (sm_90a) from operands rounded to tf32" +
+                  (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
   m.source = std::string(cuda_sm90_mainloop()) + cuda_sm90_ss_mainloop(tile);
   m.launch_check = "static_assert(ff_sm90::ss::SMEM_BYTES == " + std::to_string(m.shared_bytes) +
                    ", \"the launch's shared memory\");\n";
@@ -137,7 +137,9 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
 
 KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
   if (!sm90_conv_applies(s)) throw IRError("conv codegen: the sm90 kernel does not cover this conv");
-  const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s) : fragment_mainloop(s);
+  const Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.conv.dims, conv_stores_staged(group));
+  const bool staged = s.rounded_operands && tile.staged;
+  const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile) : fragment_mainloop(s);
   KernelSource ks;
   ks.name = conv_kernel_name(group, s) + mainloop.math + "_sm90_" + std::to_string(id);
   const std::string members =
@@ -146,7 +148,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
       "    store(row, col + 1, v1);\n"
       "  }\n" +
       mainloop.members;
-  const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members);
+  const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members, staged);
   ks.sm90a = true;
   ks.block = kSm90Threads;
   ks.unroll = 1;

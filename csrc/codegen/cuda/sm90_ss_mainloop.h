@@ -19,22 +19,34 @@ namespace ff::codegen {
 // tile because the wgmma's register list is as long as BN / 2.
 struct Sm90SsTile {
   static constexpr int bk = 32;  // K of a stage: a 128-byte row of f32, the swizzle's width
+  static constexpr int staged_cols = 32;  // result columns a consumer warpgroup stages at a time
   int bm = 256, bn = 128;
+  // Whether the result leaves through shared memory in bulk copies, one per
+  // output channel's run of pixels (an f32 result whose pixels are
+  // contiguous per channel): the copies run while the next tile's wgmmas do.
+  bool staged = false;
+  // Each consumer warpgroup's staging buffer: staged_cols columns of its
+  // BM / 2 rows, each padded by 4 floats (16-byte aligned, conflict-free).
+  int staging_bytes() const { return staged ? 2 * staged_cols * (bm / 2 + 4) * 4 : 0; }
   // As many stages as fit the 227 KiB an SM's CTA may use, up to 6.
-  int stages() const { return std::min(6, (227 * 1024 - 2048) / ((bm + bn) * 128)); }
-  int shared_bytes() const { return 1024 + stages() * (bm + bn) * 128 + 2 * stages() * 8; }
+  int stages() const { return std::min(6, (227 * 1024 - 2048 - staging_bytes()) / ((bm + bn) * 128)); }
+  int shared_bytes() const { return 1024 + stages() * (bm + bn) * 128 + staging_bytes() + 2 * stages() * 8; }
   int64_t tiles(int64_t m, int64_t n) const { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); }
 };
 
 // The tile for an M x N result of a conv of `dims` spatial dims: BN the
 // smallest of 64, 128, 256 covering N (256 past it); BM 256 where BN <= 128,
 // else 128 (at most 128 accumulators a consumer thread), and 128 for 3-D
-// convs (the producer's window origins of 16 rows spill its registers).
-Sm90SsTile sm90_ss_tile(int64_t n, int dims);
+// convs (the producer's window origins of 16 rows spill its registers);
+// staged stores where `staged` (the result allows them) and BM is 256.
+Sm90SsTile sm90_ss_tile(int64_t n, int dims, bool staged = false);
 
 // ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
 // K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
-// columns. Needs cuda_sm90_mainloop() before it (its helpers).
+// columns; staged, epilogue.value(row, col, acc) gives each element's value
+// and epilogue.column(n, col) where column col of sample n (Epilogue::SAMPLE
+// rows, a multiple of 4) begins. Needs cuda_sm90_mainloop() before it (its
+// helpers).
 std::string cuda_sm90_ss_mainloop(const Sm90SsTile& tile);
 
 }  // namespace ff::codegen
