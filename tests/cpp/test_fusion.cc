@@ -147,6 +147,31 @@ TEST(Codegen, TransposedInputIteratesInOutputOrder) {
   EXPECT_NE(cg.kernels[0].source.find("iteration space [4096]"), std::string::npos) << cg.kernels[0].source;
 }
 
+TEST(Codegen, PersistentRowsTakeTheRowsMaxAndMeanBeforeTheirElements) {
+  // Rows held in registers: the softmax's sums of exp(x - max) all use the
+  // row's max and the layer norm's deviations the row's mean, both merged
+  // over the row before the element sweep (eager's two passes), so no partial
+  // sum is rescaled in the merges.
+  auto cg = compile_graph(R"(graph @g(%x: f32[512,4096], %y: f32[512,1024], %w: f32[1024] param, %b: f32[1024] param) {
+  %0 = softmax(%x) {dim=1} : f32[512,4096]
+  %1 = layer_norm(%y, %w, %b) {eps=1e-05, ndims=1} : f32[512,1024]
+  return %0, %1
+})", parse_compile_flags("--arch=90"));
+  int checked = 0;
+  for (const auto& k : cg.kernels) {
+    const std::string& src = k.source;
+    const bool softmax = k.name.find("softmax") != std::string::npos;
+    if (!softmax && k.name.find("layer_norm") == std::string::npos) continue;
+    ASSERT_NE(src.find("inputs held in registers across passes"), std::string::npos) << src;
+    const size_t settled = src.find(softmax ? "the row's max, in every slot" : "the row's mean, in every slot");
+    const size_t used = src.find(softmax ? ".rebase(next_" : "::of_chunk(");
+    ASSERT_NE(settled, std::string::npos) << src;
+    EXPECT_LT(settled, used) << src;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 TEST(Codegen, TransposingGroupStagesTilesThroughSharedMemory) {
   // A channels-last conv result written out in NCHW order: [N,C,HW] with the
   // input unit-stride along C and the output along HW.

@@ -176,6 +176,7 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
     w_.emit_sees(os, p, in + "  ", local_expr, chunk_slot());
     os << in << "}\n";
     close_items();
+    before_rebase(p);
     w_.emit_rebase(os, p, ind, chunk_slot());
   }
   const auto& outs = w_.element_outputs(p);

@@ -72,6 +72,10 @@ class ReductionKernel {
   virtual std::string chunk_slot() const = 0;  // the slot of lane k's chunk (every item u of it)
   virtual std::string index() const = 0;  // the element index argmax/argmin push
   virtual void merge(int p, ExprMap& expr_of) = 0;
+  // After a chunk's sweep, before the accumulators rebase on it: where the
+  // chunk is a thread's whole share of a row, the form may settle its max
+  // over the row (RowsKernel).
+  virtual void before_rebase(int /*p*/) {}
 };
 
 }  // namespace ff::codegen

@@ -145,6 +145,53 @@ class RowsKernel final : public ReductionKernel {
           << "[0]);\n";
   }
 
+  // A persistent row's chunked accumulators take the row's figure before the
+  // element sweep, as eager's two passes do: a max-sum-exp the row's max, so
+  // every sum is of exp(x - max) and the merges add them, where rescaling
+  // each partial sum by exp(m - max) gave up to 1.5x eager's error (softmax
+  // over 32768, against fp64); a Welford the row's mean (within an ulp: the
+  // slot's sum becomes mean * count), so the deviations are from it and
+  // Chan's merges add nothing of their own. One more merge a row.
+  void before_rebase(int p) override {
+    if (!s_.persistent) return;
+    for (const auto& a : w_.accs) {
+      if (a.level != p) continue;
+      const bool max = a.kind == Accumulator::Kind::MaxSumExp;
+      if (!max && a.kind != Accumulator::Kind::Welford) continue;
+      const std::string t = cuda_compute_type(a.input->type.dtype);
+      const std::string part = max ? "ff_max<" + t + ">" : "ff_sum<" + t + ">";
+      const std::string field = max ? ".m" : ".s";
+      // The row's max, or its sum and count, merged over the slots and the row's threads.
+      auto row_total = [&](const std::string& var, const std::string& slot, const std::string& combine) {
+        os_ << "    " << t << " " << var << " = " << slot << "[0];\n"
+            << "#pragma unroll\n"
+            << "    for (int i = 1; i < " << slots_ << "; ++i) " << var << " = " << combine << ";\n";
+        if (s_.threads > 32)
+          os_ << "    __shared__ " << part << " partials_" << var << "_" << a.name << "[kThreads / 32];\n"
+              << "    " << var << " = ff_block_merge<kThreads>(" << part << "{" << var << "}, partials_" << var << "_"
+              << a.name << ")" << field << ";\n";
+        else if (s_.threads > 1)
+          os_ << "    " << var << " = ff_warp_merge<kThreads>(" << part << "{" << var << "})" << field << ";\n";
+      };
+      if (max) {
+        const std::string next = "next_" + a.name;
+        os_ << "  {  // the row's max, in every slot\n";
+        row_total("row_max", next, "ff_max_nan(row_max, " + next + "[i])");
+        os_ << "#pragma unroll\n"
+            << "    for (int i = 0; i < " << slots_ << "; ++i) " << next << "[i] = row_max;\n"
+            << "  }\n";
+      } else {
+        const std::string sum = "sum_" + a.name, n = "n_" + a.name;
+        os_ << "  {  // the row's mean, in every slot\n";
+        row_total("row_sum", sum, "row_sum + " + sum + "[i]");
+        os_ << "    const " << t << " row_mean = row_sum / static_cast<" << t << ">(kLength);\n"
+            << "#pragma unroll\n"
+            << "    for (int i = 0; i < " << slots_ << "; ++i) " << sum << "[i] = row_mean * " << n << "[i];\n"
+            << "  }\n";
+      }
+    }
+  }
+
   // The thread's slots pairwise, then the row's threads; every thread of the
   // row ends with the row's result and computes the row values.
   void merge(int p, ExprMap& expr_of) override {
