@@ -16,7 +16,7 @@ B. Root cause, per problem whose captured graph has a 2-D conv feeding only
    TF32 as the old pass did, (off) conv_layout off with TF32 allowed as eager.
    Success: "old" above 2 where eager's conv is fp32 (the failure), "off" and
    "new" at most 2.
-C. Generated conv kernels against cuDNN, per forward conv without groups:
+C. Generated conv kernels against cuDNN, per forward 2-D or 3-D conv without groups:
    milliseconds of our implicit-GEMM kernel (fused relu, the decided math)
    and of cuDNN's channels-last conv + relu, TFLOP/s, error against fp64 over
    eager's. Success: errors within 2x; where "kernel ms" < "cudnn ms" the

@@ -154,22 +154,25 @@ class PoolEmitter {
   }
 
   // The dim along which the tensors the window reads are unit-stride, when
-  // it is a kept dim other than the first output's unit-stride dim (a
-  // channels-last input pooled into a contiguous output): reading in the
-  // output's order would touch one element per 32-byte sector.
+  // the first output is not unit-stride along it (a channels-last input
+  // pooled into a contiguous output, or a contiguous one into a
+  // channels-last output): reading in the output's order would touch one
+  // element per 32-byte sector.
   std::optional<size_t> transposed_dim() const {
     const Shape& out_strides = g_.outputs.front()->type.strides;
     std::optional<size_t> unit_in;
     for (const Access& a : ins_) {
       if (!read_in_window_.count(a.value)) continue;
       const Shape s = broadcast_strides(a.value->type, in_shape());
+      // One value a window (a per-channel operand): its loads are not the window's.
+      if (std::all_of(s.begin() + lead_, s.end(), [](int64_t x) { return x == 0; })) continue;
       for (size_t d = 0; d < rank_; ++d)
         if (s[d] == 1 && in_shape()[d] > 1) {
           if (unit_in && *unit_in != d) return std::nullopt;
           unit_in = d;
         }
     }
-    if (!unit_in || *unit_in >= lead_ || out_strides[*unit_in] == 1) return std::nullopt;
+    if (!unit_in || out_strides[*unit_in] == 1) return std::nullopt;
     return unit_in;
   }
 
