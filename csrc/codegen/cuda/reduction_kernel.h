@@ -73,8 +73,8 @@ class ReductionKernel {
   virtual std::string index() const = 0;  // the element index argmax/argmin push
   virtual void merge(int p, ExprMap& expr_of) = 0;
   // After a chunk's sweep, before the accumulators rebase on it: where the
-  // chunk is a thread's whole share of a row, the form may settle its max
-  // over the row (RowsKernel).
+  // chunk is a thread's whole share of a row, the form may settle the chunk's
+  // max or mean over the row (RowsKernel).
   virtual void before_rebase(int /*p*/) {}
 };
 

@@ -161,7 +161,7 @@ class RowsKernel final : public ReductionKernel {
       const std::string t = cuda_compute_type(a.input->type.dtype);
       const std::string part = max ? "ff_max<" + t + ">" : "ff_sum<" + t + ">";
       const std::string field = max ? ".m" : ".s";
-      // The row's max, or its sum and count, merged over the slots and the row's threads.
+      // The row's max or sum, merged over the thread's slots and the row's threads.
       auto row_total = [&](const std::string& var, const std::string& slot, const std::string& combine) {
         os_ << "    " << t << " " << var << " = " << slot << "[0];\n"
             << "#pragma unroll\n"
