@@ -109,11 +109,14 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   const int64_t P = shape[shape.size() - 2], Q = shape.back(), Z = three_d ? shape[2] : 1;
   const std::string idx = wide ? "long long" : "int";
   const std::string spatial = three_d ? "z, p, q" : "p, q";
+  // The output coordinates (n, col, [z,] p, q) of GEMM row `row`, column `col`.
+  const std::string at_row = "row / " + std::to_string(P * Q * Z) + ", col, " +
+                             (three_d ? "row / " + std::to_string(P * Q) + " % " + std::to_string(Z) + ", " : "") +
+                             "row / " + std::to_string(Q) + " % " + std::to_string(P) + ", row % " + std::to_string(Q);
   os << "  // acc: the implicit GEMM's value at (row: output pixel, col: output channel).\n"
      << "  __device__ __forceinline__ void store(int row, int col, float acc) const {\n"
      << "    if (row >= M || col >= N) return;\n"
-     << "    store_at(row / " << P * Q * Z << ", col, " << (three_d ? "row / " + std::to_string(P * Q) + " % " + std::to_string(Z) + ", " : "")
-     << "row / " << Q << " % " << P << ", row % " << Q << ", acc);\n"
+     << "    store_at(" << at_row << ", acc);\n"
      << "  }\n";
   // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
   const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
@@ -136,9 +139,7 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
     // output channel's run of a sample's pixels begins.
     os << "  static constexpr int SAMPLE = " << P * Q * Z << ";  // pixels a sample\n"
        << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n"
-       << "    return value_at(row / " << P * Q * Z << ", col, "
-       << (three_d ? "row / " + std::to_string(P * Q) + " % " + std::to_string(Z) + ", " : "") << "row / " << Q
-       << " % " << P << ", row % " << Q << ", acc);\n"
+       << "    return value_at(" << at_row << ", acc);\n"
        << "  }\n"
        << "  __device__ __forceinline__ float* column(int n, int col) const {\n"
        << "    return out + static_cast<long long>(n) * " << out_strides[0] << " + static_cast<long long>(col) * "
