@@ -40,6 +40,12 @@ constexpr double kSsStore = 2e12;     // bytes/s of the result, not overlapped w
 // 0.07 ms for 0.40 GB.
 constexpr double kSsStagedStore = 4e12;
 constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
+// Ping-pong tiles (Sm90SsTile::pingpong) store one warpgroup's result while
+// the other's wgmmas run, so the gather alone bounds them; with A's loads
+// through L1 and readied by the copies themselves it ran at 5.3-7.2 TB/s on
+// 8 convs + relu written NCHW (H200, tools/conv_probe.py section C), 6.5 on
+// most.
+constexpr double kSsPingPongGather = 6.3e12;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs: 23 TFLOP/s measured on an H100 for 6
 // input channels, 48 output channels and a 3x3 window, a third of the FMA
@@ -84,13 +90,14 @@ double ss_kernel_ms(const ConvSpec& s) {
   // the pass over it).
   int64_t pixels = 1;
   for (int64_t d : s.output_size) pixels *= d;
-  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.dims, pixels % 4 == 0);
+  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, pixels % 4 == 0);
   const int64_t bk = codegen::Sm90SsTile::bk;
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
   const double gathered =
       static_cast<double>(tile.tiles(s.gemm_m(), s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
-  return 1e3 * (std::max(s.flops() / kSsTf32, gathered / kSsGather) +
-                s.output_bytes() / (tile.staged ? kSsStagedStore : kSsStore));
+  const double stores = s.output_bytes() / (tile.staged ? kSsStagedStore : kSsStore);
+  if (tile.pingpong) return 1e3 * std::max({s.flops() / kSsTf32, gathered / kSsPingPongGather, stores});
+  return 1e3 * (std::max(s.flops() / kSsTf32, gathered / kSsGather) + stores);
 }
 
 // The share of cuDNN's rate a forward conv's reduction length allows

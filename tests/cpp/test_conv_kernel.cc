@@ -228,8 +228,9 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   ASSERT_TRUE(g);
   ASSERT_TRUE(g->conv.rounded_operands);
   const codegen::KernelSource ks = codegen::generate_conv_sm90(*g, g->conv, 0);
-  // 256 x 64 tiles (48 channels), both operands straight from shared memory.
-  EXPECT_NE(ks.source.find("constexpr int BM = 256, BN = 64"), std::string::npos) << ks.source;
+  // 128 x 64 tiles (48 channels) taken by the consumer warpgroups in turn, both operands straight from shared memory.
+  EXPECT_NE(ks.source.find("constexpr int BM = 128, BN = 64"), std::string::npos) << ks.source;
+  EXPECT_NE(ks.source.find("constexpr bool PINGPONG = true;"), std::string::npos);
   EXPECT_NE(ks.source.find("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"), std::string::npos);
   EXPECT_NE(ks.source.find("ff_sm90::ss::gemm(ConvA{x}, w,"), std::string::npos);
   // The NCHW f32 result leaves through shared memory, a bulk copy per channel's run of pixels.
@@ -238,9 +239,9 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   EXPECT_NE(ks.source.find("static constexpr int SAMPLE = 35344;"), std::string::npos);
   EXPECT_NE(ks.source.find("return out + static_cast<long long>(n) * 1696512 + static_cast<long long>(col) * 35344;"),
             std::string::npos);
-  EXPECT_EQ(ks.shared_bytes, codegen::sm90_ss_tile(48, 2, true).shared_bytes());
+  EXPECT_EQ(ks.shared_bytes, codegen::sm90_ss_tile(48, true).shared_bytes());
   EXPECT_LE(ks.shared_bytes, 227 * 1024);
-  EXPECT_EQ(ks.items, (96 * 188 * 188 + 255) / 256);
+  EXPECT_EQ(ks.items, (96 * 188 * 188 + 127) / 128);
 }
 
 TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {

@@ -120,8 +120,8 @@ Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTi
   m.tiles = tile.tiles(s.gemm_m(), s.gemm_n());
   m.shared_bytes = tile.shared_bytes();
   m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(Sm90SsTile::bk) +
-                  " tiles, TF32 on wgmma (sm_90a) from operands rounded to tf32" +
-                  (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
+                  " tiles" + (tile.pingpong ? " taken by the consumer warpgroups in turn" : "") +
+                  ", TF32 on wgmma (sm_90a) from operands rounded to tf32" + (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
   m.source = std::string(cuda_sm90_mainloop()) + cuda_sm90_ss_mainloop(tile);
   m.launch_check = "static_assert(ff_sm90::ss::SMEM_BYTES == " + std::to_string(m.shared_bytes) +
                    ", \"the launch's shared memory\");\n";
@@ -137,7 +137,7 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
 
 KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
   if (!sm90_conv_applies(s)) throw IRError("conv codegen: the sm90 kernel does not cover this conv");
-  const Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.conv.dims, conv_stores_staged(group));
+  const Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), conv_stores_staged(group));
   const bool staged = s.rounded_operands && tile.staged;
   const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile) : fragment_mainloop(s);
   KernelSource ks;

@@ -4,15 +4,19 @@
 
 namespace ff::codegen {
 
-Sm90SsTile sm90_ss_tile(int64_t n, int dims, bool staged) {
+Sm90SsTile sm90_ss_tile(int64_t n, bool staged) {
   Sm90SsTile t;
   t.bn = n <= 64 ? 64 : n <= 128 ? 128 : 256;
-  t.bm = t.bn <= 128 && dims < 3 ? 256 : 128;
+  // Ping-pong where a warpgroup's accumulators hold 128 rows. H200, 3x3
+  // convs + relu written NCHW, against both warpgroups on 256 x 128 tiles:
+  // the seed's 1.55 -> 1.43 ms, a 3-D conv's 1.06 -> 0.97, though B is
+  // gathered once per 128 rows instead of 256.
+  t.pingpong = t.bn <= 128;
   // Staged where a warpgroup's runs are 128 rows. H200, a 3x3 conv + relu
   // written NCHW: 128 output channels (256 x 128 tiles) 0.630 -> 0.606 ms,
   // the seed's conv with its epilogue 1.96 -> 1.72 ms; 256 channels (128 x
   // 256 tiles, eight 64-row stagings a tile) 0.191 -> 0.233 ms.
-  t.staged = staged && t.bm == 256;
+  t.staged = staged && t.warpgroup_rows() == 128;
   return t;
 }
 
@@ -56,14 +60,29 @@ namespace ss {
 )CUDA";
   os << "constexpr int BM = " << tile.bm << ", BN = " << tile.bn << ", BK = " << Sm90SsTile::bk
      << ", STAGES = " << tile.stages() << ";\n"
-     << "constexpr int LAG = STAGES - 2;  // the producer readies k-block g - LAG after issuing g's loads\n"
-     << "constexpr int MS = BM / 128;     // m64 slices a consumer warpgroup\n"
+     << "// Whether the consumer warpgroups take alternate tiles (each all BM rows) or share each.\n"
+     << "constexpr bool PINGPONG = " << (tile.pingpong ? "true" : "false") << ";\n"
+     << "constexpr int ROWS = PINGPONG ? BM : BM / 2;  // a consumer warpgroup's rows of a tile\n"
+     << "constexpr int MS = ROWS / 64;                // its m64 slices\n"
      << "constexpr int A_TILE = BM * 128, B_TILE = BN * 128, STAGE = A_TILE + B_TILE;  // bytes\n"
      << "constexpr int STAGING = " << tile.staging_bytes() / 2
      << ";  // bytes a consumer warpgroup stages its results in (staged stores)\n"
-     << "constexpr int SMEM_BYTES = 1024 + STAGES * STAGE + 2 * STAGING + 2 * STAGES * 8;\n"
+     << "constexpr int SMEM_BYTES = 1024 + STAGES * STAGE + 2 * STAGING + (2 * STAGES + 2) * 8;\n"
      << wgmma_ss(tile.bn);
   os << R"CUDA(
+// A's chunks through L1 (.ca): a window's taps read overlapping pixels, so
+// most of a k-block's A is in L1 from the tap before (B's, read once a tile,
+// bypass it). H200, 3x3 convs + relu: the seed's 1.43 -> 1.38 ms, a 5x5 one
+// of 12 input channels 1.34 -> 1.03.
+__device__ __forceinline__ void cp_async16_l1(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+// k-block j's stage is ready once this thread's copies so far have landed:
+// the mbarrier counts the thread's arrival then, so the producer never waits
+// for its own loads (waiting for them capped the loads in flight at LAG).
+__device__ __forceinline__ void arrive_on_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 template <int R>
 __device__ __forceinline__ void reg_fence(float (&d)[R]) {
@@ -92,7 +111,7 @@ struct Loader {
     for (int i = 0; i < BM / 16; ++i) {
       const float* src;
       const bool ok = (i < 8 ? a0.at(i, kk, src) : a1.at(i - 8, kk, src)) && k_ok;
-      cp_async16(stage + dst + i * 2048, ok ? src : any, ok);
+      cp_async16_l1(stage + dst + i * 2048, ok ? src : any, ok);
     }
 #pragma unroll
     for (int i = 0; i < BN / 16; ++i) {
@@ -113,7 +132,6 @@ __device__ __forceinline__ void store_slice(const Epilogue& epilogue, const floa
 )CUDA";
   if (tile.staged) os << R"CUDA(
 // ---- staged stores: the result leaves through shared memory in bulk copies ----
-constexpr int ROWS = BM / 2;                 // a consumer warpgroup's rows
 constexpr int SCOLS = )CUDA" << Sm90SsTile::staged_cols << R"CUDA(;                    // columns staged at a time
 constexpr int SPITCH = ROWS + 4;             // floats a staged column: 16-byte aligned, and a fragment's writes hit 32 banks
 static_assert(STAGING == SCOLS * SPITCH * 4, "a consumer warpgroup's staging buffer");
@@ -142,16 +160,29 @@ __device__ __forceinline__ void store_staged(const Epilogue& epilogue, const flo
   const int warp = wt >> 5, lane = wt & 31;
 #pragma unroll
   for (int c0 = 0; c0 < BN; c0 += SCOLS) {
+    // The values first, while the last columns' copies still read the
+    // buffer, each at its row and column clamped into the result (and zeroed
+    // past it): a column's elements then share the epilogue's loads of
+    // per-channel operands, loaded once.
+    float v[MS][SCOLS / 2];
+#pragma unroll
+    for (int j = 0; j < MS; ++j)
+#pragma unroll
+      for (int i = c0 / 2; i < (c0 + SCOLS) / 2; ++i) {  // the elements of columns c0 .. c0 + SCOLS - 1
+        const int row = m + j * 64 + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+        const int col = n0 + 2 * (lane & 3) + 8 * (i >> 2) + (i & 1);
+        const float x = epilogue.value(min(row, M - 1), min(col, N - 1), acc[j][i]);
+        v[j][i - c0 / 2] = row < M && col < N ? x : 0.0f;
+      }
     if (wt < SCOLS) bulk_wait_read();
     warpgroup_sync(wg);
 #pragma unroll
     for (int j = 0; j < MS; ++j)
 #pragma unroll
-      for (int i = c0 / 2; i < (c0 + SCOLS) / 2; ++i) {  // the elements of columns c0 .. c0 + SCOLS - 1
+      for (int i = c0 / 2; i < (c0 + SCOLS) / 2; ++i) {
         const int r = j * 64 + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
         const int c = 2 * (lane & 3) + 8 * (i >> 2) + (i & 1) - c0;
-        const int row = m + r, col = n0 + c0 + c;
-        sts32(staging + (c * SPITCH + r) * 4, row < M && col < N ? epilogue.value(row, col, acc[j][i]) : 0.0f);
+        sts32(staging + (c * SPITCH + r) * 4, v[j][i - c0 / 2]);
       }
     fence_proxy_async();  // the copies (the async proxy) read what this thread wrote
     warpgroup_sync(wg);
@@ -173,7 +204,11 @@ __device__ __forceinline__ void store_staged(const Epilogue& epilogue, const flo
   os << R"CUDA(
 // Computes the BM x BN tiles of A @ B^T, persistent: CTA c takes tiles c,
 // c + gridDim.x, ... (m-tiles first), its producer loading the next tile
-// while the consumers store the last. `a` gives the producer A's rows (an
+// while the consumers store the last. Ping-pong, consumer warpgroup w takes
+// the CTA's tiles w, w + 2, ...: it starts a tile's wgmmas once the other
+// has issued its last tile's (`turn`), so the two alternate on the tensor
+// cores and each stores its result while the other computes. That order
+// also keeps each stage's mbarriers at most a phase ahead of their waiters. `a` gives the producer A's rows (an
 // implicit GEMM's view: rows(row, k) covers rows row + 16 i, i < 8). Needs K
 // % 4 == 0, 16-byte aligned chunks, ldb a multiple of 4, SMEM_BYTES of
 // dynamic shared memory and 384 threads.
@@ -182,14 +217,16 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
                                      const Epilogue& epilogue) {
   extern __shared__ __align__(16) unsigned char ff_smem[];
   const unsigned base = (smem_u32(ff_smem) + 1023u) & ~1023u;
-  const unsigned ready = base + STAGES * STAGE + 2 * STAGING, empty = ready + STAGES * 8;
+  const unsigned ready = base + STAGES * STAGE + 2 * STAGING, empty = ready + STAGES * 8, turn = empty + STAGES * 8;
   const int tiles_m = (M + BM - 1) / BM, tiles = tiles_m * ((N + BN - 1) / BN);
   const int nk = (K + BK - 1) / BK;
   if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
       mbar_init(ready + i * 8, 128);
-      mbar_init(empty + i * 8, 256);
+      mbar_init(empty + i * 8, PINGPONG ? 128 : 256);  // a stage's consumers
     }
+    mbar_init(turn, 128);  // warpgroup w's turn: the other's 128 threads issued their tile's wgmmas
+    mbar_init(turn + 8, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -198,13 +235,8 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
   if (threadIdx.x < 128) {  // producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 88;\n");
     const int t = threadIdx.x, row0 = t >> 3, ch = t & 7;
-    // k-block j's stage is complete once every producer thread's copies of it
-    // landed and were made visible to the tensor cores (the async proxy).
-    const auto ready_up = [&](int j) {
-      cp_async_wait<LAG>();
-      fence_proxy_async();
-      mbar_arrive(ready + (j % STAGES) * 8);
-    };
+    // k-block j's stage is complete once every producer thread's copies of it landed.
+    const auto ready_up = [&](int j) { arrive_on_copies(ready + (j % STAGES) * 8); };
     const auto tile_loader = [&](int tile) {
       const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
       return Loader<typename A::Rows>{a.rows(m0 + row0, ch * 4), a.rows(m0 + 128 + row0, ch * 4),
@@ -212,16 +244,19 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
                                       ch * 4, K, static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
     };
     const auto load = [&](const Loader<typename A::Rows>& ld, int slot, int kb) { ld.load(base + slot * STAGE, kb); };
-    produce<STAGES, LAG>(tiles, nk, empty, tile_loader, load, ready_up);
+    produce<STAGES, 0>(tiles, nk, empty, tile_loader, load, ready_up);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n");
   const int ct = threadIdx.x - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31;
+  const int step = PINGPONG ? 2 : 1, slice0 = PINGPONG ? 0 : wg * MS;  // slice0: this warpgroup's first m64 slice
   float acc[MS][BN / 2];
-  int g = 0;
 #pragma unroll 1
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
+  for (int j = PINGPONG ? wg : 0; blockIdx.x + j * gridDim.x < tiles; j += step) {
+    const int tile = blockIdx.x + j * gridDim.x, m0 = tile % tiles_m * BM + slice0 * 64, n0 = tile / tiles_m * BN;
+    int g = j * nk;  // the CTA's k-block count before this tile
+    // Tile j - 1's k-blocks (the other warpgroup's) were all issued.
+    if (PINGPONG && j > 0) mbar_wait(turn + wg * 8, ((j - 1) >> 1) & 1);
 #pragma unroll
     for (int j = 0; j < MS; ++j)
 #pragma unroll
@@ -231,20 +266,22 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
       const int slot = g % STAGES;
       const unsigned stage = base + slot * STAGE;
       mbar_wait(ready + slot * 8, (g / STAGES) & 1);
+      fence_proxy_async();  // the producer's copies (the generic proxy) before the wgmmas' reads
 #pragma unroll
       for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
-        for (int j = 0; j < MS; ++j)  // rows (wg * MS + j) * 64 on: 8 KiB a slice
-          wgmma(acc[j], b_desc(stage + (wg * MS + j) * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
+        for (int j = 0; j < MS; ++j)  // rows (slice0 + j) * 64 on: 8 KiB a slice
+          wgmma(acc[j], b_desc(stage + (slice0 + j) * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
       wgmma_commit();
       wgmma_wait1();  // k-block kb - 1's wgmmas are done: its stage is free
 #pragma unroll
       for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
       if (kb > 0) mbar_arrive(empty + ((g - 1) % STAGES) * 8);
     }
+    if (PINGPONG) mbar_arrive(turn + (wg ^ 1) * 8);
     wgmma_wait0();
 #pragma unroll
     for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
@@ -252,7 +289,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
 )CUDA";
   if (tile.staged)
     os << R"CUDA(
-    store_staged(epilogue, acc, base + STAGES * STAGE + wg * STAGING, wg, ct & 127, m0 + wg * ROWS, n0, M, N);
+    store_staged(epilogue, acc, base + STAGES * STAGE + wg * STAGING, wg, ct & 127, m0, n0, M, N);
   }
   if ((ct & 127) < SCOLS) bulk_wait();  // the last copies are done before the CTA (and its shared memory) ends
 }
@@ -261,7 +298,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
     os << R"CUDA(
 #pragma unroll
     for (int j = 0; j < MS; ++j)
-      store_slice(epilogue, acc[j], m0 + (wg * MS + j) * 64 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3));
+      store_slice(epilogue, acc[j], m0 + j * 64 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3));
   }
 }
 )CUDA";

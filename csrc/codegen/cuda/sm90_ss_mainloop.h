@@ -14,32 +14,42 @@ namespace ff::codegen {
 // also reads A into registers and rounds B in place, and ran a 3x3 conv at
 // about 130 TFLOP/s where cuDNN reached 340 (H100).
 //
-// The tile is Sm90SsTile's BM x BN, for two consumer warpgroups of BM / 2
-// rows each (one or two m64 slices of n = BN); the source is generated per
+// The tile is Sm90SsTile's BM x BN. Two consumer warpgroups either take
+// whole tiles in turn (ping-pong: one's epilogue runs beside the other's
+// wgmmas) or split each tile, BM / 2 rows each; the source is generated per
 // tile because the wgmma's register list is as long as BN / 2.
 struct Sm90SsTile {
   static constexpr int bk = 32;  // K of a stage: a 128-byte row of f32, the swizzle's width
   static constexpr int staged_cols = 32;  // result columns a consumer warpgroup stages at a time
-  int bm = 256, bn = 128;
+  int bm = 128, bn = 128;
+  // Whether the consumer warpgroups take alternate tiles, each its whole BM
+  // rows, in turn on the tensor cores; otherwise both share each tile.
+  bool pingpong = true;
   // Whether the result leaves through shared memory in bulk copies, one per
   // output channel's run of pixels (an f32 result whose pixels are
   // contiguous per channel): the copies run while the next tile's wgmmas do.
   bool staged = false;
+  int warpgroup_rows() const { return pingpong ? bm : bm / 2; }
   // Each consumer warpgroup's staging buffer: staged_cols columns of its
-  // BM / 2 rows, each padded by 4 floats (16-byte aligned, conflict-free).
-  int staging_bytes() const { return staged ? 2 * staged_cols * (bm / 2 + 4) * 4 : 0; }
-  // As many stages as fit the 227 KiB an SM's CTA may use, up to 6.
-  int stages() const { return std::min(6, (227 * 1024 - 2048 - staging_bytes()) / ((bm + bn) * 128)); }
-  int shared_bytes() const { return 1024 + stages() * (bm + bn) * 128 + staging_bytes() + 2 * stages() * 8; }
+  // rows, each padded by 4 floats (16-byte aligned, conflict-free).
+  int staging_bytes() const { return staged ? 2 * staged_cols * (warpgroup_rows() + 4) * 4 : 0; }
+  // Up to 4 stages, as many as fit the 227 KiB an SM's CTA may use: what
+  // shared memory leaves of the 256 KiB is L1, where A's loads find the
+  // pixels of the taps before (H200, 3x3 convs + relu at 128 x 128: the
+  // seed's 1.32 ms with 6 stages, 1.30 with 4; a 3-D one's 0.89, 0.86).
+  int stages() const { return std::min(4, (227 * 1024 - 2048 - staging_bytes()) / ((bm + bn) * 128)); }
+  // The stages, the staging buffers, and the mbarriers: ready and empty per stage, a turn per warpgroup.
+  int shared_bytes() const { return 1024 + stages() * (bm + bn) * 128 + staging_bytes() + (2 * stages() + 2) * 8; }
   int64_t tiles(int64_t m, int64_t n) const { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); }
 };
 
-// The tile for an M x N result of a conv of `dims` spatial dims: BN the
-// smallest of 64, 128, 256 covering N (256 past it); BM 256 where BN <= 128,
-// else 128 (at most 128 accumulators a consumer thread), and 128 for 3-D
-// convs (the producer's window origins of 16 rows spill its registers);
-// staged stores where `staged` (the result allows them) and BM is 256.
-Sm90SsTile sm90_ss_tile(int64_t n, int dims, bool staged = false);
+// The tile for an M x N result of a conv: BN the smallest of 64, 128, 256
+// covering N (256 past it). Up to 128 columns, ping-pong 128 x BN tiles (128
+// accumulators a consumer thread at BN 128); at 256, both warpgroups share
+// 128 x 256 tiles (64 rows each: more would not fit their registers).
+// Staged stores where `staged` (the result allows them) and a warpgroup's
+// rows are 128.
+Sm90SsTile sm90_ss_tile(int64_t n, bool staged = false);
 
 // ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
 // K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
