@@ -121,7 +121,8 @@ Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTi
   m.shared_bytes = tile.shared_bytes();
   m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(Sm90SsTile::bk) +
                   " tiles" + (tile.pingpong ? " taken by the consumer warpgroups in turn" : "") +
-                  ", TF32 on wgmma (sm_90a) from operands rounded to tf32" + (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
+                  ", TF32 on wgmma (sm_90a) from operands rounded to tf32" +
+                  (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
   m.source = std::string(cuda_sm90_mainloop()) + cuda_sm90_ss_mainloop(tile);
   m.launch_check = "static_assert(ff_sm90::ss::SMEM_BYTES == " + std::to_string(m.shared_bytes) +
                    ", \"the launch's shared memory\");\n";

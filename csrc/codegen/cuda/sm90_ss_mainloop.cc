@@ -208,8 +208,9 @@ __device__ __forceinline__ void store_staged(const Epilogue& epilogue, const flo
 // the CTA's tiles w, w + 2, ...: it starts a tile's wgmmas once the other
 // has issued its last tile's (`turn`), so the two alternate on the tensor
 // cores and each stores its result while the other computes. That order
-// also keeps each stage's mbarriers at most a phase ahead of their waiters. `a` gives the producer A's rows (an
-// implicit GEMM's view: rows(row, k) covers rows row + 16 i, i < 8). Needs K
+// also keeps each stage's mbarriers at most a phase ahead of their waiters.
+// `a` gives the producer A's rows (an implicit GEMM's view: rows(row, k)
+// covers rows row + 16 i, i < 8). Needs K
 // % 4 == 0, 16-byte aligned chunks, ldb a multiple of 4, SMEM_BYTES of
 // dynamic shared memory and 384 threads.
 template <class A, class Epilogue>
@@ -252,11 +253,11 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
   const int step = PINGPONG ? 2 : 1, slice0 = PINGPONG ? 0 : wg * MS;  // slice0: this warpgroup's first m64 slice
   float acc[MS][BN / 2];
 #pragma unroll 1
-  for (int j = PINGPONG ? wg : 0; blockIdx.x + j * gridDim.x < tiles; j += step) {
-    const int tile = blockIdx.x + j * gridDim.x, m0 = tile % tiles_m * BM + slice0 * 64, n0 = tile / tiles_m * BN;
-    int g = j * nk;  // the CTA's k-block count before this tile
-    // Tile j - 1's k-blocks (the other warpgroup's) were all issued.
-    if (PINGPONG && j > 0) mbar_wait(turn + wg * 8, ((j - 1) >> 1) & 1);
+  for (int nth = PINGPONG ? wg : 0; blockIdx.x + nth * gridDim.x < tiles; nth += step) {  // the CTA's nth tile
+    const int tile = blockIdx.x + nth * gridDim.x, m0 = tile % tiles_m * BM + slice0 * 64, n0 = tile / tiles_m * BN;
+    int g = nth * nk;  // the CTA's k-blocks before this tile
+    // The CTA's tile nth - 1 (the other warpgroup's) had all its wgmmas issued.
+    if (PINGPONG && nth > 0) mbar_wait(turn + wg * 8, ((nth - 1) >> 1) & 1);
 #pragma unroll
     for (int j = 0; j < MS; ++j)
 #pragma unroll
