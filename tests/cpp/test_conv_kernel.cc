@@ -244,6 +244,38 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   EXPECT_EQ(ks.items, (96 * 188 * 188 + 127) / 128);
 }
 
+TEST(ConvKernel, StagedStoresTakeTheTilesPerChannelOperandsFromATable) {
+  // A per-channel scale (a table entry, loaded once a tile) and a residual
+  // (read per element at its coordinates) after a 1xTF32 conv on rounded operands.
+  auto g = parse(R"(graph @g(%x: f32[96,12,192,192]{442368,1,2304,12}, %w: f32[48,12,5,5]{300,1,60,12} param, %s: f32[48,1,1] param, %r: f32[96,48,188,188]) {
+  %0 = round_tf32(%x) : f32[96,12,192,192]{442368,1,2304,12}
+  %1 = round_tf32(%w) : f32[48,12,5,5]{300,1,60,12}
+  %2 = convolution(%0, %1) {dilation=[1, 1], fp32_precision="tf32", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[96,48,188,188]{1696512,1,9024,48}
+  %3 = mul(%2, %s) : f32[96,48,188,188]
+  %4 = add(%3, %r) : f32[96,48,188,188]
+  return %4
+}
+)");
+  verify(*g);
+  fusion::FusionOptions hopper = every_conv_a_kernel();
+  hopper.arch = 90;
+  const fusion::Partition p = fusion::partition(*g, hopper);
+  const fusion::Group* conv = nullptr;
+  for (const fusion::Group& group : p.groups)
+    if (group.kind == fusion::Group::Kind::Conv) conv = &group;
+  ASSERT_TRUE(conv && conv->conv.rounded_operands);
+  const codegen::KernelSource ks = codegen::generate_conv_sm90(*conv, conv->conv, 0);
+  EXPECT_NE(ks.source.find("static constexpr int CHANNEL_OPERANDS = 1;"), std::string::npos) << ks.source;
+  EXPECT_NE(ks.source.find("if (i == 0) return ff_load(in0[col]);"), std::string::npos);
+  EXPECT_NE(ks.source.find("(v * table[0 * ff_sm90::ss::BN + (col & (ff_sm90::ss::BN - 1))])"), std::string::npos);
+  EXPECT_NE(ks.source.find("ff_load(in1[n * 1696512 + col * 35344 + p * 188 + q])"), std::string::npos);
+  // Each consumer warpgroup's table: one operand of the tile's 64 channels.
+  codegen::Sm90SsTile tile = codegen::sm90_ss_tile(48, true);
+  EXPECT_EQ(ks.shared_bytes - tile.shared_bytes(), 2 * 64 * 4);
+  tile.channel_operands = 1;
+  EXPECT_EQ(ks.shared_bytes, tile.shared_bytes());
+}
+
 TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   auto g = parse(kSeed);
   verify(*g);

@@ -135,11 +135,38 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
      << body.str() << "    return " << expr_of.at(out) << ";\n"
      << "  }\n";
   if (staged) {
-    // Staged stores (sm90_ss_mainloop.h): the value alone, and where each
-    // output channel's run of a sample's pixels begins.
+    // Staged stores (sm90_ss_mainloop.h): the value alone, its per-channel
+    // operands from the tile's table, and where each output channel's run of
+    // a sample's pixels begins.
+    std::vector<std::string> loads;  // the per-channel operands' loads at col
+    std::unordered_map<const Value*, std::string> from_table{{conv.result(), "v"}};
+    const auto entry = [&](const std::string& load) {
+      loads.push_back(load);
+      return "table[" + std::to_string(loads.size() - 1) + " * ff_sm90::ss::BN + (col & (ff_sm90::ss::BN - 1))]";
+    };
+    std::string v = rounded("acc");
+    if (c.has_bias) v = rounded(v + " + " + entry("ff_load(bias[col])"));
+    for (size_t i = 0; i < extra.size(); ++i) {
+      const Shape strides = broadcast_strides(extra[i]->type, shape);
+      bool per_channel = strides[1] != 0;
+      for (size_t d = 0; d < strides.size(); ++d) per_channel &= d == 1 || strides[d] == 0;
+      from_table[extra[i]] = per_channel ? entry(expr_of.at(extra[i])) : expr_of.at(extra[i]);
+    }
+    std::ostringstream table_body;
+    emit_pointwise_body(table_body, epilogue, "    ", from_table);
+    e.channel_operands = static_cast<int>(loads.size());
     os << "  static constexpr int SAMPLE = " << P * Q * Z << ";  // pixels a sample\n"
-       << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n"
-       << "    return value_at(" << at_row << ", acc);\n"
+       << "  static constexpr int CHANNEL_OPERANDS = " << loads.size() << ";\n"
+       << "  __device__ __forceinline__ float channel_operand(int i, int col) const {\n";
+    for (size_t i = 0; i < loads.size(); ++i) os << "    if (i == " << i << ") return " << loads[i] << ";\n";
+    os << "    return 0.0f;\n"
+       << "  }\n"
+       << "  __device__ __forceinline__ float value(int row, int col, float acc, const float* table) const {\n"
+       << "    return value_at(" << at_row << ", acc, table);\n"
+       << "  }\n"
+       << "  __device__ __forceinline__ float value_at(" << coords << ", float acc, const float* table) const {\n"
+       << "    const float v = " << v << ";\n"
+       << table_body.str() << "    return " << from_table.at(out) << ";\n"
        << "  }\n"
        << "  __device__ __forceinline__ float* column(int n, int col) const {\n"
        << "    return out + static_cast<long long>(n) * " << out_strides[0] << " + static_cast<long long>(col) * "

@@ -18,6 +18,7 @@ struct ConvEpilogue {
   std::string arguments;   // the FusedEpilogue's members from those parameters, in order ("out, bias, in0")
   std::string definition;  // struct FusedEpilogue; reads the constants M and N (pixels, channels) of its kernel
   bool channels_inner = false;  // the output's unit stride runs along the channels
+  int channel_operands = 0;     // staged: the operands read at the channel alone (CHANNEL_OPERANDS)
 };
 
 // The kernel's name up to its math and tile: "ff_conv2d_minimum_add_mul".
@@ -25,9 +26,12 @@ std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKerne
 
 // The group's epilogue, with the kernel's own `members` added to the struct;
 // sets ks.inputs (x, w, bias, then the other tensors the epilogue reads) and
-// ks.outputs. `staged` (conv_stores_staged) adds value(row, col, acc), the
-// value alone, and column(n, col), where output channel col of sample n (its
-// SAMPLE pixels contiguous) begins.
+// ks.outputs. `staged` (conv_stores_staged) adds value(row, col, acc, table),
+// the value alone with the operands read at the channel alone (the bias, a
+// batch norm's scale and shift: CHANNEL_OPERANDS of them, channel_operand(i,
+// col) loads one) taken from `table` (operand i of channel col at
+// table[i * BN + col % BN], BN the Hopper kernel's tile), and column(n, col),
+// where output channel col of sample n (its SAMPLE pixels contiguous) begins.
 ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& spec, KernelSource& ks,
                           const std::string& members = "", bool staged = false);
 

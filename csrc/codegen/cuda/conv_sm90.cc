@@ -77,10 +77,16 @@ std::string conv_rows(const ConvSpec& c, int64_t m) {
   return os.str();
 }
 
+// The register-fragment mainloop's epilogue member beyond operator()(row, col, v0, v1).
+std::string fragment_members() {
+  return "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
+         "    ff_sm90::store_pairs(*this, acc, f);\n"
+         "  }\n";
+}
+
 // What the two mainloops' kernels differ in.
 struct Mainloop {
   std::string math;         // the name's part: _3xtf32 or _tf32
-  std::string members;      // the epilogue's members beyond operator()(row, col, v0, v1)
   int64_t tiles = 0;
   int shared_bytes = 0;
   std::string description;  // the header's tile and math
@@ -95,10 +101,6 @@ Mainloop fragment_mainloop(const fusion::ConvKernelSpec& s) {
   const bool split = !s.conv.tf32;
   Mainloop m;
   m.math = split ? "_3xtf32" : "_tf32";
-  m.members =
-      "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
-      "    ff_sm90::store_pairs(*this, acc, f);\n"
-      "  }\n";
   m.tiles = sm90_tiles(s.gemm_m(), s.gemm_n());
   m.shared_bytes = sm90_shared_bytes(split);
   m.description = std::string("128x128x32 tiles, ") +
@@ -138,18 +140,19 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
 
 KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
   if (!sm90_conv_applies(s)) throw IRError("conv codegen: the sm90 kernel does not cover this conv");
-  const Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), conv_stores_staged(group));
+  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), conv_stores_staged(group));
   const bool staged = s.rounded_operands && tile.staged;
-  const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile) : fragment_mainloop(s);
   KernelSource ks;
-  ks.name = conv_kernel_name(group, s) + mainloop.math + "_sm90_" + std::to_string(id);
   const std::string members =
       "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
       "    store(row, col, v0);\n"
       "    store(row, col + 1, v1);\n"
       "  }\n" +
-      mainloop.members;
+      (s.rounded_operands ? std::string() : fragment_members());
   const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members, staged);
+  tile.channel_operands = epilogue.channel_operands;
+  const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile) : fragment_mainloop(s);
+  ks.name = conv_kernel_name(group, s) + mainloop.math + "_sm90_" + std::to_string(id);
   ks.sm90a = true;
   ks.block = kSm90Threads;
   ks.unroll = 1;

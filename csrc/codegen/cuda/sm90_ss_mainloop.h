@@ -29,10 +29,16 @@ struct Sm90SsTile {
   // output channel's run of pixels (an f32 result whose pixels are
   // contiguous per channel): the copies run while the next tile's wgmmas do.
   bool staged = false;
+  // Staged, the epilogue's per-channel operands (ConvEpilogue::channel_operands),
+  // held for a tile in a table beside each consumer warpgroup's buffer.
+  int channel_operands = 0;
   int warpgroup_rows() const { return pingpong ? bm : bm / 2; }
   // Each consumer warpgroup's staging buffer: staged_cols columns of its
-  // rows, each padded by 4 floats (16-byte aligned, conflict-free).
-  int staging_bytes() const { return staged ? 2 * staged_cols * (warpgroup_rows() + 4) * 4 : 0; }
+  // rows, each padded by 4 floats (16-byte aligned, conflict-free), then the
+  // table of its tile's channel operands.
+  int staging_bytes() const {
+    return staged ? 2 * (staged_cols * (warpgroup_rows() + 4) + channel_operands * bn) * 4 : 0;
+  }
   // Up to 4 stages, as many as fit the 227 KiB an SM's CTA may use: what
   // shared memory leaves of the 256 KiB is L1, where A's loads find the
   // pixels of the taps before (H200, 3x3 convs + relu at 128 x 128: the
