@@ -43,11 +43,11 @@ constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 // Ping-pong tiles (Sm90SsTile::pingpong), with A's loads through L1 and
 // readied by the copies themselves, gathered at 5.3-7.2 TB/s on 8 convs +
 // relu written NCHW (H200, tools/conv_probe.py section C), 6.5 on most; their
-// stores then hid behind the other warpgroup's wgmmas. Epilogues that read
-// per-channel operands did not hide them (the seed's kernel 1.30 ms with a
-// relu, 1.74 with its bias, min, bias, scale; a conv + batch norm + relu 0.54
-// and 0.71), for a reason not yet found: the stores are modelled as after
-// the gather, as for shared tiles.
+// stores then hid behind the other warpgroup's wgmmas. Some epilogues that
+// read per-channel operands did not hide them (the seed's kernel 1.32 ms with
+// a relu or a bias + relu, 1.77 with its bias, min, bias, scale), for a reason
+// not yet found: the stores are modelled as after the gather, as for shared
+// tiles.
 constexpr double kSsPingPongGather = 6.3e12;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs: 23 TFLOP/s measured on an H100 for 6
