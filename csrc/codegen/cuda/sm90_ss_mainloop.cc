@@ -91,13 +91,14 @@ __device__ __forceinline__ void reg_fence(float (&d)[R]) {
 }
 
 // The producer's loads of k-block kb: thread t's 16-byte chunks are column
-// chunk t % 8 of rows t / 8 + 16 i, A's from a0 (rows < 128) and a1 (rows
-// 128 on), B's from b; rows 16 apart share their swizzle phase (row % 8), so
+// chunk t % 8 of rows t / 8 + 16 i, A's from a (the tile's 128 rows), B's
+// from b; rows 16 apart share their swizzle phase (row % 8), so
 // one destination offset serves every row. Chunks past M, N or K, and A's
 // window taps outside the input, read as zeros (cp.async's zero fill).
 template <class ARows>
 struct Loader {
-  ARows a0, a1;
+  static_assert(BM == 128, "a producer thread gathers 8 rows of A");
+  ARows a;
   const float* b;
   const float* any;  // a valid address for the zero-filled chunks
   long long ldb16;   // 16 rows of B
@@ -110,7 +111,7 @@ struct Loader {
 #pragma unroll
     for (int i = 0; i < BM / 16; ++i) {
       const float* src;
-      const bool ok = (i < 8 ? a0.at(i, kk, src) : a1.at(i - 8, kk, src)) && k_ok;
+      const bool ok = a.at(i, kk, src) && k_ok;
       cp_async16_l1(stage + dst + i * 2048, ok ? src : any, ok);
     }
 #pragma unroll
@@ -253,7 +254,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
     const auto ready_up = [&](int j) { arrive_on_copies(ready + (j % STAGES) * 8); };
     const auto tile_loader = [&](int tile) {
       const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
-      return Loader<typename A::Rows>{a.rows(m0 + row0, ch * 4), a.rows(m0 + 128 + row0, ch * 4),
+      return Loader<typename A::Rows>{a.rows(m0 + row0, ch * 4),
                                       b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb, (N - n0 - row0 + 15) / 16,
                                       ch * 4, K, static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
     };

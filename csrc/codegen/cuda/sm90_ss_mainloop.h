@@ -21,7 +21,8 @@ namespace ff::codegen {
 struct Sm90SsTile {
   static constexpr int bk = 32;  // K of a stage: a 128-byte row of f32, the swizzle's width
   static constexpr int staged_cols = 32;  // result columns a consumer warpgroup stages at a time
-  int bm = 128, bn = 128;
+  static constexpr int bm = 128;  // rows of a tile: a producer thread's 8 rows of A, 16 apart
+  int bn = 128;
   // Whether the consumer warpgroups take alternate tiles, each its whole BM
   // rows, in turn on the tensor cores; otherwise both share each tile.
   bool pingpong = true;
