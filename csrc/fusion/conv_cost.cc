@@ -40,7 +40,7 @@ constexpr double kSsStore = 2e12;     // bytes/s of the result, not overlapped w
 // 0.07 ms for 0.40 GB.
 constexpr double kSsStagedStore = 4e12;
 constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
-// Ping-pong tiles (Sm90SsTile::pingpong), with A's loads through L1 and
+// Ping-pong tiles (Sm90SsTile::pingpong()), with A's loads through L1 and
 // readied by the copies themselves, gathered at 5.3-7.2 TB/s on 8 convs +
 // relu written NCHW (H200, tools/conv_probe.py section C), 6.5 on most; their
 // stores then hid behind the other warpgroup's wgmmas. Some epilogues that
@@ -98,7 +98,7 @@ double ss_kernel_ms(const ConvSpec& s) {
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
   const double gathered =
       static_cast<double>(tile.tiles(s.gemm_m(), s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
-  const double gather = gathered / (tile.pingpong ? kSsPingPongGather : kSsGather);
+  const double gather = gathered / (tile.pingpong() ? kSsPingPongGather : kSsGather);
   return 1e3 * (std::max(s.flops() / kSsTf32, gather) + s.output_bytes() / (tile.staged ? kSsStagedStore : kSsStore));
 }
 

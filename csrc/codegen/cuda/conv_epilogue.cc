@@ -99,9 +99,7 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   for (size_t i = 0; i < extra.size(); ++i)
     expr_of[extra[i]] =
         "ff_load(in" + std::to_string(i) + "[" + offset(broadcast_strides(extra[i]->type, shape), index) + "])";
-  std::ostringstream body;
   const std::vector<Node*> epilogue(group.nodes.begin() + 1, group.nodes.end());
-  emit_pointwise_body(body, epilogue, "    ", expr_of);
   const std::string round = c.dtype == DType::f16 ? "ff_round_f16" : c.dtype == DType::bf16 ? "ff_round_bf16" : "";
   const Shape out_strides = broadcast_strides(out->type, shape);
   e.channels_inner = out_strides[1] == 1;
@@ -120,8 +118,15 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
      << "  }\n";
   // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
   const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
-  std::string value = rounded("acc");
-  if (c.has_bias) value = rounded(value + " + ff_load(bias[col])");
+  // The body of a value: v from acc and `bias` (the bias's expression), then
+  // the epilogue's nodes reading their inputs as `exprs` says.
+  const auto value_body = [&](std::unordered_map<const Value*, std::string> exprs, const std::string& bias) {
+    std::string v = rounded("acc");
+    if (c.has_bias) v = rounded(v + " + " + bias);
+    std::ostringstream body;
+    emit_pointwise_body(body, epilogue, "    ", exprs);
+    return "    const float v = " + v + ";\n" + body.str() + "    return " + exprs.at(out) + ";\n";
+  };
   const std::string coords = idx + " n, " + idx + " col, " + (three_d ? idx + " z, " : "") + idx + " p, " + idx + " q";
   os << "  // The same at output element (n, col, " << spatial << "), inside the output.\n"
      << "  __device__ __forceinline__ void store_at(" << coords << ", float acc) const {\n"
@@ -131,9 +136,7 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
      << "  __device__ __forceinline__ float value_at(" << coords << ", float acc) const {\n"
      << "    // v: the conv's value" << (c.has_bias ? " plus its bias" : "") << "; then " << epilogue.size()
      << " fused pointwise op(s).\n"
-     << "    const float v = " << value << ";\n"
-     << body.str() << "    return " << expr_of.at(out) << ";\n"
-     << "  }\n";
+     << value_body(expr_of, "ff_load(bias[col])") << "  }\n";
   if (staged) {
     // Staged stores (sm90_ss_mainloop.h): the value alone, its per-channel
     // operands from the tile's table, and where each output channel's run of
@@ -144,16 +147,13 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
       loads.push_back(load);
       return "table[" + std::to_string(loads.size() - 1) + " * ff_sm90::ss::BN + (col & (ff_sm90::ss::BN - 1))]";
     };
-    std::string v = rounded("acc");
-    if (c.has_bias) v = rounded(v + " + " + entry("ff_load(bias[col])"));
+    const std::string bias = c.has_bias ? entry("ff_load(bias[col])") : "";
     for (size_t i = 0; i < extra.size(); ++i) {
       const Shape strides = broadcast_strides(extra[i]->type, shape);
       bool per_channel = strides[1] != 0;
       for (size_t d = 0; d < strides.size(); ++d) per_channel &= d == 1 || strides[d] == 0;
       from_table[extra[i]] = per_channel ? entry(expr_of.at(extra[i])) : expr_of.at(extra[i]);
     }
-    std::ostringstream table_body;
-    emit_pointwise_body(table_body, epilogue, "    ", from_table);
     e.channel_operands = static_cast<int>(loads.size());
     os << "  static constexpr int SAMPLE = " << P * Q * Z << ";  // pixels a sample\n"
        << "  static constexpr int CHANNEL_OPERANDS = " << loads.size() << ";\n"
@@ -165,9 +165,7 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
        << "    return value_at(" << at_row << ", acc, table);\n"
        << "  }\n"
        << "  __device__ __forceinline__ float value_at(" << coords << ", float acc, const float* table) const {\n"
-       << "    const float v = " << v << ";\n"
-       << table_body.str() << "    return " << from_table.at(out) << ";\n"
-       << "  }\n"
+       << value_body(from_table, bias) << "  }\n"
        << "  __device__ __forceinline__ float* column(int n, int col) const {\n"
        << "    return out + static_cast<long long>(n) * " << out_strides[0] << " + static_cast<long long>(col) * "
        << out_strides[1] << ";\n"

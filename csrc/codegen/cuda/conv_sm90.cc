@@ -122,7 +122,7 @@ Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTi
   m.tiles = tile.tiles(s.gemm_m(), s.gemm_n());
   m.shared_bytes = tile.shared_bytes();
   m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(Sm90SsTile::bk) +
-                  " tiles" + (tile.pingpong ? " taken by the consumer warpgroups in turn" : "") +
+                  " tiles" + (tile.pingpong() ? " taken by the consumer warpgroups in turn" : "") +
                   ", TF32 on wgmma (sm_90a) from operands rounded to tf32" +
                   (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
   m.source = std::string(cuda_sm90_mainloop()) + cuda_sm90_ss_mainloop(tile);

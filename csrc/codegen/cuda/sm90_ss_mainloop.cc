@@ -7,11 +7,6 @@ namespace ff::codegen {
 Sm90SsTile sm90_ss_tile(int64_t n, bool staged) {
   Sm90SsTile t;
   t.bn = n <= 64 ? 64 : n <= 128 ? 128 : 256;
-  // Ping-pong where a warpgroup's accumulators hold 128 rows. H200, 3x3
-  // convs + relu written NCHW, against both warpgroups on 256 x 128 tiles:
-  // the seed's 1.55 -> 1.43 ms, a 3-D conv's 1.06 -> 0.97, though B is
-  // gathered once per 128 rows instead of 256.
-  t.pingpong = t.bn <= 128;
   // Staged where a warpgroup's runs are 128 rows. H200, a 3x3 conv + relu
   // written NCHW: 128 output channels (256 x 128 tiles) 0.630 -> 0.606 ms,
   // the seed's conv with its epilogue 1.96 -> 1.72 ms; 256 channels (128 x
@@ -61,7 +56,7 @@ namespace ss {
   os << "constexpr int BM = " << tile.bm << ", BN = " << tile.bn << ", BK = " << Sm90SsTile::bk
      << ", STAGES = " << tile.stages() << ";\n"
      << "// Whether the consumer warpgroups take alternate tiles (each all BM rows) or share each.\n"
-     << "constexpr bool PINGPONG = " << (tile.pingpong ? "true" : "false") << ";\n"
+     << "constexpr bool PINGPONG = " << (tile.pingpong() ? "true" : "false") << ";\n"
      << "constexpr int ROWS = PINGPONG ? BM : BM / 2;  // a consumer warpgroup's rows of a tile\n"
      << "constexpr int MS = ROWS / 64;                // its m64 slices\n"
      << "constexpr int A_TILE = BM * 128, B_TILE = BN * 128, STAGE = A_TILE + B_TILE;  // bytes\n"
