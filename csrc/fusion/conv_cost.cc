@@ -41,14 +41,14 @@ constexpr double kSsStore = 2e12;     // bytes/s of the result, not overlapped w
 constexpr double kSsStagedStore = 4e12;
 constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 // Ping-pong tiles (Sm90SsTile::pingpong()), with A's loads through L1 and
-// readied by the copies themselves, gathered at 5.3-7.2 TB/s on 8 convs +
-// relu written NCHW (H200, tools/conv_probe.py section C), 6.5 on most; their
-// stores then hid behind the other warpgroup's wgmmas. Some epilogues that
-// read per-channel operands did not hide them (the seed's kernel 1.32 ms with
-// a relu or a bias + relu, 1.77 with its bias, min, bias, scale), for a reason
-// not yet found: the stores are modelled as after the gather, as for shared
-// tiles.
-constexpr double kSsPingPongGather = 6.3e12;
+// readied by the copies themselves: each warpgroup's stores hide behind the
+// other's wgmmas (staged), but for the first tile's loads and the last one's
+// stores.
+// H200, 8 convs + relu written NCHW (tools/conv_probe.py section C): 0.5 to
+// 9.4 GB gathered in 0.077 to 1.26 ms, within -4 % and +13 % of 7.5 TB/s +
+// 0.02 ms; the seed's conv with its own epilogue 5 % over its relu.
+constexpr double kSsPingPongGather = 7.5e12;
+constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs: 23 TFLOP/s measured on an H100 for 6
 // input channels, 48 output channels and a 3x3 window, a third of the FMA
@@ -98,8 +98,9 @@ double ss_kernel_ms(const ConvSpec& s) {
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
   const double gathered =
       static_cast<double>(tile.tiles(s.gemm_m(), s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
-  const double gather = gathered / (tile.pingpong() ? kSsPingPongGather : kSsGather);
-  return 1e3 * (std::max(s.flops() / kSsTf32, gather) + s.output_bytes() / (tile.staged ? kSsStagedStore : kSsStore));
+  const double mainloop = std::max(s.flops() / kSsTf32, gathered / (tile.pingpong() ? kSsPingPongGather : kSsGather));
+  if (tile.pingpong() && tile.staged) return 1e3 * mainloop + kSsPingPongEndsMs;
+  return 1e3 * (mainloop + s.output_bytes() / (tile.staged ? kSsStagedStore : kSsStore));
 }
 
 // The share of cuDNN's rate a forward conv's reduction length allows

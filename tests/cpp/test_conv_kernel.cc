@@ -209,9 +209,10 @@ std::string rounded_conv(double cudnn_ms) {
 }
 
 TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
-  // 97.7 GFLOP gathered through L2 as 5.4 GB, a 651 MB result: about 1.4 ms
-  // modelled, against cuDNN's timed conv plus the sigmoid's pass over its
-  // result (0.5 ms modelled).
+  // 97.7 GFLOP gathered through L2 as 6.5 GB, its 651 MB result stored
+  // behind the other warpgroup's wgmmas: about 0.9 ms modelled, against
+  // cuDNN's timed conv plus the sigmoid's pass over its result (0.5 ms
+  // modelled).
   fusion::FusionOptions hopper = conv_kernels();
   hopper.arch = 90;
   auto conv_group = [&](const Graph& graph) {
@@ -220,7 +221,7 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
       if (group.kind == fusion::Group::Kind::Conv) return std::optional<fusion::Group>(group);
     return std::optional<fusion::Group>();
   };
-  auto fast_cudnn = parse(rounded_conv(0.6)), slow_cudnn = parse(rounded_conv(3.0));
+  auto fast_cudnn = parse(rounded_conv(0.3)), slow_cudnn = parse(rounded_conv(3.0));
   verify(*fast_cudnn);
   verify(*slow_cudnn);
   EXPECT_FALSE(conv_group(*fast_cudnn));
@@ -295,6 +296,20 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   // A's rows: the window's origin per output pixel, channels k % C of tap k / C.
   EXPECT_NE(ks.source.find("static constexpr int C = 64, H = 128, W = 128, D = 1;"), std::string::npos) << ks.source;
   EXPECT_NE(ks.source.find("const int k = k0 + kk, c = k % C, tap = k / C;"), std::string::npos);
+  // A pointer to each row's origin, opaque to the compiler (else it reloads x
+  // per row); a 3-D conv's producer, short of registers, keeps offsets from x.
+  EXPECT_NE(ks.source.find("src = origin[i] + ((dh * W + dw) * C + c);"), std::string::npos);
+  EXPECT_NE(ks.source.find("asm(\"\" : \"+l\"(r.origin[i]));"), std::string::npos);
+  auto g3 = parse(R"(graph @g(%x: f32[2,16,8,16,16]{32768,1,4096,256,16}, %w: f32[32,16,3,3,3]{432,1,144,48,16} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1, 1], groups=1, output_padding=[0, 0, 0], padding=[0, 0, 0], stride=[1, 1, 1], transposed=false} : f32[2,32,6,14,14]{37632,1,6272,448,32}
+  return %0
+})");
+  verify(*g3);
+  const fusion::Partition p3 = fusion::partition(*g3, hopper);
+  ASSERT_EQ(p3.groups[0].kind, fusion::Group::Kind::Conv);
+  const std::string three_d = codegen::generate_conv_sm90(p3.groups[0], p3.groups[0].conv, 0).source;
+  EXPECT_NE(three_d.find("src = x + (origin[i] + ((dd * H + dh) * W + dw) * C + c);"), std::string::npos) << three_d;
+  EXPECT_EQ(three_d.find("asm(\"\" : \"+l\"(r.origin[i]));"), std::string::npos);
   EXPECT_NE(ks.source.find("ff_sm90::gemm_tf32<true>(ConvA{x}, w, M + opaque, N + opaque, K + opaque, K + opaque"),
             std::string::npos);
   // The epilogue as the CUTLASS kernel's: NCHW output, per-channel inputs by channel.

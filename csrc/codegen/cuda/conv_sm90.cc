@@ -16,16 +16,24 @@ constexpr int64_t kH100Sms = 132;
 
 // The implicit GEMM's A as the mainloop's producer reads it: row m is output
 // pixel (n, [z,] p, q), column k is tap (of the window) k / C, channel k % C.
-// Each producer thread keeps, per row of its 8, the row's sample offset and
-// its window's origin, so that a k-block costs one decomposition of k and a
-// bounds test per row.
-std::string conv_rows(const ConvSpec& c, int64_t m) {
+// Each producer thread keeps, per row of its 8, where its window's origin
+// lies (a pointer, or where its producer's registers are too few, an offset
+// from x) and the origin's coordinates, so that a k-block costs one
+// decomposition of k, then a bounds test and an add per row.
+std::string conv_rows(const ConvSpec& c, int64_t m, bool pointers) {
   const bool three_d = c.dims == 3;
   const size_t d0 = three_d ? 1 : 0;  // first of H, W in the spatial vectors
   auto v = [](const Shape& s, size_t i) { return std::to_string(s[i]); };
   const int64_t H = c.input_size[d0], W = c.input_size[d0 + 1], D = three_d ? c.input_size[0] : 1;
   const int64_t P = c.output_size[d0], Q = c.output_size[d0 + 1], Z = three_d ? c.output_size[0] : 1;
   std::ostringstream os;
+  const int64_t elements = c.batch * D * H * W * c.in_channels;
+  // Element offsets as int where the input allows (one 32-bit add a row).
+  const std::string offset = elements < (int64_t{1} << 31) ? "int" : "long long";
+  // Row i's address at `tap` elements from its origin.
+  const auto source = [&](const std::string& tap) {
+    return pointers ? "origin[i] + (" + tap + ")" : "x + (origin[i] + " + tap + ")";
+  };
   os << "// The implicit GEMM's A: row m = output pixel (n, " << (three_d ? "z, " : "")
      << "p, q), column k = channel k % C of window tap k / C,\n"
      << "// read from the channels-last input; taps outside it read as zeros.\n"
@@ -35,41 +43,56 @@ std::string conv_rows(const ConvSpec& c, int64_t m) {
      << "  static constexpr int P = " << P << ", Q = " << Q << ", Z = " << Z << ";  // output\n"
      << "  static constexpr int R = " << v(c.kernel, d0) << ", S = " << v(c.kernel, d0 + 1)
      << ", T = " << (three_d ? v(c.kernel, 0) : "1") << ";  // window\n"
+     << "  using Offset = " << offset << ";  // an element's offset in the input\n"
      << "  const float* x;\n"
      << "  struct Rows {\n"
-     << "    const float* x;\n"
+     << (pointers ? "" : "    const float* x;\n")
      << "    int k0;  // this thread's column within each k-block\n"
-     << "    int pix[8], h0[8], w0[8]" << (three_d ? ", d0[8]" : "")
-     << ";  // per row: its sample's first input pixel, its window's origin\n"
+     << "    // Per row: where its window origin's channel 0 would be (outside the\n"
+     << "    // input where the window is padded: only taps inside are read), the origin.\n"
+     << "    " << (pointers ? "const float*" : "Offset") << " origin[8];\n"
+     << "    int h0[8], w0[8]" << (three_d ? ", d0[8]" : "") << ";\n"
+     << "    // A k-block's tap is the same for the 8 rows: its offset from the origin\n"
+     << "    // is computed once, and a row adds its own origin and tests its bounds.\n"
      << "    __device__ __forceinline__ bool at(int i, int kk, const float*& src) const {\n"
      << "      const int k = k0 + kk, c = k % C, tap = k / C;\n"
-     << "      const int h = h0[i] + tap / S % R * " << v(c.dilation, d0) << ", w = w0[i] + tap % S * "
-     << v(c.dilation, d0 + 1) << ";\n";
+     << "      const int dh = tap / S % R * " << v(c.dilation, d0) << ", dw = tap % S * " << v(c.dilation, d0 + 1)
+     << ";\n";
   if (three_d)
-    os << "      const int d = d0[i] + tap / (S * R) * " << v(c.dilation, 0) << ";\n"
+    os << "      const int dd = tap / (S * R) * " << v(c.dilation, 0) << ";\n"
+       << "      const int d = d0[i] + dd, h = h0[i] + dh, w = w0[i] + dw;\n"
        << "      if (static_cast<unsigned>(d) >= D || static_cast<unsigned>(h) >= H || static_cast<unsigned>(w) >= W)"
           " return false;\n"
-       << "      src = x + static_cast<long long>(pix[i] + (d * H + h) * W + w) * C + c;\n";
+       << "      src = " << source("((dd * H + dh) * W + dw) * C + c") << ";\n";
   else
-    os << "      if (static_cast<unsigned>(h) >= H || static_cast<unsigned>(w) >= W) return false;\n"
-       << "      src = x + static_cast<long long>(pix[i] + h * W + w) * C + c;\n";
+    os << "      const int h = h0[i] + dh, w = w0[i] + dw;\n"
+       << "      if (static_cast<unsigned>(h) >= H || static_cast<unsigned>(w) >= W) return false;\n"
+       << "      src = " << source("(dh * W + dw) * C + c") << ";\n";
   os << "      return true;\n"
      << "    }\n"
      << "  };\n"
      << "  __device__ __forceinline__ Rows rows(int row, int k) const {\n"
      << "    Rows r;\n"
-     << "    r.x = x;\n"
+     << (pointers ? "" : "    r.x = x;\n")
      << "    r.k0 = k;\n"
      << "#pragma unroll\n"
      << "    for (int i = 0; i < 8; ++i) {\n"
      << "      const int m = row + 16 * i, q = m % Q, p = m / Q % P;\n"
      << "      const bool ok = m < " << m << ";\n"
-     << "      r.pix[i] = m / (Q * P * Z) * (D * H * W);\n"
      << "      r.h0[i] = ok ? p * " << v(c.stride, d0) << " - " << v(c.padding, d0)
      << " : -(1 << 29);  // a row past M fails every bounds test\n"
      << "      r.w0[i] = q * " << v(c.stride, d0 + 1) << " - " << v(c.padding, d0 + 1) << ";\n";
-  if (three_d)
-    os << "      r.d0[i] = m / (Q * P) % Z * " << v(c.stride, 0) << " - " << v(c.padding, 0) << ";\n";
+  if (three_d) os << "      r.d0[i] = m / (Q * P) % Z * " << v(c.stride, 0) << " - " << v(c.padding, 0) << ";\n";
+  const std::string offset_of_origin =
+      three_d ? "(static_cast<Offset>(m / (Q * P * Z)) * (D * H * W) + (r.d0[i] * H + r.h0[i]) * W + r.w0[i]) * C"
+              : "(static_cast<Offset>(m / (Q * P)) * (H * W) + r.h0[i] * W + r.w0[i]) * C";
+  os << "      r.origin[i] = " << (pointers ? "x + (" : "") << "ok ? " << offset_of_origin << " : 0"
+     << (pointers ? ")" : "") << ";\n";
+  if (pointers)
+    os << "      // Opaque to the compiler: else it folds origin + tap into x + (offset +\n"
+       << "      // tap) and, short of registers, reloads x from the constant bank for\n"
+       << "      // every row (H200, the seed's conv: 1.77 -> 1.33 ms).\n"
+       << "      asm(\"\" : \"+l\"(r.origin[i]));\n";
   os << "    }\n"
      << "    return r;\n"
      << "  }\n"
@@ -93,6 +116,7 @@ struct Mainloop {
   std::string source;       // the mainloop's text
   std::string launch_check;  // a static_assert of the launch's figures
   std::string call;         // the mainloop's call, from (a, b, M, N, K, ldb, epilogue)
+  bool row_pointers = true;  // whether the producer has registers for a pointer per row of A (conv_rows)
 };
 
 // The register-fragment mainloop (sm90_mainloop.h): 3xTF32, or 1xTF32
@@ -112,6 +136,7 @@ Mainloop fragment_mainloop(const fusion::ConvKernelSpec& s) {
         << ">() == " << m.shared_bytes << ", \"the launch's grid and shared memory\");\n";
   m.launch_check = check.str();
   m.call = std::string("ff_sm90::gemm_tf32<") + (split ? "true" : "false") + ">";
+  m.row_pointers = s.conv.dims == 2;  // 3-D's origins, 24 registers, leave too few of the producer's 72
   return m;
 }
 
@@ -173,7 +198,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   os << "\nnamespace {\n"
      << "constexpr int M = " << s.gemm_m() << ", N = " << s.gemm_n() << ", K = " << s.gemm_k()
      << ";  // pixels, output channels, window x input channels\n"
-     << conv_rows(s.conv, s.gemm_m()) << epilogue.definition << mainloop.launch_check << "}  // namespace\n\n"
+     << conv_rows(s.conv, s.gemm_m(), mainloop.row_pointers) << epilogue.definition << mainloop.launch_check << "}  // namespace\n\n"
      << "FF_EXTERN_C __global__ void __launch_bounds__(" << kSm90Threads << ", 1) " << ks.name << "("
      << epilogue.parameters << ") {\n"
      << "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
