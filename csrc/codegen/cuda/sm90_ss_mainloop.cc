@@ -94,9 +94,15 @@ template <class ARows>
 struct Loader {
   static_assert(BM == 128, "a producer thread gathers 8 rows of A");
   ARows a;
-  const float* b;
+  // This thread's first rows of B (16 apart, up to 8 of them), opaque to the
+  // compiler: computed again at each k-block from B's pointer and stride,
+  // they took the producer longer (H200, the seed's conv + relu: 1.262 ->
+  // 1.228 ms). Rows past them (BN 256) lie `far` beyond one of them: 16
+  // pointers spill.
+  static constexpr int HELD = BN / 16 < 8 ? BN / 16 : 8;
+  const float* b[HELD];
+  long long far;  // HELD rows of 16 rows of B
   const float* any;  // a valid address for the zero-filled chunks
-  long long ldb16;   // 16 rows of B
   int b_rows;        // rows of this thread's B chunks that exist: i < b_rows
   int k, K;
   unsigned dst;      // this thread's first chunk's offset in a tile
@@ -112,7 +118,7 @@ struct Loader {
 #pragma unroll
     for (int i = 0; i < BN / 16; ++i) {
       const bool ok = k_ok && i < b_rows;
-      cp_async16(stage + A_TILE + dst + i * 2048, ok ? b + i * ldb16 + kk : any, ok);
+      cp_async16(stage + A_TILE + dst + i * 2048, ok ? b[i % HELD] + i / HELD * far + kk : any, ok);
     }
   }
 };
@@ -249,9 +255,15 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
     const auto ready_up = [&](int j) { arrive_on_copies(ready + (j % STAGES) * 8); };
     const auto tile_loader = [&](int tile) {
       const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
-      return Loader<typename A::Rows>{a.rows(m0 + row0, ch * 4),
-                                      b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb, (N - n0 - row0 + 15) / 16,
-                                      ch * 4, K, static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+      using L = Loader<typename A::Rows>;
+      L ld{a.rows(m0 + row0, ch * 4), {}, L::HELD * 16 * ldb, b, (N - n0 - row0 + 15) / 16, ch * 4, K,
+           static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+#pragma unroll
+      for (int i = 0; i < L::HELD; ++i) {
+        ld.b[i] = b + (n0 + row0 + 16 * i) * ldb + ch * 4;
+        asm("" : "+l"(ld.b[i]));
+      }
+      return ld;
     };
     const auto load = [&](const Loader<typename A::Rows>& ld, int slot, int kb) { ld.load(base + slot * STAGE, kb); };
     produce<STAGES, 0>(tiles, nk, empty, tile_loader, load, ready_up);
