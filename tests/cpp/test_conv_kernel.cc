@@ -234,6 +234,21 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   EXPECT_NE(ks.source.find("constexpr bool PINGPONG = true;"), std::string::npos);
   EXPECT_NE(ks.source.find("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"), std::string::npos);
   EXPECT_NE(ks.source.find("ff_sm90::ss::gemm(ConvA{x}, w,"), std::string::npos);
+  // K = 300 ends in a partial k-block and N = 48 leaves B's last rows empty:
+  // the producer tests both (a seed-shaped conv below needs neither).
+  EXPECT_NE(ks.source.find("constexpr bool K_WHOLE = false, N_WHOLE = false;"), std::string::npos);
+  auto whole = parse(R"(graph @g(%x: f32[2,64,10,10]{6400,1,640,64}, %w: f32[128,64,3,3]{576,1,192,64} param) {
+  %0 = round_tf32(%x) : f32[2,64,10,10]{6400,1,640,64}
+  %1 = round_tf32(%w) : f32[128,64,3,3]{576,1,192,64}
+  %2 = convolution(%0, %1) {cudnn_channels_last_ms=9.0, cudnn_contiguous_ms=9.0, dilation=[1, 1], fp32_precision="tf32", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,128,8,8]{8192,1,1024,128}
+  %3 = relu(%2) : f32[2,128,8,8]
+  return %3
+})");
+  verify(*whole);
+  const auto wg = conv_group(*whole);
+  ASSERT_TRUE(wg && wg->conv.rounded_operands);
+  EXPECT_NE(codegen::generate_conv_sm90(*wg, wg->conv, 0).source.find("constexpr bool K_WHOLE = true, N_WHOLE = true;"),
+            std::string::npos);
   // The NCHW f32 result leaves through shared memory, a bulk copy per channel's run of pixels.
   EXPECT_NE(ks.source.find("store_staged(epilogue, acc,"), std::string::npos);
   EXPECT_NE(ks.source.find("cp.async.bulk.global.shared::cta.bulk_group"), std::string::npos);

@@ -166,6 +166,8 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
 KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
   if (!sm90_conv_applies(s)) throw IRError("conv codegen: the sm90 kernel does not cover this conv");
   Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), conv_stores_staged(group));
+  tile.k_whole = s.gemm_k() % Sm90SsTile::bk == 0;
+  tile.n_whole = s.gemm_n() % tile.bn == 0;
   const bool staged = s.rounded_operands && tile.staged;
   KernelSource ks;
   const std::string members =

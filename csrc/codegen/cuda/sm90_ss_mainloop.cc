@@ -57,6 +57,9 @@ namespace ss {
      << ", STAGES = " << tile.stages() << ";\n"
      << "// Whether the consumer warpgroups take alternate tiles (each all BM rows) or share each.\n"
      << "constexpr bool PINGPONG = " << (tile.pingpong() ? "true" : "false") << ";\n"
+     << "// Whether K is a multiple of BK and N of BN: the producer's bounds tests on them vanish.\n"
+     << "constexpr bool K_WHOLE = " << (tile.k_whole ? "true" : "false") << ", N_WHOLE = "
+     << (tile.n_whole ? "true" : "false") << ";\n"
      << "constexpr int ROWS = PINGPONG ? BM : BM / 2;  // a consumer warpgroup's rows of a tile\n"
      << "constexpr int MS = ROWS / 64;                // its m64 slices\n"
      << "constexpr int A_TILE = BM * 128, B_TILE = BN * 128, STAGE = A_TILE + B_TILE;  // bytes\n"
@@ -108,7 +111,7 @@ struct Loader {
   unsigned dst;      // this thread's first chunk's offset in a tile
   __device__ __forceinline__ void load(unsigned stage, int kb) const {
     const int kk = kb * BK;
-    const bool k_ok = k + kk < K;
+    const bool k_ok = K_WHOLE || k + kk < K;
 #pragma unroll
     for (int i = 0; i < BM / 16; ++i) {
       const float* src;
@@ -117,7 +120,7 @@ struct Loader {
     }
 #pragma unroll
     for (int i = 0; i < BN / 16; ++i) {
-      const bool ok = k_ok && i < b_rows;
+      const bool ok = k_ok && (N_WHOLE || i < b_rows);
       cp_async16(stage + A_TILE + dst + i * 2048, ok ? b[i % HELD] + i / HELD * far + kk : any, ok);
     }
   }

@@ -30,6 +30,9 @@ struct Sm90SsTile {
   // Staged, the epilogue's per-channel operands (ConvEpilogue::channel_operands),
   // held for a tile in a table beside each consumer warpgroup's buffer.
   int channel_operands = 0;
+  // Whether the GEMM's K is a multiple of bk and its N of bn (every k-block
+  // and row of B exists): set by the kernel's generator, not by sm90_ss_tile.
+  bool k_whole = false, n_whole = false;
   // Whether the consumer warpgroups take alternate tiles, each its whole BM
   // rows, in turn on the tensor cores (up to 128 columns: 128 accumulators a
   // thread); otherwise both share each tile. H200, 3x3 convs + relu written
