@@ -43,10 +43,10 @@ constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 // Ping-pong tiles (Sm90SsTile::pingpong()), with A's loads through L1 and
 // readied by the copies themselves: each warpgroup's stores hide behind the
 // other's wgmmas (staged), but for the first tile's loads and the last one's
-// stores.
-// H200, 8 convs + relu written NCHW (tools/conv_probe.py section C): 0.5 to
-// 9.4 GB gathered in 0.077 to 1.26 ms, within -4 % and +13 % of 7.5 TB/s +
-// 0.02 ms; the seed's conv with its own epilogue 5 % over its relu.
+// stores. H200, 8 convs + relu written NCHW (tools/conv_probe.py section C,
+// session 26): 0.4 to 9.4 GB gathered in 0.075 to 1.19 ms, modelled as 7.5
+// TB/s + 0.02 ms within -12 % (the 3-D conv ran slower than modelled) and +7
+// %; the seed's conv with its own epilogue ran 6 % over its relu.
 constexpr double kSsPingPongGather = 7.5e12;
 constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
