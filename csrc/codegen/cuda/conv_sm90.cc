@@ -136,7 +136,8 @@ Mainloop fragment_mainloop(const fusion::ConvKernelSpec& s) {
         << ">() == " << m.shared_bytes << ", \"the launch's grid and shared memory\");\n";
   m.launch_check = check.str();
   m.call = std::string("ff_sm90::gemm_tf32<") + (split ? "true" : "false") + ">";
-  m.row_pointers = s.conv.dims == 2;  // 3-D's origins, 24 registers, leave too few of the producer's 72
+  // A 3-D conv's rows, 8 pointers and 24 coordinates, spill in the producer's 72 registers.
+  m.row_pointers = s.conv.dims == 2;
   return m;
 }
 
@@ -200,7 +201,8 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   os << "\nnamespace {\n"
      << "constexpr int M = " << s.gemm_m() << ", N = " << s.gemm_n() << ", K = " << s.gemm_k()
      << ";  // pixels, output channels, window x input channels\n"
-     << conv_rows(s.conv, s.gemm_m(), mainloop.row_pointers) << epilogue.definition << mainloop.launch_check << "}  // namespace\n\n"
+     << conv_rows(s.conv, s.gemm_m(), mainloop.row_pointers) << epilogue.definition << mainloop.launch_check
+     << "}  // namespace\n\n"
      << "FF_EXTERN_C __global__ void __launch_bounds__(" << kSm90Threads << ", 1) " << ks.name << "("
      << epilogue.parameters << ") {\n"
      << "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"

@@ -104,7 +104,7 @@ struct Loader {
   // pointers spill.
   static constexpr int HELD = BN / 16 < 8 ? BN / 16 : 8;
   const float* b[HELD];
-  long long far;  // HELD rows of 16 rows of B
+  long long far;  // HELD x 16 rows of B, in elements
   const float* any;  // a valid address for the zero-filled chunks
   int b_rows;        // rows of this thread's B chunks that exist: i < b_rows
   int k, K;
