@@ -93,7 +93,7 @@ double ss_kernel_ms(const ConvSpec& s) {
   // the pass over it).
   int64_t pixels = 1;
   for (int64_t d : s.output_size) pixels *= d;
-  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, pixels % 4 == 0);
+  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.gemm_k(), pixels % 4 == 0);
   const int64_t bk = codegen::Sm90SsTile::bk;
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
   const double gathered =

@@ -88,11 +88,7 @@ std::string conv_rows(const ConvSpec& c, int64_t m, bool pointers) {
               : "(static_cast<Offset>(m / (Q * P)) * (H * W) + r.h0[i] * W + r.w0[i]) * C";
   os << "      r.origin[i] = " << (pointers ? "x + (" : "") << "ok ? " << offset_of_origin << " : 0"
      << (pointers ? ")" : "") << ";\n";
-  if (pointers)
-    os << "      // Opaque to the compiler: else it folds origin + tap into x + (offset +\n"
-       << "      // tap) and, short of registers, reloads x from the constant bank for\n"
-       << "      // every row (H200, the seed's conv: 1.77 -> 1.33 ms).\n"
-       << "      asm(\"\" : \"+l\"(r.origin[i]));\n";
+  if (pointers) os << "      r.origin[i] = ff_sm90::opaque_pointer(r.origin[i]);\n";
   os << "    }\n"
      << "    return r;\n"
      << "  }\n"
@@ -166,9 +162,7 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
 
 KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
   if (!sm90_conv_applies(s)) throw IRError("conv codegen: the sm90 kernel does not cover this conv");
-  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), conv_stores_staged(group));
-  tile.k_whole = s.gemm_k() % Sm90SsTile::bk == 0;
-  tile.n_whole = s.gemm_n() % tile.bn == 0;
+  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), conv_stores_staged(group));
   const bool staged = s.rounded_operands && tile.staged;
   KernelSource ks;
   const std::string members =

@@ -4,9 +4,11 @@
 
 namespace ff::codegen {
 
-Sm90SsTile sm90_ss_tile(int64_t n, bool staged) {
+Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged) {
   Sm90SsTile t;
   t.bn = n <= 64 ? 64 : n <= 128 ? 128 : 256;
+  t.k_whole = k % Sm90SsTile::bk == 0;
+  t.n_whole = n % t.bn == 0;
   // Staged where a warpgroup's runs are 128 rows. H200, a 3x3 conv + relu
   // written NCHW: 128 output channels (256 x 128 tiles) 0.630 -> 0.606 ms,
   // the seed's conv with its epilogue 1.96 -> 1.72 ms; 256 channels (128 x
@@ -97,8 +99,8 @@ template <class ARows>
 struct Loader {
   static_assert(BM == 128, "a producer thread gathers 8 rows of A");
   ARows a;
-  // This thread's first rows of B (16 apart, up to 8 of them), opaque to the
-  // compiler: computed again at each k-block from B's pointer and stride,
+  // This thread's first rows of B (16 apart, up to 8 of them), opaque
+  // pointers: computed again at each k-block from B's pointer and stride,
   // they took the producer longer (H200, the seed's conv + relu: 1.262 ->
   // 1.228 ms). Rows past them (BN 256) lie `far` beyond one of them: 16
   // pointers spill.
@@ -139,7 +141,6 @@ __device__ __forceinline__ void store_slice(const Epilogue& epilogue, const floa
 // ---- staged stores: the result leaves through shared memory in bulk copies ----
 constexpr int SCOLS = )CUDA" << Sm90SsTile::staged_cols << R"CUDA(;                    // columns staged at a time
 constexpr int SPITCH = ROWS + 4;             // floats a staged column: 16-byte aligned, and a fragment's writes hit 32 banks
-static_assert(STAGING >= SCOLS * SPITCH * 4, "a consumer warpgroup's staging buffer");
 
 __device__ __forceinline__ void sts32(unsigned addr, float v) { asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v)); }
 __device__ __forceinline__ void bulk_store(float* dst, unsigned src, int bytes) {
@@ -262,10 +263,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
       L ld{a.rows(m0 + row0, ch * 4), {}, L::HELD * 16 * ldb, b, (N - n0 - row0 + 15) / 16, ch * 4, K,
            static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
 #pragma unroll
-      for (int i = 0; i < L::HELD; ++i) {
-        ld.b[i] = b + (n0 + row0 + 16 * i) * ldb + ch * 4;
-        asm("" : "+l"(ld.b[i]));
-      }
+      for (int i = 0; i < L::HELD; ++i) ld.b[i] = opaque_pointer(b + (n0 + row0 + 16 * i) * ldb + ch * 4);
       return ld;
     };
     const auto load = [&](const Loader<typename A::Rows>& ld, int slot, int kb) { ld.load(base + slot * STAGE, kb); };

@@ -31,7 +31,7 @@ struct Sm90SsTile {
   // held for a tile in a table beside each consumer warpgroup's buffer.
   int channel_operands = 0;
   // Whether the GEMM's K is a multiple of bk and its N of bn (every k-block
-  // and row of B exists): set by the kernel's generator, not by sm90_ss_tile.
+  // and row of B exists): the producer then tests neither.
   bool k_whole = false, n_whole = false;
   // Whether the consumer warpgroups take alternate tiles, each its whole BM
   // rows, in turn on the tensor cores (up to 128 columns: 128 accumulators a
@@ -57,13 +57,13 @@ struct Sm90SsTile {
   int64_t tiles(int64_t m, int64_t n) const { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); }
 };
 
-// The tile for an M x N result of a conv: BN the smallest of 64, 128, 256
+// The tile for an M x N result of a conv reducing over K: BN the smallest of 64, 128, 256
 // covering N (256 past it). Up to 128 columns, ping-pong 128 x BN tiles (128
 // accumulators a consumer thread at BN 128); at 256, both warpgroups share
 // 128 x 256 tiles (64 rows each: more would not fit their registers).
 // Staged stores where `staged` (the result allows them) and a warpgroup's
 // rows are 128.
-Sm90SsTile sm90_ss_tile(int64_t n, bool staged = false);
+Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged = false);
 
 // ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
 // K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
