@@ -31,14 +31,15 @@ namespace ff_sm90 {
 
 constexpr int BM = 128, BN = 128, BK = 32;
 // Shared-memory stages, and LAG: the producer readies (splits or rounds)
-// k-block kb - LAG after issuing kb's loads. 1xTF32 keeps no residual tiles,
+// k-block kb - LAG before issuing kb's loads. 1xTF32 keeps no residual tiles,
 // so 6 of its smaller stages fit (4, 5 and 6 measured the same on a 3x3 conv).
 template <bool SPLIT> constexpr int stages() { return SPLIT ? 4 : 6; }
 template <bool SPLIT> constexpr int lag() { return stages<SPLIT>() - 2; }
-// A consumer releases kb's stage only once kb+1 is ready; the producer makes
-// kb+1 ready after loading kb+1+LAG, which waits for the release of
-// kb+1+LAG-STAGES: that must come before kb.
-static_assert(lag<true>() <= stages<true>() - 2 && lag<false>() <= stages<false>() - 2,
+// A consumer releases kb's stage only once kb+1 is ready; the producer readies
+// kb+1 first thing in step kb+1+LAG, after the step before waited for the
+// release of kb+LAG-STAGES (which needs kb+LAG-STAGES+1 ready): that must
+// come before kb+1.
+static_assert(lag<true>() <= stages<true>() - 1 && lag<false>() <= stages<false>() - 1,
               "the producer must ready k-block kb+1 without waiting for kb's stage");
 constexpr int THREADS = 384;
 constexpr int A_LD = BK + 4;  // floats per A row in shared memory: +4 keeps fragment loads conflict-free
@@ -137,8 +138,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
 }
-// The producer warpgroup's own barrier (0 is __syncthreads).
-__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
 // Shared memory, as 32-bit shared-window addresses (1024-aligned base).
 struct Smem {
@@ -198,11 +197,14 @@ struct TileLoader {
   }
 };
 
-// The producer's share of the B tile's residuals (8 of its 1024 16-byte chunks).
-__device__ __forceinline__ void split_b(const Smem& s, int slot, int t) {
+// A producer thread's share of the B tile's residuals: the 8 chunks its own
+// copies loaded (rows 16 apart from b_dst), so that it waits for its copies
+// alone, not for the other producer threads' (with a barrier there, H200:
+// the seed's 3xTF32 conv + relu 3.15 -> 3.10 ms, a 48 -> 96 channel one 0.711 -> 0.691).
+__device__ __forceinline__ void split_b(const Smem& s, int slot, unsigned b_dst) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const unsigned off = (t + 128 * i) * 16;
+    const unsigned off = b_dst + i * 16 * 128;
     const float4 x = lds128(s.b_raw + slot * B_TILE + off);
     sts128(s.b_small + slot * B_TILE + off, tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z),
            tf32_residual(x.w));
@@ -213,10 +215,10 @@ __device__ __forceinline__ void split_b(const Smem& s, int slot, int t) {
 // fragments are. Truncation (what the tensor cores would do) biases products
 // toward zero: 1.5-1.8x eager's error against fp64 on the suite's convs, 3.2x
 // on a small convnet; rounded, the errors equal cuDNN's (and cost ~25 %).
-__device__ __forceinline__ void round_b(const Smem& s, int slot, int t) {
+__device__ __forceinline__ void round_b(const Smem& s, int slot, unsigned b_dst) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const unsigned off = s.b_raw + slot * B_TILE + (t + 128 * i) * 16;
+    const unsigned off = s.b_raw + slot * B_TILE + b_dst + i * 16 * 128;
     const float4 x = lds128(off);
     sts128(off, tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
   }
@@ -291,11 +293,12 @@ struct Fragment {
 };
 
 // The producer's walk over its CTA's tiles (c, c + gridDim.x, ...): step g
-// waits for its stage to be free (`empty`, released by the consumers), issues
-// the loads of the CTA's g-th k-block (load(loader, slot, kb), the loader made
-// by tile_loader(tile) per tile) and readies the (g - LAG)-th (ready(j)); the
-// last LAG are readied after the loop, behind empty cp.async groups so that
-// ready's wait<LAG> still waits for k-block j's.
+// readies the (g - LAG)-th k-block (ready(j), whose wait<LAG - 1> waits for
+// its copies alone), waits for its stage to be free (`empty`, released by the
+// consumers) and issues the loads of the CTA's g-th (load(loader, slot, kb),
+// the loader made by tile_loader(tile) per tile); LAG 0 readies g itself
+// after its loads. The last LAG are readied after the loop, each followed by
+// an empty cp.async group so that the next one's wait still waits for its own.
 template <int STAGES, int LAG, class TileLoaderOf, class Load, class Ready>
 __device__ __forceinline__ void produce(int tiles, int nk, unsigned empty, const TileLoaderOf& tile_loader,
                                         const Load& load, const Ready& ready) {
@@ -305,17 +308,22 @@ __device__ __forceinline__ void produce(int tiles, int nk, unsigned empty, const
     const auto ld = tile_loader(tile);
 #pragma unroll 1
     for (int kb = 0; kb < nk; ++kb, ++g) {
+      // k-block g - LAG is readied before the wait for g's stage: readied
+      // after it, it waited for the consumers to release g - STAGES while
+      // they might be waiting for it (H200, the seed's 3xTF32 conv + relu
+      // 3.10 -> 3.05 ms; LAG one more or less: 3.25, 3.22).
+      if (LAG > 0 && g >= LAG) ready(g - LAG);
       const int slot = g % STAGES;
       if (g >= STAGES) mbar_wait(empty + slot * 8, (g / STAGES - 1) & 1);
       load(ld, slot, kb);
       cp_async_commit();
-      if (g >= LAG) ready(g - LAG);
+      if (LAG == 0) ready(g);
     }
   }
 #pragma unroll 1
   for (int j = g - LAG; j < g; ++j) {
-    cp_async_commit();
     if (j >= 0) ready(j);
+    cp_async_commit();
   }
 }
 
@@ -430,23 +438,22 @@ __device__ __forceinline__ void gemm_tf32(const A& a, const float* b, int M, int
   if (threadIdx.x < 128) {  // producer warpgroup
     asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n");
     const int t = threadIdx.x, row0 = t >> 3, ch = t & 7;
+    // (B's 128-byte swizzle: chunk ch of row r lies at ch ^ (r % 8).)
+    const unsigned b_dst = static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4));
     const auto ready = [&](int j) {
-      cp_async_wait<LAG>();  // this thread's chunks of k-block j landed
-      producer_sync();       // everyone's did
+      cp_async_wait<LAG - 1>();  // this thread's chunks of k-block j landed (j + 1's may not have)
       if (SPLIT)
-        split_b(s, j % STAGES, t);
+        split_b(s, j % STAGES, b_dst);
       else
-        round_b(s, j % STAGES, t);
+        round_b(s, j % STAGES, b_dst);
       fence_proxy_async();  // the tensor cores (async proxy) read the tiles and residuals
       mbar_arrive(s.ready + (j % STAGES) * 8);
     };
     const auto tile_loader = [&](int tile) {
       const int m0 = tile % tiles_m * BM, n0 = tile / tiles_m * BN;
-      // (B's 128-byte swizzle: chunk ch of row r lies at ch ^ (r % 8).)
       return TileLoader<typename A::Rows>{a.rows(m0 + row0, ch * 4), b + (n0 + row0) * ldb + ch * 4, b, 16 * ldb,
                                           (N - n0 - row0 + 15) / 16, ch * 4, K,
-                                          static_cast<unsigned>((row0 * A_LD + ch * 4) * 4),
-                                          static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+                                          static_cast<unsigned>((row0 * A_LD + ch * 4) * 4), b_dst};
     };
     const auto load = [&](const TileLoader<typename A::Rows>& ld, int slot, int kb) { ld.load(s, slot, kb); };
     produce<STAGES, LAG>(tiles, nk, s.empty, tile_loader, load, ready);
