@@ -20,7 +20,7 @@ def _problem(tmp_path, name, prelude="", init="pass"):
 
 
 def _args(**kw):
-    base = dict(against="eager", mode=None, precision="fp32", seeds=1, timeout=120.0)
+    base = dict(against="eager", mode=None, precision="fp32", seeds=1, timeout=120.0, eager_convs="default")
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -146,9 +146,9 @@ def test_roofline_counts_io_bytes_and_matmul_flops():
 
 
 def test_merge_combines_parts_and_refuses_mismatches(tmp_path):
-    def part(name, stem, device="X", speedup=2.0):
+    def part(name, stem, device="X", speedup=2.0, **more):
         report = {"device": device, "torch": "t", "precision": "fp32", "mode": "model default", "command": name,
-                  "date": "d", "problems": {stem: {"correct": True, "speedup_vs_eager": speedup}}}
+                  "date": "d", "problems": {stem: {"correct": True, "speedup_vs_eager": speedup}}, **more}
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(report))
         return str(path)
@@ -159,6 +159,28 @@ def test_merge_combines_parts_and_refuses_mismatches(tmp_path):
     assert merged["summary"]["geomean_speedup_vs_eager"] == pytest.approx(4.0)
     assert cli.main(["bench", "--merge", part("c", "p1"), part("d", "p3", device="Y")]) == 2
     assert cli.main(["bench", "--merge", part("e", "p1"), part("f", "p1")]) == 2
+    # A report from before --eager-convs ran with the default; an IEEE one is another experiment.
+    assert cli.main(["bench", "--merge", part("g", "p1"), part("h", "p2", eager_convs="default")]) == 0
+    assert cli.main(["bench", "--merge", part("i", "p1"), part("j", "p2", eager_convs="ieee")]) == 2
+
+
+def test_eager_convs_ieee_reaches_the_problems_process(tmp_path):
+    """`--eager-convs ieee` turns cuDNN's TF32 off in the process that builds
+    and checks the problem (the conv probe then holds fuseforge's convs to
+    IEEE accuracy), and the row says which math eager's convs had."""
+    from fuseforge.harness.worker import Worker
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\nfrom fuseforge.runtime.precision import eager_conv_precision\n"
+                     "open(os.environ['PROBE_OUT'], 'a').write(eager_conv_precision() + '\\n')\n"
+                     + TINY_PROBLEM.format(prelude="", init="pass"))
+    out = tmp_path / "seen.txt"
+    with Worker(env={"PROBE_OUT": str(out)}) as worker:
+        ieee = bench.run_problem(probe, _args(eager_convs="ieee"), worker=worker)
+        assert set(out.read_text().split()) == {"ieee"}
+        out.unlink()
+        default = bench.run_problem(probe, _args(), worker=worker)
+    assert ieee["correct"] and ieee["eager_convs"] == "ieee" and default["eager_convs"] == "default"
+    assert set(out.read_text().split()) == {"tf32"}  # the next problem gets torch's flags back
 
 
 def test_table_gets_its_natural_width_without_a_terminal(tmp_path):

@@ -156,7 +156,7 @@ def test_a_bench_row_carries_the_one_line_reason(tmp_path):
 
     from fuseforge.harness import bench
     path = _problem(tmp_path, "nonzero", "return torch.nonzero(x > 0).float()")
-    args = argparse.Namespace(against="eager", seeds=1, precision="fp32", mode=None, timeout=120)
+    args = argparse.Namespace(against="eager", seeds=1, precision="fp32", mode=None, timeout=120, eager_convs="default")
     row = bench.run_problem(path, args)
     assert row["correct"] is False
     assert row["error"].startswith("node nonzero (aten.nonzero.default): dynamic size"), row["error"]

@@ -86,7 +86,8 @@ def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-ti
             (contextlib.nullcontext(worker) if worker is not None else Worker()) as runner:
         out = os.path.join(tmp, "row.json")
         argv = ["run", str(path), "--json", out, *([phase] if phase else []),
-                "--against", args.against, "--seeds", str(args.seeds), "--precision", args.precision]
+                "--against", args.against, "--seeds", str(args.seeds), "--precision", args.precision,
+                "--eager-convs", args.eager_convs]
         if args.mode:
             argv += ["--mode", args.mode]
         result = runner.run(argv, args.timeout)
@@ -135,7 +136,8 @@ def _f(row: dict, key: str, fmt: str) -> str:
 def render_table(report: dict[str, Any]) -> Table:
     """The suite as one table; the caption holds geomeans and fast_1 counts."""
     table = Table(title=f"fuseforge bench — {report['device']}, torch {report['torch']}, "
-                        f"{report['precision']}, mode {report['mode']}")
+                        f"{report['precision']}, mode {report['mode']}"
+                        + (", eager convs IEEE" if report.get("eager_convs") == "ieee" else ""))
     for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64", "eager ms", "inductor ms",
                 "fuseforge ms", "× eager", "× inductor", "compile s", "cached s", "TFLOP/s", "roofline"):
         table.add_column(col, justify="left" if col in ("problem", "mode", "correct") else "right")
@@ -200,7 +202,7 @@ def write_plot(report: dict[str, Any], path: str) -> None:
 
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     """One report from several `--json` reports of the same device, torch,
-    precision and mode (a suite run in parts); raises ValueError if they differ
+    precision, mode and eager conv math (a suite run in parts); raises ValueError if they differ
     or name a problem twice."""
     merged: dict[str, Any] | None = None
     for path in paths:
@@ -208,9 +210,11 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
             part = json.load(f)
         if merged is None:
             merged = {**part, "problems": {}, "command": [], "date": []}
-        for key in ("device", "torch", "precision", "mode"):
-            if part[key] != merged[key]:
-                raise ValueError(f"cannot merge {path}: {key} is {part[key]!r}, not {merged[key]!r}")
+        for key in ("device", "torch", "precision", "mode", "eager_convs"):
+            # (reports from before --eager-convs ran with the default)
+            if part.get(key, "default") != merged.get(key, "default"):
+                raise ValueError(f"cannot merge {path}: {key} is {part.get(key, 'default')!r}, "
+                                 f"not {merged.get(key, 'default')!r}")
         twice = merged["problems"].keys() & part["problems"].keys()
         if twice:
             raise ValueError(f"cannot merge {path}: {', '.join(sorted(twice))} already in an earlier part")
@@ -243,9 +247,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__, "precision": args.precision, "mode": args.mode or "model default",
-        "against": args.against, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "eager_convs": args.eager_convs, "against": args.against, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["fuseforge bench", *args.paths, "--against", args.against, "--precision", args.precision,
-                             *(["--mode", args.mode] if args.mode else []), "--seeds", str(args.seeds),
+                             *(["--mode", args.mode] if args.mode else []),
+                             *(["--eager-convs", args.eager_convs] if args.eager_convs != "default" else []),
+                             "--seeds", str(args.seeds),
                              "--jobs", str(args.jobs)]),
         "problems": {},
     }

@@ -1,7 +1,7 @@
 """The `fuseforge` command line.
 
-  fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N]
-  fuseforge bench DIR_OR_FILES... [--against eager,inductor] [--json OUT] [--plot OUT.png]
+  fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N] [--eager-convs default|ieee]
+  fuseforge bench DIR_OR_FILES... [--against eager,inductor] [--json OUT] [--plot OUT.png] [--eager-convs ...]
   fuseforge emit PROBLEM.py -o model_new.py
   fuseforge explain PROBLEM.py
 
@@ -151,12 +151,32 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     return row
 
 
+#: `--eager-convs`: cuDNN's f32 conv math for the whole run.
+EAGER_CONVS = ("default", "ieee")
+EAGER_CONVS_HELP = ("cuDNN's f32 conv math for eager, torch.compile and fuseforge's probe of eager: default "
+                    "(torch's flags: TF32 allowed) or ieee (torch.backends.cudnn.conv.fp32_precision = 'ieee', as some public "
+                    "suites run eager; fuseforge's convs then keep IEEE f32 accuracy too)")
+
+
+def set_eager_convs(value: str) -> None:
+    """Applies `--eager-convs` to this process: "ieee" turns cuDNN's TF32 off,
+    so that eager's convs compute in IEEE f32 and fuseforge's probe of them
+    (runtime/conv_probe.py) holds its own convs to that; "default" leaves
+    torch's flags as they are."""
+    if value not in EAGER_CONVS:
+        raise ValueError(f"--eager-convs is {value!r}; expected one of {', '.join(EAGER_CONVS)}")
+    if value == "ieee":
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fuseforge.runtime.precision import check_precision
     check_precision(args.precision)
+    set_eager_convs(args.eager_convs)
     if args.compile_only and not torch.cuda.is_available():
         raise ValueError("--compile-only needs a CUDA GPU (it times the first optimized call)")
     row = _run_gpu(args) if torch.cuda.is_available() else _run_cpu(args)
+    row["eager_convs"] = args.eager_convs
     if args.json:
         with open(args.json, "w") as f:
             json.dump(row, f, indent=2, default=str)
@@ -234,6 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--seeds", type=int, default=3, help="random inputs to check (GPU)")
     run.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
     run.add_argument("--precision", default="fp32", choices=PRECISIONS, help=precision_help)
+    run.add_argument("--eager-convs", default="default", choices=EAGER_CONVS, help=EAGER_CONVS_HELP)
     run.add_argument("--compile-times", action="store_true",
                      help="also measure the first call's seconds with an empty and with a filled kernel cache (GPU)")
     run.add_argument("--compile-only", action="store_true",
@@ -246,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
     bench.add_argument("--mode", choices=["train", "eval"], help="default: each model's own mode")
     bench.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
+    bench.add_argument("--eager-convs", default="default", choices=EAGER_CONVS, help="cuDNN's f32 conv math (see run)")
     bench.add_argument("--seeds", type=int, default=3, help="random inputs to check per problem")
     bench.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it is killed")
     bench.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
