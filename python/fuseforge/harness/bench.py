@@ -202,8 +202,8 @@ def write_plot(report: dict[str, Any], path: str) -> None:
 
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     """One report from several `--json` reports of the same device, torch,
-    precision, mode and eager conv math (a suite run in parts); raises ValueError if they differ
-    or name a problem twice."""
+    precision, mode and eager conv math (a suite run in parts); raises
+    ValueError if they differ or name a problem twice."""
     merged: dict[str, Any] | None = None
     for path in paths:
         with open(path) as f:
@@ -247,7 +247,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__, "precision": args.precision, "mode": args.mode or "model default",
-        "eager_convs": args.eager_convs, "against": args.against, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "eager_convs": args.eager_convs, "against": args.against,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(["fuseforge bench", *args.paths, "--against", args.against, "--precision", args.precision,
                              *(["--mode", args.mode] if args.mode else []),
                              *(["--eager-convs", args.eager_convs] if args.eager_convs != "default" else []),

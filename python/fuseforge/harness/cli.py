@@ -154,8 +154,8 @@ def _run_cpu(args: argparse.Namespace) -> dict:
 #: `--eager-convs`: cuDNN's f32 conv math for the whole run.
 EAGER_CONVS = ("default", "ieee")
 EAGER_CONVS_HELP = ("cuDNN's f32 conv math for eager, torch.compile and fuseforge's probe of eager: default "
-                    "(torch's flags: TF32 allowed) or ieee (torch.backends.cudnn.conv.fp32_precision = 'ieee', as some public "
-                    "suites run eager; fuseforge's convs then keep IEEE f32 accuracy too)")
+                    "(torch's flags: TF32 allowed) or ieee (torch.backends.cudnn.conv.fp32_precision = 'ieee', "
+                    "as some public suites run eager; fuseforge's convs then keep IEEE f32 accuracy too)")
 
 
 def set_eager_convs(value: str) -> None:
