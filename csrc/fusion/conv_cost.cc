@@ -17,7 +17,11 @@ namespace {
 constexpr double kSimtF32 = 55e12;      // IEEE f32: no tensor cores in cuDNN
 constexpr double kTf32 = 230e12;        // cuDNN TF32 tensor cores, channels-last
 constexpr double kHalf = 450e12;        // cuDNN f16/bf16 tensor cores, channels-last
-constexpr double kKernel3xTf32 = 65e12; // our implicit GEMM, f32 as 3xTF32
+// Our implicit GEMM, f32 as 3xTF32. H200, session 27 (the Hopper kernel +
+// relu): 96-98 TFLOP/s on the seed's conv, 68 on a 48 -> 96 channel one (91
+// a full tile). Not re-fit: the figure weighs it against cuDNN's IEEE convs,
+// whose choices the suite with eager's convs in IEEE should check first.
+constexpr double kKernel3xTf32 = 65e12;
 // Our implicit GEMM, 1xTF32, rounding its tiles in place, measured on an H100
 // with a fused relu: the wgmma kernel 128-133 TFLOP/s on 3x3 convs of 64 input
 // and 128 output channels (CUTLASS's sm80 form 100; cuDNN's conv alone about
