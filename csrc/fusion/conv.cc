@@ -51,14 +51,17 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
 }
 
 bool direct_conv_covers(const ConvSpec& s) {
-  if (s.transposed || s.dims != 2 || s.dtype != DType::f32 || s.batch == 0 || s.out_channels == 0) return false;
-  for (int64_t v : s.output_size)
-    if (v == 0) return false;
-  // Grid limits (samples on z, groups x channel blocks on y) and the
-  // epilogue's 32-bit pixel index.
-  if (s.batch > 65535 || s.out_channels > 65535) return false;
-  if (static_cast<double>(s.batch) * s.output_size[0] * s.output_size[1] >= static_cast<double>(int64_t{1} << 31))
+  if (s.transposed || !(s.dims == 2 || s.dims == 3) || s.dtype != DType::f32 || s.batch == 0 || s.out_channels == 0)
     return false;
+  double pixels = 1;
+  for (int64_t v : s.output_size) {
+    if (v == 0) return false;
+    pixels *= static_cast<double>(v);
+  }
+  // Grid limits (samples x output depths on z, groups x channel blocks on y)
+  // and the epilogue's 32-bit pixel index.
+  if (s.batch * (s.dims == 3 ? s.output_size[0] : 1) > 65535 || s.out_channels > 65535) return false;
+  if (static_cast<double>(s.batch) * pixels >= static_cast<double>(int64_t{1} << 31)) return false;
   return codegen::direct_conv_fits(s);
 }
 

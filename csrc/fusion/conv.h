@@ -5,7 +5,7 @@
 // so), in f32 (3xTF32, or 1xTF32 where the conv's fp32_precision is "tf32"),
 // f16 or bf16; as an implicit GEMM: M = batch x output pixels, N = output
 // channels, K = input channels x kernel window. A direct kernel
-// (codegen/cuda/conv_direct.h): forward 2-D f32 convs of any groups and
+// (codegen/cuda/conv_direct.h): forward 2-D and 3-D f32 convs of any groups and
 // layout, in IEEE f32. Anything else stays a cuDNN call.
 #include <optional>
 

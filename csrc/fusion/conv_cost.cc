@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "codegen/cuda/conv_direct.h"
 #include "codegen/cuda/sm90_ss_mainloop.h"
 
 namespace ff::fusion {
@@ -54,10 +55,14 @@ constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 constexpr double kSsPingPongGather = 7.5e12;
 constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
-// Our direct kernel, IEEE f32 FMAs: 23 TFLOP/s measured on an H100 for 6
-// input channels, 48 output channels and a 3x3 window, a third of the FMA
-// peak (its FMAs wait on shared-memory loads of the window and weights).
-constexpr double kDirectF32 = 22e12;
+// Our direct kernel, IEEE f32 FMAs (its FMAs wait on shared-memory loads of
+// the window and weights). H200, session 28, the kernel + relu: 27-34
+// TFLOP/s where a block stages every input channel once for several blocks
+// of output channels (6, 8, 12 -> 48, 32, 48 channels, 3x3); 21-22 where
+// the channels come in several stages (3-D: 8 -> 24, 16 -> 32, 3x3x3) or
+// the output channels are one block (3 -> 16).
+constexpr double kDirectF32 = 21e12;
+constexpr double kDirectF32SharedStaging = 27e12;
 // cuDNN's kernels tile the reduction (input channels x window) in steps of
 // dozens; short reductions leave their lanes idle. A conv of 6 input channels
 // and a 3x3 window (54 multiply-adds per output) ran at 13 TFLOP/s in cuDNN's
@@ -152,12 +157,16 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
   if (!kernel_applies) t.kernel = inf;
   else if (f32 && s.tf32) t.kernel = ss_kernel_ms(s);
   else t.kernel = ms(flops, (f32 ? kKernel3xTf32 : kKernelHalf) * tile_use(s), bytes);
+  if (direct_applies)
+    t.direct = ms(flops, codegen::choose_direct_conv_tile(s).cpb > 1 ? kDirectF32SharedStaging : kDirectF32, bytes);
+  else
+    t.direct = inf;
   if (measured != nullptr) {
     t.cudnn_nchw = measured->contiguous_ms;
     t.cudnn_channels_last = measured->channels_last_ms;
     t.kernel *= kTimedMargin;
+    t.direct *= kTimedMargin;
   }
-  t.direct = direct_applies ? ms(flops, kDirectF32, bytes) : inf;
   return t;
 }
 

@@ -20,7 +20,7 @@ struct ConvTimes {
 
 // `kernel_applies`: whether a generated implicit-GEMM kernel can run this
 // conv; `direct_applies`: whether a direct kernel can; `measured`: cuDNN's
-// timed figures for it, if any (the kernel's figure then carries a margin). A
+// timed figures for it, if any (our kernels' figures then carry a margin). A
 // 1xTF32 kernel is modelled as Hopper's on rounded operands
 // (sm90_ss_mainloop.h), the form round_conv_operands sets up.
 ConvTimes conv_times(const ConvSpec& spec, bool kernel_applies, bool direct_applies = false,

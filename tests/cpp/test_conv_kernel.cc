@@ -374,14 +374,21 @@ TEST(ConvKernel, DirectTilesFitTheRowAndStageChannelsInEqualParts) {
   codegen::DirectConvTile t = codegen::choose_direct_conv_tile(s);
   EXPECT_EQ(t.tq * t.px, 32);
   EXPECT_EQ(t.threads(), 256);
-  // A 34x34 window a channel (pitch 40): 6 channels fit 32 KB; 8 go as two stages of 4.
+  // A 34x34 window a channel (pitch 40) and its weights, 5.6 KB: the 8
+  // channels fit the 46 KB staged at once.
   EXPECT_EQ(t.iw_padded % 32, t.tq % 32);
-  EXPECT_EQ(t.cib, 4);
+  EXPECT_EQ(t.cib, 8);
+  // 20 channels go as three stages of 7 (8 would fit).
+  s.in_channels = 20;
+  EXPECT_EQ(codegen::choose_direct_conv_tile(s).cib, 7);
+  s.in_channels = 8;
   s.output_size = {126, 126};
   s.input_size = {128, 128};
   t = codegen::choose_direct_conv_tile(s);
   EXPECT_EQ(t.tq, 32);  // 126 columns: one warp of 4 columns each leaves 2 idle
-  EXPECT_EQ(t.tp, 8);
+  // 8 rows' windows (10x160 a channel) take 52 KB for the 8 channels, 4 rows' 33 KB: 4 rows, one stage.
+  EXPECT_EQ(t.tp, 4);
+  EXPECT_EQ(t.cib, 8);
   EXPECT_TRUE(fusion::direct_conv_covers(s));
   // A stride of 64 stages a window 64 times the tile's width: it does not fit
   // shared memory even one row high, so the conv stays cuDNN's.
@@ -389,6 +396,13 @@ TEST(ConvKernel, DirectTilesFitTheRowAndStageChannelsInEqualParts) {
   s.input_size = {8064, 8064};
   EXPECT_FALSE(codegen::direct_conv_fits(s));
   EXPECT_FALSE(fusion::direct_conv_covers(s));
+  s.stride = {1, 1};
+  // 46 columns: 3 a thread, 16 threads, 2 idle (4 a thread would idle 18).
+  s.output_size = {46, 46};
+  s.input_size = {48, 48};
+  t = codegen::choose_direct_conv_tile(s);
+  EXPECT_EQ(t.px, 3);
+  EXPECT_EQ(t.tq, 16);
 }
 
 }  // namespace

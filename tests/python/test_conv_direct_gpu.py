@@ -14,10 +14,10 @@ pytestmark = pytest.mark.gpu
 
 
 class ConvBlock(nn.Module):
-    def __init__(self, cin, cout, k, stride=1, padding=0, dilation=1, groups=1, bias=True):
+    def __init__(self, cin, cout, k, stride=1, padding=0, dilation=1, groups=1, bias=True, dims=2):
         super().__init__()
-        self.conv = nn.Conv2d(cin, cout, k, stride=stride, padding=padding, dilation=dilation, groups=groups,
-                              bias=bias)
+        conv = nn.Conv3d if dims == 3 else nn.Conv2d
+        self.conv = conv(cin, cout, k, stride=stride, padding=padding, dilation=dilation, groups=groups, bias=bias)
 
     def forward(self, x):
         return torch.relu(self.conv(x)) * 1.5
@@ -29,6 +29,8 @@ CASES = {
     "depthwise_strided": (dict(cin=32, cout=32, k=3, stride=2, padding=1, groups=32), (4, 32, 33, 33), False),
     "depthwise_multiplier_dilated": (dict(cin=8, cout=16, k=5, padding=4, dilation=2, groups=8), (3, 8, 40, 40), False),
     "grouped_channels_last": (dict(cin=8, cout=12, k=3, groups=2), (4, 8, 50, 50), True),
+    "conv3d_first_layer_padded": (dict(cin=3, cout=16, k=3, padding=1, dims=3), (4, 3, 10, 24, 24), False),
+    "conv3d_strided": (dict(cin=4, cout=8, k=3, stride=2, padding=1, dims=3), (3, 4, 9, 20, 21), False),
 }
 
 

@@ -1,5 +1,5 @@
 #pragma once
-// Direct convolution kernels: 2-D forward convs computed with IEEE f32 FMAs
+// Direct convolution kernels: 2-D and 3-D forward convs computed with IEEE f32 FMAs
 // straight from the input's and weight's own layouts (any strides; NCHW
 // normally), the pointwise group after the conv fused as its epilogue
 // (conv_epilogue.h) and written once. Made for convs with few multiply-adds
@@ -12,18 +12,21 @@
 
 namespace ff::codegen {
 
-// How a direct conv kernel divides the work. A block: one sample, `cob`
-// output channels of one group, an output tile of `tp` rows x `tq * px`
-// columns; a thread: `px` output columns of one row, `tq` apart (so that a
+// How a direct conv kernel divides the work. A block: one sample (and one
+// output depth, 3-D), `cpb` blocks of `cob` output channels of one group in
+// turn, an output tile of `tp` rows x `tq * px` columns; a thread: `px`
+// output columns of one row, `tq` apart (so that a
 // warp's stores of each column step fill whole rows) or, with fewer than 4
 // channels (`adjacent`), side by side (their windows' inputs read once), for
 // each of the block's channels (cob x px accumulators). Input channels are staged
 // through shared memory `cib` at a time (the tile's window, zero-padded),
-// with their weights.
+// with their weights; where they all fit one stage, once for the cpb channel
+// blocks.
 struct DirectConvTile {
-  int px = 4, tq = 8, tp = 32, cob = 8, cib = 1;
+  int px = 4, tq = 8, tp = 32, cob = 8, cib = 1, cpb = 1;
   bool adjacent = false;
-  int ih = 0, iw = 0, iw_padded = 0;  // the staged window of one input channel (rows, columns, row pitch)
+  // The staged window of one input channel: depths (1 in 2-D), rows, columns, row pitch.
+  int ts = 1, ih = 0, iw = 0, iw_padded = 0;
   int threads() const { return tp * tq; }
 };
 
