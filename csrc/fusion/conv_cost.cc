@@ -58,9 +58,9 @@ constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync
 // Our direct kernel, IEEE f32 FMAs (its FMAs wait on shared-memory loads of
 // the window and weights). H200, session 28, the kernel + relu: 27-34
 // TFLOP/s where a block stages every input channel once for several blocks
-// of output channels (6, 8, 12 -> 48, 32, 48 channels, 3x3); 21-22 where
-// the channels come in several stages (3-D: 8 -> 24, 16 -> 32, 3x3x3) or
-// the output channels are one block (3 -> 16).
+// of output channels (6, 8, 12 -> 48, 32, 48 channels, 3x3), but 21 for 3
+// -> 16 (27 FMAs an output); 22-24 where the channels come in several
+// stages (3-D, 3x3x3: 8 -> 24, 16 -> 32).
 constexpr double kDirectF32 = 21e12;
 constexpr double kDirectF32SharedStaging = 27e12;
 // cuDNN's kernels tile the reduction (input channels x window) in steps of
