@@ -6,8 +6,8 @@
 // f16 or bf16; as an implicit GEMM: M = batch x output pixels, N = output
 // channels, K = input channels x kernel window. A direct kernel
 // (codegen/cuda/conv_direct.h): forward 2-D and 3-D f32 convs of any groups and
-// layout, in f32 FMAs (on tf32-rounded operands where the conv's math is
-// TF32). Anything else stays a cuDNN call.
+// layout, in IEEE f32, where the conv's math is IEEE. Anything else stays a
+// cuDNN call.
 #include <optional>
 
 #include "ir/conv.h"

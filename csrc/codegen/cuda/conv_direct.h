@@ -1,6 +1,5 @@
 #pragma once
-// Direct convolution kernels: 2-D and 3-D forward convs computed with f32 FMAs
-// (on operands rounded to tf32 where the conv's math is TF32, as eager's)
+// Direct convolution kernels: 2-D and 3-D forward convs computed with IEEE f32 FMAs
 // straight from the input's and weight's own layouts (any strides; NCHW
 // normally), the pointwise group after the conv fused as its epilogue
 // (conv_epilogue.h) and written once. Made for convs with few multiply-adds
