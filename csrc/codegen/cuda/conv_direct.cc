@@ -31,6 +31,11 @@ int64_t taps_of(const ConvSpec& c) {
   return taps;
 }
 
+// A staged input channel's window and weights, bytes.
+int64_t channel_bytes(const DirectConvTile& t, const ConvSpec& c) {
+  return int64_t{t.ts} * t.ih * t.iw_padded * 4 + taps_of(c) * t.cob * 4;
+}
+
 // The tile for `cob` output channels a thread.
 DirectConvTile tile_of(const ConvSpec& c, int cob) {
   DirectConvTile t;
@@ -61,8 +66,7 @@ DirectConvTile tile_of(const ConvSpec& c, int cob) {
   // No more rows than the output has, but at least two warps a block.
   while (t.tp / 2 >= P && t.threads() > 64) t.tp /= 2;
   t.ts = c.dims == 3 ? span_of(c, 0) : 1;
-  const int64_t weights = taps_of(c) * t.cob * 4;  // a staged channel's weights, bytes
-  // A staged input channel's window and weights, bytes.
+  // The window's extent for the rows (tp) chosen so far; channel_bytes.
   auto channel = [&] {
     t.ih = static_cast<int>((t.tp - 1) * c.stride[d0]) + span_of(c, d0);
     t.iw = static_cast<int>((t.tq * t.px - 1) * c.stride[d0 + 1]) + span_of(c, d0 + 1);
@@ -71,7 +75,7 @@ DirectConvTile tile_of(const ConvSpec& c, int cob) {
     // columns: 8 threads a row, 4 rows).
     const int to = t.adjacent ? (1 - t.iw) % 4 : (t.tq - t.iw) % 32;
     t.iw_padded = t.iw + (to + 32) % (t.adjacent ? 4 : 32);
-    return int64_t{t.ts} * t.ih * t.iw_padded * 4 + weights;
+    return channel_bytes(t, c);
   };
   while (channel() > kStagedBytes && t.tp > 1) t.tp /= 2;
   // Half the rows where that stages every input channel at once (for the
@@ -112,8 +116,7 @@ DirectConvTile choose_direct_conv_tile(const ConvSpec& c) {
 }
 
 bool direct_conv_fits(const ConvSpec& c) {
-  const DirectConvTile t = choose_direct_conv_tile(c);
-  return int64_t{t.ts} * t.ih * t.iw_padded * 4 + taps_of(c) * t.cob * 4 <= kStagedBytes;
+  return channel_bytes(choose_direct_conv_tile(c), c) <= kStagedBytes;
 }
 
 KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
@@ -124,8 +127,8 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
   const size_t d0 = three_d ? 1 : 0;  // H's index in the spatial vectors
   const DirectConvTile t = choose_direct_conv_tile(c);
   const Node& conv = *group.nodes.front();
-  const Shape& xs = conv.input(0)->type.strides;  // n, c, [d,] h, w
-  const Shape& ws = conv.input(1)->type.strides;
+  const Shape& x_strides = conv.input(0)->type.strides;  // n, c, [d,] h, w
+  const Shape& w_strides = conv.input(1)->type.strides;
   const size_t hd = d0 + 2;                       // H's index in the strides
   auto v = [](int64_t i) { return std::to_string(i); };
   const int64_t P = c.output_size[d0], Q = c.output_size[d0 + 1], Z = three_d ? c.output_size[0] : 1;
@@ -187,7 +190,8 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << " * CPB;  // the group, its first channel block here\n"
      << (three_d ? "  const long long n = blockIdx.z / Z;\n  const int z = blockIdx.z % Z;\n"
                  : "  const long long n = blockIdx.z;\n")
-     << "  const float* xg = x + n * " << xs[0] << "LL + static_cast<long long>(g) * CG * " << xs[1] << "LL;\n"
+     << "  const float* xg = x + n * " << x_strides[0] << "LL + static_cast<long long>(g) * CG * " << x_strides[1]
+     << "LL;\n"
      << "  const int tp = threadIdx.x / TQ, tq = threadIdx.x % TQ;\n"
      << "  const int p = p0 + tp;\n"
      << "  #pragma unroll 1\n"
@@ -209,8 +213,8 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << "          float v = 0.f;\n"
      << "          if (ch < CG && static_cast<unsigned>(h) < H && static_cast<unsigned>(w_) < W"
      << (three_d ? " && static_cast<unsigned>(d) < D" : "") << ")\n"
-     << "            v = xg[ch * " << xs[1] << "LL + " << (three_d ? "d * " + v(xs[2]) + "LL + " : "") << "h * "
-     << xs[hd] << "LL + w_ * " << xs[hd + 1] << "LL];\n"
+     << "            v = xg[ch * " << x_strides[1] << "LL + " << (three_d ? "d * " + v(x_strides[2]) + "LL + " : "")
+     << "h * " << x_strides[hd] << "LL + w_ * " << x_strides[hd + 1] << "LL];\n"
      << "          xs[row * IWP + iw] = v;\n"
      << "        }\n"
      << "      }\n"
@@ -219,8 +223,9 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << "        const int t = tap / (R * S) % T, r = tap / S % R, s = tap % S;\n"
      << "        const int kk = k0 + k, ch = c0 + ci;\n"
      << "        (void)t;\n"
-     << "        wsm[i] = kk < KG && ch < CG ? w[static_cast<long long>(g * KG + kk) * " << ws[0] << " + ch * " << ws[1]
-     << "LL + " << (three_d ? "t * " + v(ws[2]) + "LL + " : "") << "r * " << ws[hd] << " + s * " << ws[hd + 1]
+     << "        wsm[i] = kk < KG && ch < CG ? w[static_cast<long long>(g * KG + kk) * " << w_strides[0]
+     << " + ch * " << w_strides[1] << "LL + " << (three_d ? "t * " + v(w_strides[2]) + "LL + " : "") << "r * "
+     << w_strides[hd] << " + s * " << w_strides[hd + 1]
      << "] : 0.f;\n"
      << "      }\n"
      << "      __syncthreads();\n"
