@@ -18,6 +18,8 @@ FUSED = {
     "avgpool_padded_excluded": ["mul", "avg_pool"],
     "avgpool_divisor_1d": ["avg_pool", "add"],
     "maxpool1d_half": ["tanh", "max_pool"],
+    "conv3d_softmax_maxpool": ["add", "softmax", "max_pool"],
+    "log_softmax_scale_avgpool_channels_last": ["log_softmax", "mul", "avg_pool"],
 }
 
 

@@ -49,6 +49,12 @@ CASES = {
     "avgpool_divisor_1d": (lambda m, x, r: F.avg_pool2d(x, (1, 4), (1, 3), (0, 2), divisor_override=3) + r,
                            [_r(64, 32, 4, 1000), _r(64, 32, 4, 334)], {}),
     "maxpool1d_half": (lambda m, x: F.max_pool1d(torch.tanh(x), 4, 3, 1), [_r(64, 256, 1001, dtype=torch.float16)], {}),
+    # A softmax over the channels taken into the pool's kernel.
+    "conv3d_softmax_maxpool": (lambda m, x: F.max_pool3d(torch.softmax(m.conv(x), dim=1), 2), [_r(8, 8, 18, 34, 34)],
+                               {"conv": nn.Conv3d(8, 24, 3)}),
+    "log_softmax_scale_avgpool_channels_last": (
+        lambda m, x: F.avg_pool2d(torch.log_softmax(x, dim=1) * m.w, 3, 2, 1, count_include_pad=False),
+        [_r(32, 20, 63, 65, channels_last=True)], {"w": nn.Parameter(torch.rand(20, 1, 1) + 0.5)}),
 }
 
 

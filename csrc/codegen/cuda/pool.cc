@@ -9,6 +9,7 @@
 
 #include "codegen/cuda/pointwise.h"
 #include "codegen/cuda/prelude.h"
+#include "codegen/cuda/reduction_prelude.h"
 #include "ir/pool.h"
 
 namespace ff::codegen {
@@ -30,6 +31,14 @@ class PoolEmitter {
     epilogue_.assign(it + 1, g.nodes.end());
     rank_ = out_shape().size();
     lead_ = rank_ - spec_.kernel.size();
+    const auto norm = std::find_if(prologue_.begin(), prologue_.end(), [](const Node* n) { return is_norm(*n); });
+    if (norm != prologue_.end()) {
+      norm_ = *norm;
+      if (!pool_normalizes(*norm_, *pool_)) throw IRError("pool group's softmax is not one its kernel computes (internal error)");
+      norm_dim_ = static_cast<size_t>(normalize_dim(norm_->attr_int("dim"), static_cast<int64_t>(rank_)));
+      before_norm_.assign(prologue_.begin(), norm);
+      after_norm_.assign(norm + 1, prologue_.end());
+    }
     for (const Node* n : g.nodes)
       for (const Operand& o : n->operands)
         if (o.is_value())
@@ -48,6 +57,11 @@ class PoolEmitter {
       }
     }
   }
+
+  static bool is_norm(const Node& n) { return n.op == Op::Softmax || n.op == Op::LogSoftmax; }
+  // The prologue's softmax (log_softmax), if any, and the dim it normalizes.
+  const Node* norm() const { return norm_; }
+  size_t norm_dim() const { return norm_dim_; }
 
   const Shape& in_shape() const { return pool_->input(0)->type.shape; }    // the window's space
   const Shape& out_shape() const { return pool_->result()->type.shape; }   // the iteration space
@@ -78,6 +92,7 @@ class PoolEmitter {
     for (const Node* n : g_.nodes) os << "//   " << print_node(*n) << "\n";
     os << cuda_prelude();
     if (half) os << cuda_half_prelude();
+    if (norm_) os << cuda_reduction_prelude();
     std::vector<KernelParam> outs, ins;
     for (const Access& a : outs_) outs.push_back({a.value->type.dtype, a.param});
     for (const Access& a : ins_) ins.push_back({a.value->type.dtype, a.param});
@@ -160,6 +175,97 @@ class PoolEmitter {
       os << ind << "const " << acc_type << " pooled = " << pooled << ";\n";
   }
 
+  // The normalized form's pooled values `pooled[C]`, one a channel c<D> of
+  // the softmax's dim D (the other coordinates c<d> defined by the caller).
+  // Per tap: the values before the softmax at every channel (`v`, one load a
+  // channel and tensor), their max and sum of exp (ff_maxsumexp, rebased once
+  // to the max of all C), then per channel the softmax, the rest of the
+  // prologue and the fold into its accumulator. A tap's loads of the C
+  // channels after the first hit the lines the first pass brought in.
+  void normalized_window(std::ostringstream& os, std::string ind) const {
+    const PoolSpec& p = spec_;
+    const std::string cd = "c" + std::to_string(norm_dim_);
+    const int64_t channels = in_shape()[norm_dim_];
+    const DType acc_t = compute_dtype(pool_->result()->type.dtype);
+    const std::string acc_type = cuda_compute_type(pool_->result()->type.dtype);
+    const std::string t = cuda_compute_type(norm_->input(0)->type.dtype);
+    const bool check = p.windows_overhang();
+    for (size_t j = 0; j < p.kernel.size(); ++j)
+      os << ind << "const int w" << j << " = static_cast<int>(c" << lead_ + j << ") * " << p.stride[j] << " - " << p.padding[j] << ";\n";
+    for (const Access& a : ins_)
+      if (read_in_window_.count(a.value))
+        os << ind << "const index_t b_" << a.param << " = " << offset(broadcast_strides(a.value->type, in_shape()), true, norm_dim_)
+           << ";\n";
+    const std::string inf = acc_t == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
+    os << ind << acc_type << " acc[" << channels << "];\n#pragma unroll\n"
+       << ind << "for (int k = 0; k < " << channels << "; ++k) acc[k] = " << (p.max ? "-" + inf : acc_type + "(0)") << ";\n";
+    const std::string outer = ind;
+    for (size_t j = 0; j < p.kernel.size(); ++j) {
+      os << "#pragma unroll\n" << ind << "for (int k" << j << " = 0; k" << j << " < " << p.kernel[j] << "; ++k" << j << ") {\n";
+      ind += "  ";
+      os << ind << "const int i" << j << " = w" << j << " + k" << j << (p.dilation[j] == 1 ? "" : " * " + std::to_string(p.dilation[j])) << ";\n";
+      if (check) os << ind << "if (i" << j << " < 0 || i" << j << " >= " << p.input_size[j] << ") continue;\n";
+    }
+    std::unordered_map<const Value*, std::string> tap = expr_of_;
+    int temp = 0;
+    // Loads at (c<D>, the tap) of the tensors `nodes` read.
+    const auto loads = [&](const std::vector<Node*>& nodes, const std::string& in) {
+      std::unordered_set<const Value*> read;
+      for (const Node* n : nodes)
+        for (const Operand& o : n->operands)
+          if (o.is_value()) read.insert(o.value);
+      for (const Access& a : ins_) {
+        if (!read.count(a.value) || !read_in_window_.count(a.value)) continue;
+        const Shape s = broadcast_strides(a.value->type, in_shape());
+        std::string at = "b_" + a.param;
+        if (s[norm_dim_] != 0) at += " + " + cd + (s[norm_dim_] == 1 ? "" : " * " + std::to_string(s[norm_dim_]));
+        for (size_t j = 0; j < p.kernel.size(); ++j)
+          if (s[lead_ + j] != 0) at += " + i" + std::to_string(j) + (s[lead_ + j] == 1 ? "" : " * " + std::to_string(s[lead_ + j]));
+        const std::string x = "x_" + a.param + "_" + std::to_string(temp++);
+        os << in << "const " << cuda_compute_type(a.value->type.dtype) << " " << x << " = ff_load(" << a.param << "[" << at << "]);\n";
+        tap[a.value] = x;
+      }
+    };
+    std::vector<Node*> first = before_norm_;
+    first.push_back(const_cast<Node*>(norm_));  // its operand's loads
+    os << ind << t << " v[" << channels << "];  // the softmax's input at each channel\n#pragma unroll\n"
+       << ind << "for (int " << cd << " = 0; " << cd << " < " << channels << "; ++" << cd << ") {\n";
+    loads(first, ind + "  ");
+    emit_pointwise_nodes(os, before_norm_, ind + "  ", scalars_, tap, temp, "p");
+    os << ind << "  v[" << cd << "] = " << tap.at(norm_->input(0)) << ";\n" << ind << "}\n";
+    os << ind << t << " m = v[0];\n#pragma unroll\n"
+       << ind << "for (int k = 1; k < " << channels << "; ++k) m = ff_max_nan(m, v[k]);\n"
+       << ind << "ff_maxsumexp<" << t << "> stats = ff_maxsumexp<" << t << ">::identity();\n"
+       << ind << "stats.rebase(m);\n#pragma unroll\n"
+       << ind << "for (int k = 0; k < " << channels << "; ++k) stats.push(v[k]);\n";
+    const bool softmax = norm_->op == Op::Softmax;
+    os << ind << "const " << t << " sum = " << (softmax ? "stats.sum()" : "ff_log(stats.sum())")
+       << (softmax ? ", rcp = " + t + "(1) / sum" : "") << ";\n";
+    os << "#pragma unroll\n" << ind << "for (int " << cd << " = 0; " << cd << " < " << channels << "; ++" << cd << ") {\n";
+    std::string y = softmax ? "ff_div_rcp(ff_exp(v[" + cd + "] - stats.m), sum, rcp)" : "v[" + cd + "] - stats.m - sum";
+    const DType nt = norm_->result()->type.dtype;
+    if (nt == DType::f16) y = "ff_round_f16(" + y + ")";
+    if (nt == DType::bf16) y = "ff_round_bf16(" + y + ")";
+    os << ind << "  const " << cuda_compute_type(nt) << " y = " << y << ";\n";
+    tap[norm_->result()] = "y";
+    loads(after_norm_, ind + "  ");
+    emit_pointwise_nodes(os, after_norm_, ind + "  ", scalars_, tap, temp, "q");
+    const std::string v = tap.at(pool_->input(0)), acc = "acc[" + cd + "]";
+    if (p.max) os << ind << "  " << acc << " = (" << v << " > " << acc << " || ff_isnan(" << v << ")) ? " << v << " : " << acc << ";\n";
+    else os << ind << "  " << acc << " += " << v << ";\n";
+    os << ind << "}\n";
+    while (ind.size() > outer.size()) {
+      ind.resize(ind.size() - 2);
+      os << ind << "}\n";
+    }
+    std::string pooled = "acc[k]";
+    if (!p.max) pooled = "acc[k] / static_cast<" + acc_type + ">(" + divisor(os, ind, check) + ")";
+    if (pool_->result()->type.dtype == DType::f16) pooled = "ff_round_f16(" + pooled + ")";
+    if (pool_->result()->type.dtype == DType::bf16) pooled = "ff_round_bf16(" + pooled + ")";
+    os << ind << acc_type << " pooled[" << channels << "];\n#pragma unroll\n"
+       << ind << "for (int k = 0; k < " << channels << "; ++k) pooled[k] = " << pooled << ";\n";
+  }
+
   // Whether window(lanes = 4, d) applies: d is a kept dim (adjacent outputs
   // read adjacent inputs) of a multiple of 4 elements, every tensor the
   // windows read is unit-stride or broadcast along it, and every other stride
@@ -235,16 +341,20 @@ class PoolEmitter {
   const Node* pool_ = nullptr;
   PoolSpec spec_;
   std::vector<Node*> prologue_, epilogue_;
+  const Node* norm_ = nullptr;  // the prologue's softmax, if any
+  size_t norm_dim_ = 0;
+  std::vector<Node*> before_norm_, after_norm_;  // the prologue around it
   size_t rank_ = 0, lead_ = 0;
   std::unordered_set<const Value*> read_in_window_, read_at_output_, scalars_;
   std::vector<Access> outs_, ins_;
   std::unordered_map<const Value*, std::string> expr_of_;  // scalar inputs
 
-  // An offset over the coordinates c<d> (the pooled dims left out when `window`).
-  std::string offset(const Shape& strides, bool window) const {
+  // An offset over the coordinates c<d> (the pooled dims left out when
+  // `window`, and dim `except`).
+  std::string offset(const Shape& strides, bool window, size_t except = SIZE_MAX) const {
     std::string e;
     for (size_t d = 0; d < rank_; ++d) {
-      if (strides[d] == 0 || (window && d >= lead_)) continue;
+      if (strides[d] == 0 || (window && d >= lead_) || d == except) continue;
       e += (e.empty() ? "" : " + ") + ("c" + std::to_string(d)) + (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]));
     }
     return e.empty() ? std::string("0") : e;
@@ -299,6 +409,39 @@ KernelSource generate_flat(PoolEmitter& e, const fusion::Group& g, KernelSource 
   e.window(os, "    ");
   e.epilogue(os, "    ", "pooled");
   os << "  }\n}\n";
+  ks.source = os.str();
+  return ks;
+}
+
+// A thread per output element of every channel of the softmax's dim, in the
+// first output's memory order over the other dims.
+KernelSource generate_normalized(PoolEmitter& e, const fusion::Group& g, KernelSource ks, int id) {
+  const Shape& shape = e.out_shape();
+  const size_t rank = shape.size(), dn = e.norm_dim();
+  ks.unroll = 1;
+  ks.items = numel(shape) / shape[dn];
+  std::ostringstream os;
+  e.head(os, ks, "a thread per output element of all " + std::to_string(shape[dn]) + " channels of dim " +
+                     std::to_string(dn) + " (the softmax's)", id);
+  std::vector<size_t> order;
+  for (size_t d = 0; d < rank; ++d)
+    if (d != dn) order.push_back(d);
+  const Shape& ref = g.outputs.front()->type.strides;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ref[a] > ref[b]; });
+  os << "  for (index_t item = blockIdx.x * blockDim.x + threadIdx.x; item < " << ks.items
+     << "; item += static_cast<index_t>(gridDim.x) * blockDim.x) {\n";
+  os << "    index_t rest = item;\n";
+  for (size_t k = order.size(); k-- > 0;) {
+    const size_t d = order[k];
+    if (shape[d] == 1) os << "    const index_t c" << d << " = 0;\n";
+    else if (k == 0) os << "    const index_t c" << d << " = rest;\n";
+    else os << "    const index_t c" << d << " = rest % " << shape[d] << "; rest /= " << shape[d] << ";\n";
+  }
+  if (order.empty()) os << "    (void)rest;\n";
+  e.normalized_window(os, "    ");
+  os << "#pragma unroll\n    for (int c" << dn << " = 0; c" << dn << " < " << shape[dn] << "; ++c" << dn << ") {\n";
+  e.epilogue(os, "      ", "pooled[c" + std::to_string(dn) + "]");
+  os << "    }\n  }\n}\n";
   ks.source = os.str();
   return ks;
 }
@@ -371,10 +514,27 @@ KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t i
 
 }  // namespace
 
+bool pool_normalizes(const Node& norm, const Node& pool) {
+  const auto spec = pool_spec(pool);
+  if (!spec || !(norm.op == Op::Softmax || norm.op == Op::LogSoftmax) || !is_floating(norm.result()->type.dtype)) return false;
+  const Shape& shape = pool.input(0)->type.shape;
+  const int64_t dim = normalize_dim(norm.attr_int("dim"), static_cast<int64_t>(shape.size()));
+  const size_t kept = shape.size() - spec->kernel.size();
+  // Each element's softmax is computed once per window that covers it: only
+  // where windows overlap little (a 3x3 stride-1 pool would take 9 softmaxes
+  // an element, more exps than the pass over memory it saves).
+  double taps_per_element = 1;
+  for (size_t j = 0; j < spec->kernel.size(); ++j)
+    taps_per_element *= static_cast<double>(spec->kernel[j]) / static_cast<double>(spec->stride[j]);
+  return norm.result()->type.shape == shape && dim >= 0 && static_cast<size_t>(dim) < kept &&
+         shape[dim] <= kPoolNormalizedExtent && shape[dim] > 0 && taps_per_element <= kPoolNormalizedOverlap;
+}
+
 KernelSource generate_pool(const fusion::Group& g, int id) {
   PoolEmitter e(g);
   KernelSource ks;
   ks.name = fused_kernel_name("ff_pool", g.nodes, id);
+  if (e.norm()) return generate_normalized(e, g, ks, id);
   // The output's unit-stride dim: its smallest stride over dims of size > 1.
   const Shape& shape = e.out_shape();
   const Shape& ref = g.outputs.front()->type.strides;

@@ -1,6 +1,7 @@
 #pragma once
 // Generated pooling kernels: one max_pool/avg_pool with the pointwise work
-// that produces its input (prologue) and that reads its result (epilogue).
+// that produces its input (prologue) and that reads its result (epilogue);
+// the prologue may hold a softmax or log_softmax over a dim the windows keep.
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/group.h"
 
@@ -15,6 +16,24 @@ namespace ff::codegen {
 // the epilogue runs on the result with its inputs read at the output element.
 // Parameters: a pointer per output, a pointer per tensor input, a double per
 // scalar input. `id` makes the kernel name unique.
+// A prologue with a softmax (log_softmax) over a kept dim of C elements
+// has a thread per output element of every channel at once (the C outputs
+// along that dim): per tap it computes the C values before the softmax, their
+// max and sum of exp (as the reduction kernels do), then each channel's
+// softmax and the rest of the prologue, folding them into C accumulators.
 KernelSource generate_pool(const fusion::Group& group, int id);
+
+// The most elements a pool's prologue softmax may normalize over: the kernel
+// holds a tap's values and the accumulators of that many channels in registers.
+constexpr int64_t kPoolNormalizedExtent = 32;
+// The most windows (kernel over stride, all dims) that may cover an element of
+// such a pool's input: each computes the element's softmax again.
+constexpr double kPoolNormalizedOverlap = 2.25;
+
+// Whether `norm` (a softmax or log_softmax whose result `pool`'s prologue
+// reads) can run inside the pooling kernel: over a dim the windows keep, of
+// at most kPoolNormalizedExtent elements, of a floating value of the pool's
+// input shape, under windows that overlap at most kPoolNormalizedOverlap.
+bool pool_normalizes(const Node& norm, const Node& pool);
 
 }  // namespace ff::codegen
