@@ -19,8 +19,27 @@ int alignment_of(const ConvSpec& s) {
 
 }  // namespace
 
+Shape conv_kernel_weight_strides(const ConvSpec& s, const Shape& w) {
+  if (!s.transposed) return channels_last_strides(w);
+  // [in, out, window...]: in unit-stride, then the window, out outermost.
+  Shape strides(w.size());
+  int64_t next = 1;
+  strides[0] = next;
+  next *= w[0];
+  for (size_t d = w.size(); d-- > 2;) {
+    strides[d] = next;
+    next *= w[d];
+  }
+  strides[1] = next;
+  return strides;
+}
+
 bool conv_kernel_covers(const ConvSpec& s) {
-  if (s.transposed || s.groups != 1 || (s.dims != 2 && s.dims != 3)) return false;
+  if (s.groups != 1 || (s.dims != 2 && s.dims != 3)) return false;
+  // Transposed: 2-D, undilated, 1xTF32 (the Hopper kernel on rounded operands, its only form).
+  if (s.transposed &&
+      (s.dims != 2 || s.dtype != DType::f32 || !s.tf32 || s.dilation != Shape(2, 1) || s.in_channels % 4 != 0))
+    return false;
   if (s.dtype != DType::f32 && s.dtype != DType::f16 && s.dtype != DType::bf16) return false;
   // CUTLASS's conv iterators index in 32 bits; its optimized ones take windows up to 32 wide.
   const double limit = static_cast<double>(int64_t{1} << 31) * dtype_size(s.dtype);
@@ -38,7 +57,8 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   if (!spec || !conv_kernel_covers(*spec)) return std::nullopt;
   const TensorType& x = n.input(0)->type;
   const TensorType& w = n.input(1)->type;
-  if (!is_channels_last(x) || !is_channels_last(w) || !is_channels_last(n.result()->type) ||
+  if (!is_channels_last(x) || w.strides != conv_kernel_weight_strides(*spec, w.shape) ||
+      !is_channels_last(n.result()->type) ||
       x.dtype != spec->dtype || w.dtype != spec->dtype)
     return std::nullopt;
   if (spec->has_bias && n.input(2)->type.dtype != spec->dtype) return std::nullopt;

@@ -4,7 +4,8 @@
 // whose input, weight and result are channels-last (conv_layout puts them
 // so), in f32 (3xTF32, or 1xTF32 where the conv's fp32_precision is "tf32"),
 // f16 or bf16; as an implicit GEMM: M = batch x output pixels, N = output
-// channels, K = input channels x kernel window. A direct kernel
+// channels, K = input channels x kernel window. Transposed 2-D 1xTF32 convs
+// too, on Hopper, one GEMM per phase of the stride (ConvSpec::gemm_m). A direct kernel
 // (codegen/cuda/conv_direct.h): forward 2-D and 3-D f32 convs of any groups and
 // layout, in IEEE f32, where the conv's math is IEEE. Anything else stays a
 // cuDNN call.
@@ -33,8 +34,15 @@ struct ConvKernelSpec {
 std::optional<ConvKernelSpec> match_conv_kernel(const Node& conv);
 
 // Whether a kernel covers a conv of these parameters once its operands and
-// result are channels-last (what the layout pass asks before making them so).
+// result are channels-last, the weight as conv_kernel_weight_strides says
+// (what the layout pass asks before laying them out so).
 bool conv_kernel_covers(const ConvSpec& spec);
+
+// The strides of the weight (of shape `w`) an implicit-GEMM kernel reads:
+// each output channel's row of B contiguous, input channels innermost. A
+// forward conv's [out, in, window...]: channels-last. A transposed conv's
+// [in, out, window...]: in unit-stride, then the window, out outermost.
+Shape conv_kernel_weight_strides(const ConvSpec& spec, const Shape& w);
 
 // The direct kernel's spec of a conv node (any layout), or nullopt where it does not apply.
 std::optional<ConvKernelSpec> match_direct_conv(const Node& conv);

@@ -36,6 +36,8 @@ class ConvScheduler final : public Scheduler {
         auto s = match_conv_kernel(*n);
         const auto& dtypes = options.conv_dtypes;
         if (!s || std::find(dtypes.begin(), dtypes.end(), s->conv.dtype) == dtypes.end()) return std::nullopt;
+        // A transposed conv's only kernel: Hopper's, on rounded operands.
+        if (s->conv.transposed && !(hopper(*s, options) && s->rounded_operands)) return std::nullopt;
         if (options.conv_always) return s;
         const auto cudnn = measured_cudnn(*n);
         return cudnn && kernel_is_faster(*s, *cudnn, fuses, options) ? s : std::nullopt;
@@ -61,9 +63,10 @@ class ConvScheduler final : public Scheduler {
     return codegen::generate_conv(g, g.conv, id);
   }
 
-  // Autotuning's other candidates: CUTLASS's tiles (all of them beside a Hopper kernel).
+  // Autotuning's other candidates: CUTLASS's tiles (all of them beside a
+  // Hopper kernel; none for a transposed conv, which CUTLASS's forms do not compute).
   std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions& options) const override {
-    if (g.conv.direct) return {};
+    if (g.conv.direct || g.conv.conv.transposed) return {};
     std::vector<codegen::KernelSource> out = codegen::conv_variants(g, g.conv, id);
     if (hopper(g.conv, options)) out.insert(out.begin(), codegen::generate_conv(g, g.conv, id));
     return out;

@@ -14,15 +14,23 @@ std::string ints(const Shape& v) {
 
 }  // namespace
 
+int64_t ConvSpec::phases() const {
+  int64_t p = 1;
+  if (transposed)
+    for (int64_t v : stride) p *= v;
+  return p;
+}
+
 int64_t ConvSpec::gemm_m() const {
-  int64_t m = batch;
-  for (int64_t v : output_size) m *= v;
+  int64_t m = batch * phases();
+  for (size_t d = 0; d < output_size.size(); ++d)
+    m *= transposed ? (output_size[d] + stride[d] - 1) / stride[d] : output_size[d];
   return m;
 }
 
 int64_t ConvSpec::gemm_k() const {
   int64_t k = in_channels;
-  for (int64_t v : kernel) k *= v;
+  for (size_t d = 0; d < kernel.size(); ++d) k *= transposed ? (kernel[d] + stride[d] - 1) / stride[d] : kernel[d];
   return k;
 }
 

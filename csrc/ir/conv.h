@@ -31,10 +31,15 @@ struct ConvSpec {
   bool grouped() const { return groups > 1 && in_per_group() > 1; }
   // Multiply-adds times two.
   double flops() const;
-  // As an implicit GEMM (forward, no groups): M = batch x output pixels,
-  // K = input channels x kernel window.
+  // As an implicit GEMM (no groups): M = batch x output pixels, K = input
+  // channels x kernel window. A transposed conv is one GEMM per phase (each
+  // output pixel's position modulo the stride, which fixes the window taps
+  // that reach it): M = the phases' pixels, each phase a grid of output
+  // size / stride (rounded up) a sample; K = input channels x the taps of a
+  // phase (kernel / stride, rounded up, a dim).
   int64_t gemm_m() const;
   int64_t gemm_k() const;
+  int64_t phases() const;  // stride product of a transposed conv; 1 otherwise
   // Bytes at the conv's dtype of the input, the weight, the result, all three.
   double input_bytes() const;
   double weight_bytes() const;

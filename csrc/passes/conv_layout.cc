@@ -122,8 +122,9 @@ class ConvLayout : public Pass {
     if (convs.empty()) return false;
     for (Node* conv : convs) {
       Value* w = conv->input(1);
-      if (!is_channels_last(w->type))
-        conv->operands[1] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(w)}, {channels_last(w->type)})->result());
+      const TensorType wt = weight_layout(*conv);
+      if (w->type.strides != wt.strides)
+        conv->operands[1] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(w)}, {wt})->result());
       Value* y = conv->result();
       const TensorType captured = y->type;
       y->type = channels_last(y->type);
@@ -145,6 +146,25 @@ class ConvLayout : public Pass {
   bool always_ = false;
   bool direct_ = false;
   const std::map<std::string, bool>* measured_ = nullptr;
+
+  // A channels-last conv's weight: channels-last, but for a transposed conv
+  // that an implicit-GEMM kernel may compute, the layout the kernel reads
+  // (conv_kernel_weight_strides). "May": every conv a kernel covers must be
+  // one, or the kernel beats cuDNN as timed with an epilogue to fuse (the
+  // conv scheduler's test, before it knows of one). Where the scheduler
+  // still leaves the conv to cuDNN, ATen copies the weight per call.
+  TensorType weight_layout(const Node& conv) const {
+    TensorType w = conv.input(1)->type;
+    const ConvSpec spec = *conv_spec(conv);
+    bool kernel = spec.transposed && kernels_ && fusion::conv_kernel_covers(spec);
+    if (kernel && !always_) {
+      const auto cudnn = measured_cudnn(conv);
+      kernel = cudnn && fusion::conv_times(spec, true, false, &*cudnn).kernel <
+                            cudnn->channels_last_ms + fusion::copy_ms(spec.output_bytes());
+    }
+    w.strides = kernel ? fusion::conv_kernel_weight_strides(spec, w.shape) : channels_last_strides(w.shape);
+    return w;
+  }
 
   // 2-D and 3-D floating convs not yet channels-last (nor a buffer's new value).
   static bool candidate(const Graph& g, const Node& n) {
@@ -174,7 +194,7 @@ class ConvLayout : public Pass {
     if (direct && !always_ && t.direct < t.cudnn_nchw) return false;
     double conversions = 0;
     if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
-    if (!is_channels_last(conv.input(1)->type) && !from_weights(*conv.input(1)))
+    if (conv.input(1)->type.strides != weight_layout(conv).strides && !from_weights(*conv.input(1)))
       conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
     if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(bytes_of(conv.result()->type));
     // A direct kernel reads the operands where they are.

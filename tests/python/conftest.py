@@ -7,10 +7,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*/*.py"))
 
 
-def kernel_convs(convs: list[dict]) -> list[dict]:
+def kernel_convs(convs: list[dict], tf32: bool | None = None) -> list[dict]:
     """The convs (core.convolutions) that conv kernels cover: forward 2-D and
-    3-D convs without groups."""
-    return [c for c in convs if not c["transposed"] and c["groups"] == 1 and len(c["input"][1]) in (4, 5)]
+    3-D convs without groups, and transposed 2-D ones without groups or
+    dilation whose math is TF32 (`tf32`, or their fp32_precision where None)
+    and whose input channels are a multiple of 4."""
+    def covered(c):
+        if c["groups"] != 1 or len(c["input"][1]) not in (4, 5):
+            return False
+        if not c["transposed"]:
+            return True
+        math = c["fp32_precision"] == "tf32" if tf32 is None else tf32
+        return (math and c["dtype"] == "f32" and len(c["input"][1]) == 4 and c["dilation"] == [1, 1]
+                and c["input"][1][1] % 4 == 0)
+    return [c for c in convs if covered(c)]
 
 #: A small problem file (a Linear layer, relu, a scale); {prelude} and {init}
 #: put code at the top and inside get_init_inputs.

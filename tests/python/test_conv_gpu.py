@@ -96,7 +96,7 @@ def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
         # Implicit GEMMs; a conv they do not cover (grouped) may be a direct kernel.
         kernels = [k for s in fast.specializations() for k in s.compiled.plan.kernels
                    if k.kind == "conv" and "_direct_" not in k.name]
-        covered = kernel_convs(core.convolutions(fast.specializations()[0].captured.text))
+        covered = kernel_convs(core.convolutions(fast.specializations()[0].compiled.ir_after))
         assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
         torch.cuda.empty_cache()
 
@@ -150,3 +150,68 @@ def test_channels_last_input_gives_eagers_output_strides(cin, tail):
     # The precision contract (eager's conv may be TF32, and a conv kernel's
     # TF32 sums in another order): error against fp64 at most twice eager's.
     assert (got.double() - ref).abs().max() <= 2 * (want.double() - ref).abs().max() + 1e-6
+
+
+class _Upsample(torch.nn.Module):
+    """A transposed conv, a residual and a relu."""
+
+    def __init__(self, cin, cout, kernel, **kw):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(cin, cout, kernel, **kw)
+
+    def forward(self, x, skip):
+        return torch.relu(self.up(x) + skip)
+
+
+# name: (ConvTranspose2d arguments, input shape). Windows that the stride
+# divides and that it does not (phases with fewer taps), output padding, one
+# phase, rectangular windows and strides, channels past one tile.
+TRANSPOSED = {
+    "k4_s2_p1": ((16, 24, 4), dict(stride=2, padding=1), (4, 16, 17, 19)),
+    "k3_s2_p1_op1": ((8, 16, 3), dict(stride=2, padding=1, output_padding=1), (3, 8, 13, 10)),
+    "k5_s3_p2": ((12, 20, 5), dict(stride=3, padding=2), (2, 12, 9, 13)),
+    "k3_s1_p1": ((32, 40, 3), dict(stride=1, padding=1), (2, 32, 20, 21)),
+    "k2_s2_c72": ((64, 72, 2), dict(stride=2), (4, 64, 15, 16)),
+    "k3x4_s2x1": ((8, 12, (3, 4)), dict(stride=(2, 1), padding=(1, 0)), (3, 8, 10, 7)),
+}
+
+
+def _round_tf32(t: torch.Tensor) -> torch.Tensor:
+    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+@pytest.mark.parametrize("name", list(TRANSPOSED))
+def test_transposed_conv_kernel_computes_every_phase(monkeypatch, name):
+    """A 1xTF32 transposed conv as the Hopper kernel (one GEMM per phase of
+    the stride) with its epilogue: each output within 1e-4 of fp64's conv of
+    the operands rounded to tf32 (what its tensor cores multiply), and
+    eager's output strides."""
+    import fuseforge
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the transposed conv kernel is Hopper's")
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    monkeypatch.setenv("FUSEFORGE_CONV_PRECISION", "tf32")
+    decide = conv_probe.decide
+
+    def channels_last(text, precision, device, **kw):
+        out = decide(text, precision, device, **kw)
+        out["conv_channels_last"] = {c["signature"]: True for c in core.convolutions(text)}
+        return out
+    monkeypatch.setattr(conv_probe, "decide", channels_last)
+    args, kw, shape = TRANSPOSED[name]
+    torch.manual_seed(0)
+    model = _Upsample(*args, **kw).to(DEV)
+    x = torch.randn(*shape, device=DEV)
+    with torch.no_grad():
+        want = model(x, torch.zeros(1, device=DEV))
+        skip = torch.randn_like(want)
+        fast = fuseforge.optimize(model)
+        got = fast(x, skip)
+        up = model.up
+        ref = torch.relu(torch.nn.functional.conv_transpose2d(
+            _round_tf32(x).double(), _round_tf32(up.weight).double(), up.bias.double(), up.stride, up.padding,
+            up.output_padding) + skip.double())
+    kernels = [k.name for s in fast.specializations() for k in s.compiled.plan.kernels if k.kind == "conv"]
+    assert len(kernels) == 1 and "_tf32_sm90_" in kernels[0], kernels
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)

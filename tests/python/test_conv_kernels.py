@@ -72,3 +72,48 @@ def test_direct_conv_cases_plan_one_kernel_that_builds_without_spills(monkeypatc
         is_cubin, _, log = core.nvrtc_compile(k.translation_unit, k.name, 90, options=["-Xptxas=-v"])
         assert is_cubin and re.findall(r"(\d+) bytes spill stores", log) == ["0"], (name, log)
         assert not [k for k in _plan(captured.text, "off", monkeypatch).kernels if k.kind == "conv"]
+
+
+def round_tf32(t: torch.Tensor) -> torch.Tensor:
+    """f32 rounded to tf32 (nearest, ties away), as ff_round_tf32."""
+    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+class TransposedEpilogue(torch.nn.Module):
+    """A transposed conv (stride 2, window 4), a residual and a relu."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(8, 12, 4, stride=2, padding=1)
+
+    def forward(self, x, skip):
+        return torch.relu(self.up(x) + skip)
+
+
+def test_a_transposed_tf32_conv_is_one_hopper_kernel_with_its_epilogue(monkeypatch):
+    """A 1xTF32 transposed conv (kernels allowed everywhere) becomes one Hopper
+    kernel with the residual and relu, its operands rounded by the copies
+    that lay them out, and builds for sm_90a without spills; its ATen form
+    computes what eager does. In IEEE math it stays a cuDNN call."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    torch.manual_seed(0)
+    model = TransposedEpilogue()
+    x, skip = torch.randn(2, 8, 9, 11), torch.randn(2, 12, 18, 22)
+    captured = capture(model, [x, skip], name="transposed")
+    sig = [c["signature"] for c in core.convolutions(captured.text)]
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    tf32 = {"conv_channels_last": {s: True for s in sig}, "conv_tf32": {s: True for s in sig}}
+    plan = core.compile(captured.text, compile_options(arch=90, convs=tf32)).plan
+    (k,) = [k for k in plan.kernels if k.kind == "conv"]
+    assert "_tf32_sm90_" in k.name and [n.op for n in k.nodes] == ["convolution", "add", "add", "relu"], str(plan)
+    assert [[n.op for n in o.nodes] for o in plan.kernels if o.name != k.name] == [["copy", "round_tf32"]] * 2
+    is_cubin, _, log = core.nvrtc_compile(k.translation_unit, k.name, 90, options=["-Xptxas=-v"])
+    assert is_cubin and set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}, log
+    out, _ = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, [x, skip]))
+    with torch.no_grad():  # eager's conv on the operands rounded to tf32 as the plan's copies round them
+        up = model.up
+        want = torch.relu(torch.nn.functional.conv_transpose2d(round_tf32(x), round_tf32(up.weight), up.bias, 2, 1) + skip)
+        torch.testing.assert_close(out[0], want, rtol=1e-5, atol=1e-5)
+    ieee = {"conv_channels_last": {s: True for s in sig}, "conv_tf32": {s: False for s in sig}}
+    assert not [k for k in core.compile(captured.text, compile_options(arch=90, convs=ieee)).plan.kernels
+                if k.kind == "conv"]

@@ -192,9 +192,9 @@ def _conv_plan(text, convs, **kw):
 def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path, math):
     """Every conv kernel a problem can get (conv kernels for every conv one
     covers, all convs channels-last, in IEEE f32 or TF32) builds for sm_90
-    without register spills: the forward convs without groups (2-D and 3-D)
-    become kernels, with the pointwise group after them fused; the others stay
-    cuDNN calls. In TF32 a Hopper kernel whose input and weight were rounded
+    without register spills: the convs conftest.kernel_convs names (forward
+    2-D and 3-D without groups, transposed 2-D in TF32) become kernels, with
+    the pointwise group after them fused; the others stay cuDNN calls. In TF32 a Hopper kernel whose input and weight were rounded
     where they were written (round_conv_operands: the channels-last copy, the
     prepared weight) reads both from shared memory; the others round their
     tiles themselves."""
@@ -205,7 +205,7 @@ def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path, math):
     plan = _conv_plan(text, {"conv_channels_last": {c["signature"]: True for c in convs},
                              "conv_tf32": {c["signature"]: math == "tf32" for c in convs}})
     kernels = [k for k in plan.kernels if k.kind == "conv"]
-    covered = kernel_convs(convs)
+    covered = kernel_convs(convs, tf32=math == "tf32")
     assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
     rounded = {b for k in plan.kernels if k.nodes[-1].op == "round_tf32" for b in k.outputs}
     for k in kernels:

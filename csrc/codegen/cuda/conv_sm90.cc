@@ -70,6 +70,8 @@ std::string conv_rows(const ConvSpec& c, int64_t m, bool pointers) {
        << "      src = " << source("(dh * W + dw) * C + c") << ";\n";
   os << "      return true;\n"
      << "    }\n"
+     << "    // B's rows (the weight's output channels) hold the columns in A's order.\n"
+     << "    __device__ __forceinline__ bool b_at(int kk, int& col) const { col = kk; return true; }\n"
      << "  };\n"
      << "  __device__ __forceinline__ Rows rows(int row, int k) const {\n"
      << "    Rows r;\n"
@@ -94,6 +96,123 @@ std::string conv_rows(const ConvSpec& c, int64_t m, bool pointers) {
      << "  }\n"
      << "};\n";
   return os.str();
+}
+
+// A transposed conv's implicit GEMMs, one per phase (ph_h, ph_w): the output
+// pixels (h, w) with h + pad_h = ph_h mod stride_h (w alike) meet the window
+// taps kh = ph_h + stride_h * th (kw alike), each from input pixel (i - th,
+// j - tw), where h = ph_h - pad_h + stride_h * i. A phase's rows are its
+// pixels (n, i, j) over a grid of ceil(output / stride) a dim (pixels past
+// the output skipped), padded to whole 128-row tiles; the GEMM's rows take
+// the phases' tiles in turn (tile t: phase t % PHASES), so that the tiles of
+// one region run together and their strided stores fill each other's
+// sectors in L2. Column k: channel k % C of phase tap k / C (th, tw).
+// B's rows are the weight's output channels, [kh][kw][C] each
+// (conv_kernel_weight_strides): column k lies at (kh * S + kw) * C + k % C.
+std::string transposed_conv_rows(const ConvSpec& c, int64_t padded_rows) {
+  auto v = [](const Shape& s, size_t i) { return std::to_string(s[i]); };
+  const int64_t sh = c.stride[0], sw = c.stride[1];
+  const int64_t hp = (c.output_size[0] + sh - 1) / sh, wp = (c.output_size[1] + sw - 1) / sw;
+  // Offsets reach one grid row past the input (taps subtract from it).
+  const double reach = static_cast<double>(c.batch + 1) * c.input_size[0] * c.input_size[1] * c.in_channels;
+  const std::string offset = reach < static_cast<double>(int64_t{1} << 31) ? "int" : "long long";
+  std::ostringstream os;
+  os << "// A transposed conv's GEMM row m: phase, sample n, phase-grid pixel (i, j)\n"
+     << "// and output pixel (h, w); false for rows past the phase's pixels or the output.\n"
+     << "struct PhaseRow {\n"
+     << "  static constexpr int PHASES = " << sh * sw << ", SH = " << sh << ", SW = " << sw << ";\n"
+     << "  static constexpr int HP = " << hp << ", WP = " << wp << ", ROWS = " << c.batch * hp * wp
+     << ";  // a phase's grid and its pixels\n"
+     << "  static constexpr int PAD_H = " << v(c.padding, 0) << ", PAD_W = " << v(c.padding, 1) << ";\n"
+     << "  static constexpr int P = " << v(c.output_size, 0) << ", Q = " << v(c.output_size, 1) << ";  // output\n"
+     << "  int ph, pw, n, i, j, h, w;\n"
+     << "  __device__ __forceinline__ bool of(int m) {\n"
+     << "    const int tile = m / 128, phase = tile % PHASES, r = tile / PHASES * 128 + m % 128;\n"
+     << "    ph = phase / SW;\n"
+     << "    pw = phase % SW;\n"
+     << "    n = r / (HP * WP);\n"
+     << "    // i, j from the first grid pixel at or past the output's origin.\n"
+     << "    i = r / WP % HP + (PAD_H - ph + SH - 1) / SH;\n"
+     << "    j = r % WP + (PAD_W - pw + SW - 1) / SW;\n"
+     << "    h = ph - PAD_H + SH * i;\n"
+     << "    w = pw - PAD_W + SW * j;\n"
+     << "    return r < ROWS && h < P && w < Q;\n"
+     << "  }\n"
+     << "};\n"
+     << "static_assert(" << padded_rows << " % (128 * PhaseRow::PHASES) == 0, \"whole tiles a phase\");\n"
+     << "struct ConvA {\n"
+     << "  static constexpr int C = " << c.in_channels << ", H = " << v(c.input_size, 0) << ", W = "
+     << v(c.input_size, 1) << ";  // input\n"
+     << "  static constexpr int R = " << v(c.kernel, 0) << ", S = " << v(c.kernel, 1) << ";  // window\n"
+     << "  static constexpr int RP = " << (c.kernel[0] + sh - 1) / sh << ", SP = " << (c.kernel[1] + sw - 1) / sw
+     << ";  // taps a phase\n"
+     << "  using Offset = " << offset << ";  // an element's offset in the input\n"
+     << "  const float* x;\n"
+     << "  struct Rows {\n"
+     << "    const float* x;\n"
+     << "    int k0;  // this thread's column within each k-block\n"
+     << "    int ph, pw;  // the tile's phase\n"
+     << "    // Per row: input pixel (i, j)'s channel 0 (tap 0), an offset from x\n"
+     << "    // (pointers, 8 more registers, spill in the producer at 128 columns).\n"
+     << "    Offset origin[8];\n"
+     << "    int i0[8], j0[8];\n"
+     << "    // Column k's phase tap (th, tw), and whether the window has it: always\n"
+     << "    // where the stride divides the window. (Where it does not, the test\n"
+     << "    // keeps the producer's loop over its rows from unrolling, nvcc 13, and\n"
+     << "    // its arrays go to local memory.)\n"
+     << "    __device__ __forceinline__ bool tap(int k, int& th, int& tw) const {\n"
+     << "      const int t = k / C;\n"
+     << "      th = t / SP;\n"
+     << "      tw = t % SP;\n"
+     << "      return " << (c.kernel[0] % sh == 0 && c.kernel[1] % sw == 0
+                              ? "true"
+                              : "ph + PhaseRow::SH * th < R && pw + PhaseRow::SW * tw < S")
+     << ";\n"
+     << "    }\n"
+     << "    __device__ __forceinline__ bool at(int i, int kk, const float*& src) const {\n"
+     << "      const int k = k0 + kk;\n"
+     << "      int th, tw;\n"
+     << "      const bool in_window = tap(k, th, tw);\n"
+     << "      const int h = i0[i] - th, w = j0[i] - tw;\n"
+     << "      src = x + (origin[i] - (th * W + tw) * C + k % C);\n"
+     << "      return in_window && static_cast<unsigned>(h) < H && static_cast<unsigned>(w) < W;\n"
+     << "    }\n"
+     << "    __device__ __forceinline__ bool b_at(int kk, int& col) const {\n"
+     << "      const int k = k0 + kk;\n"
+     << "      int th, tw;\n"
+     << "      const bool in_window = tap(k, th, tw);\n"
+     << "      col = ((ph + PhaseRow::SH * th) * S + pw + PhaseRow::SW * tw) * C + k % C - k0;\n"
+     << "      return in_window;\n"
+     << "    }\n"
+     << "  };\n"
+     << "  __device__ __forceinline__ Rows rows(int row, int k) const {\n"
+     << "    Rows r;\n"
+     << "    r.x = x;\n"
+     << "    r.k0 = k;\n"
+     << "#pragma unroll\n"
+     << "    for (int i = 0; i < 8; ++i) {\n"
+     << "      PhaseRow p;\n"
+     << "      const bool ok = p.of(row + 16 * i);\n"
+     << "      r.ph = p.ph;  // the same for the tile's rows\n"
+     << "      r.pw = p.pw;\n"
+     << "      r.i0[i] = ok ? p.i : -(1 << 29);  // a row past the output fails every bounds test\n"
+     << "      r.j0[i] = p.j;\n"
+     << "      r.origin[i] = ok ? ((static_cast<Offset>(p.n) * H + p.i) * W + p.j) * C : 0;\n"
+     << "    }\n"
+     << "    return r;\n"
+     << "  }\n"
+     << "};\n";
+  return os.str();
+}
+
+// The transposed conv's epilogue: a GEMM row's output pixel, if any (PhaseRow).
+std::string transposed_members() {
+  return "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
+         "    PhaseRow p;\n"
+         "    if (!p.of(row)) return;\n"
+         "    if (col < N) store_at(p.n, col, p.h, p.w, v0);\n"
+         "    if (col + 1 < N) store_at(p.n, col + 1, p.h, p.w, v1);\n"
+         "  }\n";
 }
 
 // The register-fragment mainloop's epilogue member beyond operator()(row, col, v0, v1).
@@ -137,11 +256,11 @@ Mainloop fragment_mainloop(const fusion::ConvKernelSpec& s) {
   return m;
 }
 
-// The 1xTF32 mainloop on operands rounded to tf32 beforehand (sm90_ss_mainloop.h).
-Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTile& tile) {
+// The 1xTF32 mainloop on operands rounded to tf32 beforehand (sm90_ss_mainloop.h), over `rows` rows.
+Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTile& tile, int64_t rows) {
   Mainloop m;
   m.math = "_tf32";
-  m.tiles = tile.tiles(s.gemm_m(), s.gemm_n());
+  m.tiles = tile.tiles(rows, s.gemm_n());
   m.shared_bytes = tile.shared_bytes();
   m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(Sm90SsTile::bk) +
                   " tiles" + (tile.pingpong() ? " taken by the consumer warpgroups in turn" : "") +
@@ -161,19 +280,28 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
 }
 
 KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
-  if (!sm90_conv_applies(s)) throw IRError("conv codegen: the sm90 kernel does not cover this conv");
-  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), conv_stores_staged(group));
+  const ConvSpec& c = s.conv;
+  if (!sm90_conv_applies(s) || (c.transposed && !s.rounded_operands))
+    throw IRError("conv codegen: the sm90 kernel does not cover this conv");
+  // A transposed conv's tile rows are pixels a stride apart: its stores are not staged.
+  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), conv_stores_staged(group) && !c.transposed);
   const bool staged = s.rounded_operands && tile.staged;
+  // The GEMM's rows: a transposed conv's phases padded to whole tiles (transposed_conv_rows).
+  const int64_t per_phase = s.gemm_m() / c.phases();
+  const int64_t rows = c.transposed ? (per_phase + tile.bm - 1) / tile.bm * tile.bm * c.phases() : s.gemm_m();
+  // B's rows: a transposed conv's phases take taps from the whole window.
+  const int64_t ldb = c.transposed ? c.in_channels * numel(c.kernel) : s.gemm_k();
   KernelSource ks;
   const std::string members =
-      "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
-      "    store(row, col, v0);\n"
-      "    store(row, col + 1, v1);\n"
-      "  }\n" +
-      (s.rounded_operands ? std::string() : fragment_members());
+      c.transposed ? transposed_members()
+                   : "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
+                     "    store(row, col, v0);\n"
+                     "    store(row, col + 1, v1);\n"
+                     "  }\n" +
+                         (s.rounded_operands ? std::string() : fragment_members());
   const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members, staged);
   tile.channel_operands = epilogue.channel_operands;
-  const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile) : fragment_mainloop(s);
+  const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile, rows) : fragment_mainloop(s);
   ks.name = conv_kernel_name(group, s) + mainloop.math + "_sm90_" + std::to_string(id);
   ks.sm90a = true;
   ks.block = kSm90Threads;
@@ -189,13 +317,14 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   std::ostringstream os;
   os << "// Generated by fuseforge: " << ks.name << "\n";
   for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
-  os << "// implicit GEMM M " << s.gemm_m() << " (pixels), N " << s.gemm_n() << " (channels), K " << s.gemm_k()
-     << "; " << mainloop.description << "\n";
+  os << "// implicit GEMM M " << rows << " (pixels" << (c.transposed ? " of " + std::to_string(c.phases()) + " phases" : "")
+     << "), N " << s.gemm_n() << " (channels), K " << s.gemm_k() << "; " << mainloop.description << "\n";
   os << cuda_prelude() << cuda_half_prelude() << mainloop.source;
   os << "\nnamespace {\n"
-     << "constexpr int M = " << s.gemm_m() << ", N = " << s.gemm_n() << ", K = " << s.gemm_k()
-     << ";  // pixels, output channels, window x input channels\n"
-     << conv_rows(s.conv, s.gemm_m(), mainloop.row_pointers) << epilogue.definition << mainloop.launch_check
+     << "constexpr int M = " << rows << ", N = " << s.gemm_n() << ", K = " << s.gemm_k() << ", LDB = " << ldb
+     << ";  // pixels, output channels, window x input channels, B's row\n"
+     << (c.transposed ? transposed_conv_rows(c, rows) : conv_rows(c, rows, mainloop.row_pointers))
+     << epilogue.definition << mainloop.launch_check
      << "}  // namespace\n\n"
      << "FF_EXTERN_C __global__ void __launch_bounds__(" << kSm90Threads << ", 1) " << ks.name << "("
      << epilogue.parameters << ") {\n"
@@ -203,7 +332,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
      << "  const FusedEpilogue epilogue{" << epilogue.arguments << "};\n"
      << "  // Run-time sizes (`opaque` is 0): with constant ones ptxas serializes the wgmmas (gemm_sm90.cc).\n"
      << "  const int opaque = static_cast<int>(blockDim.z >> 16);\n"
-     << "  " << mainloop.call << "(ConvA{x}, w, M + opaque, N + opaque, K + opaque, K + opaque, epilogue);\n"
+     << "  " << mainloop.call << "(ConvA{x}, w, M + opaque, N + opaque, K + opaque, LDB + opaque, epilogue);\n"
      << sm90_kernel_end();
   ks.source = os.str();
   return ks;

@@ -120,10 +120,12 @@ struct Loader {
       const bool ok = a.at(i, kk, src) && k_ok;
       cp_async16_l1(stage + dst + i * 2048, ok ? src : any, ok);
     }
+    int b_col;  // this thread's column of B in the k-block, from its first (A's view: b_at)
+    const bool b_ok = a.b_at(kk, b_col);
 #pragma unroll
     for (int i = 0; i < BN / 16; ++i) {
-      const bool ok = k_ok && (N_WHOLE || i < b_rows);
-      cp_async16(stage + A_TILE + dst + i * 2048, ok ? b[i % HELD] + i / HELD * far + kk : any, ok);
+      const bool ok = k_ok && b_ok && (N_WHOLE || i < b_rows);
+      cp_async16(stage + A_TILE + dst + i * 2048, ok ? b[i % HELD] + i / HELD * far + b_col : any, ok);
     }
   }
 };
@@ -229,7 +231,9 @@ __device__ __forceinline__ void store_staged(const Epilogue& epilogue, const flo
 // cores and each stores its result while the other computes. That order
 // also keeps each stage's mbarriers at most a phase ahead of their waiters.
 // `a` gives the producer A's rows (an implicit GEMM's view: rows(row, k)
-// covers rows row + 16 i, i < 8). Needs K
+// covers rows row + 16 i, i < 8) and where in B's rows column k + kk lies
+// (rows.b_at(kk, col): col from column k; false where B has no such
+// column, which then reads as zeros). Needs K
 // % 4 == 0, 16-byte aligned chunks, ldb a multiple of 4, SMEM_BYTES of
 // dynamic shared memory and 384 threads.
 template <class A, class Epilogue>
