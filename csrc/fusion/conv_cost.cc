@@ -106,7 +106,8 @@ double ss_kernel_ms(const ConvSpec& s) {
   // H200, session 29: a 32 -> 96 channel stride-2 4x4 one alone ran 0.214 ms
   // (modelled 0.213; cuDNN 0.144); a 128 -> 64 one with a residual and
   // hardswish 0.675 (modelled 0.30): its strided stores and residual loads
-  // fill half of each sector. The margin keeps such convs on cuDNN.
+  // fill half of each sector. (The conv scheduler makes them kernels only on
+  // request.)
   const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.gemm_k(), pixels % 4 == 0 && !s.transposed);
   const int64_t bk = codegen::Sm90SsTile::bk;
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);

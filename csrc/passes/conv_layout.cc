@@ -148,20 +148,13 @@ class ConvLayout : public Pass {
   const std::map<std::string, bool>* measured_ = nullptr;
 
   // A channels-last conv's weight: channels-last, but for a transposed conv
-  // that an implicit-GEMM kernel may compute, the layout the kernel reads
-  // (conv_kernel_weight_strides). "May": every conv a kernel covers must be
-  // one, or the kernel beats cuDNN as timed with an epilogue to fuse (the
-  // conv scheduler's test, before it knows of one). Where the scheduler
-  // still leaves the conv to cuDNN, ATen copies the weight per call.
+  // that must be a kernel (the conv scheduler makes transposed ones kernels
+  // only where every conv must be one), the layout the kernel reads
+  // (conv_kernel_weight_strides).
   TensorType weight_layout(const Node& conv) const {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
-    bool kernel = spec.transposed && kernels_ && fusion::conv_kernel_covers(spec);
-    if (kernel && !always_) {
-      const auto cudnn = measured_cudnn(conv);
-      kernel = cudnn && fusion::conv_times(spec, true, false, &*cudnn).kernel <
-                            cudnn->channels_last_ms + fusion::copy_ms(spec.output_bytes());
-    }
+    const bool kernel = spec.transposed && kernels_ && always_ && fusion::conv_kernel_covers(spec);
     w.strides = kernel ? fusion::conv_kernel_weight_strides(spec, w.shape) : channels_last_strides(w.shape);
     return w;
   }
@@ -187,7 +180,9 @@ class ConvLayout : public Pass {
     // cuDNN as timed where the front end did; implicit GEMMs only there (the
     // conv scheduler weighs them against nothing else), or everywhere.
     const auto cudnn = measured_cudnn(conv);
-    const bool kernel = kernels_ && (cudnn || always_) && fusion::conv_kernel_covers(spec);
+    // (Transposed ones only where every conv must be a kernel: conv_scheduler.cc.)
+    const bool kernel =
+        kernels_ && (cudnn || always_) && (always_ || !spec.transposed) && fusion::conv_kernel_covers(spec);
     const fusion::ConvTimes t = fusion::conv_times(spec, kernel, direct, cudnn ? &*cudnn : nullptr);
     // The conv scheduler takes a direct kernel first where it beats cuDNN, in
     // whatever layout the operands are (unless every conv must be an implicit GEMM).

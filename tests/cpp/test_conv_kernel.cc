@@ -80,8 +80,8 @@ TEST(ConvKernel, LeavesContiguousTransposedGroupedAndNarrowConvsToCudnn) {
   %0 = convolution(%x, %w) {dilation=[1, 1], groups=2, padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,16,8,8]{1024,1,128,16}
   return %0
 })",
-      // transposed
-      R"(graph @g(%x: f32[2,8,10,10]{800,1,80,8}, %w: f32[8,16,3,3]{144,1,48,16} param) {
+      // transposed, in IEEE math (transposed kernels are 1xTF32 only)
+      R"(graph @g(%x: f32[2,8,10,10]{800,1,80,8}, %w: f32[8,16,3,3]{1,72,24,8} param) {
   %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=true} : f32[2,16,12,12]{2304,1,192,16}
   return %0
 })",
@@ -325,8 +325,9 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   const std::string three_d = codegen::generate_conv_sm90(p3.groups[0], p3.groups[0].conv, 0).source;
   EXPECT_NE(three_d.find("src = x + (origin[i] + ((dd * H + dh) * W + dw) * C + c);"), std::string::npos) << three_d;
   EXPECT_EQ(three_d.find("ff_sm90::opaque_pointer(r.origin[i])"), std::string::npos);
-  EXPECT_NE(ks.source.find("ff_sm90::gemm_tf32<true>(ConvA{x}, w, M + opaque, N + opaque, K + opaque, K + opaque"),
+  EXPECT_NE(ks.source.find("ff_sm90::gemm_tf32<true>(ConvA{x}, w, M + opaque, N + opaque, K + opaque, LDB + opaque"),
             std::string::npos);
+  EXPECT_NE(ks.source.find("LDB = 576;"), std::string::npos);  // B's rows are K long
   // The epilogue as the CUTLASS kernel's: NCHW output, per-channel inputs by channel.
   EXPECT_NE(ks.source.find("out[n * 2032128 + col * 15876 + p * 126 + q]"), std::string::npos);
   EXPECT_NE(ks.source.find("in0[col]"), std::string::npos);
@@ -338,6 +339,56 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
 })");
   ASSERT_TRUE(s);
   EXPECT_FALSE(codegen::sm90_conv_applies(*s));
+}
+
+// A stride-2 4x4 transposed conv, 1xTF32, its operands rounded where laid
+// out (the input channels-last, the weight [out][kh][kw][in]).
+const char* kTransposed = R"(graph @up(%x: f32[2,8,5,7], %w: f32[8,12,4,4] param) {
+  %0 = copy(%x) : f32[2,8,5,7]{280,1,56,8}
+  %1 = round_tf32(%0) : f32[2,8,5,7]{280,1,56,8}
+  %2 = copy(%w) : f32[8,12,4,4]{1,128,32,8}
+  %3 = round_tf32(%2) : f32[8,12,4,4]{1,128,32,8}
+  %4 = convolution(%1, %3) {dilation=[1, 1], fp32_precision="tf32", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[2, 2], transposed=true} : f32[2,12,10,14]{1680,1,168,12}
+  %5 = relu(%4) : f32[2,12,10,14]
+  return %5
+}
+)";
+
+TEST(ConvKernel, TransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel) {
+  auto g = parse(kTransposed);
+  verify(*g);
+  const auto s = fusion::match_conv_kernel(*first_conv(*g));
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->rounded_operands);
+  EXPECT_EQ(s->conv.phases(), 4);
+  EXPECT_EQ(s->gemm_m(), 4 * 2 * 5 * 7);  // a phase: a 5x7 grid a sample
+  EXPECT_EQ(s->gemm_k(), 8 * 2 * 2);      // the 2x2 taps of a phase
+  EXPECT_EQ(fusion::conv_kernel_weight_strides(s->conv, {8, 12, 4, 4}), (Shape{1, 128, 32, 8}));
+  fusion::FusionOptions hopper = every_conv_a_kernel();
+  hopper.arch = 90;
+  const fusion::Partition p = fusion::partition(*g, hopper);
+  const auto conv = std::find_if(p.groups.begin(), p.groups.end(),
+                                 [](const fusion::Group& gr) { return gr.kind == fusion::Group::Kind::Conv; });
+  ASSERT_NE(conv, p.groups.end());
+  EXPECT_EQ(conv->nodes.size(), 2u);  // the relu fused
+  const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0).source;
+  // Tiles of one phase each, phases taken in turn; rows padded to whole tiles a phase.
+  EXPECT_NE(src.find("const int tile = m / 128, phase = tile % PHASES, r = tile / PHASES * 128 + m % 128;"),
+            std::string::npos) << src;
+  EXPECT_NE(src.find("constexpr int M = 512, N = 12, K = 32, LDB = 128;"), std::string::npos);
+  // B's column of phase tap (th, tw): window tap (ph + 2 th, pw + 2 tw) of the weight's row.
+  EXPECT_NE(src.find("col = ((ph + PhaseRow::SH * th) * S + pw + PhaseRow::SW * tw) * C + k % C - k0;"),
+            std::string::npos);
+  EXPECT_NE(src.find("return true;\n    }"), std::string::npos);  // 4 divides by 2: every phase has every tap
+  // Not by the cost model: the conv stays cuDNN's otherwise, however slow cuDNN was timed.
+  std::string slow = kTransposed;
+  slow.replace(slow.find("dilation=[1, 1]"), 15, "cudnn_channels_last_ms=100.0, cudnn_contiguous_ms=100.0, dilation=[1, 1]");
+  auto timed_graph = parse(slow);
+  verify(*timed_graph);
+  ASSERT_TRUE(measured_cudnn(*first_conv(*timed_graph)));
+  fusion::FusionOptions timed = conv_kernels();
+  timed.arch = 90;
+  for (const auto& gr : fusion::partition(*timed_graph, timed).groups) EXPECT_NE(gr.kind, fusion::Group::Kind::Conv);
 }
 
 TEST(ConvKernel, DirectKernelsWhereShortReductionsIdleCudnn) {
