@@ -113,3 +113,22 @@ def test_nan_and_inf_in_windows_as_eager(channels_last):
         assert torch.equal(torch.isinf(g), torch.isinf(w)), f"output {i}: infinities differ"
         finite = torch.isfinite(w)
         torch.testing.assert_close(g[finite], w[finite], rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_in_a_pool_kernel_gives_eagers_nan_and_inf():
+    """A softmax over the channels taken into the pool's kernel: a NaN makes
+    its pixel's softmax NaN, an all -inf pixel gives NaN, a +inf one NaN
+    beside it, as eager's; the rest within 1e-6 of eager."""
+    x = torch.randn(2, 6, 8, 10, device="cuda")
+    x[0, 2, 1, 1] = float("nan")
+    x[1, :, 4, 4] = float("-inf")
+    x[0, 3, 6, 8] = float("inf")
+    x[1, 0, 2, 2] = float("-inf")
+    model = Fn(lambda m, x: F.max_pool2d(torch.softmax(x, dim=1), 2) + 1)
+    fast = fuseforge.optimize(model)
+    got, want = fast(x), model(x)
+    (k,) = _pool_kernels(fast)
+    assert "softmax" in k.name
+    assert torch.equal(got.isnan(), want.isnan())
+    finite = ~want.isnan()
+    torch.testing.assert_close(got[finite], want[finite], rtol=1e-6, atol=1e-6)

@@ -178,10 +178,9 @@ class PoolEmitter {
   // The normalized form's pooled values `pooled[C]`, one a channel c<D> of
   // the softmax's dim D (the other coordinates c<d> defined by the caller).
   // Per tap: the values before the softmax at every channel (`v`, one load a
-  // channel and tensor), their max and sum of exp (ff_maxsumexp, rebased once
-  // to the max of all C), then per channel the softmax, the rest of the
-  // prologue and the fold into its accumulator. A tap's loads of the C
-  // channels after the first hit the lines the first pass brought in.
+  // channel and tensor), their max and sum of exp, then per channel the
+  // softmax, the rest of the prologue and the fold into its accumulator.
+  // Adjacent taps' loads share sectors: the second finds them in L1.
   void normalized_window(std::ostringstream& os, std::string ind) const {
     const PoolSpec& p = spec_;
     const std::string cd = "c" + std::to_string(norm_dim_);
@@ -233,16 +232,23 @@ class PoolEmitter {
     loads(first, ind + "  ");
     emit_pointwise_nodes(os, before_norm_, ind + "  ", scalars_, tap, temp, "p");
     os << ind << "  v[" << cd << "] = " << tap.at(norm_->input(0)) << ";\n" << ind << "}\n";
+    // The max (NaN-propagating), then the sum of exp(x - max) in channel
+    // order, as ff_maxsumexp takes it (a max of -inf offsets by 0; one of +inf
+    // makes the sum NaN, as eager's). A softmax keeps each exp in v (one exp
+    // an element: the kernel issues about as many instructions as it moves
+    // bytes); exp(x - 0) for an all -inf max is 0, and 0 / 0 is NaN, as eager's.
+    const bool softmax = norm_->op == Op::Softmax;
     os << ind << t << " m = v[0];\n#pragma unroll\n"
        << ind << "for (int k = 1; k < " << channels << "; ++k) m = ff_max_nan(m, v[k]);\n"
-       << ind << "ff_maxsumexp<" << t << "> stats = ff_maxsumexp<" << t << ">::identity();\n"
-       << ind << "stats.rebase(m);\n#pragma unroll\n"
-       << ind << "for (int k = 0; k < " << channels << "; ++k) stats.push(v[k]);\n";
-    const bool softmax = norm_->op == Op::Softmax;
-    os << ind << "const " << t << " sum = " << (softmax ? "stats.sum()" : "ff_log(stats.sum())")
-       << (softmax ? ", rcp = " + t + "(1) / sum" : "") << ";\n";
+       << ind << "const " << t << " base = ff_maxsumexp<" << t << ">::base(m);\n"
+       << ind << t << " s = " << t << "(0);\n#pragma unroll\n"
+       << ind << "for (int k = 0; k < " << channels << "; ++k) "
+       << (softmax ? "{\n" + ind + "  v[k] = ff_exp(v[k] - base);\n" + ind + "  s += v[k];\n" + ind + "}\n"
+                   : "s += ff_exp(v[k] - base);\n");
+    os << ind << "const " << t << " sum = " << (softmax ? "" : "ff_log(") << "(m == ff_inf(" << t << "()) ? m - m : s)"
+       << (softmax ? ", rcp = " + t + "(1) / sum" : ")") << ";\n";
     os << "#pragma unroll\n" << ind << "for (int " << cd << " = 0; " << cd << " < " << channels << "; ++" << cd << ") {\n";
-    std::string y = softmax ? "ff_div_rcp(ff_exp(v[" + cd + "] - stats.m), sum, rcp)" : "v[" + cd + "] - stats.m - sum";
+    std::string y = softmax ? "ff_div_rcp(v[" + cd + "], sum, rcp)" : "v[" + cd + "] - m - sum";
     const DType nt = norm_->result()->type.dtype;
     if (nt == DType::f16) y = "ff_round_f16(" + y + ")";
     if (nt == DType::bf16) y = "ff_round_bf16(" + y + ")";
