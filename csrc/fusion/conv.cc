@@ -1,5 +1,7 @@
 #include "fusion/conv.h"
 
+#include <utility>
+
 #include "codegen/cuda/conv_direct.h"
 
 namespace ff::fusion {
@@ -21,16 +23,11 @@ int alignment_of(const ConvSpec& s) {
 
 Shape conv_kernel_weight_strides(const ConvSpec& s, const Shape& w) {
   if (!s.transposed) return channels_last_strides(w);
-  // [in, out, window...]: in unit-stride, then the window, out outermost.
-  Shape strides(w.size());
-  int64_t next = 1;
-  strides[0] = next;
-  next *= w[0];
-  for (size_t d = w.size(); d-- > 2;) {
-    strides[d] = next;
-    next *= w[d];
-  }
-  strides[1] = next;
+  // [in, out, window...] laid out as the channels-last [out, in, window...].
+  Shape swapped = w;
+  std::swap(swapped[0], swapped[1]);
+  Shape strides = channels_last_strides(swapped);
+  std::swap(strides[0], strides[1]);
   return strides;
 }
 

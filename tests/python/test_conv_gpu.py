@@ -73,11 +73,8 @@ def test_each_conv_as_run_is_within_twice_eagers_error(path):
         assert ours <= 2 * probe["eager_error"], (captured["text"], run["text"], ours, probe)
 
 
-def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
-    """Every conv a kernel covers run as a generated kernel (all convs
-    channels-last, FUSEFORGE_CONV_KERNELS=always: 3xTF32, or 1xTF32 where
-    decided, with the epilogue fused): each conv problem stays correct."""
-    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+def _every_conv_channels_last(monkeypatch):
+    """conv_probe.decide as it is, but every conv channels-last."""
     decide = conv_probe.decide
 
     def all_channels_last(text, precision, device, **kw):
@@ -85,6 +82,14 @@ def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
         out["conv_channels_last"] = {c["signature"]: True for c in core.convolutions(text)}
         return out
     monkeypatch.setattr(conv_probe, "decide", all_channels_last)
+
+
+def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
+    """Every conv a kernel covers run as a generated kernel (all convs
+    channels-last, FUSEFORGE_CONV_KERNELS=always: 3xTF32, or 1xTF32 where
+    decided, with the epilogue fused): each conv problem stays correct."""
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    _every_conv_channels_last(monkeypatch)
     import fuseforge
     for path in CONV_PROBLEMS:
         mod, model = build_model(str(path), "eval", "cuda")
@@ -191,13 +196,7 @@ def test_transposed_conv_kernel_computes_every_phase(monkeypatch, name):
         pytest.skip("the transposed conv kernel is Hopper's")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
     monkeypatch.setenv("FUSEFORGE_CONV_PRECISION", "tf32")
-    decide = conv_probe.decide
-
-    def channels_last(text, precision, device, **kw):
-        out = decide(text, precision, device, **kw)
-        out["conv_channels_last"] = {c["signature"]: True for c in core.convolutions(text)}
-        return out
-    monkeypatch.setattr(conv_probe, "decide", channels_last)
+    _every_conv_channels_last(monkeypatch)
     args, kw, shape = TRANSPOSED[name]
     torch.manual_seed(0)
     model = _Upsample(*args, **kw).to(DEV)

@@ -34,7 +34,8 @@ class PoolEmitter {
     const auto norm = std::find_if(prologue_.begin(), prologue_.end(), [](const Node* n) { return is_norm(*n); });
     if (norm != prologue_.end()) {
       norm_ = *norm;
-      if (!pool_normalizes(*norm_, *pool_)) throw IRError("pool group's softmax is not one its kernel computes (internal error)");
+      if (!pool_normalizes(*norm_, *pool_))
+        throw IRError("pool group's softmax is not one its kernel computes (internal error)");
       norm_dim_ = static_cast<size_t>(normalize_dim(norm_->attr_int("dim"), static_cast<int64_t>(rank_)));
       before_norm_.assign(prologue_.begin(), norm);
       after_norm_.assign(norm + 1, prologue_.end());
@@ -109,38 +110,15 @@ class PoolEmitter {
   // (vectorizes(lane_dim): every window tensor unit-stride or broadcast
   // along it) as `pooled[lanes]`, each tap one vector load a tensor.
   void window(std::ostringstream& os, std::string ind, int lanes = 1, size_t lane_dim = 0) const {
-    const PoolSpec& p = spec_;
-    const DType acc_t = compute_dtype(pool_->result()->type.dtype);
-    const std::string acc_type = cuda_compute_type(pool_->result()->type.dtype);
-    const bool check = p.windows_overhang(), vec = lanes > 1;
-    const std::string lane = vec ? "[k]" : "";
-    for (size_t j = 0; j < p.kernel.size(); ++j)
-      os << ind << "const int w" << j << " = static_cast<int>(c" << lead_ + j << ") * " << p.stride[j] << " - " << p.padding[j] << ";\n";
-    for (const Access& a : ins_)
-      if (read_in_window_.count(a.value))
-        os << ind << "const index_t b_" << a.param << " = " << offset(broadcast_strides(a.value->type, in_shape()), true) << ";\n";
-    const std::string inf = acc_t == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
-    const std::string init = p.max ? "-" + inf : acc_type + "(0)";
-    if (vec)
-      os << ind << acc_type << " acc[" << lanes << "];\n#pragma unroll\n"
-         << ind << "for (int k = 0; k < " << lanes << "; ++k) acc[k] = " << init << ";\n";
-    else
-      os << ind << acc_type << " acc = " << init << ";\n";
+    const bool vec = lanes > 1;
+    window_head(os, ind, vec ? lanes : 0);
     const std::string outer = ind;
-    for (size_t j = 0; j < p.kernel.size(); ++j) {
-      os << "#pragma unroll\n" << ind << "for (int k" << j << " = 0; k" << j << " < " << p.kernel[j] << "; ++k" << j << ") {\n";
-      ind += "  ";
-      os << ind << "const int i" << j << " = w" << j << " + k" << j << (p.dilation[j] == 1 ? "" : " * " + std::to_string(p.dilation[j])) << ";\n";
-      if (check) os << ind << "if (i" << j << " < 0 || i" << j << " >= " << p.input_size[j] << ") continue;\n";
-    }
+    ind = open_taps(os, ind);
     std::unordered_map<const Value*, std::string> tap = expr_of_;
     for (const Access& a : ins_) {
       if (!read_in_window_.count(a.value)) continue;
-      const Shape s = broadcast_strides(a.value->type, in_shape());
-      std::string at = "b_" + a.param;
-      for (size_t j = 0; j < p.kernel.size(); ++j)
-        if (s[lead_ + j] != 0) at += " + i" + std::to_string(j) + (s[lead_ + j] == 1 ? "" : " * " + std::to_string(s[lead_ + j]));
-      if (vec && s[lane_dim] == 1) {  // the lanes' elements, adjacent
+      const std::string at = tap_offset(a);
+      if (vec && broadcast_strides(a.value->type, in_shape())[lane_dim] == 1) {  // the lanes' elements, adjacent
         const std::string v = "ff_vec<" + cuda_storage_type(a.value->type.dtype) + ", " + std::to_string(lanes) + ">";
         os << ind << "const " << v << " x_" << a.param << " = *reinterpret_cast<const " << v << "*>(" << a.param
            << " + " << at << ");\n";
@@ -157,22 +135,8 @@ class PoolEmitter {
     }
     int temp = 0;
     emit_pointwise_nodes(os, prologue_, ind, scalars_, tap, temp, "p");
-    const std::string v = tap.at(pool_->input(0)), acc = "acc" + lane;
-    if (p.max) os << ind << acc << " = (" << v << " > " << acc << " || ff_isnan(" << v << ")) ? " << v << " : " << acc << ";\n";
-    else os << ind << acc << " += " << v << ";\n";
-    while (ind.size() > outer.size()) {
-      ind.resize(ind.size() - 2);
-      os << ind << "}\n";
-    }
-    std::string pooled = acc;
-    if (!p.max) pooled = acc + " / static_cast<" + acc_type + ">(" + divisor(os, ind, check) + ")";
-    if (pool_->result()->type.dtype == DType::f16) pooled = "ff_round_f16(" + pooled + ")";
-    if (pool_->result()->type.dtype == DType::bf16) pooled = "ff_round_bf16(" + pooled + ")";
-    if (vec)
-      os << ind << acc_type << " pooled[" << lanes << "];\n#pragma unroll\n"
-         << ind << "for (int k = 0; k < " << lanes << "; ++k) pooled[k] = " << pooled << ";\n";
-    else
-      os << ind << "const " << acc_type << " pooled = " << pooled << ";\n";
+    os << ind << fold(vec ? "acc[k]" : "acc", tap.at(pool_->input(0)));
+    window_tail(os, outer, ind, vec ? lanes : 0);
   }
 
   // The normalized form's pooled values `pooled[C]`, one a channel c<D> of
@@ -182,29 +146,12 @@ class PoolEmitter {
   // softmax, the rest of the prologue and the fold into its accumulator.
   // Adjacent taps' loads share sectors: the second finds them in L1.
   void normalized_window(std::ostringstream& os, std::string ind) const {
-    const PoolSpec& p = spec_;
     const std::string cd = "c" + std::to_string(norm_dim_);
-    const int64_t channels = in_shape()[norm_dim_];
-    const DType acc_t = compute_dtype(pool_->result()->type.dtype);
-    const std::string acc_type = cuda_compute_type(pool_->result()->type.dtype);
+    const int channels = static_cast<int>(in_shape()[norm_dim_]);
     const std::string t = cuda_compute_type(norm_->input(0)->type.dtype);
-    const bool check = p.windows_overhang();
-    for (size_t j = 0; j < p.kernel.size(); ++j)
-      os << ind << "const int w" << j << " = static_cast<int>(c" << lead_ + j << ") * " << p.stride[j] << " - " << p.padding[j] << ";\n";
-    for (const Access& a : ins_)
-      if (read_in_window_.count(a.value))
-        os << ind << "const index_t b_" << a.param << " = " << offset(broadcast_strides(a.value->type, in_shape()), true, norm_dim_)
-           << ";\n";
-    const std::string inf = acc_t == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
-    os << ind << acc_type << " acc[" << channels << "];\n#pragma unroll\n"
-       << ind << "for (int k = 0; k < " << channels << "; ++k) acc[k] = " << (p.max ? "-" + inf : acc_type + "(0)") << ";\n";
+    window_head(os, ind, channels, norm_dim_);
     const std::string outer = ind;
-    for (size_t j = 0; j < p.kernel.size(); ++j) {
-      os << "#pragma unroll\n" << ind << "for (int k" << j << " = 0; k" << j << " < " << p.kernel[j] << "; ++k" << j << ") {\n";
-      ind += "  ";
-      os << ind << "const int i" << j << " = w" << j << " + k" << j << (p.dilation[j] == 1 ? "" : " * " + std::to_string(p.dilation[j])) << ";\n";
-      if (check) os << ind << "if (i" << j << " < 0 || i" << j << " >= " << p.input_size[j] << ") continue;\n";
-    }
+    ind = open_taps(os, ind);
     std::unordered_map<const Value*, std::string> tap = expr_of_;
     int temp = 0;
     // Loads at (c<D>, the tap) of the tensors `nodes` read.
@@ -215,20 +162,18 @@ class PoolEmitter {
           if (o.is_value()) read.insert(o.value);
       for (const Access& a : ins_) {
         if (!read.count(a.value) || !read_in_window_.count(a.value)) continue;
-        const Shape s = broadcast_strides(a.value->type, in_shape());
-        std::string at = "b_" + a.param;
-        if (s[norm_dim_] != 0) at += " + " + cd + (s[norm_dim_] == 1 ? "" : " * " + std::to_string(s[norm_dim_]));
-        for (size_t j = 0; j < p.kernel.size(); ++j)
-          if (s[lead_ + j] != 0) at += " + i" + std::to_string(j) + (s[lead_ + j] == 1 ? "" : " * " + std::to_string(s[lead_ + j]));
         const std::string x = "x_" + a.param + "_" + std::to_string(temp++);
-        os << in << "const " << cuda_compute_type(a.value->type.dtype) << " " << x << " = ff_load(" << a.param << "[" << at << "]);\n";
+        os << in << "const " << cuda_compute_type(a.value->type.dtype) << " " << x << " = ff_load(" << a.param << "["
+           << tap_offset(a, norm_dim_) << "]);\n";
         tap[a.value] = x;
       }
     };
+    const std::string each =
+        "for (int " + cd + " = 0; " + cd + " < " + std::to_string(channels) + "; ++" + cd + ") {\n";
     std::vector<Node*> first = before_norm_;
     first.push_back(const_cast<Node*>(norm_));  // its operand's loads
     os << ind << t << " v[" << channels << "];  // the softmax's input at each channel\n#pragma unroll\n"
-       << ind << "for (int " << cd << " = 0; " << cd << " < " << channels << "; ++" << cd << ") {\n";
+       << ind << each;
     loads(first, ind + "  ");
     emit_pointwise_nodes(os, before_norm_, ind + "  ", scalars_, tap, temp, "p");
     os << ind << "  v[" << cd << "] = " << tap.at(norm_->input(0)) << ";\n" << ind << "}\n";
@@ -247,29 +192,15 @@ class PoolEmitter {
                    : "s += ff_exp(v[k] - base);\n");
     os << ind << "const " << t << " sum = " << (softmax ? "" : "ff_log(") << "(m == ff_inf(" << t << "()) ? m - m : s)"
        << (softmax ? ", rcp = " + t + "(1) / sum" : ")") << ";\n";
-    os << "#pragma unroll\n" << ind << "for (int " << cd << " = 0; " << cd << " < " << channels << "; ++" << cd << ") {\n";
-    std::string y = softmax ? "ff_div_rcp(v[" + cd + "], sum, rcp)" : "v[" + cd + "] - m - sum";
+    os << "#pragma unroll\n" << ind << each;
+    const std::string y = softmax ? "ff_div_rcp(v[" + cd + "], sum, rcp)" : "v[" + cd + "] - m - sum";
     const DType nt = norm_->result()->type.dtype;
-    if (nt == DType::f16) y = "ff_round_f16(" + y + ")";
-    if (nt == DType::bf16) y = "ff_round_bf16(" + y + ")";
-    os << ind << "  const " << cuda_compute_type(nt) << " y = " << y << ";\n";
+    os << ind << "  const " << cuda_compute_type(nt) << " y = " << rounded(y, nt) << ";\n";
     tap[norm_->result()] = "y";
     loads(after_norm_, ind + "  ");
     emit_pointwise_nodes(os, after_norm_, ind + "  ", scalars_, tap, temp, "q");
-    const std::string v = tap.at(pool_->input(0)), acc = "acc[" + cd + "]";
-    if (p.max) os << ind << "  " << acc << " = (" << v << " > " << acc << " || ff_isnan(" << v << ")) ? " << v << " : " << acc << ";\n";
-    else os << ind << "  " << acc << " += " << v << ";\n";
-    os << ind << "}\n";
-    while (ind.size() > outer.size()) {
-      ind.resize(ind.size() - 2);
-      os << ind << "}\n";
-    }
-    std::string pooled = "acc[k]";
-    if (!p.max) pooled = "acc[k] / static_cast<" + acc_type + ">(" + divisor(os, ind, check) + ")";
-    if (pool_->result()->type.dtype == DType::f16) pooled = "ff_round_f16(" + pooled + ")";
-    if (pool_->result()->type.dtype == DType::bf16) pooled = "ff_round_bf16(" + pooled + ")";
-    os << ind << acc_type << " pooled[" << channels << "];\n#pragma unroll\n"
-       << ind << "for (int k = 0; k < " << channels << "; ++k) pooled[k] = " << pooled << ";\n";
+    os << ind << "  " << fold("acc[" + cd + "]", tap.at(pool_->input(0))) << ind << "}\n";
+    window_tail(os, outer, ind, channels);
   }
 
   // Whether window(lanes = 4, d) applies: d is a kept dim (adjacent outputs
@@ -354,6 +285,86 @@ class PoolEmitter {
   std::unordered_set<const Value*> read_in_window_, read_at_output_, scalars_;
   std::vector<Access> outs_, ins_;
   std::unordered_map<const Value*, std::string> expr_of_;  // scalar inputs
+
+  // The windows' origins w<j>, each window tensor's offset b_<param> over
+  // the kept dims (but `except`), and the accumulators at the fold's
+  // identity: `acc[count]`, or `acc` where count is 0.
+  void window_head(std::ostringstream& os, const std::string& ind, int count, size_t except = SIZE_MAX) const {
+    const PoolSpec& p = spec_;
+    for (size_t j = 0; j < p.kernel.size(); ++j)
+      os << ind << "const int w" << j << " = static_cast<int>(c" << lead_ + j << ") * " << p.stride[j] << " - "
+         << p.padding[j] << ";\n";
+    for (const Access& a : ins_)
+      if (read_in_window_.count(a.value))
+        os << ind << "const index_t b_" << a.param << " = "
+           << offset(broadcast_strides(a.value->type, in_shape()), true, except) << ";\n";
+    const DType acc_t = compute_dtype(pool_->result()->type.dtype);
+    const std::string type = cuda_compute_type(pool_->result()->type.dtype);
+    const std::string inf = acc_t == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
+    const std::string init = p.max ? "-" + inf : type + "(0)";
+    if (count > 0)
+      os << ind << type << " acc[" << count << "];\n#pragma unroll\n"
+         << ind << "for (int k = 0; k < " << count << "; ++k) acc[k] = " << init << ";\n";
+    else
+      os << ind << type << " acc = " << init << ";\n";
+  }
+
+  // Opens the loops over the taps (i<j>: the tap's input coordinate,
+  // bounds-checked where windows overhang); returns the body's indentation.
+  std::string open_taps(std::ostringstream& os, std::string ind) const {
+    const PoolSpec& p = spec_;
+    for (size_t j = 0; j < p.kernel.size(); ++j) {
+      os << "#pragma unroll\n" << ind << "for (int k" << j << " = 0; k" << j << " < " << p.kernel[j] << "; ++k" << j << ") {\n";
+      ind += "  ";
+      os << ind << "const int i" << j << " = w" << j << " + k" << j
+         << (p.dilation[j] == 1 ? "" : " * " + std::to_string(p.dilation[j])) << ";\n";
+      if (p.windows_overhang()) os << ind << "if (i" << j << " < 0 || i" << j << " >= " << p.input_size[j] << ") continue;\n";
+    }
+    return ind;
+  }
+
+  // Window tensor `a`'s element at the tap: b_<param> plus the tap's
+  // coordinates (and c<with> where `with` is a dim).
+  std::string tap_offset(const Access& a, size_t with = SIZE_MAX) const {
+    const Shape s = broadcast_strides(a.value->type, in_shape());
+    std::string at = "b_" + a.param;
+    if (with != SIZE_MAX && s[with] != 0)
+      at += " + c" + std::to_string(with) + (s[with] == 1 ? "" : " * " + std::to_string(s[with]));
+    for (size_t j = 0; j < spec_.kernel.size(); ++j)
+      if (s[lead_ + j] != 0) at += " + i" + std::to_string(j) + (s[lead_ + j] == 1 ? "" : " * " + std::to_string(s[lead_ + j]));
+    return at;
+  }
+
+  // `acc` folded with the tap's value `v`, a line: the max (NaN wins, as ATen's) or the sum.
+  std::string fold(const std::string& acc, const std::string& v) const {
+    if (spec_.max) return acc + " = (" + v + " > " + acc + " || ff_isnan(" + v + ")) ? " + v + " : " + acc + ";\n";
+    return acc + " += " + v + ";\n";
+  }
+
+  // `x` rounded to a 16-bit dtype `t` (as eager stores it); as is otherwise.
+  static std::string rounded(const std::string& x, DType t) {
+    return t == DType::f16 ? "ff_round_f16(" + x + ")" : t == DType::bf16 ? "ff_round_bf16(" + x + ")" : x;
+  }
+
+  // Closes the taps' loops from `ind` back to `outer`, then the pooled
+  // values (`pooled[count]`, or `pooled` where count is 0): the accumulators,
+  // over ATen's divisor for an average, rounded to the result's dtype.
+  void window_tail(std::ostringstream& os, const std::string& outer, std::string ind, int count) const {
+    while (ind.size() > outer.size()) {
+      ind.resize(ind.size() - 2);
+      os << ind << "}\n";
+    }
+    const std::string type = cuda_compute_type(pool_->result()->type.dtype);
+    const std::string acc = count > 0 ? "acc[k]" : "acc";
+    std::string pooled = acc;
+    if (!spec_.max) pooled = acc + " / static_cast<" + type + ">(" + divisor(os, ind, spec_.windows_overhang()) + ")";
+    pooled = rounded(pooled, pool_->result()->type.dtype);
+    if (count > 0)
+      os << ind << type << " pooled[" << count << "];\n#pragma unroll\n"
+         << ind << "for (int k = 0; k < " << count << "; ++k) pooled[k] = " << pooled << ";\n";
+    else
+      os << ind << "const " << type << " pooled = " << pooled << ";\n";
+  }
 
   // An offset over the coordinates c<d> (the pooled dims left out when
   // `window`, and dim `except`).
@@ -522,7 +533,8 @@ KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t i
 
 bool pool_normalizes(const Node& norm, const Node& pool) {
   const auto spec = pool_spec(pool);
-  if (!spec || !(norm.op == Op::Softmax || norm.op == Op::LogSoftmax) || !is_floating(norm.result()->type.dtype)) return false;
+  if (!spec || !(norm.op == Op::Softmax || norm.op == Op::LogSoftmax) || !is_floating(norm.result()->type.dtype))
+    return false;
   const Shape& shape = pool.input(0)->type.shape;
   const int64_t dim = normalize_dim(norm.attr_int("dim"), static_cast<int64_t>(shape.size()));
   const size_t kept = shape.size() - spec->kernel.size();
