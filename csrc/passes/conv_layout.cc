@@ -147,15 +147,17 @@ class ConvLayout : public Pass {
   bool direct_ = false;
   const std::map<std::string, bool>* measured_ = nullptr;
 
-  // A channels-last conv's weight: channels-last, but for a transposed conv
-  // that must be a kernel (the conv scheduler makes transposed ones kernels
-  // only where every conv must be one), the layout the kernel reads
-  // (conv_kernel_weight_strides).
+  // A channels-last conv's weight: channels-last (as it is, where it is
+  // already), but for a transposed conv that must be a kernel (the conv
+  // scheduler makes transposed ones kernels only where every conv must be
+  // one), the layout the kernel reads (conv_kernel_weight_strides).
   TensorType weight_layout(const Node& conv) const {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
-    const bool kernel = spec.transposed && kernels_ && always_ && fusion::conv_kernel_covers(spec);
-    w.strides = kernel ? fusion::conv_kernel_weight_strides(spec, w.shape) : channels_last_strides(w.shape);
+    if (spec.transposed && kernels_ && always_ && fusion::conv_kernel_covers(spec))
+      w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
+    else if (!is_channels_last(w))
+      w.strides = channels_last_strides(w.shape);
     return w;
   }
 
