@@ -35,7 +35,7 @@ EXPECTED = {
     # channel, then the channels' (split_long_reduction), with running stats.
     "conv2d_batchnorm_train_scale": ([["mean", "var"], ["mean", "var", "mean"]], []),
     "convtranspose3d_layernorm_pool": ([["layer_norm"]], []),
-    "conv3d_softmax_maxpool": ([["softmax"]], []),
+    "conv3d_softmax_maxpool": ([], []),  # the softmax runs in the pool kernel
     "conv2d_avgpool_sigmoid_sum": ([["sum"], ["sum"]], []),  # 128 sums split in two
     # Three train-mode batch norms, each split (the first, 32 channels of 2M
     # elements, was two library calls before), then the global average pool.
@@ -47,7 +47,7 @@ EXPECTED = {
 # runs at its window taps, the work after it on the pooled value.
 POOLS = {
     "convtranspose3d_layernorm_pool": [["avg_pool", "silu"]],  # the layer norm's apply is its own kernel's epilogue
-    "conv3d_softmax_maxpool": [["max_pool"]],
+    "conv3d_softmax_maxpool": [["add", "softmax", "max_pool"]],  # the bias and the softmax at each tap
     "conv2d_avgpool_sigmoid_sum": [["avg_pool"]],  # the sigmoid is the sum's prologue
     "small_convnet": [["sub", "mul", "mul", "add", "relu", "max_pool"]] * 2,  # batch norm's apply and the relu
     "conv3d_relu_maxpool": [["add", "relu", "max_pool"]],  # the conv's bias
