@@ -49,6 +49,10 @@ bool conv_kernel_covers(const ConvSpec& s) {
   return alignment_of(s) != 0;
 }
 
+bool conv_kernel_may_take(const ConvSpec& s, bool always) {
+  return conv_kernel_covers(s) && (always || !s.transposed);
+}
+
 std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   const auto spec = conv_spec(n);
   if (!spec || !conv_kernel_covers(*spec)) return std::nullopt;

@@ -44,6 +44,13 @@ bool conv_kernel_covers(const ConvSpec& spec);
 // [in, out, window...]: in unit-stride, then the window, out outermost.
 Shape conv_kernel_weight_strides(const ConvSpec& spec, const Shape& w);
 
+// Whether the conv scheduler may make this conv an implicit-GEMM kernel
+// (`always`: every conv a kernel covers must be one): one that covers it,
+// but a transposed conv only where every conv must be a kernel (its strided
+// stores ran it at 2x its model with a residual epilogue, conv_cost.cc, so
+// it has no cost test yet).
+bool conv_kernel_may_take(const ConvSpec& spec, bool always);
+
 // The direct kernel's spec of a conv node (any layout), or nullopt where it does not apply.
 std::optional<ConvKernelSpec> match_direct_conv(const Node& conv);
 bool direct_conv_covers(const ConvSpec& spec);

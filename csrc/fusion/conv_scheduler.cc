@@ -36,11 +36,9 @@ class ConvScheduler final : public Scheduler {
         auto s = match_conv_kernel(*n);
         const auto& dtypes = options.conv_dtypes;
         if (!s || std::find(dtypes.begin(), dtypes.end(), s->conv.dtype) == dtypes.end()) return std::nullopt;
-        // A transposed conv's only kernel: Hopper's, on rounded operands. Only
-        // where every conv must be a kernel: its strided stores ran it at 2x
-        // its model with a residual epilogue (conv_cost.cc), so no cost test yet.
-        if (s->conv.transposed && !(hopper(*s, options) && s->rounded_operands && options.conv_always))
-          return std::nullopt;
+        if (!conv_kernel_may_take(s->conv, options.conv_always)) return std::nullopt;
+        // A transposed conv's only kernel: Hopper's, on rounded operands.
+        if (s->conv.transposed && !(hopper(*s, options) && s->rounded_operands)) return std::nullopt;
         if (options.conv_always) return s;
         const auto cudnn = measured_cudnn(*n);
         return cudnn && kernel_is_faster(*s, *cudnn, fuses, options) ? s : std::nullopt;

@@ -65,11 +65,11 @@ class PoolScheduler final : public Scheduler {
   // an input of the pool's pointwise prologue `pro`; it is in no group yet,
   // and only the pool or that prologue reads it.
   static Node* normalization(const PartitionBuilder& p, const Node& pool, const std::optional<int>& pro) {
-    std::vector<Node*> readers{const_cast<Node*>(&pool)};
+    std::vector<const Node*> readers{&pool};
     std::vector<const Value*> candidates{pool.input(0)};
     if (pro) {
       const Group g = p.describe(*pro);
-      readers = g.nodes;
+      readers.assign(g.nodes.begin(), g.nodes.end());
       candidates.assign(g.inputs.begin(), g.inputs.end());
     }
     for (const Value* v : candidates) {

@@ -148,13 +148,12 @@ class ConvLayout : public Pass {
   const std::map<std::string, bool>* measured_ = nullptr;
 
   // A channels-last conv's weight: channels-last (as it is, where it is
-  // already), but for a transposed conv that must be a kernel (the conv
-  // scheduler makes transposed ones kernels only where every conv must be
-  // one), the layout the kernel reads (conv_kernel_weight_strides).
+  // already), but for a transposed conv a kernel may compute, the layout the
+  // kernel reads (conv_kernel_weight_strides).
   TensorType weight_layout(const Node& conv) const {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
-    if (spec.transposed && kernels_ && always_ && fusion::conv_kernel_covers(spec))
+    if (spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_))
       w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
     else if (!is_channels_last(w))
       w.strides = channels_last_strides(w.shape);
@@ -182,9 +181,7 @@ class ConvLayout : public Pass {
     // cuDNN as timed where the front end did; implicit GEMMs only there (the
     // conv scheduler weighs them against nothing else), or everywhere.
     const auto cudnn = measured_cudnn(conv);
-    // (Transposed ones only where every conv must be a kernel: conv_scheduler.cc.)
-    const bool kernel =
-        kernels_ && (cudnn || always_) && (always_ || !spec.transposed) && fusion::conv_kernel_covers(spec);
+    const bool kernel = kernels_ && (cudnn || always_) && fusion::conv_kernel_may_take(spec, always_);
     const fusion::ConvTimes t = fusion::conv_times(spec, kernel, direct, cudnn ? &*cudnn : nullptr);
     // The conv scheduler takes a direct kernel first where it beats cuDNN, in
     // whatever layout the operands are (unless every conv must be an implicit GEMM).

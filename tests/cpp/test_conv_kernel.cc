@@ -373,7 +373,7 @@ TEST(ConvKernel, TransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel)
   EXPECT_EQ(conv->nodes.size(), 2u);  // the relu fused
   const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0).source;
   // Tiles of one phase each, phases taken in turn; rows padded to whole tiles a phase.
-  EXPECT_NE(src.find("const int tile = m / 128, phase = tile % PHASES, r = tile / PHASES * 128 + m % 128;"),
+  EXPECT_NE(src.find("const int tile = m / BM, phase = tile % PHASES, r = tile / PHASES * BM + m % BM;"),
             std::string::npos) << src;
   EXPECT_NE(src.find("constexpr int M = 512, N = 12, K = 32, LDB = 128;"), std::string::npos);
   // B's column of phase tap (th, tw): window tap (ph + 2 th, pw + 2 tw) of the weight's row.

@@ -16,6 +16,8 @@ namespace ff::codegen {
 
 namespace {
 
+bool is_softmax(const Node& n) { return n.op == Op::Softmax || n.op == Op::LogSoftmax; }
+
 // Side of the square tiles a transposing pool stages through shared memory.
 constexpr int kTile = 32;
 
@@ -31,7 +33,7 @@ class PoolEmitter {
     epilogue_.assign(it + 1, g.nodes.end());
     rank_ = out_shape().size();
     lead_ = rank_ - spec_.kernel.size();
-    const auto norm = std::find_if(prologue_.begin(), prologue_.end(), [](const Node* n) { return is_norm(*n); });
+    const auto norm = std::find_if(prologue_.begin(), prologue_.end(), [](const Node* n) { return is_softmax(*n); });
     if (norm != prologue_.end()) {
       norm_ = *norm;
       if (!pool_normalizes(*norm_, *pool_))
@@ -59,7 +61,6 @@ class PoolEmitter {
     }
   }
 
-  static bool is_norm(const Node& n) { return n.op == Op::Softmax || n.op == Op::LogSoftmax; }
   // The prologue's softmax (log_softmax), if any, and the dim it normalizes.
   const Node* norm() const { return norm_; }
   size_t norm_dim() const { return norm_dim_; }
@@ -171,7 +172,7 @@ class PoolEmitter {
     const std::string each =
         "for (int " + cd + " = 0; " + cd + " < " + std::to_string(channels) + "; ++" + cd + ") {\n";
     std::vector<Node*> first = before_norm_;
-    first.push_back(const_cast<Node*>(norm_));  // its operand's loads
+    first.push_back(norm_);  // its operand's loads
     os << ind << t << " v[" << channels << "];  // the softmax's input at each channel\n#pragma unroll\n"
        << ind << each;
     loads(first, ind + "  ");
@@ -278,7 +279,7 @@ class PoolEmitter {
   const Node* pool_ = nullptr;
   PoolSpec spec_;
   std::vector<Node*> prologue_, epilogue_;
-  const Node* norm_ = nullptr;  // the prologue's softmax, if any
+  Node* norm_ = nullptr;  // the prologue's softmax, if any
   size_t norm_dim_ = 0;
   std::vector<Node*> before_norm_, after_norm_;  // the prologue around it
   size_t rank_ = 0, lead_ = 0;
@@ -533,7 +534,7 @@ KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t i
 
 bool pool_normalizes(const Node& norm, const Node& pool) {
   const auto spec = pool_spec(pool);
-  if (!spec || !(norm.op == Op::Softmax || norm.op == Op::LogSoftmax) || !is_floating(norm.result()->type.dtype))
+  if (!spec || !is_softmax(norm) || !is_floating(norm.result()->type.dtype))
     return false;
   const Shape& shape = pool.input(0)->type.shape;
   const int64_t dim = normalize_dim(norm.attr_int("dim"), static_cast<int64_t>(shape.size()));
