@@ -136,7 +136,8 @@ double kernel_rounding_in_place_ms(const ConvSpec& s) {
   return ms(s.flops(), kKernelTf32 * tile_use(s), s.bytes()) * kTimedMargin;
 }
 
-ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies, const CudnnTimes* measured) {
+ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies, const CudnnTimes* measured,
+                     std::optional<double> direct_measured) {
   const double inf = std::numeric_limits<double>::infinity();
   const double flops = s.flops(), bytes = s.bytes();
   const bool f32 = s.dtype == DType::f32;
@@ -173,6 +174,7 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
     t.kernel *= kTimedMargin;
     t.direct *= kTimedMargin;
   }
+  if (direct_applies && direct_measured) t.direct = *direct_measured;
   return t;
 }
 

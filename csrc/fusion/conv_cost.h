@@ -4,6 +4,8 @@
 // what a layout conversion costs. The layout pass (conv_layout.cc) and the
 // conv scheduler both decide with it; FUSEFORGE_AUTOTUNE=1 confirms by timing
 // (the front end's probe), and tools/conv_probe.py measures the figures.
+#include <optional>
+
 #include "ir/conv.h"
 
 namespace ff::fusion {
@@ -20,11 +22,12 @@ struct ConvTimes {
 
 // `kernel_applies`: whether a generated implicit-GEMM kernel can run this
 // conv; `direct_applies`: whether a direct kernel can; `measured`: cuDNN's
-// timed figures for it, if any (our kernels' figures then carry a margin). A
+// timed figures for it, if any (our kernels' modelled figures then carry a
+// margin); `direct_measured`: the direct kernel's timed figure, if any. A
 // 1xTF32 kernel is modelled as Hopper's on rounded operands
 // (sm90_ss_mainloop.h), the form round_conv_operands sets up.
 ConvTimes conv_times(const ConvSpec& spec, bool kernel_applies, bool direct_applies = false,
-                     const CudnnTimes* measured = nullptr);
+                     const CudnnTimes* measured = nullptr, std::optional<double> direct_measured = std::nullopt);
 
 // The Hopper 1xTF32 kernel on operands not rounded beforehand (it rounds its
 // tiles itself: sm90_mainloop.h), against cuDNN as timed (with the margin).

@@ -90,11 +90,11 @@ class ConvScheduler final : public Scheduler {
     return kernel < unfused;
   }
 
-  // The direct kernel against cuDNN in the conv's layout (as timed, where the
-  // front end timed it), which writes its result and has the epilogue read it back.
+  // The direct kernel against cuDNN in the conv's layout (each as timed, where
+  // the front end timed it), which writes its result and has the epilogue read it back.
   static bool direct_is_faster(const ConvKernelSpec& spec, const Node& conv, bool fuses_epilogue) {
     const auto measured = measured_cudnn(conv);
-    const ConvTimes t = conv_times(spec.conv, false, true, measured ? &*measured : nullptr);
+    const ConvTimes t = conv_times(spec.conv, false, true, measured ? &*measured : nullptr, measured_direct_ms(conv));
     const double cudnn = is_channels_last(conv.input(0)->type) ? t.cudnn_channels_last : t.cudnn_nchw;
     return t.direct < cudnn + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
   }

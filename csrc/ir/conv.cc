@@ -109,6 +109,11 @@ std::optional<CudnnTimes> measured_cudnn(const Node& conv) {
   return CudnnTimes{conv.attr_float("cudnn_contiguous_ms"), conv.attr_float("cudnn_channels_last_ms")};
 }
 
+std::optional<double> measured_direct_ms(const Node& conv) {
+  if (!conv.has_attr("direct_ms")) return std::nullopt;
+  return conv.attr_float("direct_ms");
+}
+
 Shape channels_last_strides(const Shape& s) {
   Shape st(s.size(), 0);
   if (s.size() < 3) return contiguous_strides(s);

@@ -67,6 +67,10 @@ struct CudnnTimes {
 // The times conv_precision recorded on a convolution (its attributes
 // cudnn_contiguous_ms and cudnn_channels_last_ms), if any.
 std::optional<CudnnTimes> measured_cudnn(const Node& conv);
+// Our direct kernel's milliseconds for the conv alone, timed where the cost
+// model could not tell it from cuDNN (runtime/conv_probe.py): the attribute
+// direct_ms conv_precision recorded, if any.
+std::optional<double> measured_direct_ms(const Node& conv);
 
 // Channels-last strides of a [N, C, spatial...] shape: C unit-stride, then
 // the spatial dims in order, N outermost (torch.channels_last / _3d).

@@ -182,7 +182,8 @@ class ConvLayout : public Pass {
     // conv scheduler weighs them against nothing else), or everywhere.
     const auto cudnn = measured_cudnn(conv);
     const bool kernel = kernels_ && (cudnn || always_) && fusion::conv_kernel_may_take(spec, always_);
-    const fusion::ConvTimes t = fusion::conv_times(spec, kernel, direct, cudnn ? &*cudnn : nullptr);
+    const fusion::ConvTimes t =
+        fusion::conv_times(spec, kernel, direct, cudnn ? &*cudnn : nullptr, measured_direct_ms(conv));
     // The conv scheduler takes a direct kernel first where it beats cuDNN, in
     // whatever layout the operands are (unless every conv must be an implicit GEMM).
     if (direct && !always_ && t.direct < t.cudnn_nchw) return false;

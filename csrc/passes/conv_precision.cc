@@ -16,7 +16,8 @@
 // conv_cudnn), the times go on the conv too, as cudnn_contiguous_ms and
 // cudnn_channels_last_ms (measured_cudnn()): the conv scheduler weighs its
 // kernels against them, after the conv's operands, and so its signature,
-// changed.
+// changed. Our direct kernel's time, where the front end timed it as well
+// (PassOptions::conv_direct_ms), goes on as direct_ms (measured_direct_ms()).
 //
 // A convolution that already has the attribute keeps it: the decision is
 // made once, on the captured graph, before other passes change the conv.
@@ -35,6 +36,7 @@ class ConvPrecision : public Pass {
     tf32_ = options.tf32;
     eager_ = &options.eager_conv_tf32;
     cudnn_ = &options.conv_cudnn;
+    direct_ = &options.conv_direct_ms;
   }
 
   bool run(Graph& g) override {
@@ -49,6 +51,13 @@ class ConvPrecision : public Pass {
           changed = true;
         }
       }
+      if (direct_ != nullptr && !n->has_attr("direct_ms")) {
+        auto it = direct_->find(conv_signature(*n));
+        if (it != direct_->end()) {
+          n->attrs["direct_ms"] = it->second;
+          changed = true;
+        }
+      }
       if (n->has_attr("fp32_precision") || n->result()->type.dtype != DType::f32) continue;
       n->attrs["fp32_precision"] = std::string(tf32_ || eager_tf32(*n) ? "tf32" : "ieee");
       changed = true;
@@ -60,6 +69,7 @@ class ConvPrecision : public Pass {
   bool tf32_ = false;
   const std::map<std::string, bool>* eager_ = nullptr;
   const std::map<std::string, CudnnTimes>* cudnn_ = nullptr;
+  const std::map<std::string, double>* direct_ = nullptr;
 
   bool eager_tf32(const Node& conv) const {
     if (eager_ == nullptr) return false;

@@ -29,6 +29,9 @@ struct PassOptions {
   // Per convolution signature: cuDNN's times in both layouts, measured on the
   // GPU (the front end's probe); conv_precision records them on the conv.
   std::map<std::string, CudnnTimes> conv_cudnn;
+  // Per convolution signature: our direct kernel's time, measured likewise
+  // where the model could not tell it from cuDNN's; recorded as direct_ms.
+  std::map<std::string, double> conv_direct_ms;
   // Convolutions may run as generated implicit-GEMM kernels (channels-last),
   // which need CUTLASS's headers: where cuDNN was timed slower, or every conv
   // one covers (conv_always).

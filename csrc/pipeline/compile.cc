@@ -84,6 +84,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   pass_options.eager_conv_tf32 = options.eager_conv_tf32;
   pass_options.conv_channels_last = options.conv_channels_last;
   pass_options.conv_cudnn = options.conv_cudnn;
+  pass_options.conv_direct_ms = options.conv_direct_ms;
   pass_options.conv_kernels = !options.conv_dtypes.empty();
   pass_options.conv_always = options.conv_always;
   pass_options.conv_direct = options.conv_direct;

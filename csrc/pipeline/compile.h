@@ -61,6 +61,9 @@ struct CompileOptions {
   // Per convolution signature: cuDNN's times in both layouts on the target
   // GPU (probed where implicit-GEMM conv kernels may replace it).
   std::map<std::string, CudnnTimes> conv_cudnn;
+  // Per convolution signature: our direct kernel's time on the target GPU
+  // (probed where the cost model cannot tell it from cuDNN's).
+  std::map<std::string, double> conv_direct_ms;
 };
 
 // Which convolutions run as generated conv kernels: "direct" (the C++

@@ -14,6 +14,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "fusion/conv.h"
+#include "fusion/conv_cost.h"
 #include "interp/interpreter.h"
 #include "ir/conv.h"
 #include "ir/graph.h"
@@ -60,6 +62,11 @@ nb::list convolutions(const std::string& text) {
     d["fp32_precision"] = n->has_attr("fp32_precision") ? n->attr_string("fp32_precision") : std::string();
     d["channels_last"] = ff::is_channels_last(n->result()->type);
     d["text"] = ff::print_node(*n);
+    // The cost model's figure for a direct kernel, where one covers the conv:
+    // the probe times the kernel where it comes close to cuDNN's (IEEE convs).
+    d["direct_model_ms"] = ff::fusion::direct_conv_covers(*spec)
+                               ? nb::cast(ff::fusion::conv_times(*spec, false, true).direct)
+                               : nb::none();
     out.append(d);
   }
   return out;
@@ -163,16 +170,19 @@ NB_MODULE(_core, m) {
                           int arch, const std::vector<std::string>& passes, bool trace, bool reductions,
                           const std::string& conv, const std::map<std::string, bool>& conv_tf32,
                           const std::map<std::string, bool>& conv_channels_last,
-                          const std::map<std::string, std::pair<double, double>>& conv_cudnn_ms) {
+                          const std::map<std::string, std::pair<double, double>>& conv_cudnn_ms,
+                          const std::map<std::string, double>& conv_direct_ms) {
         new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
         set_conv_policy(*o, conv);
         o->eager_conv_tf32 = conv_tf32;
         o->conv_channels_last = conv_channels_last;
         for (const auto& [sig, ms] : conv_cudnn_ms) o->conv_cudnn[sig] = ff::CudnnTimes{ms.first, ms.second};
+        o->conv_direct_ms = conv_direct_ms;
       }, "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
          "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "direct",
          "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
          "conv_cudnn_ms"_a = std::map<std::string, std::pair<double, double>>{},
+         "conv_direct_ms"_a = std::map<std::string, double>{},
          "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
          "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
          "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
@@ -184,7 +194,8 @@ NB_MODULE(_core, m) {
          "an implicit-GEMM kernel covers) or off. conv_tf32: per "
          "conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it "
          "IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per "
-         "signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise).")
+         "signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); "
+         "conv_direct_ms: per signature, the direct kernel's milliseconds as timed.")
       .def_prop_ro("precision", [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
       .def_prop_ro("gemm_dtypes", [](const ff::CompileOptions& o) {
         std::vector<std::string> out;

@@ -411,6 +411,31 @@ TEST(ConvKernel, DirectKernelsWhereShortReductionsIdleCudnn) {
   EXPECT_EQ(kind_of(64), "cudnn");
 }
 
+TEST(ConvKernel, TheDirectKernelAsTimedOverridesItsModel) {
+  // 6 input channels: the direct kernel is modelled at about 0.025 ms (0.03
+  // with the margin a model carries against cuDNN as timed). Timed (the
+  // attribute direct_ms), its figure decides as it is, either way.
+  const auto engine = [](const std::string& cudnn_ms, const std::string& direct_ms) {
+    const std::string direct_attr = direct_ms.empty() ? "" : "direct_ms=" + direct_ms + ", ";
+    auto g = parse("graph @g(%x: f32[32,6,64,64], %w: f32[32,6,3,3] param) {\n"
+                   "  %0 = convolution(%x, %w) {cudnn_channels_last_ms=" + cudnn_ms + ", cudnn_contiguous_ms=" +
+                   cudnn_ms + ", dilation=[1, 1], " + direct_attr +
+                   "fp32_precision=\"ieee\", groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : "
+                   "f32[32,32,62,62]\n  return %0\n}\n");
+    verify(*g);
+    EXPECT_EQ(measured_direct_ms(*first_conv(*g)).has_value(), !direct_ms.empty());
+    fusion::FusionOptions options;
+    options.conv_direct = true;
+    for (const fusion::Group& group : fusion::partition(*g, options).groups)
+      if (group.kind == fusion::Group::Kind::Conv && group.conv.direct) return std::string("direct");
+    return std::string("cudnn");
+  };
+  EXPECT_EQ(engine("0.05", ""), "direct");
+  EXPECT_EQ(engine("0.05", "0.08"), "cudnn");
+  EXPECT_EQ(engine("0.02", ""), "cudnn");
+  EXPECT_EQ(engine("0.02", "0.015"), "direct");
+}
+
 TEST(ConvKernel, DirectKernelOnlyWhereTheConvsMathIsIeee) {
   // cuDNN as timed is slower either way; a conv whose math is TF32 (eager's
   // is) stays off the direct kernel, whose IEEE result would lie TF32's error

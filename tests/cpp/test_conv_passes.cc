@@ -133,6 +133,15 @@ TEST(ConvPrecision, RecordsCudnnsTimesOnTheConvWhereTheyOutliveItsSignature) {
   EXPECT_EQ(recorded->channels_last_ms, 0.5);
 }
 
+TEST(ConvPrecision, RecordsTheDirectKernelsTimeOnTheConv) {
+  auto g = parse(kTwoConvs);
+  passes::PassOptions options;
+  options.conv_direct_ms[conv_signature(*nth_conv(*g, 0))] = 0.25;
+  passes::PassManager(passes::default_pipeline(), options).run(*g);
+  EXPECT_EQ(measured_direct_ms(*nth_conv(*g, 0)), std::optional<double>(0.25)) << print(*g);
+  EXPECT_FALSE(measured_direct_ms(*nth_conv(*g, 1)));
+}
+
 TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
   // cuDNN's IEEE convs gain nothing channels-last; a 3xTF32 kernel (which
   // needs channels-last) is modelled faster than cuDNN's SIMT fp32 as timed

@@ -76,3 +76,25 @@ def test_direct_conv_propagates_nan_and_inf_as_eager():
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
     finite = want.isfinite()
     torch.testing.assert_close(got[finite], want[finite], rtol=1e-4, atol=1e-4)
+
+
+def test_the_probe_times_the_direct_kernel_and_rejects_a_wrong_result(monkeypatch):
+    """conv_probe's timing of the direct kernel alone (where the cost model
+    cannot tell it from cuDNN's): a positive time for a kernel that matches
+    cuDNN's IEEE conv, none where the result strays."""
+    from fuseforge._native import core
+    from fuseforge.runtime import conv_probe
+    text = """graph @g(%x: f32[4,8,10,24,24], %w: f32[16,8,3,3,3] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1, 1], groups=1, output_padding=[0, 0, 0], padding=[1, 1, 1], stride=[1, 1, 1], transposed=false} : f32[4,16,10,24,24]
+  return %0
+}
+"""
+    (conv,) = core.convolutions(text)
+    device = torch.device("cuda")
+    kernel, out = conv_probe._direct_kernel(conv, conv_probe._arch(device))
+    assert out == [4, 16, 10, 24, 24] and "_direct_" in kernel.name
+    timed = conv_probe.measure_direct(conv, device, kernel, out)
+    assert 0 < timed["direct_ms"] < 100, timed
+    plain = conv_probe._call
+    monkeypatch.setattr(conv_probe, "_call", lambda c, x, w: plain(c, x, w) + 0.01)
+    assert conv_probe.measure_direct(conv, device, kernel, out)["direct_ms"] is None

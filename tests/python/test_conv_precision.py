@@ -157,7 +157,7 @@ def test_without_a_gpu_or_under_the_tf32_policy_nothing_is_probed(fake_gpu):
     assert conv_probe.decide(TWO_CONVS, "fp32", CPU) == {}
     assert _precisions(_compile()) == ["ieee", "ieee"]
     assert conv_probe.decide(TWO_CONVS, "tf32", torch.device("cuda")) == {"conv_tf32": {}, "conv_channels_last": {},
-                                                                          "conv_cudnn_ms": {}}
+                                                                          "conv_cudnn_ms": {}, "conv_direct_ms": {}}
     assert _precisions(_compile(precision="tf32")) == ["tf32", "tf32"]
     assert fake_gpu == []
 
@@ -208,6 +208,52 @@ def test_where_conv_kernels_may_replace_cudnn_its_times_go_on_the_conv(fake_gpu,
     assert after.count("cudnn_channels_last_ms=3.0, cudnn_contiguous_ms=2.0") == 1, after
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "direct")
     assert probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))["conv_cudnn_ms"] == {}
+
+
+def test_the_direct_kernel_is_timed_where_the_model_cannot_tell_it_from_cudnn(fake_gpu, monkeypatch, tmp_path):
+    """Under the auto policy an IEEE conv's direct kernel is timed (once) where
+    its modelled time is within DIRECT_BAND of cuDNN's as timed, and the time
+    goes on the conv; a TF32 conv (the first: eager's is) is not timed."""
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "auto")
+    first, second = core.convolutions(TWO_CONVS)
+    assert first["direct_model_ms"] > 0 and second["direct_model_ms"] > 0
+    cudnn_ms = {first["signature"]: first["direct_model_ms"], second["signature"]: second["direct_model_ms"] * 1.5}
+    monkeypatch.setattr(conv_probe, "measure_layout", lambda conv, device, math: {
+        "contiguous_ms": cudnn_ms[conv["signature"]], "channels_last_ms": cudnn_ms[conv["signature"]]})
+    monkeypatch.setattr(conv_probe, "_arch", lambda device: 90)
+    timed = []
+
+    def measure(conv, device, kernel, out_shape):
+        timed.append((conv["signature"], "_direct_" in kernel.name, out_shape))
+        return {"direct_ms": 0.125}
+    monkeypatch.setattr(conv_probe, "measure_direct", measure)
+    decided = probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))
+    assert timed == [(second["signature"], True, [2, 4, 6, 6])]
+    assert decided["conv_direct_ms"] == {second["signature"]: 0.125}
+    assert _compile(convs=decided).ir_after.count("direct_ms=0.125") == 1
+    conv_probe._memory.clear()
+    assert probe_convs(TWO_CONVS, "fp32", torch.device("cuda")) == decided  # from the disk cache
+    assert len(timed) == 1
+    # Modelled far from cuDNN's time (as timed afresh): the model's margin decides, nothing is timed.
+    cudnn_ms[second["signature"]] = second["direct_model_ms"] * (conv_probe.DIRECT_BAND + 1)
+    monkeypatch.setattr(conv_probe, "_memory", {})
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path / "fresh"))
+    assert probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))["conv_direct_ms"] == {}
+    assert len(timed) == 1
+
+
+def test_the_direct_probes_kernel_is_the_conv_alone_and_compiles():
+    """What measure_direct times (without a GPU, short of the launch): the
+    direct kernel of the conv alone, on its operands as captured (the
+    channels-last input read in place), which NVRTC compiles."""
+    text = TWO_CONVS.replace("%x: f32[2,8,12,12]", "%x: f32[2,8,12,12]{1152,1,96,8}")
+    conv = core.convolutions(text)[0]
+    kernel, out = conv_probe._direct_kernel(conv, 90)
+    assert out == [2, 16, 12, 12]
+    assert "_direct_" in kernel.name
+    assert "xg[ch * 1LL + h * 96LL + w_ * 8LL]" in kernel.source
+    is_cubin, size, log = core.nvrtc_compile(kernel.translation_unit, kernel.name, 90)
+    assert is_cubin and size > 0, log
 
 
 def test_specializations_are_guarded_on_the_users_conv_precision(user_flags):

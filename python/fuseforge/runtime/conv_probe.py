@@ -21,9 +21,17 @@ error is within 1.6x eager's, i.e. where TF32 math keeps the contract with a
 margin for its accumulation: eager's TF32 convs measure about 1x, its fp32
 ones about 1/1000x. Without a GPU nothing is probed and every f32 conv stays
 IEEE.
+
+Where conv kernels may replace cuDNN, cuDNN's times are measured too, and so
+is our direct kernel's (IEEE convs) where the cost model puts it within
+DIRECT_BAND of cuDNN's: there the model's error decides more often than the
+kernels do (a 3-D conv's direct kernel ran 0.65 ms where cuDNN took 0.76,
+modelled at 0.74 and weighed with its 1.25x margin). The scheduler then
+weighs the two as timed.
 """
 from __future__ import annotations
 
+import hashlib
 import warnings
 from typing import Any, Callable
 
@@ -36,6 +44,8 @@ from fuseforge.runtime.precision import conv_fp32_precision, eager_conv_precisio
 
 #: TF32 is allowed where the TF32 rounding error is at most this times eager's.
 TF32_MARGIN = 1.6
+#: The direct kernel is timed where its modelled time is within this factor of cuDNN's, either way.
+DIRECT_BAND = 2.0
 _CACHE_FILE = "conv_probe.json"
 _memory: dict[str, dict] = {}
 
@@ -114,6 +124,94 @@ def measure_layout(conv: dict, device: torch.device, fp32_precision: str) -> dic
     return {"contiguous_ms": contiguous, "channels_last_ms": channels_last}
 
 
+def _ints(v: list[int]) -> str:
+    return "[" + ", ".join(map(str, v)) + "]"
+
+
+def direct_probe_graph(conv: dict) -> tuple[str, list[int]]:
+    """IR of `conv` alone, IEEE, on operands of its captured types (the
+    direct kernel reads them where they are), and its output shape."""
+    meta = torch.ops.aten.convolution.default(
+        torch.empty(conv["input"][1], device="meta"), torch.empty(conv["weight"][1], device="meta"), None,
+        conv["stride"], conv["padding"], conv["dilation"], conv["transposed"], conv["output_padding"], conv["groups"])
+    out = list(meta.shape)
+
+    def typed(t: tuple) -> str:
+        return f"{t[0]}[{','.join(map(str, t[1]))}]{{{','.join(map(str, t[2]))}}}"
+    attrs = (f"dilation={_ints(conv['dilation'])}, fp32_precision=\"ieee\", groups={conv['groups']}, "
+             f"output_padding={_ints(conv['output_padding'])}, padding={_ints(conv['padding'])}, "
+             f"stride={_ints(conv['stride'])}, transposed=false")
+    text = (f"graph @direct_probe(%x: {typed(conv['input'])}, %w: {typed(conv['weight'])} param) {{\n"
+            f"  %0 = convolution(%x, %w) {{{attrs}}} : {conv['dtype']}[{','.join(map(str, out))}]\n"
+            "  return %0\n}\n")
+    return text, out
+
+
+def _direct_kernel(conv: dict, arch: int) -> tuple[Any, list[int]] | None:
+    """The plan's kernel for `conv` alone as a direct kernel and the output
+    shape; None where the plan is not that one kernel on the operands as they are."""
+    text, out = direct_probe_graph(conv)
+    # cuDNN's times given as infinite: the scheduler takes the direct kernel wherever one covers the conv.
+    inf = float("inf")
+    options = core.CompileOptions(precision="fp32", gemm="off", arch=arch, conv="direct",
+                                  conv_cudnn_ms={conv["signature"]: (inf, inf)})
+    plan = core.compile(text, options).plan
+    if len(plan.kernels) != 1 or len(plan.prepare) > 0:
+        return None
+    kernel = plan.kernels[0]
+    reads = [plan.buffers[i.buffer].name for i in kernel.inputs]
+    if kernel.kind != "conv" or "_direct_" not in kernel.name or reads != ["x", "w"]:
+        return None
+    return kernel, out
+
+
+def measure_direct(conv: dict, device: torch.device, kernel: Any, out_shape: list[int]) -> dict:
+    """Milliseconds of the direct kernel `kernel` (_direct_kernel's) on
+    random operands of `conv`'s types; None where its result strays from
+    cuDNN's IEEE conv (so that a wrong kernel never wins by being fast)."""
+    from fuseforge.runtime.autotune import cuda_time
+    arch = _arch(device)
+    loaded = core.load_kernels([kernel], arch)[0]
+    if isinstance(loaded, str):
+        raise RuntimeError(f"the direct kernel did not compile: {loaded[:200]}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.no_grad():
+        x, w = operands(conv, device)
+        y = torch.empty(out_shape, dtype=x.dtype, device=device)
+        stream = torch.cuda.current_stream(device).cuda_stream
+
+        def run() -> None:
+            loaded.launch(index, [y.data_ptr(), x.data_ptr(), w.data_ptr()], [], stream)
+        run()
+        with conv_fp32_precision("ieee"):
+            ref = _call(conv, x, w)
+        if not torch.allclose(y, ref, rtol=1e-3, atol=1e-3):
+            return {"direct_ms": None, "max_error": float((y - ref).abs().max())}
+        return {"direct_ms": cuda_time(run)}
+
+
+def _arch(device: torch.device) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+def _timed_direct(env: str, conv: dict, device: torch.device) -> float | None:
+    """measure_direct's answer, cached per kernel source; None (with a
+    warning where it cannot run) where no direct kernel was timed."""
+    try:
+        found = _direct_kernel(conv, _arch(device))
+        if found is None:
+            return None
+        kernel, out = found
+        digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:16]
+        return _cached(f"{env}|{conv['signature']}|direct {digest}",
+                       lambda: measure_direct(conv, device, kernel, out))["direct_ms"]
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
+        warnings.warn(f"fuseforge: could not time `{conv['text']}` on the direct kernel ({str(e)[:200]}); the "
+                      "cost model weighs it")
+        return None
+
+
 def _probed_tf32(key: str, conv: dict, device: torch.device) -> bool:
     """The probe's answer for one conv; IEEE (with a warning) where it cannot
     run, e.g. out of memory for a conv of that size."""
@@ -126,13 +224,16 @@ def _probed_tf32(key: str, conv: dict, device: torch.device) -> bool:
 
 
 def decide(text: str, precision: str, device: torch.device, *, forced: str = "probe",
-           tune_layout: bool = False, time_cudnn: bool = False) -> dict[str, dict]:
+           tune_layout: bool = False, time_cudnn: bool = False, time_direct: bool = False) -> dict[str, dict]:
     """CompileOptions' conv arguments for an IR graph: `conv_tf32` (per f32
     conv signature: eager's conv uses TF32, as probed; unneeded under the tf32
     policy), `conv_channels_last` (per signature, timed, with `tune_layout`)
     and `conv_cudnn_ms` (per signature, cuDNN's (contiguous, channels-last)
     milliseconds, with `time_cudnn`: the conv scheduler weighs implicit-GEMM
-    kernels against these). Empty without a GPU.
+    kernels against these) and `conv_direct_ms` (per IEEE signature whose
+    direct kernel the model puts within DIRECT_BAND of cuDNN's timed time,
+    the kernel's milliseconds, with `time_cudnn` and `time_direct`). Empty
+    without a GPU.
     `forced` "ieee" or "tf32" sets every f32 conv's math instead of probing
     (diagnostics)."""
     if device.type != "cuda":
@@ -141,6 +242,7 @@ def decide(text: str, precision: str, device: torch.device, *, forced: str = "pr
     conv_tf32: dict[str, bool] = {}
     conv_channels_last: dict[str, bool] = {}
     conv_cudnn_ms: dict[str, tuple[float, float]] = {}
+    conv_direct_ms: dict[str, float] = {}
     env = _environment(device) if convs else ""
     for conv in convs:
         sig = conv["signature"]
@@ -159,7 +261,15 @@ def decide(text: str, precision: str, device: torch.device, *, forced: str = "pr
                 conv_channels_last[sig] = t["channels_last_ms"] < t["contiguous_ms"]
             if time_cudnn:
                 conv_cudnn_ms[sig] = (t["contiguous_ms"], t["channels_last_ms"])
-    return {"conv_tf32": conv_tf32, "conv_channels_last": conv_channels_last, "conv_cudnn_ms": conv_cudnn_ms}
+            model = conv.get("direct_model_ms")
+            cudnn = min(t["contiguous_ms"], t["channels_last_ms"])
+            if time_cudnn and time_direct and math == "ieee" and model is not None and \
+                    cudnn / DIRECT_BAND < model < cudnn * DIRECT_BAND:
+                direct = _timed_direct(env, conv, device)
+                if direct is not None:
+                    conv_direct_ms[sig] = direct
+    return {"conv_tf32": conv_tf32, "conv_channels_last": conv_channels_last, "conv_cudnn_ms": conv_cudnn_ms,
+            "conv_direct_ms": conv_direct_ms}
 
 
 def _timed_layouts(key: str, conv: dict, device: torch.device, math: str) -> dict | None:

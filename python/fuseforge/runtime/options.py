@@ -71,7 +71,7 @@ def probe_convs(text: str, precision: str, device: torch.device) -> dict[str, di
         raise ValueError(f"fuseforge: FUSEFORGE_CONV_PRECISION is {forced!r}; expected probe, ieee or tf32")
     implicit = conv_policy() in ("auto", "1", "always")
     return conv_probe.decide(text, precision, device, forced=forced, tune_layout=autotune_enabled(),
-                             time_cudnn=implicit)
+                             time_cudnn=implicit, time_direct=conv_policy() in ("auto", "1"))
 
 
 def compile_ir(text: str, precision: str = "fp32", arch: int = 0, *, gemm: str | None = None,
