@@ -431,6 +431,9 @@ POINTWISE_CASES = {
                   + torch.remainder(x, 0.7) + torch.fmod(x, 0.7), [_r(4, 5)]),
     "activations": (lambda m, x: F.gelu(x) + F.gelu(x, approximate="tanh") + F.silu(x) + F.hardswish(x)
                     + F.hardsigmoid(x) + F.relu6(x) + F.leaky_relu(x, 0.1) + F.elu(x), [_r(4, 5)]),
+    # elu, selu and celu (aten.elu's scale and input scale), NaN and the infinities included; bf16 computes in f32.
+    "elu_family": (lambda m, x: (F.elu(x, 0.7), F.selu(x), F.celu(x, 0.5), F.elu(x.bfloat16()).float()),
+                   [torch.tensor([[-3.0, -0.5, 0.0, 0.5, 2.0], [float("nan"), float("inf"), -float("inf"), -1e-8, 1e-8]])]),
     "casts": (lambda m, x, i: (x.half().float() + i.float(), i.to(torch.int32) + 1, x.double(), x.to(torch.float32)),
               [_r(4, 5), torch.arange(20).reshape(4, 5)]),
     "int_times_float": (lambda m, i: (i * 2.5, i / 4, torch.exp(i), torch.where(i > 2, i, 0.5)),
@@ -442,6 +445,13 @@ POINTWISE_CASES = {
 }
 
 REDUCTION_CASES = {
+    # torch.linalg.vector_norm of every order kind, and what calls it.
+    "vector_norms": (lambda m, x: (torch.linalg.vector_norm(x), torch.linalg.vector_norm(x, 1, dim=1),
+                                   torch.linalg.vector_norm(x, float("inf"), dim=(0, 2), keepdim=True),
+                                   torch.linalg.vector_norm(x, -float("inf"), dim=1), torch.linalg.vector_norm(x, 0, dim=2),
+                                   torch.linalg.vector_norm(x, 3, dim=1), torch.norm(x.half(), dim=1).float(),
+                                   F.normalize(x, dim=1), F.cosine_similarity(x, x + 1, dim=1)),
+                     [_r(3, 4, 5)]),
     "sum_mean": (lambda m, x: (x.sum(1), x.sum(dim=(0, 2), keepdim=True), x.sum(), x.mean(-1), x.mean()),
                  [_r(3, 4, 5)]),
     "sum_dtype": (lambda m, x, i: (x.sum(1, dtype=torch.float64), i.sum(0), i.sum()),
@@ -508,6 +518,11 @@ NORM_CASES = {
                      [_r(2, 3, 7, 9), _r(2, 3, 11), _r(1, 2, 5, 6, 7)]),
     "repeat_tiles": (lambda m, x, w: (x.repeat(2, 3) + 1, w.repeat(4, 1, 2), x.t().repeat(2, 1)),
                      [_r(3, 5), _r(6)]),
+    # Output sizes dividing the input's: plain pools, or reductions to size 1; others stay library calls.
+    "adaptive_pools": (lambda m, x: (F.adaptive_avg_pool2d(x, (2, 4)), F.adaptive_max_pool2d(x, 1),
+                                     F.adaptive_max_pool2d(x, 4), F.adaptive_max_pool3d(x, (1, 2, 2)),
+                                     F.adaptive_avg_pool1d(x[:, 0], 4), F.adaptive_avg_pool2d(x, 3)),
+                       [_r(2, 3, 8, 8)]),
     "upsample": (lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest"), [_r(1, 2, 3, 3)]),
     "sdpa": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
              [_r(2, 3, 5, 4), _r(2, 3, 5, 4), _r(2, 3, 5, 4)]),
@@ -560,12 +575,20 @@ def test_op_mapping_details():
     assert ops("div_trunc") == ["div", "trunc"]
     assert ops("int_floordiv") == ["opaque"]
     assert "{alpha=2, beta=0.5}" in case_capture("addmm_beta_alpha").text
-    assert 'target="aten.native_layer_norm.default"' in case_capture("layer_norm_no_affine").text
+    # Without weight and bias: ones and zeros, so that the norm is a reduction kernel, not a library call.
+    assert "layer_norm(%x, %0, %1) {eps=1e-05, ndims=1}" in case_capture("layer_norm_no_affine").text
+    assert case_capture("layer_norm_no_affine").opaque_targets == []
     assert re.search(r"%0, %1, %2 = opaque\(", case_capture("native_layer_norm_stats").text)
     assert "layer_norm(%x, %ln.weight, %ln.bias) {eps=1e-05, ndims=2}" in case_capture("layer_norm_2d").text
     assert "gelu(%x) {approximate=\"tanh\"}" in case_capture("activations").text
     assert "silu" in ops("activations") and "where" in ops("activations")
-    assert [t for t in case_capture("activations").opaque_targets] == ["aten.elu.default"]
+    assert case_capture("activations").opaque_targets == []
+    assert case_capture("elu_family").opaque_targets == []
+    assert "expm1" in ops("elu_family") and "where" in ops("elu_family")
+    assert case_capture("vector_norms").opaque_targets == []
+    assert case_capture("adaptive_pools").opaque_targets == ["aten._adaptive_avg_pool2d.default"]  # 8 -> 3
+    assert ops("adaptive_pools").count("max_pool") == 2 and "amax" in ops("adaptive_pools")
+    assert {"sum", "amax", "amin", "sqrt", "pow"} <= set(ops("vector_norms"))
     cg = case_capture("const_tensor")
     assert [k for _, _, k in graph_inputs(cg.text)] == ["user", "const"]
     assert [b.source for b in cg.input_bindings if b.kind == "const"] == list(cg.constants)

@@ -10,7 +10,7 @@ import torch.fx as fx
 
 from fuseforge._native import core
 from fuseforge.capture.graph import CaptureError
-from fuseforge.capture.irtext import _contiguous_strides
+from fuseforge.capture.irtext import _T, _contiguous_strides
 from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
 
 if TYPE_CHECKING:
@@ -100,6 +100,35 @@ def _gelu(L: _Lowerer, node, a):
 
 
 _register(["gelu.default"], _gelu)
+
+
+def _opmath(L: _Lowerer, x: _V) -> _V:
+    """x as the dtype ATen's kernels compute it in: f32 for f16 and bf16."""
+    if x.type.dtype in (torch.float16, torch.bfloat16):
+        return L.emit1("cast", [x], x.type.with_dtype(torch.float32))
+    return x
+
+
+def _elu(L: _Lowerer, node, a):
+    """elu/selu/celu as ATen computes them (in f32 for f16 and bf16):
+    x * scale where x > 0 (or NaN), else expm1(x * input_scale) * alpha * scale."""
+    t = L.rtype(node)
+    if not t.dtype.is_floating_point:
+        raise _Unsupported("elu of a non-floating tensor")
+    x = _opmath(L, L.value(a["self"]))
+    ft = x.type
+    alpha, scale, input_scale = (float(1.0 if a.get(k) is None else a[k]) for k in ("alpha", "scale", "input_scale"))
+    inner = x if input_scale == 1 else L.pointwise("mul", [x, _Lit(input_scale)], ft)
+    negative = L.pointwise("expm1", [inner], ft)
+    if alpha * scale != 1:
+        negative = L.pointwise("mul", [negative, _Lit(alpha * scale)], ft)
+    positive = x if scale == 1 else L.pointwise("mul", [x, _Lit(scale)], ft)
+    at_most_zero = L.pointwise("le", [x, _Lit(0.0)], ft.with_dtype(torch.bool))
+    out = L.pointwise("where", [at_most_zero, negative, positive], ft)
+    return out if ft.dtype == t.dtype else L.emit1("cast", [out], t)
+
+
+_register(["elu.default"], _elu)
 
 
 def _scaled(L: _Lowerer, y: Any, alpha: Any) -> Any:
@@ -348,16 +377,21 @@ _register(["log_softmax.int"], _softmax("log_softmax", with_dtype=True))
 
 
 def _layer_norm(L: _Lowerer, node, a):
-    w, b = a.get("weight"), a.get("bias")
-    if w is None or b is None:
-        raise _Unsupported("layer norm without weight or bias")
     for u in node.users:
         if u.target is not operator.getitem or u.args[1] != 0:
             raise _Unsupported("mean/rstd results are used")
     x = L.value(a["input"])
     t0 = L.types(node)[0]
-    v = L.emit1("layer_norm", [x, L.value(w), L.value(b)], t0,
-                {"ndims": len(a["normalized_shape"]), "eps": float(a["eps"])})
+    shape = tuple(int(d) for d in a["normalized_shape"])
+
+    def affine(key: str, default: int) -> _V:
+        """The weight or bias, or (F.layer_norm without it) ones or zeros of the normalized shape."""
+        if a.get(key) is not None:
+            return L.value(a[key])
+        t = _T(x.type.dtype, shape, _contiguous_strides(shape))
+        return L.emit1("full", [_Lit(_literal_for(default, t.dtype))], t)
+    v = L.emit1("layer_norm", [x, affine("weight", 1), affine("bias", 0)], t0,
+                {"ndims": len(shape), "eps": float(a["eps"])})
     return [v, None, None]
 
 
@@ -416,6 +450,37 @@ for _d in (1, 2, 3):
     _register([f"max_pool{_d}d.default"], _pool("max_pool", _d))
     _register([f"max_pool{_d}d_with_indices.default"], _pool("max_pool", _d, with_indices=True))
     _register([f"avg_pool{_d}d.default"], _pool("avg_pool", _d))
+
+
+def _adaptive_pool(irop: str, dims: int, with_indices: bool = False):
+    """Adaptive pools whose output sizes divide the input's: equal windows, a
+    plain pool, or to size 1 amax or mean over the pooled dims; others, whose
+    windows differ in size, stay library calls."""
+    def h(L: _Lowerer, node, a):
+        if with_indices and any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+            raise _Unsupported("adaptive max pool indices are used")
+        x = L.value(a["self"])
+        rank = len(x.type.shape)
+        out = _per_dim(a["output_size"], dims)
+        size = list(x.type.shape[rank - dims:])
+        if rank < dims + 1 or len(out) != dims or any(o <= 0 or i % o for i, o in zip(size, out)):
+            raise _Unsupported(f"adaptive pool from {size} to {out}")
+        t = L.types(node)[0] if with_indices else L.rtype(node)
+        if all(o == 1 for o in out):  # a reduction, not one thread walking every pixel of a window
+            v = L.emit1("amax" if irop == "max_pool" else "mean", [x], t,
+                        {"dims": list(range(rank - dims, rank)), "keepdim": True})
+        else:
+            window = [i // o for i, o in zip(size, out)]
+            attrs: dict[str, Any] = {"kernel": window, "stride": window, "padding": [0] * dims, "ceil_mode": False}
+            attrs.update({"dilation": [1] * dims} if irop == "max_pool" else {"count_include_pad": True})
+            v = L.emit1(irop, [x], t, attrs)
+        return [v, None] if with_indices else v
+    return h
+
+
+for _d in (1, 2, 3):
+    _register([f"adaptive_max_pool{_d}d.default"], _adaptive_pool("max_pool", _d, with_indices=True))
+    _register([f"_adaptive_avg_pool{_d}d.default", f"adaptive_avg_pool{_d}d.default"], _adaptive_pool("avg_pool", _d))
 
 
 # ---- matmul and convolution

@@ -5,9 +5,13 @@ indices of max/min share one), and each stays an IR op the rest of the
 compiler understands rather than an opaque call."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
-from fuseforge.capture.aten_handlers import _norm_dim, _norm_dims, _register, _var_attrs
+import torch
+
+from fuseforge.capture.aten_handlers import _norm_dim, _norm_dims, _opmath, _register, _var_attrs
+from fuseforge.capture.values import _Lit, _Unsupported
 
 if TYPE_CHECKING:
     from fuseforge.capture.lowering import _Lowerer
@@ -42,7 +46,44 @@ def _logsumexp(L: _Lowerer, node, a):
     return L.emit1("logsumexp", [x], L.rtype(node), {"dims": dims, "keepdim": bool(a.get("keepdim") or False)})
 
 
+def _vector_norm(L: _Lowerer, node, a):
+    """torch.linalg.vector_norm (torch.norm, F.normalize, cosine similarity)
+    as pointwise ops and one reduction, in f32 for f16 and bf16 inputs as
+    ATen computes it: ord 2 sqrt(sum(x * x)), 1 sum(|x|), inf amax(|x|),
+    -inf amin(|x|), 0 the count of nonzeros, p sum(|x| ** p) ** (1 / p)."""
+    t = L.rtype(node)
+    x = L.value(a["self"])
+    if not x.type.dtype.is_floating_point or a.get("dtype") is not None:
+        raise _Unsupported("vector norm of a non-floating tensor or with a dtype")
+    x = _opmath(L, x)
+    ft = x.type
+    order = float(2 if a.get("ord") is None else a["ord"])
+    attrs = {"dims": _norm_dims(a.get("dim"), len(ft.shape)), "keepdim": bool(a.get("keepdim") or False)}
+    reduced = t.with_dtype(ft.dtype)
+
+    def over(op: str, v) -> object:
+        return L.emit1(op, [v], reduced, attrs)
+    if order == 2:
+        out = L.pointwise("sqrt", [over("sum", L.pointwise("mul", [x, x], ft))], reduced)
+    elif order == 0:
+        nonzero = L.pointwise("ne", [x, _Lit(0.0)], ft.with_dtype(torch.bool))
+        out = over("sum", L.pointwise("cast", [nonzero], ft))
+    else:
+        magnitude = L.pointwise("abs", [x], ft)
+        if order == math.inf:
+            out = over("amax", magnitude)
+        elif order == -math.inf:
+            out = over("amin", magnitude)
+        elif order == 1:
+            out = over("sum", magnitude)
+        else:
+            powered = over("sum", L.pointwise("pow", [magnitude, _Lit(order)], ft))
+            out = L.pointwise("pow", [powered, _Lit(1.0 / order)], reduced)
+    return out if reduced.dtype == t.dtype else L.emit1("cast", [out], t)
+
+
 _register(["var_mean.correction"], _var_mean)
+_register(["linalg_vector_norm.default"], _vector_norm)
 _register(["max.dim"], _extreme_with_index("amax", "argmax"))
 _register(["min.dim"], _extreme_with_index("amin", "argmin"))
 _register(["logsumexp.default"], _logsumexp)
