@@ -379,6 +379,24 @@ bool view_chain_identity(Rewriter& rw, Node* n) {
   return false;
 }
 
+// A reduction over dims that all have extent 1 (sum, mean, prod, amax, amin,
+// logsumexp: each of one element is that element, inf and NaN included) is
+// its input, viewed to the result's shape: no kernel, and the ops after it
+// join the kernel before it (a logsumexp over channels, then a sum over the
+// 1x1 pixels a global pool left).
+bool reduce_unit_extents(Rewriter& rw, Node* n) {
+  if (n->operands.size() != 1 || !n->operands[0].is_value() || !n->has_attr("dims")) return false;
+  const TensorType& x = n->input(0)->type;
+  if (x.dtype != n->result()->type.dtype) return false;  // sum's dtype= (or an int's promotion) casts
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  for (int64_t d : n->attr_ints("dims")) {
+    if (d < 0) d += rank;
+    if (d < 0 || d >= rank || x.shape[d] != 1) return false;
+  }
+  if (x.shape == n->result()->type.shape) return rw.forward(n, n->input(0));
+  return rw.rewrite(n, Op::View, {n->operands[0]}, Attrs{});
+}
+
 const Rule kRules[] = {
     // ---- add / sub
     {Op::Add, "add-literal-to-rhs", literal_to_rhs},
@@ -477,6 +495,12 @@ const Rule kRules[] = {
        attrs["dims"] = r;
        return rw.rewrite(n, Op::Permute, {inner->operands[0]}, attrs);
      }},
+    {Op::Sum, "reduce-unit-extents", reduce_unit_extents},
+    {Op::Mean, "reduce-unit-extents", reduce_unit_extents},
+    {Op::Prod, "reduce-unit-extents", reduce_unit_extents},
+    {Op::Amax, "reduce-unit-extents", reduce_unit_extents},
+    {Op::Amin, "reduce-unit-extents", reduce_unit_extents},
+    {Op::Logsumexp, "reduce-unit-extents", reduce_unit_extents},
     {Op::View, "view-view", [](Rewriter& rw, Node* n) {
        Node* inner = Rewriter::def(n, 0, Op::View);
        if (!inner || !inner->input(0) || !inner->input(0)->type.is_contiguous()) return false;
