@@ -21,6 +21,7 @@ std::unique_ptr<Pass> make_split_long_reduction();  // split_long_reduction.cc
 std::unique_ptr<Pass> make_recompute_pointwise();  // recompute_pointwise.cc
 std::unique_ptr<Pass> make_pointwise_before_view();  // pointwise_before_view.cc
 std::unique_ptr<Pass> make_reduction_before_view();  // reduction_before_view.cc
+std::unique_ptr<Pass> make_compose_pools();  // compose_pools.cc
 
 namespace {
 struct Entry {
@@ -45,6 +46,7 @@ const Entry kPasses[] = {
     {"recompute_pointwise", make_recompute_pointwise},
     {"pointwise_before_view", make_pointwise_before_view},
     {"reduction_before_view", make_reduction_before_view},
+    {"compose_pools", make_compose_pools},
 };
 }  // namespace
 
@@ -65,7 +67,7 @@ std::vector<std::string> pass_names() {
 
 // conv_precision first: it decides on the convolutions as captured.
 std::vector<std::string> default_pipeline() {
-  return {"conv_precision",      "canonicalize",       "matmul_sum_to_gemv", "gemv_as_reduction",
+  return {"conv_precision",      "canonicalize",       "compose_pools",      "matmul_sum_to_gemv", "gemv_as_reduction",
           "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue", "conv_layout",
           "round_conv_operands",  "reduction_before_view", "split_long_reduction", "pointwise_before_view", "cse",
           "dce"};
