@@ -10,7 +10,10 @@
 //   - the pointwise groups that read the results (the epilogue), at the
 //     row's shape (rsqrt(var + eps)) or the domain's (x * rstd * w: the
 //     results applied back to the rows), and views that only add or drop
-//     size-1 dims on the way.
+//     size-1 dims on the way;
+//   - pointwise groups beside it that read what it reads, written in the
+//     same pass; but one that only another reduction reads comes in with
+//     that reduction, or stays that reduction's prologue.
 // Growing from a seed reduction, a pointwise group or node joins when the
 // whole still forms one domain, no path leaves the kernel and comes back
 // into it (a cycle through a library call), every value read outside the
@@ -115,6 +118,32 @@ class ReductionScheduler final : public Scheduler {
     return (!applies || apply_pass_pays(s, l, options)) && writes_coalesced(s, l);
   }
 
+  // The reduction a pointwise group is the prologue of, where it is a sibling
+  // of the kernel's members (it reads what they read, nothing they make, and
+  // they read nothing it makes), its results go to that one reduction alone,
+  // and no kernel has taken that reduction yet.
+  static Node* prologue_of(const PartitionBuilder& p, const Unit& u, const std::unordered_set<const Node*>& members) {
+    if (u.group < 0) return nullptr;
+    const std::unordered_set<const Node*> unit(u.nodes.begin(), u.nodes.end());
+    Node* reader = nullptr;
+    for (Node* n : u.nodes) {
+      if (p.feeds_graph_output(n)) return nullptr;
+      for (auto& o : n->operands)
+        if (o.is_value() && o.value->producer && members.count(o.value->producer)) return nullptr;
+      for (Node* r : p.users(n)) {
+        if (unit.count(r)) continue;
+        if (members.count(r) || (reader != nullptr && reader != r)) return nullptr;
+        reader = r;
+      }
+    }
+    return reader != nullptr && is_kernel_reduction(*reader) && !p.group_of(reader) ? reader : nullptr;
+  }
+
+  static std::vector<Node*> joined(const PartitionBuilder& p, std::vector<Node*> a, const std::vector<Node*>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return ordered(p, std::move(a));
+  }
+
   static void grow(PartitionBuilder& p, Node* seed, const FusionOptions& options) {
     std::vector<Node*> order{seed};
     std::unordered_set<const Node*> members{seed};
@@ -123,12 +152,21 @@ class ReductionScheduler final : public Scheduler {
     for (bool changed = true; changed;) {
       changed = false;
       for (Unit& u : candidates(p, members, order)) {
-        std::vector<Node*> trial = order;
-        trial.insert(trial.end(), u.nodes.begin(), u.nodes.end());
-        trial = ordered(p, trial);
+        std::vector<Node*> nodes = u.nodes;
+        // A sibling that is another reduction's prologue (x * x beside
+        // amax(x), for sum(x * x)) joins with that reduction where both fit
+        // this kernel; where only that reduction's kernel can take it, it is
+        // left to it: written here for it, it would cost a write and a read.
+        if (Node* r = prologue_of(p, u, members)) {
+          std::vector<Node*> with_reader = nodes;
+          with_reader.push_back(r);
+          if (feasible(p, joined(p, order, with_reader), options)) nodes = with_reader;
+          else if (feasible(p, joined(p, {r}, u.nodes), options)) continue;
+        }
+        const std::vector<Node*> trial = joined(p, order, nodes);
         if (!feasible(p, trial, options)) continue;
         order = trial;
-        members.insert(u.nodes.begin(), u.nodes.end());
+        members.insert(nodes.begin(), nodes.end());
         if (u.group >= 0) taken.push_back(u.group);
         changed = true;
         break;
