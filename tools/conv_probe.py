@@ -215,16 +215,9 @@ def section_b(paths: list[Path], budget: float) -> list[dict]:
     return rows
 
 
-def _ints(v) -> str:
-    return "[" + ", ".join(map(str, v)) + "]"
-
-
 def _conv_graph(c: dict, math: str) -> tuple[str, list[int]]:
     """A graph of the conv on channels-last operands with a relu writing NCHW, and its output shape."""
-    meta = torch.ops.aten.convolution.default(torch.empty(c["input"][1], device="meta"),
-                                              torch.empty(c["weight"][1], device="meta"), None, c["stride"],
-                                              c["padding"], c["dilation"], False, c["output_padding"], 1)
-    out = list(meta.shape)
+    out = conv_probe.output_shape(c)
 
     def cl(shape):
         fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
@@ -233,9 +226,7 @@ def _conv_graph(c: dict, math: str) -> tuple[str, list[int]]:
     def t(shape, strides=None):
         s = f"{c['dtype']}[{','.join(map(str, shape))}]"
         return s + ("{" + ",".join(map(str, strides)) + "}" if strides else "")
-    attrs = (f"dilation={_ints(c['dilation'])}, fp32_precision=\"{math}\", groups=1, "
-             f"output_padding={_ints(c['output_padding'])}, padding={_ints(c['padding'])}, "
-             f"stride={_ints(c['stride'])}, transposed=false")
+    attrs = conv_probe.conv_attrs(c, math)
     x, w = t(c['input'][1], cl(c['input'][1])), t(c['weight'][1], cl(c['weight'][1]))
     # A 1xTF32 conv reads operands rounded to tf32 where they were written (round_conv_operands), as in a plan.
     rounded = math == "tf32" and c["dtype"] == "f32"

@@ -43,8 +43,9 @@ class ConvPrecision : public Pass {
     bool changed = false;
     for (auto& n : g.nodes()) {
       if (n->op != Op::Convolution || !conv_spec(*n)) continue;
+      const std::string signature = conv_signature(*n);
       if (cudnn_ != nullptr && !n->has_attr("cudnn_contiguous_ms")) {
-        auto it = cudnn_->find(conv_signature(*n));
+        auto it = cudnn_->find(signature);
         if (it != cudnn_->end()) {
           n->attrs["cudnn_contiguous_ms"] = it->second.contiguous_ms;
           n->attrs["cudnn_channels_last_ms"] = it->second.channels_last_ms;
@@ -52,14 +53,14 @@ class ConvPrecision : public Pass {
         }
       }
       if (direct_ != nullptr && !n->has_attr("direct_ms")) {
-        auto it = direct_->find(conv_signature(*n));
+        auto it = direct_->find(signature);
         if (it != direct_->end()) {
           n->attrs["direct_ms"] = it->second;
           changed = true;
         }
       }
       if (n->has_attr("fp32_precision") || n->result()->type.dtype != DType::f32) continue;
-      n->attrs["fp32_precision"] = std::string(tf32_ || eager_tf32(*n) ? "tf32" : "ieee");
+      n->attrs["fp32_precision"] = std::string(tf32_ || eager_tf32(signature) ? "tf32" : "ieee");
       changed = true;
     }
     return changed;
@@ -71,9 +72,9 @@ class ConvPrecision : public Pass {
   const std::map<std::string, CudnnTimes>* cudnn_ = nullptr;
   const std::map<std::string, double>* direct_ = nullptr;
 
-  bool eager_tf32(const Node& conv) const {
+  bool eager_tf32(const std::string& signature) const {
     if (eager_ == nullptr) return false;
-    auto it = eager_->find(conv_signature(conv));
+    auto it = eager_->find(signature);
     return it != eager_->end() && it->second;
   }
 };

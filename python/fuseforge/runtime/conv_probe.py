@@ -128,21 +128,30 @@ def _ints(v: list[int]) -> str:
     return "[" + ", ".join(map(str, v)) + "]"
 
 
-def direct_probe_graph(conv: dict) -> tuple[str, list[int]]:
-    """IR of `conv` alone, IEEE, on operands of its captured types (the
-    direct kernel reads them where they are), and its output shape."""
+def output_shape(conv: dict) -> list[int]:
+    """The output shape of a conv as core.convolutions() describes it."""
     meta = torch.ops.aten.convolution.default(
         torch.empty(conv["input"][1], device="meta"), torch.empty(conv["weight"][1], device="meta"), None,
         conv["stride"], conv["padding"], conv["dilation"], conv["transposed"], conv["output_padding"], conv["groups"])
-    out = list(meta.shape)
+    return list(meta.shape)
+
+
+def conv_attrs(conv: dict, fp32_precision: str) -> str:
+    """The IR attributes of a conv as core.convolutions() describes it, under `fp32_precision`."""
+    return (f"dilation={_ints(conv['dilation'])}, fp32_precision=\"{fp32_precision}\", groups={conv['groups']}, "
+            f"output_padding={_ints(conv['output_padding'])}, padding={_ints(conv['padding'])}, "
+            f"stride={_ints(conv['stride'])}, transposed={str(bool(conv['transposed'])).lower()}")
+
+
+def direct_probe_graph(conv: dict) -> tuple[str, list[int]]:
+    """IR of `conv` alone, IEEE, on operands of its captured types (the
+    direct kernel reads them where they are), and its output shape."""
+    out = output_shape(conv)
 
     def typed(t: tuple) -> str:
         return f"{t[0]}[{','.join(map(str, t[1]))}]{{{','.join(map(str, t[2]))}}}"
-    attrs = (f"dilation={_ints(conv['dilation'])}, fp32_precision=\"ieee\", groups={conv['groups']}, "
-             f"output_padding={_ints(conv['output_padding'])}, padding={_ints(conv['padding'])}, "
-             f"stride={_ints(conv['stride'])}, transposed=false")
     text = (f"graph @direct_probe(%x: {typed(conv['input'])}, %w: {typed(conv['weight'])} param) {{\n"
-            f"  %0 = convolution(%x, %w) {{{attrs}}} : {conv['dtype']}[{','.join(map(str, out))}]\n"
+            f"  %0 = convolution(%x, %w) {{{conv_attrs(conv, 'ieee')}}} : {conv['dtype']}[{','.join(map(str, out))}]\n"
             "  return %0\n}\n")
     return text, out
 
@@ -170,11 +179,10 @@ def measure_direct(conv: dict, device: torch.device, kernel: Any, out_shape: lis
     random operands of `conv`'s types; None where its result strays from
     cuDNN's IEEE conv (so that a wrong kernel never wins by being fast)."""
     from fuseforge.runtime.autotune import cuda_time
-    arch = _arch(device)
-    loaded = core.load_kernels([kernel], arch)[0]
+    loaded = core.load_kernels([kernel], _arch(device))[0]
     if isinstance(loaded, str):
         raise RuntimeError(f"the direct kernel did not compile: {loaded[:200]}")
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     with torch.no_grad():
         x, w = operands(conv, device)
         y = torch.empty(out_shape, dtype=x.dtype, device=device)
@@ -190,9 +198,12 @@ def measure_direct(conv: dict, device: torch.device, kernel: Any, out_shape: lis
         return {"direct_ms": cuda_time(run)}
 
 
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _arch(device: torch.device) -> int:
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
+    return core.device_arch(_index(device))
 
 
 def _timed_direct(env: str, conv: dict, device: torch.device) -> float | None:
