@@ -20,7 +20,11 @@
 // tensor (an activation of several ops, hardswish or mish, between a conv
 // and a norm's statistics and apply) is copied with its chain, at most
 // kMostChained nodes: the readers recompute it from the conv's result, which
-// they read in place of the chain's. A conv is written whole
+// they read in place of the chain's. A reader may be a reshape whose readers
+// all fuse (a group norm's apply on the [N, G, C/G, H*W] view): its copy
+// computes in the reshape's shape, the tensor and the small operands viewed
+// (a per-channel bias as [1, G, C/G, 1]), where every small operand spans
+// or skips each run of dims the reshape merges or splits. A conv is written whole
 // by cuDNN or by a conv kernel, which takes a pointwise epilogue only where
 // one group reads all of it, so its copies there are the same bytes read.
 //
@@ -31,6 +35,7 @@
 
 #include "fusion/reduction_domain.h"
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff::passes {
 
@@ -55,40 +60,71 @@ class RecomputePointwise : public Pass {
       std::vector<Node*> chain = recomputable(g, *n, chains);
       if (!chain.empty()) candidates.push_back(std::move(chain));
     }
+    std::vector<const Node*> dead;
     for (const std::vector<Node*>& chain : candidates) {
       Node* n = chain.back();
-      const std::vector<Node*> users = g.users(n->result());
       // Reductions over the same dims share a copy: they become one kernel
-      // (var and mean in one pass), which a copy each would split.
-      std::vector<std::pair<std::string, Value*>> shared{{reduction_key(*users[0]), n->result()}};
-      for (size_t i = 1; i < users.size(); ++i) {
-        const std::string key = reduction_key(*users[i]);
+      // (var and mean in one pass), which a copy each would split. The first
+      // reader that is not a reshape keeps n itself.
+      std::vector<std::pair<std::string, Value*>> shared;
+      for (Node* u : g.users(n->result())) {
+        if (u->op == Op::View) {  // a copy in the reshape's shape takes its place
+          g.replace_all_uses(u->result(), copy_before(g, u, chain, &u->result()->type.shape));
+          dead.push_back(u);
+          continue;
+        }
+        const std::string key = reduction_key(*u);
         Value* value = nullptr;
         for (const auto& [k, v] : shared)
           if (!key.empty() && k == key) value = v;
         if (value == nullptr) {
-          value = copy_before(g, users[i], chain);
+          value = shared.empty() ? n->result() : copy_before(g, u, chain);
           shared.emplace_back(key, value);
         }
-        for (Operand& o : users[i]->operands)
+        for (Operand& o : u->operands)
           if (o.is_value() && o.value == n->result()) o = Operand::of(value);
       }
+      if (shared.empty()) dead.insert(dead.end(), chain.begin(), chain.end());  // every reader a reshape
     }
+    g.erase_nodes_if([&](const Node* x) { return std::find(dead.begin(), dead.end(), x) != dead.end(); });
     return !candidates.empty();
   }
 
-  // A copy of `chain` (in order) before `user`; its last node's result.
-  static Value* copy_before(Graph& g, Node* user, const std::vector<Node*>& chain) {
+  // A copy of `chain` (in order) before `user`; its last node's result. With
+  // `shape`, the copy computes in that reshape of the chain's shape, reading
+  // the chain's tensor and its small operands through views
+  // (reshaped_operand).
+  static Value* copy_before(Graph& g, Node* user, const std::vector<Node*>& chain, const Shape* shape = nullptr) {
     std::unordered_map<const Value*, Value*> copied;
     Value* last = nullptr;
     for (const Node* c : chain) {
       std::vector<Operand> ops = c->operands;
-      for (Operand& o : ops)
-        if (o.is_value() && copied.count(o.value)) o = Operand::of(copied.at(o.value));
-      last = g.insert_before(user, c->op, ops, {c->result()->type}, c->attrs)->result();
+      for (Operand& o : ops) {
+        if (is_rank0(o)) continue;
+        if (!copied.count(o.value)) {
+          if (shape == nullptr) continue;
+          const Shape from = c->result()->type.shape;
+          copied[o.value] = g.insert_before(user, Op::View, {Operand::of(o.value)},
+                                            {TensorType::contiguous(o.value->type.dtype,
+                                                                    *reshaped_operand(*o.value, from, *shape))})
+                                ->result();
+        }
+        o = Operand::of(copied.at(o.value));
+      }
+      const TensorType& t = c->result()->type;
+      last = g.insert_before(user, c->op, ops, {shape ? TensorType::contiguous(t.dtype, *shape) : t}, c->attrs)
+                 ->result();
       copied[c->result()] = last;
     }
     return last;
+  }
+
+  // The shape operand `v` of a chain node of shape `from` takes in a copy of
+  // the chain in the reshape `to` (broadcast_through_reshape), if it can be
+  // viewed so: contiguous.
+  static std::optional<Shape> reshaped_operand(const Value& v, const Shape& from, const Shape& to) {
+    if (!v.type.is_contiguous()) return std::nullopt;
+    return broadcast_through_reshape(v.type.shape, from, to);
   }
 
   // What a reduction reduces ("" for other nodes): reductions with equal keys
@@ -110,10 +146,36 @@ class RecomputePointwise : public Pass {
     return op_kind(n.op) == OpKind::Pointwise && n.results.size() == 1 && !g.is_graph_output(n.result());
   }
 
+  // A reshape of n whose readers all take pointwise work in (a group norm's
+  // apply on the [N, G, C/G, H*W] view of an activation): it gets a copy of
+  // the chain computed in its shape.
+  static bool fused_reshape(const Graph& g, const Node& n, const Node& u) {
+    if (u.op != Op::View || g.is_graph_output(u.result()) || !n.result()->type.is_contiguous() ||
+        !u.result()->type.is_contiguous())
+      return false;
+    const std::vector<Node*> readers = g.users(u.result());
+    return !readers.empty() && std::all_of(readers.begin(), readers.end(), [](const Node* r) { return fuses(*r); });
+  }
+
+  // Whether `chain` (all of one shape, reading `root` of that shape) can be
+  // computed in the reshape `to`: each of its other operands viewed so.
+  static bool reshapes(const std::vector<const Node*>& chain, const Value& root, const Shape& to) {
+    const Shape& from = chain.front()->result()->type.shape;
+    if (root.type.shape != from || !root.type.is_contiguous()) return false;
+    for (const Node* c : chain) {
+      if (c->result()->type.shape != from) return false;
+      for (const Operand& o : c->operands)
+        if (!is_rank0(o) && o.value != &root && std::find(chain.begin(), chain.end(), o.value->producer) == chain.end() &&
+            !reshaped_operand(*o.value, from, to))
+          return false;
+    }
+    return true;
+  }
+
   // The nodes to copy for each further reader of n (n last, the others in
   // graph order), or none where n is not worth it: n pointwise, read by
   // several kernels that take pointwise work in (pointwise groups,
-  // reductions); its full-size operands lead, through pointwise nodes that
+  // reductions, directly or through a reshape); its full-size operands lead, through pointwise nodes that
   // only the chain reads (`chains`; else n alone), to one materialized
   // tensor of n's size, every other operand small. The copies then read that
   // tensor where the readers read n: the same bytes, and n is never written.
@@ -122,7 +184,7 @@ class RecomputePointwise : public Pass {
     const std::vector<Node*> users = g.users(n.result());
     if (users.size() < 2) return {};
     for (const Node* u : users)
-      if (!fuses(*u)) return {};
+      if (!fuses(*u) && !fused_reshape(g, n, *u)) return {};
     const int64_t size = numel(n.result()->type.shape);
     std::vector<const Node*> chain{&n}, pending{&n};
     const Value* root = nullptr;
@@ -152,6 +214,8 @@ class RecomputePointwise : public Pass {
     }
     // Single nodes: n alone. Chains: more than n (n alone was the first round's).
     if (root == nullptr || (chains && chain.size() == 1)) return {};
+    for (const Node* u : users)
+      if (u->op == Op::View && !reshapes(chain, *root, u->result()->type.shape)) return {};
     std::vector<Node*> ordered;
     for (const auto& node : g.nodes())
       if (std::find(chain.begin(), chain.end(), node.get()) != chain.end()) ordered.push_back(node.get());

@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff::passes {
 
@@ -31,32 +32,6 @@ bool reduces_dims(Op op) {
     default:
       return false;
   }
-}
-
-// The runs of dims of `a` and `b` (same element count) that a reshape maps
-// onto each other: pairs of [begin, end) ranges with equal products, as short
-// as they can be; size-1 dims join the run before them (or the first).
-std::vector<std::pair<std::pair<size_t, size_t>, std::pair<size_t, size_t>>> runs(const Shape& a, const Shape& b) {
-  std::vector<std::pair<std::pair<size_t, size_t>, std::pair<size_t, size_t>>> out;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const size_t i0 = i, j0 = j;
-    int64_t pa = a[i++], pb = b[j++];
-    while (pa != pb) {
-      if (pa < pb) {
-        if (i == a.size()) return {};
-        pa *= a[i++];
-      } else {
-        if (j == b.size()) return {};
-        pb *= b[j++];
-      }
-    }
-    while (i < a.size() && a[i] == 1 && (j == b.size() || b[j] != 1)) ++i;
-    while (j < b.size() && b[j] == 1 && (i == a.size() || a[i] != 1)) ++j;
-    out.push_back({{i0, i}, {j0, j}});
-  }
-  if (i != a.size() || j != b.size()) return {};
-  return out;
 }
 
 class ReductionBeforeView final : public Pass {
@@ -78,7 +53,7 @@ class ReductionBeforeView final : public Pass {
       const Shape& to = v->type.shape;
       std::unordered_set<int64_t> reduced;
       for (int64_t d : n->attr_ints("dims")) reduced.insert(d < 0 ? d + static_cast<int64_t>(to.size()) : d);
-      const auto mapped = runs(from, to);
+      const auto mapped = reshape_runs(from, to);
       if (mapped.empty()) continue;
       std::vector<int64_t> dims;
       bool whole = true;
