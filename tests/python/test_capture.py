@@ -535,6 +535,8 @@ MISC_CASES = {
                                 torch.zeros(2, dtype=torch.int64), torch.full_like(x, 7, dtype=torch.int32)),
                   [_r(3, 4)]),
     "arange_opaque": (lambda m, x: x + torch.arange(4, dtype=torch.float32), [_r(3, 4)]),
+    # triu's and tril's index masks, and an arange equal to triu's columns
+    "arange_masks": (lambda m, x: torch.triu(x, 1) + torch.tril(x) * 2 + torch.arange(5), [_r(4, 5)]),
     "dropout_eval": (lambda m, x: m.d(x) * 2, [_r(3, 4)], dict(d=nn.Dropout(0.5).eval())),
     "structured_output": (lambda m, x: {"a": x + 1, "b": (x * 2, None), "n": 3}, [_r(2, 2)]),
     "returns_input": (lambda m, x, y: (x, y + 1), [_r(2, 2), _r(2, 2)]),
@@ -636,6 +638,23 @@ def test_opaque_kwargs_and_devices():
     expr = core.torch_expr(cg.text, 0, [])
     assert expr.startswith("torch.ops.aten.arange.start_step(*[0, 4], **{") and "'device': dev" in expr, expr
     torch.testing.assert_close(eval(expr, {"torch": torch, "dev": torch.device("cpu")}), torch.arange(4.0))
+
+
+def test_integer_aranges_are_constants_equal_ones_shared():
+    """An integer arange of literal bounds becomes a constant input (no ATen
+    call a forward), one per distinct arange; emit writes it as an arange
+    whatever its length."""
+    from fuseforge.emit.forward import _const_code
+
+    cg = case_capture("arange_masks")
+    assert cg.opaque_targets == []
+    assert sorted(t.tolist() for t in cg.constants.values()) == [[0, 1, 2, 3], [0, 1, 2, 3, 4]]
+    for t in (torch.arange(3, 20000, 2), torch.arange(5, -7, -3, dtype=torch.int32)):
+        code = _const_code("c", t)
+        assert code.startswith("torch.arange(")
+        assert torch.equal(eval(code, {"torch": torch}), t)
+    with pytest.raises(Exception, match="too large"):
+        _const_code("c", torch.arange(5000) ** 2)  # not an arange
 
 
 def test_lstm_hidden_states_match_eager():

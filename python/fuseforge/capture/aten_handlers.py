@@ -294,6 +294,35 @@ _register(["scalar_tensor.default"], _full("s"))
 _register(["zeros.default", "zeros_like.default", "new_zeros.default"], _full(None, 0))
 _register(["ones.default", "ones_like.default", "new_ones.default"], _full(None, 1))
 
+#: The most elements of an arange computed at capture (a constant of the graph).
+ARANGE_MOST = 1 << 16
+
+
+def _arange(L: _Lowerer, node, a):
+    """An arange of literal bounds (the indices of a triu/tril mask, a
+    position table) is a constant of the graph, computed here once (equal ones
+    are one constant): kernels then read it where every call would launch
+    ATen's arange."""
+    bounds = {k: a.get(k) for k in ("start", "end", "step")}
+    if any(isinstance(v, fx.Node) for v in bounds.values()):
+        raise _Unsupported("arange of run-time bounds")
+    val = node.meta.get("val")
+    # Integers only: a float arange's rounding may differ between CPU and GPU.
+    if not isinstance(val, torch.Tensor) or val.is_floating_point() or val.numel() > ARANGE_MOST:
+        raise _Unsupported("arange not kept as a constant (floats, or too long)")
+    start = 0 if bounds["start"] is None else bounds["start"]
+    step = 1 if bounds["step"] is None else bounds["step"]
+    key = (start, bounds["end"], step, val.dtype)
+    if key not in L.aranges:
+        value = torch.arange(start, bounds["end"], step, dtype=val.dtype)
+        if value.shape != val.shape:
+            raise _Unsupported("arange of another length than traced")
+        L.aranges[key] = _Const("arange", value)
+    return L.aranges[key]
+
+
+_register(["arange.default", "arange.start", "arange.start_step"], _arange)
+
 
 # ---- reductions
 

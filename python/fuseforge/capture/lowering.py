@@ -60,6 +60,7 @@ class _Lowerer:
         self.bindings_state: list[InputBinding] = []
         self.bindings_const: list[InputBinding] = []
         self.constants: dict[str, torch.Tensor] = {}
+        self.aranges: dict[tuple, _Const] = {}  # (start, end, step, dtype) -> one constant for equal aranges
         self.names: set[str] = set()
         self.opaque_targets: list[str] = []
 

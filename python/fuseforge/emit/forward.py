@@ -48,6 +48,11 @@ def _arg(b: Any) -> str:
 
 
 def _const_code(name: str, t: torch.Tensor) -> str:
+    if t.dim() == 1 and t.numel() > 1 and t.dtype in (torch.int32, torch.int64):  # an arange (capture keeps them)
+        start, step = int(t[0]), int(t[1] - t[0])
+        end = start + step * t.numel()
+        if step != 0 and torch.equal(t, torch.arange(start, end, step, dtype=t.dtype)):
+            return f"torch.arange({start}, {end}, {step}, dtype={t.dtype})"
     if t.numel() > 4096:
         raise EmitError(f"constant {name} has {t.numel()} elements: too large to write into the emitted file")
     return f"torch.tensor({t.tolist()!r}, dtype={t.dtype}).reshape({list(t.shape)})"
