@@ -24,9 +24,9 @@
 // all fuse (a group norm's apply on the [N, G, C/G, H*W] view): its copy
 // computes in the reshape's shape, the tensor and the small operands viewed
 // (a per-channel bias as [1, G, C/G, 1]), where every small operand spans
-// or skips each run of dims the reshape merges or splits. A conv is written whole
-// by cuDNN or by a conv kernel, which takes a pointwise epilogue only where
-// one group reads all of it, so its copies there are the same bytes read.
+// or skips each run of dims the reshape merges or splits. A conv is written
+// whole by cuDNN or by a conv kernel, which takes a pointwise epilogue only
+// where one group reads all of it, so its copies there are the same bytes read.
 //
 // The pipeline runs it once, after the others (compile.cc): cse would merge
 // the copies back.
@@ -175,9 +175,9 @@ class RecomputePointwise : public Pass {
   // The nodes to copy for each further reader of n (n last, the others in
   // graph order), or none where n is not worth it: n pointwise, read by
   // several kernels that take pointwise work in (pointwise groups,
-  // reductions, directly or through a reshape); its full-size operands lead, through pointwise nodes that
-  // only the chain reads (`chains`; else n alone), to one materialized
-  // tensor of n's size, every other operand small. The copies then read that
+  // reductions, directly or through a reshape); its full-size operands lead,
+  // through pointwise nodes that only the chain reads (`chains`; else n
+  // alone), to one materialized tensor of n's size, every other operand small. The copies then read that
   // tensor where the readers read n: the same bytes, and n is never written.
   std::vector<Node*> recomputable(const Graph& g, const Node& n, bool chains) const {
     if (!pointwise_link(g, n)) return {};
