@@ -32,6 +32,7 @@
 #include "interp/interpreter.h"
 #include "ir/graph.h"
 #include "passes/pass.h"
+#include "passes/patterns.h"
 
 namespace ff {
 namespace {
@@ -239,6 +240,31 @@ TEST(PassesCanonicalize, RandomLiteralChainsMatchTheInterpreter) {
       }
     }
   }
+}
+
+TEST(PassesPatterns, ReshapeRunsPairDimsOfEqualProducts) {
+  using passes::reshape_runs;
+  // [N, C, H, W] -> [N, G, C/G, H*W]: C splits, H and W merge.
+  const auto runs = reshape_runs({2, 8, 6, 6}, {2, 2, 4, 36});
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[1], (passes::ReshapeRun{{1, 2}, {1, 3}}));
+  EXPECT_EQ(runs[2], (passes::ReshapeRun{{2, 4}, {3, 4}}));
+  // A size-1 dim joins the run before it.
+  EXPECT_EQ(reshape_runs({4, 1, 6}, {4, 6}).front(), (passes::ReshapeRun{{0, 2}, {0, 1}}));
+  EXPECT_TRUE(reshape_runs({4, 6}, {5, 5}).empty());  // other element counts
+}
+
+TEST(PassesPatterns, BroadcastThroughReshapeKeepsWholeRunsOrNone) {
+  using passes::broadcast_through_reshape;
+  const Shape from{2, 8, 6, 6}, to{2, 2, 4, 36};
+  // Per channel: the split run spans the operand whole, the merged one skips it.
+  EXPECT_EQ(broadcast_through_reshape({8, 1, 1}, from, to), (Shape{1, 2, 4, 1}));
+  EXPECT_EQ(broadcast_through_reshape({2, 1, 1, 1}, from, to), (Shape{2, 1, 1, 1}));  // per sample
+  EXPECT_EQ(broadcast_through_reshape({}, from, to), (Shape{1, 1, 1, 1}));  // a scalar
+  EXPECT_EQ(broadcast_through_reshape(from, from, to), to);  // the tensor itself
+  // Per row (h): the run merging H and W would hold it in part.
+  EXPECT_FALSE(broadcast_through_reshape({6, 1}, from, to).has_value());
+  EXPECT_FALSE(broadcast_through_reshape({3, 2, 8, 6, 6}, from, to).has_value());  // more dims than `from`
 }
 
 }  // namespace
