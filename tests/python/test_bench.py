@@ -28,7 +28,7 @@ def _args(**kw):
 def test_find_problems_covers_the_suite(tmp_path):
     found = bench.find_problems([str(ROOT / "benchmarks" / "problems")])
     assert [p.resolve() for p in found] == [p.resolve() for p in PROBLEMS]
-    assert len(found) == 45
+    assert len(found) == 46
     with pytest.raises(FileNotFoundError):
         bench.find_problems([str(tmp_path / "nope")])
     (tmp_path / "a").mkdir()

@@ -259,7 +259,7 @@ def _problem(name: str) -> str:
 
 
 def test_problem_count():
-    assert len(PROBLEMS) == 45
+    assert len(PROBLEMS) == 46
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
