@@ -495,17 +495,18 @@ const Rule kRules[] = {
        attrs["dims"] = r;
        return rw.rewrite(n, Op::Permute, {inner->operands[0]}, attrs);
      }},
+    {Op::View, "view-view", [](Rewriter& rw, Node* n) {
+       Node* inner = Rewriter::def(n, 0, Op::View);
+       if (!inner || !inner->input(0) || !inner->input(0)->type.is_contiguous()) return false;
+       return rw.rewrite(n, Op::View, {inner->operands[0]});
+     }},
+    // ---- reductions
     {Op::Sum, "reduce-unit-extents", reduce_unit_extents},
     {Op::Mean, "reduce-unit-extents", reduce_unit_extents},
     {Op::Prod, "reduce-unit-extents", reduce_unit_extents},
     {Op::Amax, "reduce-unit-extents", reduce_unit_extents},
     {Op::Amin, "reduce-unit-extents", reduce_unit_extents},
     {Op::Logsumexp, "reduce-unit-extents", reduce_unit_extents},
-    {Op::View, "view-view", [](Rewriter& rw, Node* n) {
-       Node* inner = Rewriter::def(n, 0, Op::View);
-       if (!inner || !inner->input(0) || !inner->input(0)->type.is_contiguous()) return false;
-       return rw.rewrite(n, Op::View, {inner->operands[0]});
-     }},
 };
 
 class Canonicalize : public Pass {

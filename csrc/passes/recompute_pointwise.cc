@@ -103,7 +103,7 @@ class RecomputePointwise : public Pass {
         if (is_rank0(o)) continue;
         if (!copied.count(o.value)) {
           if (shape == nullptr) continue;
-          const Shape from = c->result()->type.shape;
+          const Shape& from = c->result()->type.shape;
           copied[o.value] = g.insert_before(user, Op::View, {Operand::of(o.value)},
                                             {TensorType::contiguous(o.value->type.dtype,
                                                                     *reshaped_operand(*o.value, from, *shape))})
