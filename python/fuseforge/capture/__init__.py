@@ -14,8 +14,9 @@ built under ``torch.device("meta")`` capture without allocating anything).
 
 The modules, by job: graph (CapturedGraph, InputBinding, CaptureError),
 decompositions (the table), irtext (IR text formatting), values and lowering
-(the exported graph to IR text), aten_handlers (one handler per ATen op),
-export (torch.export and scalar lifting: ``capture``). Op facts (which ATen
+(the exported graph to IR text), aten_handlers (one handler per ATen op;
+aten_handlers_layout: views, slices, cat; aten_handlers_reduce: reductions with
+several results), export (torch.export and scalar lifting: ``capture``). Op facts (which ATen
 overloads map 1:1 to IR ops, type promotion), dtype names and float text come
 from the core. An opaque node runs as the core's torch expression of it
 (``Step.torch_expr``).

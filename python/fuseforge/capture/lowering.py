@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 
 from fuseforge._native import core
-from fuseforge.capture import aten_handlers_reduce  # noqa: F401 (registers its handlers)
+from fuseforge.capture import aten_handlers_layout, aten_handlers_reduce  # noqa: F401 (register their handlers)
 from fuseforge.capture.aten_handlers import _HANDLERS
 from fuseforge.capture.graph import CaptureError, InputBinding
 from fuseforge.capture.irtext import _NAME_RE, _T, _format_attr, _format_literal
