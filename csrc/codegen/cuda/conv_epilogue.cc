@@ -4,7 +4,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/kernel_text.h"
 
 namespace ff::codegen {
 

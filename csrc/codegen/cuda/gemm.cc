@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "codegen/cuda/gemm_sm80_reduce.h"
-#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/kernel_text.h"
 #include "codegen/cuda/prelude.h"
 
 namespace ff::codegen {

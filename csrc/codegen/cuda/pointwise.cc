@@ -1,17 +1,14 @@
 #include "codegen/cuda/pointwise.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <functional>
-#include <cstring>
 #include <numeric>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "codegen/cuda/kernel_text.h"
 #include "codegen/cuda/op_expr.h"
 #include "codegen/cuda/prelude.h"
 #include "ir/type_rules.h"
@@ -20,23 +17,7 @@ namespace ff::codegen {
 
 namespace {
 
-std::string storage_type(DType t) {
-  switch (t) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::f16: return "ff_half";
-    case DType::bf16: return "ff_bf16";
-    case DType::i64: return "long long";
-    case DType::i32: return "int";
-    case DType::boolean: return "bool";
-  }
-  return "?";
-}
-std::string compute_type(DType t) { return storage_type(compute_dtype(t)); }
 
-// The dtype a node computes in: its operands' common dtype for comparisons,
-// bool for logical ops, its result's otherwise (type_rules.h), as opmath.
-DType op_compute_dtype(const Node& n) { return compute_dtype(operand_dtype(n)); }
 
 // A tensor operand of the kernel, described over the iteration dims.
 struct Access {
@@ -81,44 +62,16 @@ Layout collapse(const Shape& shape, const std::vector<Access>& acc) {
   return l;
 }
 
-// Emits the group's nodes as one `const` temporary each, in compute types,
-// rounding to f16/bf16 where the result dtype is 16-bit (as eager stores it).
-// `expr_of` maps the group's inputs to expressions and receives its results.
-void emit_nodes(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& ind,
-                const std::unordered_map<const Value*, std::string>& scalar_param,
-                std::unordered_map<const Value*, std::string>& expr_of, int& tmp, const std::string& prefix) {
-  for (Node* n : nodes) {
-    DType c = op_compute_dtype(*n);
-    std::vector<std::string> args;
-    for (size_t i = 0; i < n->operands.size(); ++i) {
-      const Operand& o = n->operands[i];
-      // where's condition takes no part in promotion: it is a truth value
-      DType want = promotes_operand(n->op, i) ? c : DType::boolean;
-      if (!o.is_value()) {
-        args.push_back(cuda_literal(o.literal, want));
-        continue;
-      }
-      const std::string& e = expr_of.at(o.value);
-      DType have = compute_dtype(o.value->type.dtype);
-      if (scalar_param.count(o.value) != 0) have = DType::f64;
-      args.push_back(have == want ? e : "static_cast<" + storage_type(want) + ">(" + e + ")");
-    }
-    DType r = n->result()->type.dtype;
-    std::string e = op_expr(*n, args, c);
-    if (compute_dtype(r) != c) e = "static_cast<" + compute_type(r) + ">(" + e + ")";
-    if (r == DType::f16) e = "ff_round_f16(" + e + ")";
-    if (r == DType::bf16) e = "ff_round_bf16(" + e + ")";
-    std::string t = prefix + std::to_string(tmp++);
-    os << ind << "const " << compute_type(r) << " " << t << " = " << e << ";  // " << op_name(n->op) << "\n";
-    expr_of[n->result()] = t;
-  }
-}
 
+
+// The group's nodes (kernel_text.h), the scalar inputs' parameters in `scalar_param`.
 void emit_body(std::ostringstream& os, const fusion::Group& g, const std::string& ind,
                const std::unordered_map<const Value*, std::string>& scalar_param,
                std::unordered_map<const Value*, std::string>& expr_of) {
+  std::unordered_set<const Value*> scalars;
+  for (const auto& [v, param] : scalar_param) scalars.insert(v);
   int tmp = 0;
-  emit_nodes(os, g.nodes, ind, scalar_param, expr_of, tmp, "t");
+  emit_pointwise_nodes(os, g.nodes, ind, scalars, expr_of, tmp, "t");
 }
 
 // The index type for a kernel: 32-bit unless some access can reach an
@@ -143,7 +96,7 @@ void emit_head(std::ostringstream& os, const KernelSource& ks, const fusion::Gro
   if (half) os << cuda_half_prelude();
   os << "\nFF_EXTERN_C __global__ void __launch_bounds__(" << ks.block * ks.block_y << ") " << ks.name << "(";
   for (size_t t = 0; t < acc.size(); ++t)
-    os << (t ? ", " : "") << (acc[t].is_output ? "" : "const ") << storage_type(acc[t].dtype) << "* __restrict__ "
+    os << (t ? ", " : "") << (acc[t].is_output ? "" : "const ") << cuda_storage_type(acc[t].dtype) << "* __restrict__ "
        << acc[t].param;
   for (size_t i = 0; i < ks.scalars.size(); ++i) os << (acc.empty() && i == 0 ? "" : ", ") << "double s" << i;
   os << ") {\n";
@@ -165,7 +118,7 @@ void emit_alignment_flag(std::ostringstream& os, const std::string& name, int ve
 // element at a time otherwise.
 void emit_vector_load(std::ostringstream& os, const std::string& ind, const std::string& aligned, DType dtype,
                       int vec, const std::string& at, const std::string& lane, const std::string& dest) {
-  const std::string v = "ff_vec<" + storage_type(dtype) + ", " + std::to_string(vec) + ">";
+  const std::string v = "ff_vec<" + cuda_storage_type(dtype) + ", " + std::to_string(vec) + ">";
   const std::string lanes = "for (int " + lane + " = 0; " + lane + " < " + std::to_string(vec) + "; ++" + lane + ") ";
   os << ind << "if (" << aligned << ") {\n" << ind << "  const " << v << " ff_v = *reinterpret_cast<const " << v
      << "*>(" << at << ");\n";
@@ -179,7 +132,7 @@ void emit_vector_load(std::ostringstream& os, const std::string& ind, const std:
 // element at a time otherwise.
 void emit_vector_store(std::ostringstream& os, const std::string& ind, const std::string& aligned, DType dtype,
                        int vec, const std::string& at, const std::string& lane, const std::string& value) {
-  const std::string st = storage_type(dtype), v = "ff_vec<" + st + ", " + std::to_string(vec) + ">";
+  const std::string st = cuda_storage_type(dtype), v = "ff_vec<" + st + ", " + std::to_string(vec) + ">";
   const std::string lanes = "for (int " + lane + " = 0; " + lane + " < " + std::to_string(vec) + "; ++" + lane + ") ";
   os << ind << "if (" << aligned << ") {\n" << ind << "  " << v << " ff_v;\n";
   os << "#pragma unroll\n" << ind << "  " << lanes << "ff_v.v[" << lane << "] = ff_store<" << st << ">(" << value
@@ -309,7 +262,7 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
   // that a column (phase 2) spreads over the banks.
   for (size_t t = 0; t < acc.size(); ++t)
     if (is_transposed(t))
-      os << "  __shared__ " << compute_type(acc[t].dtype) << " tile_" << acc[t].param << "[" << tile.inner << "]["
+      os << "  __shared__ " << cuda_compute_type(acc[t].dtype) << " tile_" << acc[t].param << "[" << tile.inner << "]["
          << tile.dt + 1 << "];\n";
   os << "  const int tid = threadIdx.y * 32 + threadIdx.x;\n";
   // Coordinates of the block's tile: the outer dims from blockIdx.z.
@@ -377,7 +330,7 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
       continue;
     }
     size_t t = access_of.at(v);
-    const std::string p = acc[t].param, x = "x_" + p, ct = compute_type(acc[t].dtype);
+    const std::string p = acc[t].param, x = "x_" + p, ct = cuda_compute_type(acc[t].dtype);
     if (l.strides[t][inner] == 0) {  // broadcast along inner: one load
       os << "    const " << ct << " " << x << " = ff_load(" << p << "[" << offset(t, "a", "b") << "]);\n";
       expr_of[v] = x;
@@ -395,7 +348,7 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
     }
   }
   for (size_t i = 0; i < g.outputs.size(); ++i)
-    os << "    " << compute_type(acc[i].dtype) << " y_out" << i << "[" << vi << "];\n";
+    os << "    " << cuda_compute_type(acc[i].dtype) << " y_out" << i << "[" << vi << "];\n";
   os << "#pragma unroll\n    for (int j = 0; j < " << vi << "; ++j) {\n";
   emit_body(os, g, "      ", scalar_param, expr_of);
   for (size_t i = 0; i < g.outputs.size(); ++i)
@@ -404,7 +357,7 @@ void generate_tiled(KernelSource& ks, const fusion::Group& g, const std::vector<
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     const std::string p = acc[i].param, y = "y_out" + std::to_string(i);
     if (vi == 1)
-      os << "    " << p << "[" << offset(i, "a", "b") << "] = ff_store<" << storage_type(acc[i].dtype) << ">(" << y
+      os << "    " << p << "[" << offset(i, "a", "b") << "] = ff_store<" << cuda_storage_type(acc[i].dtype) << ">(" << y
          << "[0]);\n";
     else
       emit_vector_store(os, "    ", "aligned_inner", acc[i].dtype, vi, p + " + " + offset(i, "a", "b"), "j", y + "[j]");
@@ -510,7 +463,7 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
     size_t t = access_of.at(v);
     std::string x = "x_" + acc[t].param;
     bool lanes = l.strides[t][inner] != 0 && vec > 1;
-    os << "    " << compute_type(acc[t].dtype) << " " << x << "[kUnroll]" << (lanes ? "[" + std::to_string(vec) + "]" : "")
+    os << "    " << cuda_compute_type(acc[t].dtype) << " " << x << "[kUnroll]" << (lanes ? "[" + std::to_string(vec) + "]" : "")
        << ";\n";
     expr_of[v] = x + (lanes ? "[u][k]" : "[u]");
   }
@@ -541,7 +494,7 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
   os << "#pragma unroll\n    for (int u = 0; u < kUnroll; ++u) {\n";
   os << "      if (base + u * blockDim.x >= kItems) break;\n";
   for (size_t i = 0; i < g.outputs.size(); ++i)
-    os << "      " << compute_type(acc[i].dtype) << " y_out" << i << (vec > 1 ? "[" + std::to_string(vec) + "]" : "")
+    os << "      " << cuda_compute_type(acc[i].dtype) << " y_out" << i << (vec > 1 ? "[" + std::to_string(vec) + "]" : "")
        << ";\n";
   std::string ind = "      ";
   if (vec > 1) {
@@ -556,7 +509,7 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
     const Access& a = acc[i];
     const std::string o = "o_" + a.param + "[u]";
     if (vec == 1)
-      os << "      " << a.param << "[" << o << "] = ff_store<" << storage_type(a.dtype) << ">(y_out" << i << ");\n";
+      os << "      " << a.param << "[" << o << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_out" << i << ");\n";
     else
       emit_vector_store(os, "      ", "aligned", a.dtype, vec, a.param + " + " + o, "k",
                         "y_out" + std::to_string(i) + "[k]");
@@ -565,71 +518,6 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
   os << "  }\n}\n";
   ks.source = os.str();
   return ks;
-}
-
-void emit_pointwise_body(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
-                         std::unordered_map<const Value*, std::string>& expr_of) {
-  fusion::Group g;
-  g.nodes = nodes;
-  emit_body(os, g, indent, {}, expr_of);
-}
-
-void emit_pointwise_nodes(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
-                          const std::unordered_set<const Value*>& scalars,
-                          std::unordered_map<const Value*, std::string>& expr_of, int& next_temp,
-                          const std::string& prefix) {
-  std::unordered_map<const Value*, std::string> scalar_param;
-  for (const Value* v : scalars) scalar_param[v] = expr_of.at(v);
-  emit_nodes(os, nodes, indent, scalar_param, expr_of, next_temp, prefix);
-}
-
-Shape broadcast_strides(const TensorType& t, const Shape& shape) {
-  Shape s(shape.size(), 0);
-  const size_t off = shape.size() - t.shape.size();
-  for (size_t i = 0; i < t.shape.size(); ++i)
-    if (t.shape[i] != 1) s[off + i] = t.strides[i];
-  return s;
-}
-
-std::string fused_kernel_name(const std::string& prefix, const std::vector<Node*>& nodes, int id) {
-  std::string name = prefix;
-  std::set<std::string> seen;
-  int listed = 0;
-  for (const Node* n : nodes) {
-    const std::string op(op_name(n->op));
-    if (!seen.insert(op).second) continue;
-    if (++listed > 4) {
-      name += "_etc";
-      break;
-    }
-    name += "_" + op;
-  }
-  return name + "_" + std::to_string(id);
-}
-
-std::string cuda_storage_type(DType t) { return storage_type(t); }
-std::string cuda_compute_type(DType t) { return compute_type(t); }
-
-int64_t max_offset(const Shape& shape, const Shape& strides) {
-  int64_t off = 0;
-  for (size_t d = 0; d < shape.size(); ++d) off += (shape[d] - 1) * std::llabs(strides[d]);
-  return off;
-}
-
-std::string dims_text(const Shape& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "x" : "") + std::to_string(v[i]);
-  return s;
-}
-
-std::string kernel_parameters(const std::vector<KernelParam>& outputs, const std::vector<KernelParam>& inputs,
-                              size_t scalars) {
-  std::string out;
-  auto add = [&](const std::string& p) { out += (out.empty() ? "" : ", ") + p; };
-  for (const KernelParam& p : outputs) add(cuda_storage_type(p.dtype) + "* __restrict__ " + p.name);
-  for (const KernelParam& p : inputs) add("const " + cuda_storage_type(p.dtype) + "* __restrict__ " + p.name);
-  for (size_t i = 0; i < scalars; ++i) add("double s" + std::to_string(i));
-  return out;
 }
 
 }  // namespace ff::codegen

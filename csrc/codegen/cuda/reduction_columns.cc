@@ -5,7 +5,7 @@
 // dim innermost, so a warp's loads are contiguous; the `threads` threads
 // along threadIdx.y split the reduced extent, thread y taking elements
 // y, y + threads, ..., and their partials merge through shared memory.
-#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/kernel_text.h"
 #include "codegen/cuda/reduction_kernel.h"
 
 namespace ff::codegen {

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "codegen/cuda/op_expr.h"
-#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/kernel_text.h"
 #include "codegen/cuda/prelude.h"
 #include "codegen/cuda/reduction_prelude.h"
 

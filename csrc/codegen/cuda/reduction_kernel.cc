@@ -1,6 +1,6 @@
 #include "codegen/cuda/reduction_kernel.h"
 
-#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/kernel_text.h"
 #include "codegen/cuda/prelude.h"
 
 namespace ff::codegen {

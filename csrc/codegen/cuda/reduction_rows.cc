@@ -3,7 +3,7 @@
 // takes less than a warp, a block per row otherwise. Each thread's element
 // p of the row (p = 0, 1, ...) starts at (p * threads + lane) * vector, so a
 // warp's loads are contiguous.
-#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/kernel_text.h"
 #include "codegen/cuda/reduction_kernel.h"
 
 namespace ff::codegen {

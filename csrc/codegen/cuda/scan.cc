@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "codegen/cuda/pointwise.h"
+#include "codegen/cuda/kernel_text.h"
 #include "codegen/cuda/prelude.h"
 
 namespace ff::codegen {
