@@ -14,7 +14,7 @@ namespace ff::codegen {
 // The per-element body of `nodes` (pointwise, no scalar inputs): one `const`
 // temporary each in its compute type, rounded where the result dtype is
 // 16-bit (as eager stores it). `expr_of` maps the values they read to
-// expressions and receives each node's result. Used by GEMM epilogues.
+// expressions and receives each node's result. Used by GEMM and conv epilogues.
 void emit_pointwise_body(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& indent,
                          std::unordered_map<const Value*, std::string>& expr_of);
 
