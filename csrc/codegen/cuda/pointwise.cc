@@ -17,8 +17,6 @@ namespace ff::codegen {
 
 namespace {
 
-
-
 // A tensor operand of the kernel, described over the iteration dims.
 struct Access {
   std::string param;      // kernel parameter name
@@ -61,8 +59,6 @@ Layout collapse(const Shape& shape, const std::vector<Access>& acc) {
   }
   return l;
 }
-
-
 
 // The group's nodes (kernel_text.h), the scalar inputs' parameters in `scalar_param`.
 void emit_body(std::ostringstream& os, const fusion::Group& g, const std::string& ind,
