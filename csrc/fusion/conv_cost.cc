@@ -52,6 +52,10 @@ constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 // session 26): 0.4 to 9.4 GB gathered in 0.075 to 1.19 ms, modelled as 7.5
 // TB/s + 0.02 ms within -12 % (the 3-D conv ran slower than modelled) and +7
 // %; the seed's conv with its own epilogue ran 6 % over its relu.
+// Wide tiles (Sm90SsTile::wide) gather at that rate too, but store between
+// tiles, at kSsStagedStore: H200, session 34, the seed's conv + relu 0.934
+// ms with its stores switched off (modelled 0.936), 1.198 with them (1.19);
+// a 64 -> 128 channel one, 112x112, 0.458 (0.456).
 constexpr double kSsPingPongGather = 7.5e12;
 constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
@@ -108,14 +112,16 @@ double ss_kernel_ms(const ConvSpec& s) {
   // hardswish 0.675 (modelled 0.30): its strided stores and residual loads
   // fill half of each sector. (The conv scheduler makes them kernels only on
   // request.)
-  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.gemm_k(), pixels % 4 == 0 && !s.transposed);
+  const bool runs = pixels % 4 == 0 && !s.transposed;
+  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.gemm_k(), runs, runs);
   const int64_t bk = codegen::Sm90SsTile::bk;
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
   const double gathered =
       static_cast<double>(tile.tiles(s.gemm_m(), s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
-  const double mainloop = std::max(s.flops() / kSsTf32, gathered / (tile.pingpong() ? kSsPingPongGather : kSsGather));
+  const bool fast_gather = tile.pingpong() || tile.wide;
+  const double mainloop = std::max(s.flops() / kSsTf32, gathered / (fast_gather ? kSsPingPongGather : kSsGather));
   if (tile.pingpong() && tile.staged) return 1e3 * mainloop + kSsPingPongEndsMs;
-  return 1e3 * (mainloop + s.output_bytes() / (tile.staged ? kSsStagedStore : kSsStore));
+  return 1e3 * (mainloop + s.output_bytes() / (tile.staged || tile.wide ? kSsStagedStore : kSsStore));
 }
 
 // The share of cuDNN's rate a forward conv's reduction length allows

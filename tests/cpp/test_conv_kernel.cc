@@ -260,6 +260,61 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   EXPECT_EQ(ks.items, (96 * 188 * 188 + 127) / 128);
 }
 
+TEST(ConvKernel, WideTilesPutThePixelsOnTheWgmmasNSide) {
+  // 128 output channels written NCHW: tiles of 128 channels x 256 pixels, an
+  // m64n256 wgmma a consumer warpgroup (its 64 channels), the weights as the
+  // wgmma's A and the gathered pixels as its B; results staged in shared
+  // memory and copied out per channel's run of pixels.
+  const auto conv_of = [](const std::string& channels, bool nchw_result) {
+    const int64_t c = std::stoll(channels);
+    const std::string channels_last = std::to_string(256 * c) + ",1," + std::to_string(16 * c) + "," + channels;
+    const std::string out = nchw_result ? "" : "{" + channels_last + "}";
+    return "graph @g(%x: f32[4,64,18,18]{20736,1,1152,64}, %w: f32[" + channels +
+           ",64,3,3]{576,1,192,64} param) {\n"
+           "  %0 = round_tf32(%x) : f32[4,64,18,18]{20736,1,1152,64}\n"
+           "  %1 = round_tf32(%w) : f32[" + channels + ",64,3,3]{576,1,192,64}\n"
+           "  %2 = convolution(%0, %1) {dilation=[1, 1], fp32_precision=\"tf32\", groups=1, output_padding=[0, 0], "
+           "padding=[0, 0], stride=[1, 1], transposed=false} : f32[4," + channels + ",16,16]{" + channels_last + "}\n"
+           "  %3 = relu(%2) : f32[4," + channels + ",16,16]" + out + "\n"
+           "  return %3\n}\n";
+  };
+  fusion::FusionOptions hopper = every_conv_a_kernel();
+  hopper.arch = 90;
+  const auto kernel = [&](const std::string& text) {
+    auto g = parse(text);
+    verify(*g);
+    const fusion::Partition p = fusion::partition(*g, hopper);
+    for (const fusion::Group& group : p.groups)
+      if (group.kind == fusion::Group::Kind::Conv) {
+        EXPECT_TRUE(group.conv.rounded_operands);
+        return codegen::generate_conv_sm90(group, group.conv, 0);
+      }
+    ADD_FAILURE() << "no conv kernel";
+    return codegen::KernelSource{};
+  };
+  const codegen::KernelSource ks = kernel(conv_of("256", true));
+  EXPECT_NE(ks.source.find("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"), std::string::npos) << ks.source;
+  EXPECT_NE(ks.source.find("wgmma(acc, b_desc(stage + wg * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));"),
+            std::string::npos);
+  EXPECT_NE(ks.source.find("WideLoader<typename A::Rows>"), std::string::npos);
+  EXPECT_NE(ks.source.find("store_wide(epilogue, acc,"), std::string::npos);
+  EXPECT_NE(ks.source.find("return value_at(row / 256, col, row / 16 % 16, row % 16, acc);"), std::string::npos);
+  EXPECT_NE(ks.source.find("constexpr bool K_WHOLE = true, N_WHOLE = true;"), std::string::npos);
+  // 1024 pixels: 4 runs of 256, each split between 2 tiles of 128 channels.
+  EXPECT_EQ(ks.items, 4 * 2);
+  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(256, 576, true, true);
+  EXPECT_TRUE(tile.wide);
+  EXPECT_EQ(tile.stages(), 3);
+  EXPECT_EQ(ks.shared_bytes, tile.shared_bytes());
+  EXPECT_LE(ks.shared_bytes, 227 * 1024);
+  // Channels-last results (no runs of pixels) and 96 channels (a tile's 128
+  // a quarter empty) keep the ping-pong tiles.
+  EXPECT_EQ(kernel(conv_of("256", false)).source.find("store_wide("), std::string::npos);
+  const std::string ninety_six = kernel(conv_of("96", true)).source;
+  EXPECT_NE(ninety_six.find("constexpr bool PINGPONG = true;"), std::string::npos);
+  EXPECT_EQ(ninety_six.find("store_wide("), std::string::npos);
+}
+
 TEST(ConvKernel, StagedStoresTakeTheTilesPerChannelOperandsFromATable) {
   // A per-channel scale (a table entry, loaded once a tile) and a residual
   // (read per element at its coordinates) after a 1xTF32 conv on rounded operands.

@@ -54,7 +54,7 @@ bool conv_stores_staged(const fusion::Group& group) {
 }
 
 ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& s, KernelSource& ks,
-                          const std::string& members, bool staged) {
+                          const std::string& members, PixelRunStores runs) {
   const ConvSpec& c = s.conv;
   if (group.nodes.empty() || group.outputs.size() != 1) throw IRError("conv codegen: expected a conv and one output");
   const Node& conv = *group.nodes.front();
@@ -137,10 +137,19 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
      << "    // v: the conv's value" << (c.has_bias ? " plus its bias" : "") << "; then " << epilogue.size()
      << " fused pointwise op(s).\n"
      << value_body(expr_of, "ff_load(bias[col])") << "  }\n";
-  if (staged) {
-    // Staged stores (sm90_ss_mainloop.h): the value alone, its per-channel
-    // operands from the tile's table, and where each output channel's run of
-    // a sample's pixels begins.
+  if (runs != PixelRunStores::none)
+    os << "  static constexpr int SAMPLE = " << P * Q * Z << ";  // pixels a sample\n"
+       << "  __device__ __forceinline__ float* column(int n, int col) const {\n"
+       << "    return out + static_cast<long long>(n) * " << out_strides[0] << " + static_cast<long long>(col) * "
+       << out_strides[1] << ";\n"
+       << "  }\n";
+  if (runs == PixelRunStores::wide)
+    os << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n"
+       << "    return value_at(" << at_row << ", acc);\n"
+       << "  }\n";
+  if (runs == PixelRunStores::staged) {
+    // Staged stores (sm90_ss_mainloop.h): the value alone, with its
+    // per-channel operands from the tile's table.
     std::vector<std::string> loads;  // the per-channel operands' loads at col
     std::unordered_map<const Value*, std::string> from_table{{conv.result(), "v"}};
     const auto entry = [&](const std::string& load) {
@@ -155,8 +164,7 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
       from_table[extra[i]] = per_channel ? entry(expr_of.at(extra[i])) : expr_of.at(extra[i]);
     }
     e.channel_operands = static_cast<int>(loads.size());
-    os << "  static constexpr int SAMPLE = " << P * Q * Z << ";  // pixels a sample\n"
-       << "  static constexpr int CHANNEL_OPERANDS = " << loads.size() << ";\n"
+    os << "  static constexpr int CHANNEL_OPERANDS = " << loads.size() << ";\n"
        << "  __device__ __forceinline__ float channel_operand(int i, int col) const {\n";
     for (size_t i = 0; i < loads.size(); ++i) os << "    if (i == " << i << ") return " << loads[i] << ";\n";
     os << "    return 0.0f;\n"
@@ -165,11 +173,7 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
        << "    return value_at(" << at_row << ", acc, table);\n"
        << "  }\n"
        << "  __device__ __forceinline__ float value_at(" << coords << ", float acc, const float* table) const {\n"
-       << value_body(from_table, bias) << "  }\n"
-       << "  __device__ __forceinline__ float* column(int n, int col) const {\n"
-       << "    return out + static_cast<long long>(n) * " << out_strides[0] << " + static_cast<long long>(col) * "
-       << out_strides[1] << ";\n"
-       << "  }\n";
+       << value_body(from_table, bias) << "  }\n";
   }
   os << members << "};\n";
   e.parameters = params.str();

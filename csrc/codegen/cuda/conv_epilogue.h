@@ -24,16 +24,24 @@ struct ConvEpilogue {
 // The kernel's name up to its math and tile: "ff_conv2d_minimum_add_mul".
 std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKernelSpec& spec);
 
+// How the Hopper kernel's results leave it (sm90_ss_mainloop.h), where the
+// output's channels hold contiguous runs of pixels (conv_stores_staged):
+// staged through shared memory, with the per-channel operands in a table
+// (ping-pong tiles), or without (wide tiles).
+enum class PixelRunStores { none, staged, wide };
+
 // The group's epilogue, with the kernel's own `members` added to the struct;
 // sets ks.inputs (x, w, bias, then the other tensors the epilogue reads) and
-// ks.outputs. `staged` (conv_stores_staged) adds value(row, col, acc, table),
+// ks.outputs. Both forms of `runs` add column(n, col), where output channel
+// col of sample n (Epilogue::SAMPLE pixels, contiguous, a multiple of 4)
+// begins; wide adds value(row, col, acc), the value alone; staged adds
+// value(row, col, acc, table),
 // the value alone with the operands read at the channel alone (the bias, a
 // batch norm's scale and shift: CHANNEL_OPERANDS of them, channel_operand(i,
 // col) loads one) taken from `table` (operand i of channel col at
-// table[i * BN + col % BN], BN the Hopper kernel's tile), and column(n, col),
-// where output channel col of sample n (its SAMPLE pixels contiguous) begins.
+// table[i * BN + col % BN], BN the Hopper kernel's tile).
 ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& spec, KernelSource& ks,
-                          const std::string& members = "", bool staged = false);
+                          const std::string& members = "", PixelRunStores runs = PixelRunStores::none);
 
 // Whether the group's output can leave a kernel in runs of one channel's
 // pixels (an f32 result, pixels contiguous per channel, 16-byte aligned runs):

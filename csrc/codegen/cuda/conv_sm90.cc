@@ -264,12 +264,16 @@ Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTi
   m.shared_bytes = tile.shared_bytes();
   m.description = std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "x" + std::to_string(Sm90SsTile::bk) +
                   " tiles" + (tile.pingpong() ? " taken by the consumer warpgroups in turn" : "") +
+                  (tile.wide ? " of channels x pixels (pixels on the wgmma's N side)" : "") +
                   ", TF32 on wgmma (sm_90a) from operands rounded to tf32" +
                   (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
   m.source = std::string(cuda_sm90_mainloop()) + cuda_sm90_ss_mainloop(tile);
   m.launch_check = "static_assert(ff_sm90::ss::SMEM_BYTES == " + std::to_string(m.shared_bytes) +
                    ", \"the launch's shared memory\");\n";
   m.call = "ff_sm90::ss::gemm";
+  // The wide tile's producer holds two views of 8 pixel rows: a 3-D conv's,
+  // with pointers, would spill its 104 registers.
+  m.row_pointers = !(tile.wide && s.conv.dims == 3);
   return m;
 }
 
@@ -284,8 +288,12 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   if (!sm90_conv_applies(s) || (c.transposed && !s.rounded_operands))
     throw IRError("conv codegen: the sm90 kernel does not cover this conv");
   // A transposed conv's tile rows are pixels a stride apart: its stores are not staged.
-  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), conv_stores_staged(group) && !c.transposed);
-  const bool staged = s.rounded_operands && tile.staged;
+  const bool pixel_runs = conv_stores_staged(group) && !c.transposed;
+  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), pixel_runs, pixel_runs);
+  const PixelRunStores runs = !s.rounded_operands ? PixelRunStores::none
+                              : tile.wide         ? PixelRunStores::wide
+                              : tile.staged       ? PixelRunStores::staged
+                                                  : PixelRunStores::none;
   // The GEMM's rows: a transposed conv's phases padded to whole tiles (transposed_conv_rows).
   const int64_t per_phase = s.gemm_m() / c.phases();
   const int64_t rows = c.transposed ? (per_phase + tile.bm - 1) / tile.bm * tile.bm * c.phases() : s.gemm_m();
@@ -299,7 +307,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
                      "    store(row, col + 1, v1);\n"
                      "  }\n" +
                          (s.rounded_operands ? std::string() : fragment_members());
-  const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members, staged);
+  const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members, runs);
   tile.channel_operands = epilogue.channel_operands;
   const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile, rows) : fragment_mainloop(s);
   ks.name = conv_kernel_name(group, s) + mainloop.math + "_sm90_" + std::to_string(id);

@@ -4,11 +4,12 @@
 
 namespace ff::codegen {
 
-Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged) {
+Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged, bool wide) {
   Sm90SsTile t;
-  t.bn = n <= 64 ? 64 : n <= 128 ? 128 : 256;
+  t.wide = wide && n % 128 == 0;
+  t.bn = t.wide ? 256 : n <= 64 ? 64 : n <= 128 ? 128 : 256;
   t.k_whole = k % Sm90SsTile::bk == 0;
-  t.n_whole = n % t.bn == 0;
+  t.n_whole = n % (t.wide ? t.bm : t.bn) == 0;
   // Staged where a warpgroup's runs are 128 rows. H200, a 3x3 conv + relu
   // written NCHW: 128 output channels (256 x 128 tiles) 0.630 -> 0.606 ms,
   // the seed's conv with its epilogue 1.96 -> 1.72 ms; 256 channels (128 x
@@ -35,6 +36,195 @@ std::string wgmma_ss(int bn) {
   return os.str();
 }
 
+// The wide tile's producer and consumers (Sm90SsTile::wide): A is the
+// weights (BM output channels), B the gathered pixels (BN of them).
+const char* wide_gemm() {
+  return R"CUDA(
+// The producer's loads of k-block kb: thread t's 16-byte chunks are column
+// chunk t % 8 of rows t / 8 + 16 i, the weights' (A: 8 rows) from w, the
+// pixels' (B: 16 rows) from px[0] (the tile's first 128 pixels) and px[1];
+// rows 16 apart share their swizzle phase (row % 8), so one destination
+// offset serves every row. Chunks past M, N or K, and window taps outside
+// the input, read as zeros (cp.async's zero fill).
+template <class PixelRows>
+struct WideLoader {
+  static_assert(BM == 128 && BN == 256, "a producer thread loads 8 rows of weights and 16 of pixels");
+  PixelRows px[2];
+  const float* w[8];  // this thread's rows of weights, opaque pointers (Loader::b)
+  const float* any;   // a valid address for the zero-filled chunks
+  int w_rows;         // rows of this thread's weight chunks that exist: i < w_rows
+  int k, K;
+  unsigned dst;       // this thread's first chunk's offset in a tile
+  __device__ __forceinline__ void load(unsigned stage, int kb) const {
+    const int kk = kb * BK;
+    const bool k_ok = K_WHOLE || k + kk < K;
+    int w_col;  // this thread's column of the weights in the k-block (the pixels' view: b_at)
+    const bool w_ok = px[0].b_at(kk, w_col);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const bool ok = k_ok && w_ok && (N_WHOLE || i < w_rows);
+      cp_async16(stage + dst + i * 2048, ok ? w[i] + w_col : any, ok);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float* src;
+        const bool ok = px[h].at(i, kk, src) && k_ok;
+        cp_async16_l1(stage + A_TILE + h * 16384 + dst + i * 2048, ok ? src : any, ok);
+      }
+  }
+};
+
+// ---- the results leave through shared memory in bulk copies ----
+// Half a tile's pixels at a time, in one buffer: H200, the seed's conv + relu
+// 1.198 ms; 64 at a time in two buffers (a round's copies read one while the
+// next round writes the other) 1.286.
+constexpr int SPX = 128;         // pixels staged at a time
+constexpr int SPITCH = SPX + 8;  // floats a staged channel: 16-byte aligned, and a warp's 8 rows of 32 bytes hit 32 banks
+static_assert(STAGING == 64 * SPITCH * 4, "a consumer warpgroup's staging buffer: its 64 channels of SPX pixels");
+
+__device__ __forceinline__ void sts64(unsigned addr, float v0, float v1) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1));
+}
+__device__ __forceinline__ void bulk_store(float* dst, unsigned src, int bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's copies have read their source (so it may be written again), or are done.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// A consumer warpgroup's own barrier (0 is __syncthreads, 1 and 2 the other mainloop's).
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); }
+
+// Consumer warpgroup wg's 64 channels from c0 of the tile's pixels from p0,
+// SPX pixels at a time: its threads write the values into `staging`, a row
+// a channel, then thread c < 64 copies channel c's pixels out, one bulk copy
+// per sample they span (a channel's pixels of one sample are contiguous).
+// The copies read the buffer while the next tile's wgmmas run; their
+// issuers wait for that before it is written again. Element i of a thread's
+// m64n256 slice lies at channel 16 warp + lane / 4 + 8 ((i >> 1) & 1),
+// pixel 2 (lane % 4) + 8 (i >> 2) + (i & 1).
+template <class Epilogue>
+__device__ __forceinline__ void store_wide(const Epilogue& epilogue, const float (&acc)[BN / 2], unsigned staging,
+                                           int wg, int wt, int c0, int p0, int M, int N) {
+  const int warp = wt >> 5, lane = wt & 31;
+#pragma unroll
+  for (int x0 = 0; x0 < BN; x0 += SPX) {
+    // The values first, while the last pixels' copies still read the buffer,
+    // each at its pixel and channel clamped into the result.
+    float v[SPX / 2];  // a thread's 2 channels x SPX / 4 pixels
+#pragma unroll
+    for (int i = x0 / 2; i < (x0 + SPX) / 2; ++i) {
+      const int c = c0 + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+      const int p = p0 + 2 * (lane & 3) + 8 * (i >> 2) + (i & 1);
+      v[i - x0 / 2] = epilogue.value(min(p, M - 1), min(c, N - 1), acc[i]);
+    }
+    if (wt < 64) bulk_wait_read();
+    warpgroup_sync(wg);
+#pragma unroll
+    for (int i = x0 / 2; i < (x0 + SPX) / 2; i += 2) {
+      const int r = warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+      const int x = 2 * (lane & 3) + 8 * (i >> 2) - x0;
+      sts64(staging + (r * SPITCH + x) * 4, v[i - x0 / 2], v[i - x0 / 2 + 1]);
+    }
+    fence_proxy_async();  // the copies (the async proxy) read what this thread wrote
+    warpgroup_sync(wg);
+    const int c = c0 + wt;
+    if (wt < 64 && c < N) {
+      const int end = min(p0 + x0 + SPX, M);
+#pragma unroll 1
+      for (int p = p0 + x0; p < end;) {
+        const int n = p / Epilogue::SAMPLE, stop = min(end, (n + 1) * Epilogue::SAMPLE);
+        bulk_store(epilogue.column(n, c) + (p - n * Epilogue::SAMPLE), staging + (wt * SPITCH + p - p0 - x0) * 4,
+                   (stop - p) * 4);
+        p = stop;
+      }
+      bulk_commit();
+    }
+  }
+}
+
+// Computes the result's tiles of BM output channels by BN pixels, persistent:
+// CTA c takes tiles c, c + gridDim.x, ... (channel tiles first, so that
+// those of one run of pixels run at once and share its gathers in L2), its
+// producer loading the next tile while the consumers store the last.
+// Consumer warpgroup w computes channels 64 w on of each tile, an m64n256
+// wgmma per 8 of K: A is the stage's 64 rows of weights, B its 256 pixels.
+// `a` gives the producer the pixels (ConvA: rows(row, k) covers pixels row
+// + 16 i, i < 8; b_at(kk, col) where column k + kk lies in a weight's row).
+// Needs K % 4 == 0, 16-byte aligned chunks, ldw a multiple of 4, SMEM_BYTES
+// of dynamic shared memory and 384 threads.
+template <class A, class Epilogue>
+__device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, int K, long long ldw,
+                                     const Epilogue& epilogue) {
+  extern __shared__ __align__(16) unsigned char ff_smem[];
+  const unsigned base = (smem_u32(ff_smem) + 1023u) & ~1023u;
+  const unsigned ready = base + STAGES * STAGE + 2 * STAGING, empty = ready + STAGES * 8;
+  const int tiles_c = (N + BM - 1) / BM, tiles = tiles_c * ((M + BN - 1) / BN);
+  const int nk = (K + BK - 1) / BK;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < STAGES; ++i) {
+      mbar_init(ready + i * 8, 128);
+      mbar_init(empty + i * 8, 256);  // both consumer warpgroups read each stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  // Registers: the producer's two views of 8 pixel rows take more than the
+  // ping-pong one's 88 (128 x 104 + 256 x 200 <= 65536).
+  if (threadIdx.x < 128) {  // producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 104;\n");
+    const int t = threadIdx.x, row0 = t >> 3, ch = t & 7;
+    const auto ready_up = [&](int j) { arrive_on_copies(ready + (j % STAGES) * 8); };
+    using L = WideLoader<typename A::Rows>;
+    const auto tile_loader = [&](int tile) {
+      const int c0 = tile % tiles_c * BM, p0 = tile / tiles_c * BN;
+      L ld{{a.rows(p0 + row0, ch * 4), a.rows(p0 + 128 + row0, ch * 4)}, {}, w, (N - c0 - row0 + 15) / 16, ch * 4, K,
+           static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ld.w[i] = opaque_pointer(w + (c0 + row0 + 16 * i) * ldw + ch * 4);
+      return ld;
+    };
+    const auto load = [&](const L& ld, int slot, int kb) { ld.load(base + slot * STAGE, kb); };
+    produce<STAGES, 0>(tiles, nk, empty, tile_loader, load, ready_up);
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n");
+  const int ct = threadIdx.x - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31;
+  float acc[BN / 2];
+  int g = 0;  // the CTA's k-blocks so far
+#pragma unroll 1
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int c0 = tile % tiles_c * BM + wg * 64, p0 = tile / tiles_c * BN;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+#pragma unroll 1
+    for (int kb = 0; kb < nk; ++kb, ++g) {
+      const int slot = g % STAGES;
+      const unsigned stage = base + slot * STAGE;
+      mbar_wait(ready + slot * 8, (g / STAGES) & 1);
+      fence_proxy_async();  // the producer's copies (the generic proxy) before the wgmmas' reads
+      reg_fence(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) wgmma(acc, b_desc(stage + wg * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
+      wgmma_commit();
+      wgmma_wait1();  // k-block kb - 1's wgmmas are done: its stage is free
+      reg_fence(acc);
+      if (kb > 0) mbar_arrive(empty + ((g - 1) % STAGES) * 8);
+    }
+    wgmma_wait0();
+    reg_fence(acc);
+    mbar_arrive(empty + ((g - 1) % STAGES) * 8);
+    store_wide(epilogue, acc, base + STAGES * STAGE + wg * STAGING, wg, ct & 127, c0, p0, M, N);
+  }
+  if ((ct & 127) < 64) bulk_wait();  // the last copies are done before the CTA (and its shared memory) ends
+}
+)CUDA";
+}
+
 }  // namespace
 
 std::string cuda_sm90_ss_mainloop(const Sm90SsTile& tile) {
@@ -50,7 +240,8 @@ std::string cuda_sm90_ss_mainloop(const Sm90SsTile& tile) {
 // consumers) each run the wgmmas of BM / 2 rows straight from the stage,
 // keep one k-block's wgmmas in flight and release a stage once the next
 // k-block's are issued. The accumulation stays in the tensor cores, as
-// cuDNN's and cuBLAS's TF32 kernels accumulate.
+// cuDNN's and cuBLAS's TF32 kernels accumulate. (Wide tiles swap the roles:
+// A is the weights, B the gathered pixels, see gemm below.)
 namespace ff_sm90 {
 namespace ss {
 
@@ -59,7 +250,8 @@ namespace ss {
      << ", STAGES = " << tile.stages() << ";\n"
      << "// Whether the consumer warpgroups take alternate tiles (each all BM rows) or share each.\n"
      << "constexpr bool PINGPONG = " << (tile.pingpong() ? "true" : "false") << ";\n"
-     << "// Whether K is a multiple of BK and N of BN: the producer's bounds tests on them vanish.\n"
+     << "// Whether K is a multiple of BK and N of " << (tile.wide ? "BM" : "BN")
+     << ": the producer's bounds tests on them vanish.\n"
      << "constexpr bool K_WHOLE = " << (tile.k_whole ? "true" : "false") << ", N_WHOLE = "
      << (tile.n_whole ? "true" : "false") << ";\n"
      << "constexpr int ROWS = PINGPONG ? BM : BM / 2;  // a consumer warpgroup's rows of a tile\n"
@@ -89,7 +281,11 @@ __device__ __forceinline__ void reg_fence(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-
+)CUDA";
+  if (tile.wide) {
+    os << wide_gemm();
+  } else {
+    os << R"CUDA(
 // The producer's loads of k-block kb: thread t's 16-byte chunks are column
 // chunk t % 8 of rows t / 8 + 16 i, A's from a (the tile's 128 rows), B's
 // from b; rows 16 apart share their swizzle phase (row % 8), so
@@ -329,6 +525,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
   }
 }
 )CUDA";
+  }
   os << R"CUDA(
 
 }  // namespace ss

@@ -33,18 +33,28 @@ struct Sm90SsTile {
   // Whether the GEMM's K is a multiple of bk and its N of bn (every k-block
   // and row of B exists): the producer then tests neither.
   bool k_whole = false, n_whole = false;
+  // Whether the pixels are the wgmma's N side: a tile is bm output channels
+  // (64 a consumer warpgroup, both sharing it) by bn = 256 pixels, the
+  // widest wgmma (m64n256k8), whose operand reads per multiply-add are the
+  // fewest: on an H200 the gathers and the wgmmas' reads of the 128 x 128
+  // ping-pong tiles contend for each SM's shared memory (session 33). The
+  // result leaves through shared memory in bulk copies, one per channel's
+  // run of pixels (the result's channels hold contiguous runs of pixels).
+  bool wide = false;
   // Whether the consumer warpgroups take alternate tiles, each its whole BM
   // rows, in turn on the tensor cores (up to 128 columns: 128 accumulators a
   // thread); otherwise both share each tile. H200, 3x3 convs + relu written
   // NCHW, against both warpgroups on 256 x 128 tiles: the seed's 1.55 -> 1.43
   // ms, a 3-D conv's 1.06 -> 0.97, though B is gathered once per 128 rows
   // instead of 256.
-  bool pingpong() const { return bn <= 128; }
+  bool pingpong() const { return bn <= 128 && !wide; }
   int warpgroup_rows() const { return pingpong() ? bm : bm / 2; }
   // Each consumer warpgroup's staging buffer: staged_cols columns of its
   // rows, each padded by 4 floats (16-byte aligned, conflict-free), then the
   // table of its tile's channel operands.
+  // Wide, its 64 channels of 128 pixels, each padded by 8 floats.
   int staging_bytes() const {
+    if (wide) return 2 * 64 * (128 + 8) * 4;
     return staged ? 2 * (staged_cols * (warpgroup_rows() + 4) + channel_operands * bn) * 4 : 0;
   }
   // Up to 4 stages, as many as fit the 227 KiB an SM's CTA may use: what
@@ -54,7 +64,11 @@ struct Sm90SsTile {
   int stages() const { return std::min(4, (227 * 1024 - 2048 - staging_bytes()) / ((bm + bn) * 128)); }
   // The stages, the staging buffers, and the mbarriers: ready and empty per stage, a turn per warpgroup.
   int shared_bytes() const { return 1024 + stages() * (bm + bn) * 128 + staging_bytes() + (2 * stages() + 2) * 8; }
-  int64_t tiles(int64_t m, int64_t n) const { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); }
+  // Tiles of an m (pixels) x n (channels) result.
+  int64_t tiles(int64_t m, int64_t n) const {
+    const int64_t pixels = wide ? bn : bm, channels = wide ? bm : bn;
+    return ((m + pixels - 1) / pixels) * ((n + channels - 1) / channels);
+  }
 };
 
 // The tile for an M x N result of a conv reducing over K: BN the smallest of 64, 128, 256
@@ -62,12 +76,16 @@ struct Sm90SsTile {
 // accumulators a consumer thread at BN 128); at 256, both warpgroups share
 // 128 x 256 tiles (64 rows each: more would not fit their registers).
 // Staged stores where `staged` (the result allows them) and a warpgroup's
-// rows are 128.
-Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged = false);
+// rows are 128. Wide (pixels on the N side) where `wide` (the result's
+// channels hold contiguous runs of pixels, and the GEMM's rows are pixels in
+// order) and N is a multiple of 128 (H200, a 48 -> 96 channel 3x3 conv +
+// relu: 0.293 ms ping-pong, 0.339 wide).
+Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged = false, bool wide = false);
 
 // ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
 // K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
-// columns; staged, epilogue.value(row, col, acc) gives each element's value
+// columns; wide, epilogue.value(row, col, acc) gives each element's value
+// and epilogue.column(n, col) as below; staged, epilogue.value(row, col, acc) gives each element's value
 // and epilogue.column(n, col) where column col of sample n (Epilogue::SAMPLE
 // rows, a multiple of 4) begins. Needs cuda_sm90_mainloop() before it (its
 // helpers).
