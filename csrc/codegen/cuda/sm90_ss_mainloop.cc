@@ -36,6 +36,23 @@ std::string wgmma_ss(int bn) {
   return os.str();
 }
 
+// The bulk copies that staged results (ping-pong or wide tiles) leave by.
+const char* bulk_store_helpers() {
+  return R"CUDA(
+// ---- bulk copies out of shared memory ----
+__device__ __forceinline__ void bulk_store(float* dst, unsigned src, int bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's copies have read their source (so it may be written again), or are done.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// A consumer warpgroup's own barrier (0 is __syncthreads, 1 and 2 the other mainloop's).
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); }
+)CUDA";
+}
+
 // The wide tile's producer and consumers (Sm90SsTile::wide): A is the
 // weights (BM output channels), B the gathered pixels (BN of them).
 const char* wide_gemm() {
@@ -87,16 +104,6 @@ static_assert(STAGING == 64 * SPITCH * 4, "a consumer warpgroup's staging buffer
 __device__ __forceinline__ void sts64(unsigned addr, float v0, float v1) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1));
 }
-__device__ __forceinline__ void bulk_store(float* dst, unsigned src, int bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// This thread's copies have read their source (so it may be written again), or are done.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// A consumer warpgroup's own barrier (0 is __syncthreads, 1 and 2 the other mainloop's).
-__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); }
 
 // Consumer warpgroup wg's 64 channels from c0 of the tile's pixels from p0,
 // SPX pixels at a time: its threads write the values into `staging`, a row
@@ -282,6 +289,7 @@ __device__ __forceinline__ void reg_fence(float (&d)[R]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 )CUDA";
+  if (tile.staged || tile.wide) os << bulk_store_helpers();
   if (tile.wide) {
     os << wide_gemm();
   } else {
@@ -341,16 +349,6 @@ constexpr int SCOLS = )CUDA" << Sm90SsTile::staged_cols << R"CUDA(;             
 constexpr int SPITCH = ROWS + 4;             // floats a staged column: 16-byte aligned, and a fragment's writes hit 32 banks
 
 __device__ __forceinline__ void sts32(unsigned addr, float v) { asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v)); }
-__device__ __forceinline__ void bulk_store(float* dst, unsigned src, int bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// This thread's copies have read their source (so it may be written again), or are done.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// A consumer warpgroup's own barrier (0 is __syncthreads, 1 and 2 the other mainloop's).
-__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); }
 
 // Consumer warpgroup wg's rows [m, m + ROWS) of the tile at column n0, SCOLS
 // columns at a time: its threads write the values column by column into
