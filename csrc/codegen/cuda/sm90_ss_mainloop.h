@@ -51,8 +51,8 @@ struct Sm90SsTile {
   int warpgroup_rows() const { return pingpong() ? bm : bm / 2; }
   // Each consumer warpgroup's staging buffer: staged_cols columns of its
   // rows, each padded by 4 floats (16-byte aligned, conflict-free), then the
-  // table of its tile's channel operands.
-  // Wide, its 64 channels of 128 pixels, each padded by 8 floats.
+  // table of its tile's channel operands; wide, its 64 channels of 128
+  // pixels, each padded by 8 floats.
   int staging_bytes() const {
     if (wide) return 2 * 64 * (128 + 8) * 4;
     return staged ? 2 * (staged_cols * (warpgroup_rows() + 4) + channel_operands * bn) * 4 : 0;
@@ -84,9 +84,9 @@ Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged = false, bool wide = f
 
 // ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
 // K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
-// columns; wide, epilogue.value(row, col, acc) gives each element's value
-// and epilogue.column(n, col) as below; staged, epilogue.value(row, col, acc) gives each element's value
-// and epilogue.column(n, col) where column col of sample n (Epilogue::SAMPLE
+// columns; staged or wide, epilogue.value(row, col, acc) (staged, with the
+// tile's table: conv_epilogue.h) gives each element's value and
+// epilogue.column(n, col) where column col of sample n (Epilogue::SAMPLE
 // rows, a multiple of 4) begins. Needs cuda_sm90_mainloop() before it (its
 // helpers).
 std::string cuda_sm90_ss_mainloop(const Sm90SsTile& tile);
