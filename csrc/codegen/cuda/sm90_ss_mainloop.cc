@@ -172,11 +172,8 @@ __device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, i
   const int tiles_c = (N + BM - 1) / BM, tiles = tiles_c * ((M + BN - 1) / BN);
   const int nk = (K + BK - 1) / BK;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES; ++i) {
-      mbar_init(ready + i * 8, 128);
-      mbar_init(empty + i * 8, 256);  // both consumer warpgroups read each stage
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    init_stage_barriers(ready, empty, 256);  // both consumer warpgroups read each stage
+    fence_barrier_init();
   }
   __syncthreads();
   // Registers: the producer's two views of 8 pixel rows take more than the
@@ -208,23 +205,12 @@ __device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, i
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 #pragma unroll 1
-    for (int kb = 0; kb < nk; ++kb, ++g) {
-      const int slot = g % STAGES;
-      const unsigned stage = base + slot * STAGE;
-      mbar_wait(ready + slot * 8, (g / STAGES) & 1);
-      fence_proxy_async();  // the producer's copies (the generic proxy) before the wgmmas' reads
-      reg_fence(acc);
-      wgmma_fence();
+    for (int kb = 0; kb < nk; ++kb, ++g)
+      consume_kblock(acc, base, ready, empty, g, kb > 0, [&](unsigned stage) {
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) wgmma(acc, b_desc(stage + wg * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
-      wgmma_commit();
-      wgmma_wait1();  // k-block kb - 1's wgmmas are done: its stage is free
-      reg_fence(acc);
-      if (kb > 0) mbar_arrive(empty + ((g - 1) % STAGES) * 8);
-    }
-    wgmma_wait0();
-    reg_fence(acc);
-    mbar_arrive(empty + ((g - 1) % STAGES) * 8);
+        for (int ks = 0; ks < 4; ++ks) wgmma(acc, b_desc(stage + wg * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
+      });
+    finish_tile(acc, empty, g - 1);
     store_wide(epilogue, acc, base + STAGES * STAGE + wg * STAGING, wg, ct & 127, c0, p0, M, N);
   }
   if ((ct & 127) < 64) bulk_wait();  // the last copies are done before the CTA (and its shared memory) ends
@@ -287,6 +273,48 @@ template <int R>
 __device__ __forceinline__ void reg_fence(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int S, int R>
+__device__ __forceinline__ void reg_fence(float (&d)[S][R]) {
+#pragma unroll
+  for (int j = 0; j < S; ++j) reg_fence(d[j]);
+}
+
+// Each stage's mbarriers: ready (the producer's 128 threads' copies landed)
+// and empty (its `consumers` consumer threads are done with it).
+__device__ __forceinline__ void init_stage_barriers(unsigned ready, unsigned empty, int consumers) {
+  for (int i = 0; i < STAGES; ++i) {
+    mbar_init(ready + i * 8, 128);
+    mbar_init(empty + i * 8, consumers);
+  }
+}
+__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// A consumer warpgroup's k-block g (the CTA's g-th) into acc: waits for its
+// stage, issues its wgmmas (mma(stage)) and keeps them in flight; once
+// k-block g - 1's are done, releases that one's stage where `release` (g is
+// not the tile's first).
+template <class Acc, class Mma>
+__device__ __forceinline__ void consume_kblock(Acc& acc, unsigned base, unsigned ready, unsigned empty, int g,
+                                               bool release, const Mma& mma) {
+  const int slot = g % STAGES;
+  const unsigned stage = base + slot * STAGE;
+  mbar_wait(ready + slot * 8, (g / STAGES) & 1);
+  fence_proxy_async();  // the producer's copies (the generic proxy) before the wgmmas' reads
+  reg_fence(acc);
+  wgmma_fence();
+  mma(stage);
+  wgmma_commit();
+  wgmma_wait1();  // k-block g - 1's wgmmas are done: its stage is free
+  reg_fence(acc);
+  if (release) mbar_arrive(empty + ((g - 1) % STAGES) * 8);
+}
+// The tile's last k-block (g): its wgmmas done, its stage released.
+template <class Acc>
+__device__ __forceinline__ void finish_tile(Acc& acc, unsigned empty, int g) {
+  wgmma_wait0();
+  reg_fence(acc);
+  mbar_arrive(empty + (g % STAGES) * 8);
 }
 )CUDA";
   if (tile.staged || tile.wide) os << bulk_store_helpers();
@@ -439,13 +467,10 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
   const int tiles_m = (M + BM - 1) / BM, tiles = tiles_m * ((N + BN - 1) / BN);
   const int nk = (K + BK - 1) / BK;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES; ++i) {
-      mbar_init(ready + i * 8, 128);
-      mbar_init(empty + i * 8, PINGPONG ? 128 : 256);  // a stage's consumers
-    }
+    init_stage_barriers(ready, empty, PINGPONG ? 128 : 256);  // a stage's consumers
     mbar_init(turn, 128);  // warpgroup w's turn: the other's 128 threads issued their tile's wgmmas
     mbar_init(turn + 8, 128);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_barrier_init();
   }
   __syncthreads();
   // Registers: 65536 / 384 = 170 a thread at launch; the producer hands most
@@ -483,30 +508,16 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[j][i] = 0.0f;
 #pragma unroll 1
-    for (int kb = 0; kb < nk; ++kb, ++g) {
-      const int slot = g % STAGES;
-      const unsigned stage = base + slot * STAGE;
-      mbar_wait(ready + slot * 8, (g / STAGES) & 1);
-      fence_proxy_async();  // the producer's copies (the generic proxy) before the wgmmas' reads
+    for (int kb = 0; kb < nk; ++kb, ++g)
+      consume_kblock(acc, base, ready, empty, g, kb > 0, [&](unsigned stage) {
 #pragma unroll
-      for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
-      wgmma_fence();
+        for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-        for (int j = 0; j < MS; ++j)  // rows (slice0 + j) * 64 on: 8 KiB a slice
-          wgmma(acc[j], b_desc(stage + (slice0 + j) * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
-      wgmma_commit();
-      wgmma_wait1();  // k-block kb - 1's wgmmas are done: its stage is free
-#pragma unroll
-      for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
-      if (kb > 0) mbar_arrive(empty + ((g - 1) % STAGES) * 8);
-    }
+          for (int j = 0; j < MS; ++j)  // rows (slice0 + j) * 64 on: 8 KiB a slice
+            wgmma(acc[j], b_desc(stage + (slice0 + j) * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
+      });
     if (PINGPONG) mbar_arrive(turn + (wg ^ 1) * 8);
-    wgmma_wait0();
-#pragma unroll
-    for (int j = 0; j < MS; ++j) reg_fence(acc[j]);
-    mbar_arrive(empty + ((g - 1) % STAGES) * 8);
+    finish_tile(acc, empty, g - 1);
 )CUDA";
   if (tile.staged)
     os << R"CUDA(
