@@ -182,9 +182,24 @@ TEST(PlanBuild, GridStrideKernelsGetOneBlockPerPassAndAnEmptyTensorNone) {
 })");
   ASSERT_EQ(big.plan.kernels.size(), 1u);
   const plan::Kernel& k = big.plan.kernels[0];
-  // 2^20 elements, 4-wide items, 256 threads x 4 items per block.
-  EXPECT_EQ(k.grid, (std::array<int64_t, 3>{256, 1, 1}));
+  // 2^20 elements, 4-wide items of 16 bytes, 256 threads x 1 item per block.
+  EXPECT_EQ(k.grid, (std::array<int64_t, 3>{1024, 1, 1}));
   EXPECT_EQ(k.block, (std::array<int64_t, 3>{256, 1, 1}));
+  // Half-precision items are 8 bytes, and a broadcast operand is re-read by
+  // every thread: 4 items per thread.
+  const CompiledGraph narrow = compile_graph(R"(graph @g(%x: f16[1024,1024]) {
+  %0 = neg(%x) : f16[1024,1024]
+  return %0
+})");
+  const CompiledGraph broadcast = compile_graph(R"(graph @g(%x: f32[1024,1024], %row: f32[1024]) {
+  %0 = unsqueeze(%row) {dim=0} : f32[1,1024]
+  %1 = add(%x, %0) : f32[1024,1024]
+  return %1
+})");
+  for (const CompiledGraph* cg : {&narrow, &broadcast}) {
+    ASSERT_EQ(cg->plan.kernels.size(), 1u);
+    EXPECT_EQ(cg->plan.kernels[0].grid, (std::array<int64_t, 3>{256, 1, 1}));
+  }
   const CompiledGraph empty = compile_graph(R"(graph @g(%x: f32[0,8]) {
   %0 = exp(%x) : f32[0,8]
   return %0

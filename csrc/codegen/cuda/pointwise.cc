@@ -416,6 +416,18 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
   }
   ks.vector_width = vec;
   ks.items = n_elems / vec;
+  // One item a thread a trip where every access streams its own 16-byte
+  // vectors: more, smaller blocks move more bytes a second than four items a
+  // thread (H200, f32 A * s over 4 GiB: 2.07 -> 2.02 ms; relu, sigmoid, gelu
+  // over 128 MiB: 3-6 % faster). Broadcast operands, re-read by every
+  // thread, and narrower items keep four items in flight (a 64M-element
+  // chain of a row and a column broadcast: 0.134 -> 0.145 ms with one).
+  bool streams = vec == 4;
+  for (size_t t = 0; t < acc.size(); ++t) {
+    streams &= vec * dtype_size(acc[t].dtype) >= 16;
+    for (size_t d = 0; d < l.sizes.size(); ++d) streams &= l.sizes[d] == 1 || l.strides[t][d] != 0;
+  }
+  ks.unroll = streams ? 1 : 4;
 
   const std::string index_t = index_type(l, acc.size(), n_elems, vec);
   std::ostringstream os;
