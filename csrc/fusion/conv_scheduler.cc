@@ -3,8 +3,13 @@
 // becomes a group where the cost model says the kernel beats cuDNN, with the
 // pointwise group that reads its result as the kernel's epilogue: bias,
 // activations, scale, clamp, per-channel ops, residuals, so that the result
-// is written once, in whatever layout the epilogue's output has.
+// is written once, in whatever layout the epilogue's output has. A direct
+// kernel also takes in a reduction over the output channels that alone reads
+// the conv (a min, max, sum or mean over dim 1, with the pointwise work before
+// and after it): its result is then never written.
 #include <algorithm>
+#include <unordered_set>
+#include <utility>
 
 #include "codegen/cuda/conv.h"
 #include "codegen/cuda/conv_direct.h"
@@ -26,9 +31,14 @@ class ConvScheduler final : public Scheduler {
       if (n->op != Op::Convolution) continue;
       const auto epilogue = epilogue_group(p, n.get());
       const bool fuses = epilogue.has_value();
+      const auto reduction = fuses ? std::nullopt : channel_reduction(p, n.get());
       const auto direct = [&]() -> std::optional<ConvKernelSpec> {
         auto s = options.conv_direct ? match_direct_conv(*n) : std::nullopt;
-        return s && direct_is_faster(*s, *n, fuses) ? s : std::nullopt;
+        if (!s) return std::nullopt;
+        // A block computes one group's channels: a reduction over all needs one group.
+        if (reduction && s->conv.groups == 1) s->channel_reduce = reduction->second;
+        const bool reduces = s->channel_reduce != ConvKernelSpec::ChannelReduce::none;
+        return direct_is_faster(*s, *n, fuses || reduces, reduces) ? s : std::nullopt;
       };
       // An implicit GEMM only against cuDNN as timed (the model's cuDNN
       // rates stray by 5x from shape to shape), unless every conv must be one.
@@ -50,8 +60,11 @@ class ConvScheduler final : public Scheduler {
       if (!spec) spec = options.conv_always ? direct() : implicit();
       if (!spec) continue;
       std::vector<Node*> members{n.get()};
-      if (epilogue) {
-        std::vector<Node*> ep = p.release(*epilogue);
+      const auto fused = epilogue                     ? epilogue
+                         : spec->channel_reduce != ConvKernelSpec::ChannelReduce::none ? std::optional<int>(reduction->first)
+                                                                                        : std::nullopt;
+      if (fused) {
+        std::vector<Node*> ep = p.release(*fused);
         members.insert(members.end(), ep.begin(), ep.end());
       }
       p.add_group(Group::Kind::Conv, std::move(members), {}, *spec);
@@ -91,12 +104,15 @@ class ConvScheduler final : public Scheduler {
   }
 
   // The direct kernel against cuDNN in the conv's layout (each as timed, where
-  // the front end timed it), which writes its result and has the epilogue read it back.
-  static bool direct_is_faster(const ConvKernelSpec& spec, const Node& conv, bool fuses_epilogue) {
+  // the front end timed it), which writes its result and has the epilogue read
+  // it back. A kernel reducing the channels does not write the result (half a
+  // copy of it less than the conv alone, as timed).
+  static bool direct_is_faster(const ConvKernelSpec& spec, const Node& conv, bool fuses_epilogue, bool reduces) {
     const auto measured = measured_cudnn(conv);
     const ConvTimes t = conv_times(spec.conv, false, true, measured ? &*measured : nullptr, measured_direct_ms(conv));
     const double cudnn = is_channels_last(conv.input(0)->type) ? t.cudnn_channels_last : t.cudnn_nchw;
-    return t.direct < cudnn + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
+    const double output = copy_ms(spec.conv.output_bytes());
+    return t.direct - (reduces ? output / 2 : 0.0) < cudnn + (fuses_epilogue ? output : 0.0);
   }
 
   // The pointwise group that can be `conv`'s epilogue (pointwise_epilogue)
@@ -112,6 +128,48 @@ class ConvScheduler final : public Scheduler {
     for (const Value* v : pg.inputs)
       if (v->is_input() && v->input_kind == InputKind::Scalar) return std::nullopt;
     return gi;
+  }
+
+  // The reduction group that can end `conv`'s direct kernel, and how it
+  // combines: it holds every user of the conv's result, computes one f32
+  // output and one reduction, a min, max, sum or mean over the channels
+  // (dim 1) of a value computed per element from the result (pointwise
+  // nodes of the result's shape, reading per-channel vectors and the like),
+  // and after it pointwise nodes that read nothing from outside the group.
+  static std::optional<std::pair<int, ConvKernelSpec::ChannelReduce>> channel_reduction(const PartitionBuilder& p,
+                                                                                       const Node* conv) {
+    using R = ConvKernelSpec::ChannelReduce;
+    const auto gi = p.group_of_all_users(conv);
+    if (!gi) return std::nullopt;
+    const Group rg = p.describe(*gi);
+    if (rg.kind != Group::Kind::Reduction || rg.outputs.size() != 1 || rg.outputs[0]->type.dtype != DType::f32)
+      return std::nullopt;
+    const Shape& shape = conv->result()->type.shape;
+    std::optional<R> how;
+    std::unordered_set<const Value*> reduced;  // the reduction's result and what the nodes after it compute
+    for (const Node* m : rg.nodes) {
+      if (how) {  // after the reduction: reads those and literals only
+        if (op_kind(m->op) != OpKind::Pointwise) return std::nullopt;
+        for (const Operand& o : m->operands)
+          if (o.is_value() && reduced.count(o.value) == 0) return std::nullopt;
+        reduced.insert(m->result());
+        continue;
+      }
+      if (op_kind(m->op) == OpKind::Pointwise) {
+        if (m->result()->type.shape != shape) return std::nullopt;
+        continue;
+      }
+      const R r = m->op == Op::Amin ? R::min : m->op == Op::Amax ? R::max : m->op == Op::Sum ? R::sum
+                  : m->op == Op::Mean ? R::mean : R::none;
+      const std::vector<int64_t>& dims = m->has_attr("dims") ? m->attr_ints("dims") : std::vector<int64_t>{};
+      if (r == R::none || dims.size() != 1 || normalize_dim(dims[0], static_cast<int64_t>(shape.size())) != 1 ||
+          m->input(0)->type.shape != shape || m->result()->type.dtype != DType::f32)
+        return std::nullopt;
+      how = r;
+      reduced.insert(m->result());
+    }
+    if (!how) return std::nullopt;
+    return std::make_pair(*gi, *how);
   }
 };
 

@@ -26,8 +26,10 @@ namespace ff::fusion {
 // broadcast to the pooled input's) and those that read its result (shapes
 // broadcast to the result's, the iteration shape). Scan: one cumsum with the
 // pointwise nodes that produce its input (the iteration shape). Conv: one convolution that a generated
-// implicit-GEMM kernel computes (`conv` says how), followed by the pointwise
-// epilogue it applies before writing.
+// implicit-GEMM or direct kernel computes (`conv` says how), followed by the
+// pointwise epilogue it applies before writing; a direct kernel's may instead
+// be a reduction over the output channels with the pointwise nodes before and
+// after it (conv.channel_reduce), so that only the reduced result is written.
 struct Group {
   enum class Kind { Pointwise, Gemm, Reduction, Pool, Scan, Conv } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only

@@ -98,3 +98,39 @@ def test_the_probe_times_the_direct_kernel_and_rejects_a_wrong_result(monkeypatc
     plain = conv_probe._call
     monkeypatch.setattr(conv_probe, "_call", lambda c, x, w: plain(c, x, w) + 0.01)
     assert conv_probe.measure_direct(conv, device, kernel, out)["direct_ms"] is None
+
+
+class ChannelReduction(nn.Module):
+    """A first-layer conv, a reduction over its channels, then tanh: the
+    direct kernel takes the reduction in and writes only its result."""
+
+    def __init__(self, how, keepdim):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 20, 3, padding=1)
+        self.how, self.keepdim = how, keepdim
+
+    def forward(self, x):
+        y = self.conv(x) * 0.5
+        y = getattr(torch, self.how)(y, 1, keepdim=self.keepdim)
+        return torch.tanh(y) * 2.0
+
+
+@pytest.mark.parametrize("how,keepdim", [("amin", True), ("amax", False), ("sum", True), ("mean", False)])
+def test_a_reduction_over_the_channels_joins_the_direct_conv(how, keepdim):
+    torch.manual_seed(0)
+    model = ChannelReduction(how, keepdim).cuda()
+    x = torch.randn(4, 3, 33, 70, device="cuda")
+    x[1, 2, 10, 10] = float("nan")
+    fast = fuseforge.optimize(model)
+    with torch.no_grad():
+        got, want = fast(x), model(x)
+        ref = model.double()(x.double())
+        model.float()
+    (plan,) = [s.compiled.plan for s in fast.specializations()]
+    (k,) = plan.kernels
+    assert "_direct_" in k.name and how in [n.op for n in k.nodes], str(plan)
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
+    finite = want.isfinite()
+    ours = (got.double() - ref)[finite].abs().max().item()
+    eager = (want.double() - ref)[finite].abs().max().item()
+    assert ours <= 2 * eager + 1e-6, (ours, eager)

@@ -104,15 +104,17 @@ DirectConvTile tile_of(const ConvSpec& c, int cob) {
 
 }  // namespace
 
-DirectConvTile choose_direct_conv_tile(const ConvSpec& c) {
+DirectConvTile choose_direct_conv_tile(const ConvSpec& c, bool all_channels) {
   // 8 output channels a thread (fewer rounded up to a power of two). Where
   // the input channels come in several stages, each block of output channels
   // stages them all again: 12 a thread where they come in 12s, for fewer
   // blocks (H200, 3x3x3, 8 -> 24 channels: 0.718 -> 0.653 ms; with one
   // stage, 6 -> 48 channels: 0.454 -> 0.508).
   const int64_t out = c.out_per_group();
-  const DirectConvTile t = tile_of(c, out >= 8 ? 8 : pow2_at_least(out));
-  return t.cib < c.in_per_group() && out % 12 == 0 ? tile_of(c, 12) : t;
+  DirectConvTile t = tile_of(c, out >= 8 ? 8 : pow2_at_least(out));
+  if (t.cib < c.in_per_group() && out % 12 == 0) t = tile_of(c, 12);
+  if (all_channels) t.cpb = static_cast<int>((out + t.cob - 1) / t.cob);
+  return t;
 }
 
 bool direct_conv_fits(const ConvSpec& c) {
@@ -125,7 +127,9 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
     throw IRError("direct conv codegen: expected a 2-D or 3-D f32 conv");
   const bool three_d = c.dims == 3;
   const size_t d0 = three_d ? 1 : 0;  // H's index in the spatial vectors
-  const DirectConvTile t = choose_direct_conv_tile(c);
+  const bool reduces = s.channel_reduce != fusion::ConvKernelSpec::ChannelReduce::none;
+  if (reduces && c.groups != 1) throw IRError("direct conv codegen: a reduction over the channels of a grouped conv");
+  const DirectConvTile t = choose_direct_conv_tile(c, reduces);
   const Node& conv = *group.nodes.front();
   const Shape& x_strides = conv.input(0)->type.strides;  // n, c, [d,] h, w
   const Shape& w_strides = conv.input(1)->type.strides;
@@ -153,7 +157,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << (t.cpb > 1 ? " (" + v(t.cpb) + " x " + v(t.cob) + ")" : "") << " x " << (three_d ? "1x" : "") << t.tp << "x"
      << t.tq * t.px << " outputs, a thread " << t.cob << " channels x " << t.px << " columns "
      << (t.adjacent ? std::string("adjacent") : std::to_string(t.tq) + " apart") << ", " << t.cib
-     << " input channel(s) a stage\n";
+     << " input channel(s) a stage" << (reduces ? ", reducing the channels" : "") << "\n";
   for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
   os << cuda_prelude();
   os << "\nnamespace {\n"
@@ -194,7 +198,19 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << "LL;\n"
      << "  const int tp = threadIdx.x / TQ, tq = threadIdx.x % TQ;\n"
      << "  const int p = p0 + tp;\n"
-     << "  #pragma unroll 1\n"
+     << "  const FusedEpilogue epi{" << epilogue.arguments << "};\n";
+  using R = fusion::ConvKernelSpec::ChannelReduce;
+  // The channel reduction's running value per column, and how a channel's value joins it (NaN propagates, as eager's).
+  const std::string combine = s.channel_reduce == R::min   ? "ff_minimum(red[j], cv)"
+                              : s.channel_reduce == R::max ? "ff_maximum(red[j], cv)"
+                                                           : "red[j] + cv";
+  if (reduces)
+    os << "  float red[PX];  // this thread's columns' " << (s.channel_reduce == R::min ? "min" : s.channel_reduce == R::max ? "max" : "sum")
+       << " over the channels so far\n"
+       << "  #pragma unroll\n  for (int j = 0; j < PX; ++j) red[j] = "
+       << (s.channel_reduce == R::min ? "__int_as_float(0x7f800000)" : s.channel_reduce == R::max ? "__int_as_float(0xff800000)" : "0.f")
+       << ";\n";
+  os << "  #pragma unroll 1\n"
      << "  for (int kb = kb0; kb < kb0 + CPB && kb < KB; ++kb) {\n"
      << "    const int k0 = kb * COB;\n"
      << "    float acc[COB][PX];\n"
@@ -272,19 +288,30 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << "      }\n"
      << "      __syncthreads();  // before the next stage's (or channel block's) staging\n"
      << "    }\n"
-     << "    const FusedEpilogue epi{" << epilogue.arguments << "};\n"
-     << (t.adjacent ? "" : "    // For each j, a warp's threads store adjacent columns of a row.\n")
+     << (t.adjacent || reduces ? "" : "    // For each j, a warp's threads store adjacent columns of a row.\n")
      << "    #pragma unroll\n"
      << "    for (int k = 0; k < COB; ++k) {\n"
      << "      if (p >= P || k0 + k >= KG) break;\n"
      << "      #pragma unroll\n"
      << "      for (int j = 0; j < PX; ++j) {\n"
-     << (t.adjacent ? "        const int q = q0 + tq * PX + j;\n" : "        const int q = q0 + j * TQ + tq;\n")
-     << "        if (q < Q) epi.store_at(n, g * KG + k0 + k, " << (three_d ? "z, " : "") << "p, q, acc[k][j]);\n"
-     << "      }\n"
+     << (t.adjacent ? "        const int q = q0 + tq * PX + j;\n" : "        const int q = q0 + j * TQ + tq;\n");
+  if (reduces)
+    os << "        if (q >= Q) continue;\n"
+       << "        const float cv = epi.reduce_input(n, k0 + k, " << (three_d ? "z, " : "") << "p, q, acc[k][j]);\n"
+       << "        red[j] = " << combine << ";\n";
+  else
+    os << "        if (q < Q) epi.store_at(n, g * KG + k0 + k, " << (three_d ? "z, " : "") << "p, q, acc[k][j]);\n";
+  os << "      }\n"
      << "    }\n"
-     << "  }\n"
-     << "}\n";
+     << "  }\n";
+  if (reduces)
+    os << "  // Every channel is in: the reduction's result per column.\n"
+       << "  #pragma unroll\n"
+       << "  for (int j = 0; j < PX; ++j) {\n"
+       << (t.adjacent ? "    const int q = q0 + tq * PX + j;\n" : "    const int q = q0 + j * TQ + tq;\n")
+       << "    if (p < P && q < Q) epi.store_reduced(n, " << (three_d ? "z, " : "") << "p, q, red[j]);\n"
+       << "  }\n";
+  os << "}\n";
   ks.source = os.str();
   return ks;
 }

@@ -2,7 +2,8 @@
 // Direct convolution kernels: 2-D and 3-D forward convs computed with IEEE f32 FMAs
 // straight from the input's and weight's own layouts (any strides; NCHW
 // normally), the pointwise group after the conv fused as its epilogue
-// (conv_epilogue.h) and written once. Made for convs with few multiply-adds
+// (conv_epilogue.h) and written once, or a reduction over the output
+// channels (ConvKernelSpec::channel_reduce), whose result alone is written. Made for convs with few multiply-adds
 // per output (few input channels per group: first layers, depthwise convs),
 // which are bandwidth-bound, and where cuDNN's kernels idle most of their
 // lanes and then write a result the epilogue reads back.
@@ -30,7 +31,9 @@ struct DirectConvTile {
   int threads() const { return tp * tq; }
 };
 
-DirectConvTile choose_direct_conv_tile(const ConvSpec& spec);
+// `all_channels`: a block computes every output channel (cpb covers them),
+// as a reduction over the channels in the kernel needs.
+DirectConvTile choose_direct_conv_tile(const ConvSpec& spec, bool all_channels = false);
 // Whether that tile's staged input channel and weights fit the kernel's
 // shared memory (a very wide stride or window may not).
 bool direct_conv_fits(const ConvSpec& spec);

@@ -26,6 +26,50 @@ bool needs_64bit(const Shape& shape, const Shape& strides) {
   return last >= (int64_t{1} << 31);
 }
 
+// A direct kernel's reduction over the output channels (ConvKernelSpec::
+// channel_reduce): reduce_input(n, col, [z,] p, q, acc), the value the
+// reduction takes from the conv's accumulator `acc` at that output element
+// (`v`: the conv's value, then the nodes before the reduction), and
+// store_reduced(n, [z,] p, q, r), which takes the reduction's result at that
+// pixel (for a mean, the sum: divided here) through the nodes after it and
+// writes the output.
+void emit_channel_reduction(std::ostringstream& os, const fusion::Group& group, const Value* out,
+                            std::unordered_map<const Value*, std::string> expr_of, const std::string& v,
+                            const std::string& idx, bool three_d, std::vector<std::string> index) {
+  const Node& conv = *group.nodes.front();
+  size_t r = 1;
+  while (op_kind(group.nodes[r]->op) == OpKind::Pointwise) ++r;
+  const Node& red = *group.nodes[r];
+  const std::vector<Node*> before(group.nodes.begin() + 1, group.nodes.begin() + r);
+  const std::vector<Node*> after(group.nodes.begin() + r + 1, group.nodes.end());
+  const std::string spatial = (three_d ? idx + " z, " : "") + idx + " p, " + idx + " q";
+  std::ostringstream body;
+  emit_pointwise_body(body, before, "    ", expr_of);
+  os << "  // The value the channel reduction (" << op_name(red.op) << ") takes at output element (n, col, "
+     << (three_d ? "z, " : "") << "p, q).\n"
+     << "  __device__ __forceinline__ float reduce_input(" << idx << " n, " << idx << " col, " << spatial
+     << ", float acc) const {\n"
+     << "    const float v = " << v << ";\n"
+     << body.str() << "    return " << expr_of.at(red.input(0)) << ";\n"
+     << "  }\n";
+  const Shape& shape = conv.result()->type.shape;
+  // The output's strides along the conv's dims: none along the channels (a
+  // kept dim of 1, or none without keepdim).
+  Shape strides = out->type.strides;
+  if (out->type.shape.size() == shape.size()) strides[1] = 0;
+  else strides.insert(strides.begin() + 1, 0);
+  std::unordered_map<const Value*, std::string> reduced{
+      {red.result(), red.op == Op::Mean ? "r * (1.0f / " + std::to_string(shape[1]) + ")" : "r"}};
+  std::ostringstream tail;
+  emit_pointwise_body(tail, after, "    ", reduced);
+  index[1] = "0";
+  os << "  // The reduction's result r at output pixel (n, " << (three_d ? "z, " : "") << "p, q), through the nodes after it.\n"
+     << "  __device__ __forceinline__ void store_reduced(" << idx << " n, " << spatial << ", float r) const {\n"
+     << tail.str() << "    out[" << offset(strides, index) << "] = ff_store<" << cuda_storage_type(out->type.dtype)
+     << ">(" << reduced.at(out) << ");\n"
+     << "  }\n";
+}
+
 }  // namespace
 
 std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKernelSpec& s) {
@@ -111,13 +155,22 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   const std::string at_row = "row / " + std::to_string(P * Q * Z) + ", col, " +
                              (three_d ? "row / " + std::to_string(P * Q) + " % " + std::to_string(Z) + ", " : "") +
                              "row / " + std::to_string(Q) + " % " + std::to_string(P) + ", row % " + std::to_string(Q);
+  // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
+  const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
+  if (s.channel_reduce != fusion::ConvKernelSpec::ChannelReduce::none) {
+    emit_channel_reduction(os, group, out, expr_of, c.has_bias ? rounded(rounded("acc") + " + ff_load(bias[col])") : rounded("acc"),
+                           idx, three_d, index);
+    os << members << "};\n";
+    e.parameters = params.str();
+    e.arguments = args.str();
+    e.definition = os.str();
+    return e;
+  }
   os << "  // acc: the implicit GEMM's value at (row: output pixel, col: output channel).\n"
      << "  __device__ __forceinline__ void store(int row, int col, float acc) const {\n"
      << "    if (row >= M || col >= N) return;\n"
      << "    store_at(" << at_row << ", acc);\n"
      << "  }\n";
-  // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
-  const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
   // The body of a value: v from acc and `bias` (the bias's expression), then
   // the epilogue's nodes reading their inputs as `exprs` says.
   const auto value_body = [&](std::unordered_map<const Value*, std::string> exprs, const std::string& bias) {
