@@ -60,9 +60,8 @@ class ConvScheduler final : public Scheduler {
       if (!spec) spec = options.conv_always ? direct() : implicit();
       if (!spec) continue;
       std::vector<Node*> members{n.get()};
-      const auto fused = epilogue                     ? epilogue
-                         : spec->channel_reduce != ConvKernelSpec::ChannelReduce::none ? std::optional<int>(reduction->first)
-                                                                                        : std::nullopt;
+      std::optional<int> fused = epilogue;
+      if (spec->channel_reduce != ConvKernelSpec::ChannelReduce::none) fused = reduction->first;
       if (fused) {
         std::vector<Node*> ep = p.release(*fused);
         members.insert(members.end(), ep.begin(), ep.end());

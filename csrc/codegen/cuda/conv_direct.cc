@@ -102,6 +102,23 @@ DirectConvTile tile_of(const ConvSpec& c, int cob) {
   return t;
 }
 
+// A reduction over the channels in the kernel: its running value's start, and
+// how a channel's value `cv` joins it (NaN propagates, as in eager).
+struct ChannelReduction {
+  const char *what, *identity, *combine;
+};
+ChannelReduction channel_reduction(fusion::ConvKernelSpec::ChannelReduce r) {
+  using R = fusion::ConvKernelSpec::ChannelReduce;
+  switch (r) {
+    case R::min: return {"min", "__int_as_float(0x7f800000)", "ff_minimum(red[j], cv)"};
+    case R::max: return {"max", "__int_as_float(0xff800000)", "ff_maximum(red[j], cv)"};
+    case R::sum:
+    case R::mean: return {"sum", "0.f", "red[j] + cv"};
+    case R::none: break;
+  }
+  return {"", "", ""};
+}
+
 }  // namespace
 
 DirectConvTile choose_direct_conv_tile(const ConvSpec& c, bool all_channels) {
@@ -199,17 +216,10 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << "  const int tp = threadIdx.x / TQ, tq = threadIdx.x % TQ;\n"
      << "  const int p = p0 + tp;\n"
      << "  const FusedEpilogue epi{" << epilogue.arguments << "};\n";
-  using R = fusion::ConvKernelSpec::ChannelReduce;
-  // The channel reduction's running value per column, and how a channel's value joins it (NaN propagates, as eager's).
-  const std::string combine = s.channel_reduce == R::min   ? "ff_minimum(red[j], cv)"
-                              : s.channel_reduce == R::max ? "ff_maximum(red[j], cv)"
-                                                           : "red[j] + cv";
+  const ChannelReduction red = channel_reduction(s.channel_reduce);
   if (reduces)
-    os << "  float red[PX];  // this thread's columns' " << (s.channel_reduce == R::min ? "min" : s.channel_reduce == R::max ? "max" : "sum")
-       << " over the channels so far\n"
-       << "  #pragma unroll\n  for (int j = 0; j < PX; ++j) red[j] = "
-       << (s.channel_reduce == R::min ? "__int_as_float(0x7f800000)" : s.channel_reduce == R::max ? "__int_as_float(0xff800000)" : "0.f")
-       << ";\n";
+    os << "  float red[PX];  // this thread's columns' " << red.what << " over the channels so far\n"
+       << "  #pragma unroll\n  for (int j = 0; j < PX; ++j) red[j] = " << red.identity << ";\n";
   os << "  #pragma unroll 1\n"
      << "  for (int kb = kb0; kb < kb0 + CPB && kb < KB; ++kb) {\n"
      << "    const int k0 = kb * COB;\n"
@@ -298,7 +308,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
   if (reduces)
     os << "        if (q >= Q) continue;\n"
        << "        const float cv = epi.reduce_input(n, k0 + k, " << (three_d ? "z, " : "") << "p, q, acc[k][j]);\n"
-       << "        red[j] = " << combine << ";\n";
+       << "        red[j] = " << red.combine << ";\n";
   else
     os << "        if (q < Q) epi.store_at(n, g * KG + k0 + k, " << (three_d ? "z, " : "") << "p, q, acc[k][j]);\n";
   os << "      }\n"

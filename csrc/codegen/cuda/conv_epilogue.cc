@@ -63,7 +63,8 @@ void emit_channel_reduction(std::ostringstream& os, const fusion::Group& group, 
   std::ostringstream tail;
   emit_pointwise_body(tail, after, "    ", reduced);
   index[1] = "0";
-  os << "  // The reduction's result r at output pixel (n, " << (three_d ? "z, " : "") << "p, q), through the nodes after it.\n"
+  os << "  // The reduction's result r at output pixel (n, " << (three_d ? "z, " : "")
+     << "p, q), through the nodes after it.\n"
      << "  __device__ __forceinline__ void store_reduced(" << idx << " n, " << spatial << ", float r) const {\n"
      << tail.str() << "    out[" << offset(strides, index) << "] = ff_store<" << cuda_storage_type(out->type.dtype)
      << ">(" << reduced.at(out) << ");\n"
@@ -158,8 +159,8 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
   const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
   if (s.channel_reduce != fusion::ConvKernelSpec::ChannelReduce::none) {
-    emit_channel_reduction(os, group, out, expr_of, c.has_bias ? rounded(rounded("acc") + " + ff_load(bias[col])") : rounded("acc"),
-                           idx, three_d, index);
+    const std::string v = c.has_bias ? rounded(rounded("acc") + " + ff_load(bias[col])") : rounded("acc");
+    emit_channel_reduction(os, group, out, expr_of, v, idx, three_d, index);
     os << members << "};\n";
     e.parameters = params.str();
     e.arguments = args.str();
