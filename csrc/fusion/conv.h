@@ -26,8 +26,8 @@ struct ConvKernelSpec {
   // (round_conv_operands): its kernel reads them as loaded.
   bool rounded_operands = false;
   // A direct kernel whose group ends in a reduction over the output channels
-  // (ConvScheduler: the conv's result is then never written): how it combines them.
-  enum class ChannelReduce { none, sum, mean, max, min } channel_reduce = ChannelReduce::none;
+  // (ConvScheduler: the conv's result is then never written): which one.
+  enum class ChannelReduce { none, sum, mean, max, min, logsumexp } channel_reduce = ChannelReduce::none;
   int64_t gemm_m() const { return conv.gemm_m(); }
   int64_t gemm_n() const { return conv.out_channels; }
   int64_t gemm_k() const { return conv.gemm_k(); }

@@ -5,8 +5,8 @@
 // activations, scale, clamp, per-channel ops, residuals, so that the result
 // is written once, in whatever layout the epilogue's output has. A direct
 // kernel also takes in a reduction over the output channels that alone reads
-// the conv (a min, max, sum or mean over dim 1, with the pointwise work before
-// and after it): its result is then never written.
+// the conv (a min, max, sum, mean or logsumexp over dim 1, with the pointwise
+// work before and after it): its result is then never written.
 #include <algorithm>
 #include <unordered_set>
 #include <utility>
@@ -131,7 +131,7 @@ class ConvScheduler final : public Scheduler {
 
   // The reduction group that can end `conv`'s direct kernel, and how it
   // combines: it holds every user of the conv's result, computes one f32
-  // output and one reduction, a min, max, sum or mean over the channels
+  // output and one reduction, a min, max, sum, mean or logsumexp over the channels
   // (dim 1) of a value computed per element from the result (pointwise
   // nodes of the result's shape, reading per-channel vectors and the like),
   // and after it pointwise nodes that read nothing from outside the group.
@@ -159,7 +159,7 @@ class ConvScheduler final : public Scheduler {
         continue;
       }
       const R r = m->op == Op::Amin ? R::min : m->op == Op::Amax ? R::max : m->op == Op::Sum ? R::sum
-                  : m->op == Op::Mean ? R::mean : R::none;
+                  : m->op == Op::Mean ? R::mean : m->op == Op::Logsumexp ? R::logsumexp : R::none;
       const std::vector<int64_t>& dims = m->has_attr("dims") ? m->attr_ints("dims") : std::vector<int64_t>{};
       if (r == R::none || dims.size() != 1 || normalize_dim(dims[0], static_cast<int64_t>(shape.size())) != 1 ||
           m->input(0)->type.shape != shape || m->result()->type.dtype != DType::f32)

@@ -115,7 +115,8 @@ class ChannelReduction(nn.Module):
         return torch.tanh(y) * 2.0
 
 
-@pytest.mark.parametrize("how,keepdim", [("amin", True), ("amax", False), ("sum", True), ("mean", False)])
+@pytest.mark.parametrize("how,keepdim",
+                         [("amin", True), ("amax", False), ("sum", True), ("mean", False), ("logsumexp", True)])
 def test_a_reduction_over_the_channels_joins_the_direct_conv(how, keepdim):
     torch.manual_seed(0)
     model = ChannelReduction(how, keepdim).cuda()

@@ -5,6 +5,7 @@
 
 #include "codegen/cuda/conv_epilogue.h"
 #include "codegen/cuda/prelude.h"
+#include "codegen/cuda/reduction_prelude.h"
 
 namespace ff::codegen {
 
@@ -102,18 +103,20 @@ DirectConvTile tile_of(const ConvSpec& c, int cob) {
   return t;
 }
 
-// A reduction over the channels in the kernel: its running value's start, and
-// how a channel's value `cv` joins it (NaN propagates, as in eager).
+// A reduction over the channels in the kernel, as the reduction kernels'
+// accumulators (reduction_prelude.h) compute it: the accumulator's type, how
+// a channel's value `cv` joins red[j], and the result.
 struct ChannelReduction {
-  const char *what, *identity, *combine;
+  const char *type, *push, *result;
 };
 ChannelReduction channel_reduction(fusion::ConvKernelSpec::ChannelReduce r) {
   using R = fusion::ConvKernelSpec::ChannelReduce;
   switch (r) {
-    case R::min: return {"min", "__int_as_float(0x7f800000)", "ff_minimum(red[j], cv)"};
-    case R::max: return {"max", "__int_as_float(0xff800000)", "ff_maximum(red[j], cv)"};
+    case R::min: return {"ff_min<float>", "red[j].push(cv)", "red[j].m"};
+    case R::max: return {"ff_max<float>", "red[j].push(cv)", "red[j].m"};
     case R::sum:
-    case R::mean: return {"sum", "0.f", "red[j] + cv"};
+    case R::mean: return {"ff_sum<float>", "red[j].push(cv)", "red[j].s"};  // the mean divides as it stores
+    case R::logsumexp: return {"ff_maxsumexp<float>", "red[j].merge({cv, 1.0f})", "red[j].logsumexp()"};
     case R::none: break;
   }
   return {"", "", ""};
@@ -177,6 +180,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << " input channel(s) a stage" << (reduces ? ", reducing the channels" : "") << "\n";
   for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
   os << cuda_prelude();
+  if (reduces) os << cuda_reduction_prelude();
   os << "\nnamespace {\n"
      << "constexpr int M = " << s.gemm_m() << ", N = " << c.out_channels << ";  // pixels, output channels\n"
      << epilogue.definition
@@ -218,8 +222,8 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << "  const FusedEpilogue epi{" << epilogue.arguments << "};\n";
   const ChannelReduction red = channel_reduction(s.channel_reduce);
   if (reduces)
-    os << "  float red[PX];  // this thread's columns' " << red.what << " over the channels so far\n"
-       << "  #pragma unroll\n  for (int j = 0; j < PX; ++j) red[j] = " << red.identity << ";\n";
+    os << "  " << red.type << " red[PX];  // this thread's columns' reduction over the channels so far\n"
+       << "  #pragma unroll\n  for (int j = 0; j < PX; ++j) red[j] = " << red.type << "::identity();\n";
   os << "  #pragma unroll 1\n"
      << "  for (int kb = kb0; kb < kb0 + CPB && kb < KB; ++kb) {\n"
      << "    const int k0 = kb * COB;\n"
@@ -308,7 +312,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
   if (reduces)
     os << "        if (q >= Q) continue;\n"
        << "        const float cv = epi.reduce_input(n, k0 + k, " << (three_d ? "z, " : "") << "p, q, acc[k][j]);\n"
-       << "        red[j] = " << red.combine << ";\n";
+       << "        " << red.push << ";\n";
   else
     os << "        if (q < Q) epi.store_at(n, g * KG + k0 + k, " << (three_d ? "z, " : "") << "p, q, acc[k][j]);\n";
   os << "      }\n"
@@ -319,7 +323,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
        << "  #pragma unroll\n"
        << "  for (int j = 0; j < PX; ++j) {\n"
        << (t.adjacent ? "    const int q = q0 + tq * PX + j;\n" : "    const int q = q0 + j * TQ + tq;\n")
-       << "    if (p < P && q < Q) epi.store_reduced(n, " << (three_d ? "z, " : "") << "p, q, red[j]);\n"
+       << "    if (p < P && q < Q) epi.store_reduced(n, " << (three_d ? "z, " : "") << "p, q, " << red.result << ");\n"
        << "  }\n";
   os << "}\n";
   ks.source = os.str();

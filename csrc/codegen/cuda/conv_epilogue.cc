@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "codegen/cuda/kernel_text.h"
+#include "codegen/cuda/op_expr.h"
 
 namespace ff::codegen {
 
@@ -31,8 +32,8 @@ bool needs_64bit(const Shape& shape, const Shape& strides) {
 // reduction takes from the conv's accumulator `acc` at that output element
 // (`v`: the conv's value, then the nodes before the reduction), and
 // store_reduced(n, [z,] p, q, r), which takes the reduction's result at that
-// pixel (for a mean, the sum: divided here) through the nodes after it and
-// writes the output.
+// pixel (for a mean, the sum: divided here, as the reduction kernels do)
+// through the nodes after it and writes the output.
 void emit_channel_reduction(std::ostringstream& os, const fusion::Group& group, const Value* out,
                             std::unordered_map<const Value*, std::string> expr_of, const std::string& v,
                             const std::string& idx, bool three_d, std::vector<std::string> index) {
@@ -58,8 +59,8 @@ void emit_channel_reduction(std::ostringstream& os, const fusion::Group& group, 
   Shape strides = out->type.strides;
   if (out->type.shape.size() == shape.size()) strides[1] = 0;
   else strides.insert(strides.begin() + 1, 0);
-  std::unordered_map<const Value*, std::string> reduced{
-      {red.result(), red.op == Op::Mean ? "r * (1.0f / " + std::to_string(shape[1]) + ")" : "r"}};
+  const std::string channels = cuda_literal(Scalar::of_float(static_cast<double>(shape[1])), DType::f32);
+  std::unordered_map<const Value*, std::string> reduced{{red.result(), red.op == Op::Mean ? "r / " + channels : "r"}};
   std::ostringstream tail;
   emit_pointwise_body(tail, after, "    ", reduced);
   index[1] = "0";
