@@ -419,7 +419,7 @@ KernelSource generate_pointwise(const fusion::Group& g, int id) {
   // One item a thread a trip where every access streams its own 16-byte
   // vectors: more, smaller blocks move more bytes a second than four items a
   // thread (H200, f32 A * s over 4 GiB: 2.07 -> 2.02 ms; relu, sigmoid, gelu
-  // over 128 MiB: 3-6 % faster). Broadcast operands, re-read by every
+  // over 128 MiB: 2.7-6 % faster). Broadcast operands, re-read by every
   // thread, and narrower items keep four items in flight (a 64M-element
   // chain of a row and a column broadcast: 0.134 -> 0.145 ms with one).
   bool streams = vec == 4;
