@@ -36,9 +36,13 @@ __device__ __forceinline__ void ff_cp_async_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
-// ff_maximum in one instruction (sm_80's max.NaN) where a kernel takes the
-// max of every element (softmax, logsumexp): its two NaN tests cost more than
-// the max itself. Hosts without PTX (the kernel emulator) take ff_maximum.
+// ff_maximum and ff_minimum in one instruction (sm_80's max.NaN, min.NaN)
+// where a kernel takes the max or min of every element (amax, amin, softmax,
+// logsumexp): their two NaN tests cost more than the max itself. Hosts
+// without PTX (the kernel emulator), and other types, take ff_maximum and
+// ff_minimum.
+template <class T> __device__ __forceinline__ T ff_max_nan(T a, T b) { return ff_maximum(a, b); }
+template <class T> __device__ __forceinline__ T ff_min_nan(T a, T b) { return ff_minimum(a, b); }
 __device__ __forceinline__ float ff_max_nan(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;
@@ -48,7 +52,15 @@ __device__ __forceinline__ float ff_max_nan(float a, float b) {
   return ff_maximum(a, b);
 #endif
 }
-__device__ __forceinline__ double ff_max_nan(double a, double b) { return ff_maximum(a, b); }
+__device__ __forceinline__ float ff_min_nan(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return ff_minimum(a, b);
+#endif
+}
 // e / s given r = 1 / s: the quotient through the reciprocal, then one
 // Newton step on its residual (the division's own fast path, without its
 // special-case checks): three instructions, rounded as the division is but
@@ -84,15 +96,15 @@ template <class T> struct ff_prod {
 template <class T> struct ff_max {
   T m;
   static __device__ __forceinline__ ff_max identity() { return {-ff_inf(T())}; }
-  __device__ __forceinline__ void push(T x) { m = ff_maximum(m, x); }
-  __device__ __forceinline__ void merge(const ff_max& o) { m = ff_maximum(m, o.m); }
+  __device__ __forceinline__ void push(T x) { m = ff_max_nan(m, x); }
+  __device__ __forceinline__ void merge(const ff_max& o) { m = ff_max_nan(m, o.m); }
   __device__ __forceinline__ ff_max shfl_xor(int o) const { return {ff_shfl_xor(m, o)}; }
 };
 template <class T> struct ff_min {
   T m;
   static __device__ __forceinline__ ff_min identity() { return {ff_inf(T())}; }
-  __device__ __forceinline__ void push(T x) { m = ff_minimum(m, x); }
-  __device__ __forceinline__ void merge(const ff_min& o) { m = ff_minimum(m, o.m); }
+  __device__ __forceinline__ void push(T x) { m = ff_min_nan(m, x); }
+  __device__ __forceinline__ void merge(const ff_min& o) { m = ff_min_nan(m, o.m); }
   __device__ __forceinline__ ff_min shfl_xor(int o) const { return {ff_shfl_xor(m, o)}; }
 };
 
