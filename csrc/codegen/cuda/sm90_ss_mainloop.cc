@@ -45,6 +45,19 @@ __device__ __forceinline__ void bulk_store(float* dst, unsigned src, int bytes) 
                : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Output channel c's pixels [from, end), staged contiguously from `src` on:
+// one bulk copy per sample they span (a channel's pixels of one sample are
+// contiguous in the result, Epilogue::column), then the group's commit.
+template <class Epilogue>
+__device__ __forceinline__ void store_channel_run(const Epilogue& epilogue, int c, int from, int end, unsigned src) {
+#pragma unroll 1
+  for (int p = from; p < end;) {
+    const int n = p / Epilogue::SAMPLE, stop = min(end, (n + 1) * Epilogue::SAMPLE);
+    bulk_store(epilogue.column(n, c) + (p - n * Epilogue::SAMPLE), src + (p - from) * 4, (stop - p) * 4);
+    p = stop;
+  }
+  bulk_commit();
+}
 // This thread's copies have read their source (so it may be written again), or are done.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
@@ -138,18 +151,8 @@ __device__ __forceinline__ void store_wide(const Epilogue& epilogue, const float
     }
     fence_proxy_async();  // the copies (the async proxy) read what this thread wrote
     warpgroup_sync(wg);
-    const int c = c0 + wt;
-    if (wt < 64 && c < N) {
-      const int end = min(p0 + x0 + SPX, M);
-#pragma unroll 1
-      for (int p = p0 + x0; p < end;) {
-        const int n = p / Epilogue::SAMPLE, stop = min(end, (n + 1) * Epilogue::SAMPLE);
-        bulk_store(epilogue.column(n, c) + (p - n * Epilogue::SAMPLE), staging + (wt * SPITCH + p - p0 - x0) * 4,
-                   (stop - p) * 4);
-        p = stop;
-      }
-      bulk_commit();
-    }
+    if (wt < 64 && c0 + wt < N)
+      store_channel_run(epilogue, c0 + wt, p0 + x0, min(p0 + x0 + SPX, M), staging + wt * SPITCH * 4);
   }
 }
 
@@ -196,7 +199,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, i
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n");
-  const int ct = threadIdx.x - 128, wg = ct >> 7, warp = (ct >> 5) & 3, lane = ct & 31;
+  const int ct = threadIdx.x - 128, wg = ct >> 7;
   float acc[BN / 2];
   int g = 0;  // the CTA's k-blocks so far
 #pragma unroll 1
@@ -429,18 +432,8 @@ __device__ __forceinline__ void store_staged(const Epilogue& epilogue, const flo
       }
     fence_proxy_async();  // the copies (the async proxy) read what this thread wrote
     warpgroup_sync(wg);
-    const int col = n0 + c0 + wt;
-    if (wt < SCOLS && col < N) {
-      const int end = min(m + ROWS, M);
-#pragma unroll 1
-      for (int row = m; row < end;) {
-        const int n = row / Epilogue::SAMPLE, stop = min(end, (n + 1) * Epilogue::SAMPLE);
-        bulk_store(epilogue.column(n, col) + (row - n * Epilogue::SAMPLE), staging + (wt * SPITCH + row - m) * 4,
-                   (stop - row) * 4);
-        row = stop;
-      }
-      bulk_commit();
-    }
+    if (wt < SCOLS && n0 + c0 + wt < N)
+      store_channel_run(epilogue, n0 + c0 + wt, m, min(m + ROWS, M), staging + wt * SPITCH * 4);
   }
 }
 )CUDA";
