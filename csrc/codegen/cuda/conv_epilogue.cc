@@ -157,11 +157,14 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   const std::string at_row = "row / " + std::to_string(P * Q * Z) + ", col, " +
                              (three_d ? "row / " + std::to_string(P * Q) + " % " + std::to_string(Z) + ", " : "") +
                              "row / " + std::to_string(Q) + " % " + std::to_string(P) + ", row % " + std::to_string(Q);
-  // As eager: the conv's result rounded to its dtype, then the bias added (and rounded).
+  // The conv's value from acc, as eager: its result rounded to its dtype,
+  // then the bias (whose expression is `bias`) added and rounded.
   const auto rounded = [&](const std::string& x) { return round.empty() ? x : round + "(" + x + ")"; };
+  const auto conv_value = [&](const std::string& bias) {
+    return c.has_bias ? rounded(rounded("acc") + " + " + bias) : rounded("acc");
+  };
   if (s.channel_reduce != fusion::ConvKernelSpec::ChannelReduce::none) {
-    const std::string v = c.has_bias ? rounded(rounded("acc") + " + ff_load(bias[col])") : rounded("acc");
-    emit_channel_reduction(os, group, out, expr_of, v, idx, three_d, index);
+    emit_channel_reduction(os, group, out, expr_of, conv_value("ff_load(bias[col])"), idx, three_d, index);
     os << members << "};\n";
     e.parameters = params.str();
     e.arguments = args.str();
@@ -176,11 +179,9 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
   // The body of a value: v from acc and `bias` (the bias's expression), then
   // the epilogue's nodes reading their inputs as `exprs` says.
   const auto value_body = [&](std::unordered_map<const Value*, std::string> exprs, const std::string& bias) {
-    std::string v = rounded("acc");
-    if (c.has_bias) v = rounded(v + " + " + bias);
     std::ostringstream body;
     emit_pointwise_body(body, epilogue, "    ", exprs);
-    return "    const float v = " + v + ";\n" + body.str() + "    return " + exprs.at(out) + ";\n";
+    return "    const float v = " + conv_value(bias) + ";\n" + body.str() + "    return " + exprs.at(out) + ";\n";
   };
   const std::string coords = idx + " n, " + idx + " col, " + (three_d ? idx + " z, " : "") + idx + " p, " + idx + " q";
   os << "  // The same at output element (n, col, " << spatial << "), inside the output.\n"
