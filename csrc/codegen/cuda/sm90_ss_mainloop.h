@@ -51,10 +51,10 @@ struct Sm90SsTile {
   int warpgroup_rows() const { return pingpong() ? bm : bm / 2; }
   // Each consumer warpgroup's staging buffer: staged_cols columns of its
   // rows, each padded by 4 floats (16-byte aligned, conflict-free), then the
-  // table of its tile's channel operands; wide, its 64 channels of 128
-  // pixels, each padded by 8 floats.
+  // table of its tile's channel operands; wide, 32 channels of its 256
+  // pixels (8 a warp), each padded by 8 floats.
   int staging_bytes() const {
-    if (wide) return 2 * 64 * (128 + 8) * 4;
+    if (wide) return 2 * 32 * (256 + 8) * 4;
     return staged ? 2 * (staged_cols * (warpgroup_rows() + 4) + channel_operands * bn) * 4 : 0;
   }
   // Up to 4 stages, as many as fit the 227 KiB an SM's CTA may use: what
