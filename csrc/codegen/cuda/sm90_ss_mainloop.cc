@@ -122,15 +122,15 @@ __device__ __forceinline__ void sts64(unsigned addr, float v0, float v1) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1));
 }
 
-// Consumer warpgroup wg's 64 channels from c0 of the tile's pixels from p0,
-// in two rounds: in round h, warp w's lanes hold channels 16 w + 8 h + lane
-// / 4 of all BN pixels; they write them into the warp's 8 rows of
-// `staging`, then lane j < 8 copies row j out, one bulk copy per sample its
-// pixels span (a channel's pixels of one sample are contiguous). The copies
-// read the rows while the lanes go on; before the rows are written again,
-// their issuers wait for that. Element i of a thread's m64n256 slice lies at
-// channel 16 warp + lane / 4 + 8 ((i >> 1) & 1), pixel 2 (lane % 4) + 8 (i
-// >> 2) + (i & 1).
+// A consumer warpgroup's 64 channels from c0 of the tile's pixels from p0
+// (wt: the thread's place in it), in two rounds: in round h, warp w's lanes
+// hold channels 16 w + 8 h + lane / 4 of all BN pixels; they write them into
+// the warp's 8 rows of `staging`, then lane j < 8 copies row j out, one bulk
+// copy per sample its pixels span (a channel's pixels of one sample are
+// contiguous). The copies read the rows while the lanes go on; before the
+// rows are written again, their issuers wait for that. Element i of a
+// thread's m64n256 slice lies at channel 16 warp + lane / 4 + 8 ((i >> 1) &
+// 1), pixel 2 (lane % 4) + 8 (i >> 2) + (i & 1).
 template <class Epilogue>
 __device__ __forceinline__ void store_wide(const Epilogue& epilogue, const float (&acc)[BN / 2], unsigned staging,
                                            int wt, int c0, int p0, int M, int N) {
