@@ -61,8 +61,6 @@ __device__ __forceinline__ void store_channel_run(const Epilogue& epilogue, int 
 // This thread's copies have read their source (so it may be written again), or are done.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// A consumer warpgroup's own barrier (0 is __syncthreads, 1 and 2 the other mainloop's).
-__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); }
 )CUDA";
 }
 
@@ -382,6 +380,8 @@ __device__ __forceinline__ void store_slice(const Epilogue& epilogue, const floa
 constexpr int SCOLS = )CUDA" << Sm90SsTile::staged_cols << R"CUDA(;                    // columns staged at a time
 constexpr int SPITCH = ROWS + 4;             // floats a staged column: 16-byte aligned, and a fragment's writes hit 32 banks
 
+// A consumer warpgroup's own barrier (0 is __syncthreads, 1 and 2 the other mainloop's).
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + wg) : "memory"); }
 __device__ __forceinline__ void sts32(unsigned addr, float v) { asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(v)); }
 
 // Consumer warpgroup wg's rows [m, m + ROWS) of the tile at column n0, SCOLS
