@@ -50,7 +50,7 @@ bool conv_kernel_covers(const ConvSpec& s) {
 }
 
 bool conv_kernel_may_take(const ConvSpec& s, bool always) {
-  return conv_kernel_covers(s) && (always || !s.transposed);
+  return conv_kernel_covers(s) && (always || !s.transposed || s.phases_packed());
 }
 
 std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {

@@ -29,7 +29,7 @@ struct ConvKernelSpec {
   // (ConvScheduler: the conv's result is then never written): which one.
   enum class ChannelReduce { none, sum, mean, max, min, logsumexp } channel_reduce = ChannelReduce::none;
   int64_t gemm_m() const { return conv.gemm_m(); }
-  int64_t gemm_n() const { return conv.out_channels; }
+  int64_t gemm_n() const { return conv.gemm_n(); }
   int64_t gemm_k() const { return conv.gemm_k(); }
 };
 
@@ -49,9 +49,9 @@ Shape conv_kernel_weight_strides(const ConvSpec& spec, const Shape& w);
 
 // Whether the conv scheduler may make this conv an implicit-GEMM kernel
 // (`always`: every conv a kernel covers must be one): one that covers it,
-// but a transposed conv only where every conv must be a kernel (its strided
-// stores ran it at 2x its model with a residual epilogue, conv_cost.cc, so
-// it has no cost test yet).
+// but a transposed conv whose phases are not packed only where every conv
+// must be a kernel (its strided stores ran it at 2x its model with a
+// residual epilogue, conv_cost.cc, so it has no cost test yet).
 bool conv_kernel_may_take(const ConvSpec& spec, bool always);
 
 // The direct kernel's spec of a conv node (any layout), or nullopt where it does not apply.

@@ -57,6 +57,12 @@ constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 // ms with its stores switched off (modelled 0.936), 1.198 with them (1.19);
 // a 64 -> 128 channel one, 112x112, 0.458 (0.456).
 constexpr double kSsPingPongGather = 7.5e12;
+// A transposed conv's packed phases (ConvSpec::phases_packed) gather at that
+// rate too, but their epilogue, between tiles, computes each value in the
+// threads that store it along the output's rows: H100, session 37, a 128 ->
+// 64 channel stride-2 4x4 one with a residual and hardswish (0.134 GB out)
+// took 0.311 ms, 0.111 modelled for its gather.
+constexpr double kSsPackedStore = 0.67e12;
 constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs (its FMAs wait on shared-memory loads of
@@ -111,17 +117,19 @@ double ss_kernel_ms(const ConvSpec& s) {
   // (modelled 0.213; cuDNN 0.144); a 128 -> 64 one with a residual and
   // hardswish 0.675 (modelled 0.30): its strided stores and residual loads
   // fill half of each sector. (The conv scheduler makes them kernels only on
-  // request.)
+  // request, but where their phases are packed: wide tiles whose stores
+  // run along the output's rows, kSsPackedStore.)
   const bool runs = pixels % 4 == 0 && !s.transposed;
-  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.out_channels, s.gemm_k(), runs, runs);
+  const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.gemm_n(), s.gemm_k(), runs, runs, s.phases_packed());
   const int64_t bk = codegen::Sm90SsTile::bk;
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
   const double gathered =
-      static_cast<double>(tile.tiles(s.gemm_m(), s.out_channels)) * (tile.bm + tile.bn) * k_padded * 4;
+      static_cast<double>(tile.tiles(s.gemm_m(), s.gemm_n())) * (tile.bm + tile.bn) * k_padded * 4;
   const bool fast_gather = tile.pingpong() || tile.wide;
   const double mainloop = std::max(s.flops() / kSsTf32, gathered / (fast_gather ? kSsPingPongGather : kSsGather));
   if (tile.pingpong() && tile.staged) return 1e3 * mainloop + kSsPingPongEndsMs;
-  return 1e3 * (mainloop + s.output_bytes() / (tile.staged || tile.wide ? kSsStagedStore : kSsStore));
+  const double store_rate = tile.phase_packed ? kSsPackedStore : tile.staged || tile.wide ? kSsStagedStore : kSsStore;
+  return 1e3 * (mainloop + s.output_bytes() / store_rate);
 }
 
 // The share of cuDNN's rate a forward conv's reduction length allows

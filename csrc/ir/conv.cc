@@ -21,12 +21,30 @@ int64_t ConvSpec::phases() const {
   return p;
 }
 
+bool ConvSpec::phases_packed() const {
+  if (!transposed || dims != 2 || 8 % stride[1] != 0) return false;
+  for (size_t d = 0; d < 2; ++d)
+    if (kernel[d] % stride[d] != 0 || dilation[d] != 1) return false;
+  return true;
+}
+
+ConvSpec::GridRange ConvSpec::phase_grid(size_t d) const {
+  // Phase ph's pixels i have 0 <= stride i + ph - pad < output: the first
+  // (phase stride - 1's) is pad / stride, the last (phase 0's) (output - 1 +
+  // pad) / stride.
+  const int64_t first = padding[d] / stride[d], last = (output_size[d] - 1 + padding[d]) / stride[d];
+  return {first, last - first + 1};
+}
+
 int64_t ConvSpec::gemm_m() const {
+  if (phases_packed()) return batch * phase_grid(0).extent * phase_grid(1).extent;
   int64_t m = batch * phases();
   for (size_t d = 0; d < output_size.size(); ++d)
     m *= transposed ? (output_size[d] + stride[d] - 1) / stride[d] : output_size[d];
   return m;
 }
+
+int64_t ConvSpec::gemm_n() const { return phases_packed() ? phases() * out_channels : out_channels; }
 
 int64_t ConvSpec::gemm_k() const {
   int64_t k = in_channels;

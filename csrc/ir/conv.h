@@ -36,10 +36,28 @@ struct ConvSpec {
   // output pixel's position modulo the stride, which fixes the window taps
   // that reach it): M = the phases' pixels, each phase a grid of output
   // size / stride (rounded up) a sample; K = input channels x the taps of a
-  // phase (kernel / stride, rounded up, a dim).
+  // phase (kernel / stride, rounded up, a dim). Where the phases are packed
+  // (phases_packed), one GEMM computes them all: M = batch x the grid of
+  // input-aligned pixels (phase_grid), N = phases x output channels.
   int64_t gemm_m() const;
+  int64_t gemm_n() const;
   int64_t gemm_k() const;
   int64_t phases() const;  // stride product of a transposed conv; 1 otherwise
+  // A transposed 2-D conv whose strides divide its window (every phase has
+  // all kernel / stride taps a dim) and whose column stride divides 8 (a
+  // warp's stores take all column phases of its channels together,
+  // sm90_ss_mainloop.h): phase (ph, pw)'s output pixel (stride_h i + ph -
+  // pad_h, stride_w j + pw - pad_w) takes tap (ph + stride_h th, pw +
+  // stride_w tw) from input pixel (i - th, j - tw), so every phase of grid
+  // pixel (i, j) reads the same input pixels and the phases are columns of
+  // one GEMM: column (ph, output channel, pw), pw innermost.
+  bool phases_packed() const;
+  // Spatial dim d's grid pixels i (phases_packed) that some phase's output
+  // pixel lies at: [first, first + extent).
+  struct GridRange {
+    int64_t first = 0, extent = 0;
+  };
+  GridRange phase_grid(size_t d) const;
   // Bytes at the conv's dtype of the input, the weight, the result, all three.
   double input_bytes() const;
   double weight_bytes() const;

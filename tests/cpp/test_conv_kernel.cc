@@ -434,41 +434,101 @@ const char* kTransposed = R"(graph @up(%x: f32[2,8,5,7], %w: f32[8,12,4,4] param
 }
 )";
 
-TEST(ConvKernel, TransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel) {
+// The same with a 3x3 window, which the stride does not divide.
+const char* kTransposedOddWindow = R"(graph @up(%x: f32[2,8,5,7], %w: f32[8,12,3,3] param) {
+  %0 = copy(%x) : f32[2,8,5,7]{280,1,56,8}
+  %1 = round_tf32(%0) : f32[2,8,5,7]{280,1,56,8}
+  %2 = copy(%w) : f32[8,12,3,3]{1,72,24,8}
+  %3 = round_tf32(%2) : f32[8,12,3,3]{1,72,24,8}
+  %4 = convolution(%1, %3) {dilation=[1, 1], fp32_precision="tf32", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[2, 2], transposed=true} : f32[2,12,9,13]{1404,1,156,12}
+  %5 = relu(%4) : f32[2,12,9,13]
+  return %5
+}
+)";
+
+// The conv group of `g` partitioned with `options`, if any (its nodes are g's).
+std::optional<fusion::Group> conv_group(const Graph& g, const fusion::FusionOptions& options) {
+  for (const auto& gr : fusion::partition(g, options).groups)
+    if (gr.kind == fusion::Group::Kind::Conv) return gr;
+  return std::nullopt;
+}
+
+// Whether `graph` (parsed) has a conv group partitioned with `options`.
+bool has_conv_group(const std::string& graph, const fusion::FusionOptions& options) {
+  auto g = parse(graph);
+  verify(*g);
+  return conv_group(*g, options).has_value();
+}
+
+// The graph with cuDNN's times recorded on its conv, as the front end's probe records them.
+std::string timed(std::string graph, const std::string& ms) {
+  graph.replace(graph.find("dilation=[1, 1]"), 15,
+                "cudnn_channels_last_ms=" + ms + ", cudnn_contiguous_ms=" + ms + ", dilation=[1, 1]");
+  return graph;
+}
+
+TEST(ConvKernel, TransposedConvsWhoseStridesDivideTheirWindowsPackTheirPhasesIntoOneGemm) {
   auto g = parse(kTransposed);
   verify(*g);
   const auto s = fusion::match_conv_kernel(*first_conv(*g));
   ASSERT_TRUE(s);
   EXPECT_TRUE(s->rounded_operands);
-  EXPECT_EQ(s->conv.phases(), 4);
-  EXPECT_EQ(s->gemm_m(), 4 * 2 * 5 * 7);  // a phase: a 5x7 grid a sample
-  EXPECT_EQ(s->gemm_k(), 8 * 2 * 2);      // the 2x2 taps of a phase
+  EXPECT_TRUE(s->conv.phases_packed());
+  // Grid pixels 0..5 x 0..7 reach every phase's output pixels (2i + ph - 1 < 10, 2j + pw - 1 < 14).
+  EXPECT_EQ(s->conv.phase_grid(0).first, 0);
+  EXPECT_EQ(s->conv.phase_grid(0).extent, 6);
+  EXPECT_EQ(s->conv.phase_grid(1).extent, 8);
+  EXPECT_EQ(s->gemm_m(), 2 * 6 * 8);
+  EXPECT_EQ(s->gemm_n(), 4 * 12);     // (ph, channel, pw)
+  EXPECT_EQ(s->gemm_k(), 8 * 2 * 2);  // the 2x2 taps of a phase
   EXPECT_EQ(fusion::conv_kernel_weight_strides(s->conv, {8, 12, 4, 4}), (Shape{1, 128, 32, 8}));
   fusion::FusionOptions hopper = every_conv_a_kernel();
   hopper.arch = 90;
-  const fusion::Partition p = fusion::partition(*g, hopper);
-  const auto conv = std::find_if(p.groups.begin(), p.groups.end(),
-                                 [](const fusion::Group& gr) { return gr.kind == fusion::Group::Kind::Conv; });
-  ASSERT_NE(conv, p.groups.end());
+  const auto conv = conv_group(*g, hopper);
+  ASSERT_TRUE(conv);
   EXPECT_EQ(conv->nodes.size(), 2u);  // the relu fused
+  const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0).source;
+  EXPECT_NE(src.find("constexpr int M = 96, N = 48, K = 32, LDB = 128;"), std::string::npos) << src;
+  // Wide tiles, whatever N, whose stores run along the output's rows.
+  EXPECT_NE(src.find("store_wide_phases(epilogue, acc,"), std::string::npos);
+  EXPECT_EQ(src.find("store_wide(epilogue, acc,"), std::string::npos);
+  // Column (ph, o, pw)'s weight row: output channel o's taps from (ph, pw) on, 2 apart.
+  EXPECT_NE(src.find("return o * ldw + (ph * S + pw) * C;"), std::string::npos);
+  EXPECT_NE(src.find("col = (PhaseGrid::SH * th * S + PhaseGrid::SW * tw) * C + k % C - k0;"), std::string::npos);
+  // By the cost model, against cuDNN as timed.
+  fusion::FusionOptions kernels = conv_kernels();
+  kernels.arch = 90;
+  EXPECT_TRUE(has_conv_group(timed(kTransposed, "100.0"), kernels));
+  EXPECT_FALSE(has_conv_group(timed(kTransposed, "0.000001"), kernels));
+}
+
+TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel) {
+  auto g = parse(kTransposedOddWindow);
+  verify(*g);
+  const auto s = fusion::match_conv_kernel(*first_conv(*g));
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(s->conv.phases_packed());
+  EXPECT_EQ(s->conv.phases(), 4);
+  EXPECT_EQ(s->gemm_m(), 4 * 2 * 5 * 7);  // a phase: a 5x7 grid a sample
+  EXPECT_EQ(s->gemm_n(), 12);
+  EXPECT_EQ(s->gemm_k(), 8 * 2 * 2);      // up to 2x2 taps a phase
+  fusion::FusionOptions hopper = every_conv_a_kernel();
+  hopper.arch = 90;
+  const auto conv = conv_group(*g, hopper);
+  ASSERT_TRUE(conv);
   const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0).source;
   // Tiles of one phase each, phases taken in turn; rows padded to whole tiles a phase.
   EXPECT_NE(src.find("const int tile = m / BM, phase = tile % PHASES, r = tile / PHASES * BM + m % BM;"),
             std::string::npos) << src;
-  EXPECT_NE(src.find("constexpr int M = 512, N = 12, K = 32, LDB = 128;"), std::string::npos);
-  // B's column of phase tap (th, tw): window tap (ph + 2 th, pw + 2 tw) of the weight's row.
+  EXPECT_NE(src.find("constexpr int M = 512, N = 12, K = 32, LDB = 72;"), std::string::npos);
+  // B's column of phase tap (th, tw): window tap (ph + 2 th, pw + 2 tw) of the weight's row, if the window has it.
   EXPECT_NE(src.find("col = ((ph + PhaseRow::SH * th) * S + pw + PhaseRow::SW * tw) * C + k % C - k0;"),
             std::string::npos);
-  EXPECT_NE(src.find("return true;\n    }"), std::string::npos);  // 4 divides by 2: every phase has every tap
+  EXPECT_NE(src.find("return ph + PhaseRow::SH * th < R && pw + PhaseRow::SW * tw < S;"), std::string::npos);
   // Not by the cost model: the conv stays cuDNN's otherwise, however slow cuDNN was timed.
-  std::string slow = kTransposed;
-  slow.replace(slow.find("dilation=[1, 1]"), 15, "cudnn_channels_last_ms=100.0, cudnn_contiguous_ms=100.0, dilation=[1, 1]");
-  auto timed_graph = parse(slow);
-  verify(*timed_graph);
-  ASSERT_TRUE(measured_cudnn(*first_conv(*timed_graph)));
-  fusion::FusionOptions timed = conv_kernels();
-  timed.arch = 90;
-  for (const auto& gr : fusion::partition(*timed_graph, timed).groups) EXPECT_NE(gr.kind, fusion::Group::Kind::Conv);
+  fusion::FusionOptions kernels = conv_kernels();
+  kernels.arch = 90;
+  EXPECT_FALSE(has_conv_group(timed(kTransposedOddWindow, "100.0"), kernels));
 }
 
 TEST(ConvKernel, DirectKernelsWhereShortReductionsIdleCudnn) {

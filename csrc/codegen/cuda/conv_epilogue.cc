@@ -1,5 +1,6 @@
 #include "codegen/cuda/conv_epilogue.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -193,7 +194,56 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
      << "    // v: the conv's value" << (c.has_bias ? " plus its bias" : "") << "; then " << epilogue.size()
      << " fused pointwise op(s).\n"
      << value_body(expr_of, "ff_load(bias[col])") << "  }\n";
-  if (runs != PixelRunStores::none)
+  if (runs == PixelRunStores::phases) {
+    // The operands apart from the math: a kernel loads a batch of elements'
+    // operands, then computes their values (whose divisions branch to a slow
+    // path, and no load moves past a branch: each element's loads waited in
+    // turn, H100, a residual + hardswish).
+    std::unordered_map<const Value*, std::string> from_operands{{conv.result(), "v"}};
+    std::ostringstream fields, loads, prefetches;
+    std::vector<std::string> pinned;  // the f32 fields' asm operands
+    if (c.has_bias) {
+      fields << " float bias;";
+      loads << "    o.bias = ff_load(bias[col]);\n";
+      pinned.push_back("\"+f\"(bias)");
+    }
+    for (size_t i = 0; i < extra.size(); ++i) {
+      const std::string name = "in" + std::to_string(i), type = cuda_compute_type(extra[i]->type.dtype);
+      fields << " " << type << " " << name << ";";
+      from_operands[extra[i]] = "o." + name;
+      if (type == "float") pinned.push_back("\"+f\"(" + name + ")");
+      const Shape strides = broadcast_strides(extra[i]->type, shape);
+      if (std::any_of(strides.begin() + 2, strides.end(), [](int64_t s) { return s != 0; })) {  // varies along the pixels
+        loads << "    o." << name << " = inside ? " << expr_of.at(extra[i]) << " : " << type << "();\n";
+        prefetches << "    asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(in" << i << " + ("
+                   << offset(strides, index) << ")));\n";
+      } else {
+        loads << "    o." << name << " = " << expr_of.at(extra[i]) << ";\n";
+      }
+    }
+    // pin(): the loads are done here (nvcc otherwise sinks each next to its
+    // use, past the branches of the values before it).
+    std::string pin;
+    for (const std::string& p : pinned) pin += (pin.empty() ? "" : ", ") + p;
+    os << "  struct Operands {\n   " << fields.str() << "\n"
+       << "    __device__ __forceinline__ void pin() {" << (pin.empty() ? "" : " asm volatile(\"\" : " + pin + ");")
+       << " }\n"
+       << "  };\n"
+       << "  // Those that vary along the pixels only `inside` the output (else zeros).\n"
+       << "  __device__ __forceinline__ Operands operands_at(" << coords << ", bool inside) const {\n"
+       << "    Operands o;\n"
+       << loads.str() << "    return o;\n"
+       << "  }\n"
+       << "  __device__ __forceinline__ float value_with(const Operands& o, float acc) const {\n"
+       << value_body(from_operands, "o.bias") << "  }\n"
+       << "  // Into L2: the lines of the operands that vary along the pixels.\n"
+       << "  __device__ __forceinline__ void prefetch_at(" << coords << ") const {\n"
+       << prefetches.str() << "  }\n"
+       << "  __device__ __forceinline__ void put_at(" << coords << ", float v) const {\n"
+       << "    out[" << offset(out_strides, index) << "] = ff_store<" << cuda_storage_type(out->type.dtype) << ">(v);\n"
+       << "  }\n";
+  }
+  if (runs == PixelRunStores::staged || runs == PixelRunStores::wide)
     os << "  static constexpr int SAMPLE = " << P * Q * Z << ";  // pixels a sample\n"
        << "  __device__ __forceinline__ float* column(int n, int col) const {\n"
        << "    return out + static_cast<long long>(n) * " << out_strides[0] << " + static_cast<long long>(col) * "

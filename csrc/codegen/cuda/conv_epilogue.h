@@ -27,8 +27,14 @@ std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKerne
 // How the Hopper kernel's results leave it (sm90_ss_mainloop.h), where the
 // output's channels hold contiguous runs of pixels (conv_stores_staged):
 // staged through shared memory, with the per-channel operands in a table
-// (ping-pong tiles), or without (wide tiles).
-enum class PixelRunStores { none, staged, wide };
+// (ping-pong tiles), or without (wide tiles); or, for a transposed conv's
+// packed phases, staged and written by the threads along the output's rows
+// (phases: the epilogue then has operands_at(n, col, [z,] p, q, inside), the
+// operands an element's value reads (those varying along the pixels only
+// where `inside`), value_with(operands, acc), its value, prefetch_at(n, col,
+// [z,] p, q), which prefetches those into L2,
+// and put_at(n, col, [z,] p, q, v), which writes it).
+enum class PixelRunStores { none, staged, wide, phases };
 
 // The group's epilogue, with the kernel's own `members` added to the struct;
 // sets ks.inputs (x, w, bias, then the other tensors the epilogue reads) and

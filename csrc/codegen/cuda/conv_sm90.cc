@@ -73,6 +73,8 @@ std::string conv_rows(const ConvSpec& c, int64_t m, bool pointers) {
      << "    // B's rows (the weight's output channels) hold the columns in A's order.\n"
      << "    __device__ __forceinline__ bool b_at(int kk, int& col) const { col = kk; return true; }\n"
      << "  };\n"
+     << "  // Where output channel v's row of the weight (ldw elements) begins.\n"
+     << "  __device__ __forceinline__ long long weight_row(int v, long long ldw) const { return v * ldw; }\n"
      << "  __device__ __forceinline__ Rows rows(int row, int k) const {\n"
      << "    Rows r;\n"
      << (pointers ? "" : "    r.x = x;\n")
@@ -205,6 +207,129 @@ std::string transposed_conv_rows(const ConvSpec& c, int64_t padded_rows) {
   return os.str();
 }
 
+// A transposed conv whose phases are packed into one GEMM (ConvSpec::
+// phases_packed): row m is grid pixel (n, i, j), column v is (phase row ph,
+// output channel, phase column pw), k is channel k % C of phase tap k / C
+// (th, tw) = input pixel (i - th, j - tw). The wide tile's producer reads
+// the weights' rows where weight_row says (the prepared weight is [out][kh]
+// [kw][C], conv_kernel_weight_strides: row v's column k lies at (ph + SH th,
+// pw + SW tw) of channel k % C), the pixels' rows as Rows says.
+std::string packed_conv_rows(const ConvSpec& c) {
+  auto v = [](const Shape& s, size_t i) { return std::to_string(s[i]); };
+  const ConvSpec::GridRange gi = c.phase_grid(0), gj = c.phase_grid(1);
+  // Grid pixels reach past the input (the taps subtract from them): the
+  // largest origin's offset decides the offsets' type.
+  const double reach = ((static_cast<double>(c.batch - 1) * c.input_size[0] + gi.first + gi.extent) *
+                            static_cast<double>(c.input_size[1]) + gj.first + gj.extent) * c.in_channels;
+  const std::string offset = reach < static_cast<double>(int64_t{1} << 31) ? "int" : "long long";
+  std::ostringstream os;
+  os << "// The grid of a transposed conv's packed phases: grid pixel (i, j) holds output\n"
+     << "// pixel (SH i + ph - PAD_H, SW j + pw - PAD_W) of phase (ph, pw).\n"
+     << "struct PhaseGrid {\n"
+     << "  static constexpr int SH = " << c.stride[0] << ", SW = " << c.stride[1] << ", K_OUT = " << c.out_channels
+     << ";  // strides, output channels\n"
+     << "  static constexpr int GI = " << gi.extent << ", GJ = " << gj.extent << ", I0 = " << gi.first
+     << ", J0 = " << gj.first << ";  // the grid's extent and first pixel\n"
+     << "  static constexpr int PAD_H = " << v(c.padding, 0) << ", PAD_W = " << v(c.padding, 1) << ";\n"
+     << "  static constexpr int P = " << v(c.output_size, 0) << ", Q = " << v(c.output_size, 1) << ";  // output\n"
+     << "  // GEMM row m's sample n and grid pixel (i, j), and its phase (0, 0) output pixel (h, w).\n"
+     << "  struct Pixel {\n"
+     << "    int n, i, j, h, w;\n"
+     << "  };\n"
+     << "  static __device__ __forceinline__ Pixel pixel(int m) {\n"
+     << "    Pixel p;\n"
+     << "    p.n = m / (GI * GJ);\n"
+     << "    p.i = m / GJ % GI + I0;\n"
+     << "    p.j = m % GJ + J0;\n"
+     << "    p.h = SH * p.i - PAD_H;\n"
+     << "    p.w = SW * p.j - PAD_W;\n"
+     << "    return p;\n"
+     << "  }\n"
+     << "};\n"
+     << "struct ConvA {\n"
+     << "  static constexpr int C = " << c.in_channels << ", H = " << v(c.input_size, 0) << ", W = "
+     << v(c.input_size, 1) << ";  // input\n"
+     << "  static constexpr int S = " << v(c.kernel, 1) << ", TW = " << c.kernel[1] / c.stride[1]
+     << ";  // the window's width, a phase's taps along it\n"
+     << "  using Offset = " << offset << ";  // an element's offset in the input\n"
+     << "  const float* x;\n"
+     << "  // Where column 0 of GEMM column v (phase (ph, pw), output channel o) lies\n"
+     << "  // in the weight (ldw elements an output channel).\n"
+     << "  __device__ __forceinline__ long long weight_row(int v, long long ldw) const {\n"
+     << "    const int pw = v % PhaseGrid::SW, o = v / PhaseGrid::SW % PhaseGrid::K_OUT, ph = v / (PhaseGrid::SW * "
+        "PhaseGrid::K_OUT);\n"
+     << "    return o * ldw + (ph * S + pw) * C;\n"
+     << "  }\n"
+     << "  struct Rows {\n"
+     << "    const float* x;\n"
+     << "    int k0;  // this thread's column within each k-block\n"
+     << "    // Per row: grid pixel (i, j)'s channel 0, an offset from x, and (i, j).\n"
+     << "    Offset origin[8];\n"
+     << "    int i0[8], j0[8];\n"
+     << "    __device__ __forceinline__ bool at(int i, int kk, const float*& src) const {\n"
+     << "      const int k = k0 + kk, t = k / C, th = t / TW, tw = t % TW;\n"
+     << "      const int h = i0[i] - th, w = j0[i] - tw;\n"
+     << "      src = x + (origin[i] - (th * W + tw) * C + k % C);\n"
+     << "      return static_cast<unsigned>(h) < H && static_cast<unsigned>(w) < W;\n"
+     << "    }\n"
+     << "    // Column k + kk's place in a weight row past column k (weight_row).\n"
+     << "    __device__ __forceinline__ bool b_at(int kk, int& col) const {\n"
+     << "      const int k = k0 + kk, t = k / C, th = t / TW, tw = t % TW;\n"
+     << "      col = (PhaseGrid::SH * th * S + PhaseGrid::SW * tw) * C + k % C - k0;\n"
+     << "      return true;\n"
+     << "    }\n"
+     << "  };\n"
+     << "  __device__ __forceinline__ Rows rows(int row, int k) const {\n"
+     << "    Rows r;\n"
+     << "    r.x = x;\n"
+     << "    r.k0 = k;\n"
+     << "#pragma unroll\n"
+     << "    for (int i = 0; i < 8; ++i) {\n"
+     << "      const int m = row + 16 * i;\n"
+     << "      const PhaseGrid::Pixel p = PhaseGrid::pixel(m);\n"
+     << "      const bool ok = m < " << c.gemm_m() << ";\n"
+     << "      r.i0[i] = ok ? p.i : -(1 << 29);  // a row past M fails every bounds test\n"
+     << "      r.j0[i] = p.j;\n"
+     << "      r.origin[i] = ok ? ((static_cast<Offset>(p.n) * H + p.i) * W + p.j) * C : 0;\n"
+     << "    }\n"
+     << "    return r;\n"
+     << "  }\n"
+     << "};\n";
+  return os.str();
+}
+
+// The packed phases' epilogue (PhaseGrid): pixel(row), GEMM row row's grid
+// pixel; place(p, col), where its value at column col = (ph, o, pw) goes,
+// and whether that lies inside the output (grid pixels on its edges hold
+// phases outside it); and operands, put and prefetch there (skipped outside,
+// by the caller for put).
+std::string packed_members() {
+  return "  static constexpr int SW = PhaseGrid::SW;\n"
+         "  __device__ __forceinline__ PhaseGrid::Pixel pixel(int row) const { return PhaseGrid::pixel(row); }\n"
+         "  struct Place {\n"
+         "    int n, o, h, w;  // output element (n, o, h, w)\n"
+         "    bool inside;\n"
+         "  };\n"
+         "  __device__ __forceinline__ Place place(const PhaseGrid::Pixel& p, int col) const {\n"
+         "    const int pw = col % PhaseGrid::SW, ph = col / (PhaseGrid::SW * PhaseGrid::K_OUT);\n"
+         "    const int h = p.h + ph, w = p.w + pw;\n"
+         "    Place at;\n"
+         "    at.n = p.n;\n"
+         "    at.o = col / PhaseGrid::SW % PhaseGrid::K_OUT;\n"
+         "    at.h = h;\n"
+         "    at.w = w;\n"
+         "    at.inside = static_cast<unsigned>(h) < PhaseGrid::P && static_cast<unsigned>(w) < PhaseGrid::Q;\n"
+         "    return at;\n"
+         "  }\n"
+         "  __device__ __forceinline__ Operands operands(const Place& at) const {\n"
+         "    return operands_at(at.n, at.o, at.h, at.w, at.inside);\n"
+         "  }\n"
+         "  __device__ __forceinline__ void put(const Place& at, float v) const { put_at(at.n, at.o, at.h, at.w, v); }\n"
+         "  __device__ __forceinline__ void prefetch(const Place& at) const {\n"
+         "    if (at.inside) prefetch_at(at.n, at.o, at.h, at.w);\n"
+         "  }\n";
+}
+
 // The transposed conv's epilogue: a GEMM row's output pixel, if any (PhaseRow).
 std::string transposed_members() {
   return "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
@@ -266,7 +391,9 @@ Mainloop shared_operand_mainloop(const fusion::ConvKernelSpec& s, const Sm90SsTi
                   " tiles" + (tile.pingpong() ? " taken by the consumer warpgroups in turn" : "") +
                   (tile.wide ? " of channels x pixels (pixels on the wgmma's N side)" : "") +
                   ", TF32 on wgmma (sm_90a) from operands rounded to tf32" +
-                  (tile.staged ? "; results staged in shared memory, stored by bulk copies" : "");
+                  (tile.phase_packed ? "; results staged in shared memory, stored along the output's rows"
+                   : tile.staged     ? "; results staged in shared memory, stored by bulk copies"
+                                     : "");
   m.source = std::string(cuda_sm90_mainloop()) + cuda_sm90_ss_mainloop(tile);
   m.launch_check = "static_assert(ff_sm90::ss::SMEM_BYTES == " + std::to_string(m.shared_bytes) +
                    ", \"the launch's shared memory\");\n";
@@ -287,26 +414,31 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   const ConvSpec& c = s.conv;
   if (!sm90_conv_applies(s) || (c.transposed && !s.rounded_operands))
     throw IRError("conv codegen: the sm90 kernel does not cover this conv");
-  // A transposed conv's tile rows are pixels a stride apart: its stores are not staged.
+  const bool packed = c.phases_packed();
+  // A transposed conv's tile rows are pixels a stride apart: its stores are
+  // not staged in pixel runs (packed phases stage theirs by output rows).
   const bool pixel_runs = conv_stores_staged(group) && !c.transposed;
-  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), pixel_runs, pixel_runs);
+  Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), pixel_runs, pixel_runs, packed);
   const PixelRunStores runs = !s.rounded_operands ? PixelRunStores::none
+                              : packed            ? PixelRunStores::phases
                               : tile.wide         ? PixelRunStores::wide
                               : tile.staged       ? PixelRunStores::staged
                                                   : PixelRunStores::none;
-  // The GEMM's rows: a transposed conv's phases padded to whole tiles (transposed_conv_rows).
+  // The GEMM's rows: a transposed conv's phases (unpacked) padded to whole tiles (transposed_conv_rows).
+  const bool phase_tiles = c.transposed && !packed;
   const int64_t per_phase = s.gemm_m() / c.phases();
-  const int64_t rows = c.transposed ? (per_phase + tile.bm - 1) / tile.bm * tile.bm * c.phases() : s.gemm_m();
+  const int64_t rows = phase_tiles ? (per_phase + tile.bm - 1) / tile.bm * tile.bm * c.phases() : s.gemm_m();
   // B's rows: a transposed conv's phases take taps from the whole window.
   const int64_t ldb = c.transposed ? c.in_channels * numel(c.kernel) : s.gemm_k();
   KernelSource ks;
   const std::string members =
-      c.transposed ? transposed_members()
-                   : "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
-                     "    store(row, col, v0);\n"
-                     "    store(row, col + 1, v1);\n"
-                     "  }\n" +
-                         (s.rounded_operands ? std::string() : fragment_members());
+      packed        ? packed_members()
+      : phase_tiles ? transposed_members()
+                    : "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
+                      "    store(row, col, v0);\n"
+                      "    store(row, col + 1, v1);\n"
+                      "  }\n" +
+                          (s.rounded_operands ? std::string() : fragment_members());
   const ConvEpilogue epilogue = conv_epilogue(group, s, ks, members, runs);
   tile.channel_operands = epilogue.channel_operands;
   const Mainloop mainloop = s.rounded_operands ? shared_operand_mainloop(s, tile, rows) : fragment_mainloop(s);
@@ -325,13 +457,19 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   std::ostringstream os;
   os << "// Generated by fuseforge: " << ks.name << "\n";
   for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
-  os << "// implicit GEMM M " << rows << " (pixels"
-     << (c.transposed ? " of " + std::to_string(c.phases()) + " phases" : "") << "), N " << s.gemm_n() << " (channels), K " << s.gemm_k() << "; " << mainloop.description << "\n";
+  os << "// implicit GEMM M " << rows
+     << (packed        ? " (grid pixels), N " + std::to_string(s.gemm_n()) + " (phases x channels)"
+         : phase_tiles ? " (pixels of " + std::to_string(c.phases()) + " phases), N " + std::to_string(s.gemm_n()) +
+                             " (channels)"
+                       : " (pixels), N " + std::to_string(s.gemm_n()) + " (channels)")
+     << ", K " << s.gemm_k() << "; " << mainloop.description << "\n";
   os << cuda_prelude() << cuda_half_prelude() << mainloop.source;
   os << "\nnamespace {\n"
      << "constexpr int M = " << rows << ", N = " << s.gemm_n() << ", K = " << s.gemm_k() << ", LDB = " << ldb
      << ";  // pixels, output channels, window x input channels, B's row\n"
-     << (c.transposed ? transposed_conv_rows(c, rows) : conv_rows(c, rows, mainloop.row_pointers))
+     << (packed        ? packed_conv_rows(c)
+         : phase_tiles ? transposed_conv_rows(c, rows)
+                       : conv_rows(c, rows, mainloop.row_pointers))
      << epilogue.definition << mainloop.launch_check
      << "}  // namespace\n\n"
      << "FF_EXTERN_C __global__ void __launch_bounds__(" << kSm90Threads << ", 1) " << ks.name << "("

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 namespace ff::codegen {
 
@@ -54,6 +55,27 @@ std::string pow_expr(const std::string& a, const Operand& exponent, const std::s
   return math_fn("pow", c) + "(" + a + ", " + b + ")";
 }
 
+// An f32 division by a literal d whose odd part D is below 2^20 (d = D 2^k,
+// |k| <= 100) as ff_div_by_constant: x / d is exact or, x being M 2^a with
+// M < 2^24, at least 2^-26 / D of itself away from the midpoints between
+// floats, and x times 1/d in double errs by at most 2^-52 of it, so that
+// one rounding to f32 gives the correctly rounded quotient, as div.rn does.
+std::optional<std::string> div_by_constant(const Operand& divisor, const std::string& x, DType c) {
+  if (c != DType::f32 || divisor.is_value()) return std::nullopt;
+  const double d = static_cast<double>(static_cast<float>(divisor.literal.as_double()));
+  if (!std::isfinite(d) || d == 0.0) return std::nullopt;
+  int k = 0;
+  double odd = std::frexp(std::fabs(d), &k);  // |d| = odd 2^k, odd in [0.5, 1)
+  while (odd != std::floor(odd)) {
+    odd *= 2;
+    --k;
+  }
+  if (odd >= (1 << 20) || k < -100 || k > 100) return std::nullopt;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", 1.0 / d);
+  return "ff_div_by_constant(" + x + ", " + buf + ")";
+}
+
 }  // namespace
 
 std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
@@ -92,7 +114,7 @@ std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
     case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
     case Op::Sub: return "(" + a[0] + " - " + a[1] + ")";
     case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";
-    case Op::Div: return "(" + a[0] + " / " + a[1] + ")";
+    case Op::Div: return div_by_constant(n.operands[1], a[0], c).value_or("(" + a[0] + " / " + a[1] + ")");
     case Op::Pow: return pow_expr(a[0], n.operands[1], a[1], c);
     case Op::Maximum: return "ff_maximum(" + a[0] + ", " + a[1] + ")";
     case Op::Minimum: return "ff_minimum(" + a[0] + ", " + a[1] + ")";

@@ -42,6 +42,12 @@ __device__ __forceinline__ double ff_gelu_tanh(double x) {
   return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
 }
 template <class T> __device__ __forceinline__ T ff_sign(T x) { return T((T(0) < x) - (x < T(0))); }
+// x / d for a constant d (op_expr.cc: which ones), as x times 1/d in double
+// rounded once: the correctly rounded quotient, without div.rn's slow-path
+// branch (which keeps the elements' math from interleaving).
+__device__ __forceinline__ float ff_div_by_constant(float x, double inverse) {
+  return static_cast<float>(static_cast<double>(x) * inverse);
+}
 // Python-style remainder: the result takes the divisor's sign.
 __device__ __forceinline__ float ff_remainder(float a, float b) { float r = fmodf(a, b); return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r; }
 __device__ __forceinline__ double ff_remainder(double a, double b) { double r = fmod(a, b); return (r != 0.0 && ((r < 0.0) != (b < 0.0))) ? r + b : r; }

@@ -4,9 +4,10 @@
 
 namespace ff::codegen {
 
-Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged, bool wide) {
+Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged, bool wide, bool packed) {
   Sm90SsTile t;
-  t.wide = wide && n % 128 == 0;
+  t.phase_packed = packed;
+  t.wide = packed || (wide && n % 128 == 0);
   t.bn = t.wide ? 256 : n <= 64 ? 64 : n <= 128 ? 128 : 256;
   t.k_whole = k % Sm90SsTile::bk == 0;
   t.n_whole = n % (t.wide ? t.bm : t.bn) == 0;
@@ -64,9 +65,9 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 )CUDA";
 }
 
-// The wide tile's producer and consumers (Sm90SsTile::wide): A is the
-// weights (BM output channels), B the gathered pixels (BN of them).
-const char* wide_gemm() {
+// The wide tile's producer: A is the weights (BM output channels), B the
+// gathered pixels (BN of them).
+const char* wide_loader() {
   return R"CUDA(
 // The producer's loads of k-block kb: thread t's 16-byte chunks are column
 // chunk t % 8 of rows t / 8 + 16 i, the weights' (A: 8 rows) from w, the
@@ -103,7 +104,24 @@ struct WideLoader {
       }
   }
 };
+)CUDA";
+}
 
+// The wide tile's staging: each consumer warp's 8 rows of BN values.
+const char* wide_staging() {
+  return R"CUDA(
+constexpr int SPITCH = BN + 8;  // floats a staged channel: 16-byte aligned, and a warp's 8 rows of 32 bytes hit 32 banks
+static_assert(STAGING == 32 * SPITCH * 4, "a consumer warpgroup's staging buffer: 32 channels of BN pixels");
+
+__device__ __forceinline__ void sts64(unsigned addr, float v0, float v1) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1));
+}
+)CUDA";
+}
+
+// The wide tile's stores, through shared memory in bulk copies (a channel's pixels contiguous in the result).
+const char* wide_bulk_stores() {
+  return R"CUDA(
 // ---- the results leave through shared memory in bulk copies ----
 // Each warp stages 8 channels' BN pixels at a time and copies them out
 // itself: one 1 KiB bulk copy a channel, issued by 8 of its lanes, with no
@@ -113,13 +131,6 @@ struct WideLoader {
 // 0.561 -> 0.535. A bulk copy takes its addresses in uniform registers, so
 // the lanes of a warp issue theirs one after another: spread over the four
 // warps, a warpgroup's copies issue four at a time.
-constexpr int SPITCH = BN + 8;  // floats a staged channel: 16-byte aligned, and a warp's 8 rows of 32 bytes hit 32 banks
-static_assert(STAGING == 32 * SPITCH * 4, "a consumer warpgroup's staging buffer: 32 channels of BN pixels");
-
-__device__ __forceinline__ void sts64(unsigned addr, float v0, float v1) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1));
-}
-
 // A consumer warpgroup's 64 channels from c0 of the tile's pixels from p0
 // (wt: the thread's place in it), in two rounds: in round h, warp w's lanes
 // hold channels 16 w + 8 h + lane / 4 of all BN pixels; they write them into
@@ -156,7 +167,100 @@ __device__ __forceinline__ void store_wide(const Epilogue& epilogue, const float
     if (lane < 8 && copied < N) store_channel_run(epilogue, copied, p0, min(p0 + BN, M), rows + lane * SPITCH * 4);
   }
 }
+// Nothing to prefetch: the values' operands are read in the fragments' order.
+template <class Epilogue>
+__device__ __forceinline__ void prefetch_tile(const Epilogue&, int, int, int, int, int) {}
+)CUDA";
+}
 
+// The packed phases' stores (Sm90SsTile::phase_packed).
+const char* wide_phase_stores() {
+  return R"CUDA(
+// ---- the results leave through shared memory in plain stores along the output's rows ----
+// A transposed conv's packed phases (Sm90SsTile::phase_packed): the tile's
+// channels are (phase row, output channel, phase column) with the column
+// phases innermost, so a warp's 8 staged rows hold all column phases of 8 /
+// SW output channels, whose pixels along an output row interleave them.
+// Each warp stages 8 of its channels' BN values at a time, as store_wide
+// does, then writes them itself: lane l takes column phase l % SW of pixel
+// l / SW of each 32 / SW, so that the warp's 32 stores are adjacent along an
+// output row (the pixels' bulk copies would be strided, the direct stores of
+// the fragments half a sector each).
+
+// Before a tile's mainloop, its operands' lines (operands that vary along
+// the output's pixels) are prefetched into L2 (epilogue.prefetch): the stores
+// below load them in batches, each batch's loads waited for at once.
+// Consumer warpgroup wt / 128's 64 channels: their column phase 0's
+// channels, at every PER-th pixel (a 128-byte line of an output row).
+template <class Epilogue>
+__device__ __forceinline__ void prefetch_tile(const Epilogue& epilogue, int wt, int c0, int p0, int M, int N) {
+  constexpr int SW = Epilogue::SW, PER = 32 / SW, STEPS = BN / PER;
+#pragma unroll 1
+  for (int i = wt; i < 64 / SW * STEPS; i += 128) {
+    const int col = c0 + i / STEPS * SW, p = p0 + i % STEPS * PER;
+    if (col < N && p < M) epilogue.prefetch(epilogue.place(epilogue.pixel(p), col));
+  }
+}
+
+// A consumer warpgroup's 64 channels from c0 of the tile's pixels from p0
+// (wt: the thread's place in it), in two rounds of 8 channels a warp
+// (store_wide): the accumulators staged, then each lane takes its column
+// phase r0 = lane % SW of its G = 8 / SW channels at pixels lane / SW + PER
+// i, U pixels at a time: their operands loaded (all in flight at once:
+// value_with's math branches), then their values computed and stored where
+// their output pixels lie inside the output.
+template <class Epilogue>
+__device__ __forceinline__ void store_wide_phases(const Epilogue& epilogue, const float (&acc)[BN / 2],
+                                                  unsigned staging, int wt, int c0, int p0, int M, int N) {
+  constexpr int SW = Epilogue::SW, PER = 32 / SW, G = 8 / SW, U = 4;
+  static_assert(8 % SW == 0, "a warp's 8 staged channels hold whole column phases");
+  const int warp = wt >> 5, lane = wt & 31, r0 = lane % SW;
+  const unsigned rows = staging + warp * 8 * SPITCH * 4;  // the warp's 8 rows
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    __syncwarp();  // the last round's reads of the rows are done
+#pragma unroll
+    for (int j = 0; j < BN / 4; j += 2)  // elements 2 j + 2 h and 2 j + 2 h + 1: pixels 4 j + 2 (lane % 4) and on
+      sts64(rows + ((lane >> 2) * SPITCH + 2 * (lane & 3) + 4 * j) * 4, acc[2 * j + 2 * h], acc[2 * j + 2 * h + 1]);
+    __syncwarp();
+    const int c = c0 + warp * 16 + 8 * h + r0;  // the lane's channel g at c + g SW (row g SW + r0)
+#pragma unroll 1
+    for (int q0 = lane / SW; q0 < BN; q0 += U * PER) {
+      typename Epilogue::Place at[U][G];
+      typename Epilogue::Operands ops[U][G];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const auto px = epilogue.pixel(min(p0 + q0 + u * PER, M - 1));
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          at[u][g] = epilogue.place(px, min(c + g * SW, N - 1));
+          ops[u][g] = epilogue.operands(at[u][g]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int g = 0; g < G; ++g) ops[u][g].pin();
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int q = q0 + u * PER;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float x;
+          asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(rows + ((g * SW + r0) * SPITCH + q) * 4));
+          const float v = epilogue.value_with(ops[u][g], x);
+          if (p0 + q < M && c + g * SW < N && at[u][g].inside) epilogue.put(at[u][g], v);
+        }
+      }
+    }
+  }
+}
+)CUDA";
+}
+
+// The wide tile's mainloop; STORE_TILE names the function its tiles leave by.
+const char* wide_gemm() {
+  return R"CUDA(
 // Computes the result's tiles of BM output channels by BN pixels, persistent:
 // CTA c takes tiles c, c + gridDim.x, ... (channel tiles first, so that
 // those of one run of pixels run at once and share its gathers in L2), its
@@ -192,7 +296,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, i
       L ld{{a.rows(p0 + row0, ch * 4), a.rows(p0 + 128 + row0, ch * 4)}, {}, w, (N - c0 - row0 + 15) / 16, ch * 4, K,
            static_cast<unsigned>(row0 * 128 + ((ch ^ (row0 & 7)) << 4))};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) ld.w[i] = opaque_pointer(w + (c0 + row0 + 16 * i) * ldw + ch * 4);
+      for (int i = 0; i < 8; ++i) ld.w[i] = opaque_pointer(w + a.weight_row(c0 + row0 + 16 * i, ldw) + ch * 4);
       return ld;
     };
     const auto load = [&](const L& ld, int slot, int kb) { ld.load(base + slot * STAGE, kb); };
@@ -206,6 +310,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, i
 #pragma unroll 1
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int c0 = tile % tiles_c * BM + wg * 64, p0 = tile / tiles_c * BN;
+    prefetch_tile(epilogue, ct & 127, c0, p0, M, N);
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
 #pragma unroll 1
@@ -215,7 +320,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, i
         for (int ks = 0; ks < 4; ++ks) wgmma(acc, b_desc(stage + wg * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
       });
     finish_tile(acc, empty, g - 1);
-    store_wide(epilogue, acc, base + STAGES * STAGE + wg * STAGING, ct & 127, c0, p0, M, N);
+    STORE_TILE(epilogue, acc, base + STAGES * STAGE + wg * STAGING, ct & 127, c0, p0, M, N);
   }
   bulk_wait();  // the last copies are done before the CTA (and its shared memory) ends
 }
@@ -321,9 +426,13 @@ __device__ __forceinline__ void finish_tile(Acc& acc, unsigned empty, int g) {
   mbar_arrive(empty + (g % STAGES) * 8);
 }
 )CUDA";
-  if (tile.staged || tile.wide) os << bulk_store_helpers();
+  if (tile.staged || tile.wide) os << bulk_store_helpers();  // (bulk_wait ends the wide tiles' kernels)
   if (tile.wide) {
-    os << wide_gemm();
+    os << wide_loader() << wide_staging() << (tile.phase_packed ? wide_phase_stores() : wide_bulk_stores());
+    std::string gemm = wide_gemm();
+    const std::string call = "STORE_TILE(";
+    gemm.replace(gemm.find(call), call.size(), tile.phase_packed ? "store_wide_phases(" : "store_wide(");
+    os << gemm;
   } else {
     os << R"CUDA(
 // The producer's loads of k-block kb: thread t's 16-byte chunks are column

@@ -41,6 +41,12 @@ struct Sm90SsTile {
   // result leaves through shared memory in bulk copies, one per channel's
   // run of pixels (the result's channels hold contiguous runs of pixels).
   bool wide = false;
+  // Wide, for a transposed conv's packed phases (ConvSpec::phases_packed):
+  // the tile's channels are (phase, output channel) pairs, which the
+  // epilogue's store_phase places; each warp's staged values leave in plain
+  // stores along the output's rows, a lane a pixel (so that a warp's stores
+  // fill whole lines where the rows are contiguous).
+  bool phase_packed = false;
   // Whether the consumer warpgroups take alternate tiles, each its whole BM
   // rows, in turn on the tensor cores (up to 128 columns: 128 accumulators a
   // thread); otherwise both share each tile. H200, 3x3 convs + relu written
@@ -80,7 +86,8 @@ struct Sm90SsTile {
 // channels hold contiguous runs of pixels, and the GEMM's rows are pixels in
 // order) and N is a multiple of 128 (H200, a 48 -> 96 channel 3x3 conv +
 // relu, a quarter of each wide tile empty: 0.292 ms ping-pong, 0.341 wide).
-Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged = false, bool wide = false);
+// Packed: the GEMM of a transposed conv's packed phases, wide whatever N.
+Sm90SsTile sm90_ss_tile(int64_t n, int64_t k, bool staged = false, bool wide = false, bool packed = false);
 
 // ff_sm90::ss::gemm<A>(a, b, M, N, K, ldb, epilogue): acc = A @ B^T, both
 // K-contiguous, handed to epilogue(row, col, v0, v1) per pair of adjacent
