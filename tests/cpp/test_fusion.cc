@@ -135,6 +135,25 @@ TEST(Codegen, VectorizedBroadcastEpilogue) {
   EXPECT_NE(k.source.find("ff_minimum(x_in0[u][k], 0.5f)"), std::string::npos) << k.source;
 }
 
+TEST(Codegen, DivisionByAConstantWithASmallOddPartIsADoubleMultiply) {
+  // 6 = 3 x 2 and 0.375 = 3 / 8: x times 1/d in double, rounded once (correctly
+  // rounded, and branch-free); 0.1f's odd part has 24 bits, a variable divisor
+  // none: IEEE division.
+  auto cg = compile_graph(R"(graph @g(%x: f32[64], %y: f32[64]) {
+  %0 = div(%x, 6) : f32[64]
+  %1 = div(%0, 0.375) : f32[64]
+  %2 = div(%1, 0.1) : f32[64]
+  %3 = div(%2, %y) : f32[64]
+  return %3
+})", {{"dce"}, false});
+  ASSERT_EQ(cg.kernels.size(), 1u);
+  const std::string& src = cg.kernels[0].source;
+  EXPECT_NE(src.find("t0 = ff_div_by_constant(x_in0[u][k], 0.16666666666666666);"), std::string::npos) << src;
+  EXPECT_NE(src.find("t1 = ff_div_by_constant(t0, 2.6666666666666665);"), std::string::npos) << src;
+  EXPECT_NE(src.find("t2 = (t1 / 0.100000001f);"), std::string::npos) << src;
+  EXPECT_NE(src.find("t3 = (t2 / x_in1[u][k]);"), std::string::npos) << src;
+}
+
 TEST(Codegen, TransposedInputIteratesInOutputOrder) {
   // The output keeps the permuted layout eager gives it: reads and writes both coalesce.
   auto cg = compile_graph(R"(graph @g(%x: f32[2,64,32]) {
