@@ -146,6 +146,12 @@ double reduction_efficiency(const ConvSpec& s) {
 
 double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
 
+bool kernel_beats_cudnn(const ConvSpec& s, const CudnnTimes& cudnn, bool fuses_epilogue, bool rounding_in_place) {
+  const ConvTimes t = conv_times(s, true, false, &cudnn);
+  const double kernel = rounding_in_place ? kernel_rounding_in_place_ms(s) : t.kernel;
+  return kernel < t.cudnn_channels_last + (fuses_epilogue ? copy_ms(s.output_bytes()) : 0.0);
+}
+
 double kernel_rounding_in_place_ms(const ConvSpec& s) {
   return ms(s.flops(), kKernelTf32 * tile_use(s), s.bytes()) * kTimedMargin;
 }

@@ -36,4 +36,11 @@ double kernel_rounding_in_place_ms(const ConvSpec& spec);
 // Milliseconds to read and write `bytes` once (a layout conversion).
 double copy_ms(double bytes);
 
+// Whether an implicit-GEMM kernel (modelled, with the margin against timed
+// figures) beats cuDNN's channels-last conv as timed, which writes its result
+// and, where the kernel would fuse the epilogue (`fuses_epilogue`), has the
+// epilogue read it back; `rounding_in_place`: a 1xTF32 kernel whose operands
+// are not rounded beforehand (kernel_rounding_in_place_ms).
+bool kernel_beats_cudnn(const ConvSpec& spec, const CudnnTimes& cudnn, bool fuses_epilogue, bool rounding_in_place);
+
 }  // namespace ff::fusion

@@ -51,7 +51,9 @@ class ConvScheduler final : public Scheduler {
         if (s->conv.transposed && !(hopper(*s, options) && s->rounded_operands)) return std::nullopt;
         if (options.conv_always) return s;
         const auto cudnn = measured_cudnn(*n);
-        return cudnn && kernel_is_faster(*s, *cudnn, fuses, options) ? s : std::nullopt;
+        const bool rounds_in_place = s->conv.dtype == DType::f32 && s->conv.tf32 &&
+                                     !(hopper(*s, options) && s->rounded_operands);
+        return cudnn && kernel_beats_cudnn(s->conv, *cudnn, fuses, rounds_in_place) ? s : std::nullopt;
       };
       // A direct kernel first where it beats cuDNN: it covers the short
       // reductions that idle an implicit GEMM's tiles as much as cuDNN's
@@ -88,18 +90,6 @@ class ConvScheduler final : public Scheduler {
  private:
   static bool hopper(const ConvKernelSpec& spec, const FusionOptions& options) {
     return options.arch == 90 && codegen::sm90_conv_applies(spec);
-  }
-
-  // The kernel against cuDNN's channels-last conv as timed, which writes its
-  // result and has the epilogue read it back.
-  static bool kernel_is_faster(const ConvKernelSpec& spec, const CudnnTimes& cudnn, bool fuses_epilogue,
-                               const FusionOptions& options) {
-    const ConvTimes t = conv_times(spec.conv, true, false, &cudnn);
-    const bool rounds_in_place = spec.conv.dtype == DType::f32 && spec.conv.tf32 &&
-                                 !(hopper(spec, options) && spec.rounded_operands);
-    const double kernel = rounds_in_place ? kernel_rounding_in_place_ms(spec.conv) : t.kernel;
-    const double unfused = t.cudnn_channels_last + (fuses_epilogue ? copy_ms(spec.conv.output_bytes()) : 0.0);
-    return kernel < unfused;
   }
 
   // The direct kernel against cuDNN in the conv's layout (each as timed, where

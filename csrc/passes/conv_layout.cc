@@ -148,12 +148,18 @@ class ConvLayout : public Pass {
   const std::map<std::string, bool>* measured_ = nullptr;
 
   // A channels-last conv's weight: channels-last (as it is, where it is
-  // already), but for a transposed conv a kernel may compute, the layout the
-  // kernel reads (conv_kernel_weight_strides).
+  // already), but for a transposed conv a kernel will compute, the layout the
+  // kernel reads (conv_kernel_weight_strides): where every conv a kernel
+  // covers must be one, or where the kernel (on rounded operands, its only
+  // form, and with its epilogue fused) beats cuDNN as timed. cuDNN would
+  // convert that layout at every call.
   TensorType weight_layout(const Node& conv) const {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
-    if (spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_))
+    const auto cudnn = measured_cudnn(conv);
+    const bool kernel = kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
+                        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, *cudnn, true, false)));
+    if (spec.transposed && kernel)
       w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
     else if (!is_channels_last(w))
       w.strides = channels_last_strides(w.shape);

@@ -168,5 +168,29 @@ TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
   EXPECT_EQ(precision_of(*with, 0), "ieee");
 }
 
+TEST(ConvLayout, TransposedConvWeightsTakeTheKernelsLayoutOnlyWhereTheKernelWillRun) {
+  // A 1xTF32 transposed conv whose phases pack (stride 2, window 4): its
+  // weight ([in, out, kh, kw]) laid out for the kernel (input channels
+  // unit-stride) where the kernel beats cuDNN as timed, else channels-last
+  // (output channels unit-stride), the layout cuDNN reads.
+  const std::string text = R"(graph @g(%x: f32[8,64,32,32], %w: f32[64,32,4,4] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="tf32", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[2, 2], transposed=true} : f32[8,32,64,64]
+  %1 = relu(%0) : f32[8,32,64,64]
+  return %1
+}
+)";
+  const auto weight_strides = [&](double cudnn_ms) {
+    auto g = parse(text);
+    passes::PassOptions options;
+    options.conv_kernels = true;
+    options.conv_cudnn[conv_signature(*nth_conv(*g, 0))] = CudnnTimes{cudnn_ms, cudnn_ms};
+    options.conv_channels_last[conv_signature(*nth_conv(*g, 0))] = true;
+    passes::PassManager({"conv_precision", "conv_layout"}, options).run(*g);  // conv_precision records the times
+    return nth_conv(*g, 0)->input(1)->type.strides;
+  };
+  EXPECT_EQ(weight_strides(100.0), (Shape{1, 1024, 256, 64}));
+  EXPECT_EQ(weight_strides(0.000001), (Shape{512, 1, 128, 32}));
+}
+
 }  // namespace
 }  // namespace ff
