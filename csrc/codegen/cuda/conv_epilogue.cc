@@ -196,9 +196,9 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
      << value_body(expr_of, "ff_load(bias[col])") << "  }\n";
   if (runs == PixelRunStores::phases) {
     // The operands apart from the math: a kernel loads a batch of elements'
-    // operands, then computes their values (whose divisions branch to a slow
-    // path, and no load moves past a branch: each element's loads waited in
-    // turn, H100, a residual + hardswish).
+    // operands, then computes their values, whose math may branch (a
+    // division's slow path) where no load moves past (H100, a residual +
+    // hardswish, each element's loads waiting in turn: 582 -> 356 us).
     std::unordered_map<const Value*, std::string> from_operands{{conv.result(), "v"}};
     std::ostringstream fields, loads, prefetches;
     std::vector<std::string> pinned;  // the f32 fields' asm operands

@@ -31,9 +31,9 @@ std::string conv_kernel_name(const fusion::Group& group, const fusion::ConvKerne
 // packed phases, staged and written by the threads along the output's rows
 // (phases: the epilogue then has operands_at(n, col, [z,] p, q, inside), the
 // operands an element's value reads (those varying along the pixels only
-// where `inside`), value_with(operands, acc), its value, prefetch_at(n, col,
-// [z,] p, q), which prefetches those into L2,
-// and put_at(n, col, [z,] p, q, v), which writes it).
+// where `inside`); value_with(operands, acc), its value; prefetch_at(n, col,
+// [z,] p, q), which prefetches those operands into L2; and put_at(n, col,
+// [z,] p, q, v), which writes the value).
 enum class PixelRunStores { none, staged, wide, phases };
 
 // The group's epilogue, with the kernel's own `members` added to the struct;

@@ -43,7 +43,7 @@ struct Sm90SsTile {
   bool wide = false;
   // Wide, for a transposed conv's packed phases (ConvSpec::phases_packed):
   // the tile's channels are (phase, output channel) pairs, which the
-  // epilogue's store_phase places; each warp's staged values leave in plain
+  // epilogue's place() maps to output pixels; each warp's staged values leave in plain
   // stores along the output's rows, a lane a pixel (so that a warp's stores
   // fill whole lines where the rows are contiguous).
   bool phase_packed = false;
