@@ -298,7 +298,8 @@ TEST(ConvKernel, WideTilesPutThePixelsOnTheWgmmasNSide) {
   EXPECT_NE(ks.source.find("wgmma(acc, b_desc(stage + wg * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));"),
             std::string::npos);
   EXPECT_NE(ks.source.find("WideLoader<typename A::Rows>"), std::string::npos);
-  EXPECT_NE(ks.source.find("store_wide(epilogue, acc,"), std::string::npos);
+  EXPECT_NE(ks.source.find("store_tile(epilogue, acc,"), std::string::npos);
+  EXPECT_NE(ks.source.find("store_channel_run(epilogue, copied,"), std::string::npos);  // the bulk copies' stores
   EXPECT_NE(ks.source.find("return value_at(row / 256, col, row / 16 % 16, row % 16, acc);"), std::string::npos);
   EXPECT_NE(ks.source.find("constexpr bool K_WHOLE = true, N_WHOLE = true;"), std::string::npos);
   // 1024 pixels: 4 runs of 256, each split between 2 tiles of 128 channels.
@@ -310,10 +311,10 @@ TEST(ConvKernel, WideTilesPutThePixelsOnTheWgmmasNSide) {
   EXPECT_LE(ks.shared_bytes, 227 * 1024);
   // Channels-last results (no runs of pixels) and 96 channels (a tile's 128
   // a quarter empty) keep the ping-pong tiles.
-  EXPECT_EQ(kernel(conv_of("256", false)).source.find("store_wide("), std::string::npos);
+  EXPECT_EQ(kernel(conv_of("256", false)).source.find("store_tile("), std::string::npos);
   const std::string ninety_six = kernel(conv_of("96", true)).source;
   EXPECT_NE(ninety_six.find("constexpr bool PINGPONG = true;"), std::string::npos);
-  EXPECT_EQ(ninety_six.find("store_wide("), std::string::npos);
+  EXPECT_EQ(ninety_six.find("store_tile("), std::string::npos);
 }
 
 TEST(ConvKernel, TheModelOfTheWideKernelFollowsItsMeasuredTimes) {
@@ -490,8 +491,9 @@ TEST(ConvKernel, TransposedConvsWhoseStridesDivideTheirWindowsPackTheirPhasesInt
   const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0).source;
   EXPECT_NE(src.find("constexpr int M = 96, N = 48, K = 32, LDB = 128;"), std::string::npos) << src;
   // Wide tiles, whatever N, whose stores run along the output's rows.
-  EXPECT_NE(src.find("store_wide_phases(epilogue, acc,"), std::string::npos);
-  EXPECT_EQ(src.find("store_wide(epilogue, acc,"), std::string::npos);
+  EXPECT_NE(src.find("store_tile(epilogue, acc,"), std::string::npos);
+  EXPECT_NE(src.find("epilogue.put(at[u][g], v);"), std::string::npos);
+  EXPECT_EQ(src.find("store_channel_run(epilogue, copied,"), std::string::npos);
   // Column (ph, o, pw)'s weight row: output channel o's taps from (ph, pw) on, 2 apart.
   EXPECT_NE(src.find("return o * ldw + (ph * S + pw) * C;"), std::string::npos);
   EXPECT_NE(src.find("col = (PhaseGrid::SH * th * S + PhaseGrid::SW * tw) * C + k % C - k0;"), std::string::npos);

@@ -116,6 +116,12 @@ static_assert(STAGING == 32 * SPITCH * 4, "a consumer warpgroup's staging buffer
 __device__ __forceinline__ void sts64(unsigned addr, float v0, float v1) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(v0), "f"(v1));
 }
+// Where a lane's pixels 2 (lane % 4) + 4 j and the next lie in its row, lane
+// / 4, of a warp's 8 staged rows (j even: its m64n256 elements 2 j + 2 h and
+// 2 j + 2 h + 1 of round h).
+__device__ __forceinline__ unsigned staged_pair(unsigned rows, int lane, int j) {
+  return rows + ((lane >> 2) * SPITCH + 2 * (lane & 3) + 4 * j) * 4;
+}
 )CUDA";
 }
 
@@ -141,7 +147,7 @@ const char* wide_bulk_stores() {
 // thread's m64n256 slice lies at channel 16 warp + lane / 4 + 8 ((i >> 1) &
 // 1), pixel 2 (lane % 4) + 8 (i >> 2) + (i & 1).
 template <class Epilogue>
-__device__ __forceinline__ void store_wide(const Epilogue& epilogue, const float (&acc)[BN / 2], unsigned staging,
+__device__ __forceinline__ void store_tile(const Epilogue& epilogue, const float (&acc)[BN / 2], unsigned staging,
                                            int wt, int c0, int p0, int M, int N) {
   const int warp = wt >> 5, lane = wt & 31;
   const unsigned rows = staging + warp * 8 * SPITCH * 4;  // the warp's 8 rows
@@ -160,7 +166,7 @@ __device__ __forceinline__ void store_wide(const Epilogue& epilogue, const float
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < BN / 4; j += 2)
-      sts64(rows + ((lane >> 2) * SPITCH + 2 * (lane & 3) + 4 * j) * 4, v[j], v[j + 1]);
+      sts64(staged_pair(rows, lane, j), v[j], v[j + 1]);
     fence_proxy_async();  // the copies (the async proxy) read what this thread wrote
     __syncwarp();
     const int copied = c0 + warp * 16 + 8 * h + lane;  // lane < 8: the channel of row `lane`
@@ -181,8 +187,8 @@ const char* wide_phase_stores() {
 // channels are (phase row, output channel, phase column) with the column
 // phases innermost, so a warp's 8 staged rows hold all column phases of 8 /
 // SW output channels, whose pixels along an output row interleave them.
-// Each warp stages 8 of its channels' BN values at a time, as store_wide
-// does, then writes them itself: lane l takes column phase l % SW of pixel
+// Each warp stages 8 of its channels' BN values at a time, as the bulk
+// copies' stores do, then writes them itself: lane l takes column phase l % SW of pixel
 // l / SW of each 32 / SW, so that the warp's 32 stores are adjacent along an
 // output row (the pixels' bulk copies would be strided, the direct stores of
 // the fragments half a sector each).
@@ -203,15 +209,15 @@ __device__ __forceinline__ void prefetch_tile(const Epilogue& epilogue, int wt, 
 }
 
 // A consumer warpgroup's 64 channels from c0 of the tile's pixels from p0
-// (wt: the thread's place in it), in two rounds of 8 channels a warp
-// (store_wide): the accumulators staged, then each lane takes its column
+// (wt: the thread's place in it), in two rounds of 8 channels a warp (as
+// the bulk copies' stores): the accumulators staged, then each lane takes its column
 // phase r0 = lane % SW of its G = 8 / SW channels at pixels lane / SW + PER
 // i, U pixels at a time: their operands loaded (all in flight at once:
 // value_with's math branches), then their values computed and stored where
 // their output pixels lie inside the output.
 template <class Epilogue>
-__device__ __forceinline__ void store_wide_phases(const Epilogue& epilogue, const float (&acc)[BN / 2],
-                                                  unsigned staging, int wt, int c0, int p0, int M, int N) {
+__device__ __forceinline__ void store_tile(const Epilogue& epilogue, const float (&acc)[BN / 2], unsigned staging,
+                                           int wt, int c0, int p0, int M, int N) {
   constexpr int SW = Epilogue::SW, PER = 32 / SW, G = 8 / SW, U = 4;
   static_assert(8 % SW == 0, "a warp's 8 staged channels hold whole column phases");
   const int warp = wt >> 5, lane = wt & 31, r0 = lane % SW;
@@ -220,8 +226,7 @@ __device__ __forceinline__ void store_wide_phases(const Epilogue& epilogue, cons
   for (int h = 0; h < 2; ++h) {
     __syncwarp();  // the last round's reads of the rows are done
 #pragma unroll
-    for (int j = 0; j < BN / 4; j += 2)  // elements 2 j + 2 h and 2 j + 2 h + 1: pixels 4 j + 2 (lane % 4) and on
-      sts64(rows + ((lane >> 2) * SPITCH + 2 * (lane & 3) + 4 * j) * 4, acc[2 * j + 2 * h], acc[2 * j + 2 * h + 1]);
+    for (int j = 0; j < BN / 4; j += 2) sts64(staged_pair(rows, lane, j), acc[2 * j + 2 * h], acc[2 * j + 2 * h + 1]);
     __syncwarp();
     const int c = c0 + warp * 16 + 8 * h + r0;  // the lane's channel g at c + g SW (row g SW + r0)
 #pragma unroll 1
@@ -258,7 +263,8 @@ __device__ __forceinline__ void store_wide_phases(const Epilogue& epilogue, cons
 )CUDA";
 }
 
-// The wide tile's mainloop; STORE_TILE names the function its tiles leave by.
+// The wide tile's mainloop: its tiles leave by store_tile, which
+// wide_bulk_stores or wide_phase_stores defines, with prefetch_tile.
 const char* wide_gemm() {
   return R"CUDA(
 // Computes the result's tiles of BM output channels by BN pixels, persistent:
@@ -320,7 +326,7 @@ __device__ __forceinline__ void gemm(const A& a, const float* w, int M, int N, i
         for (int ks = 0; ks < 4; ++ks) wgmma(acc, b_desc(stage + wg * 8192 + ks * 32), b_desc(stage + A_TILE + ks * 32));
       });
     finish_tile(acc, empty, g - 1);
-    STORE_TILE(epilogue, acc, base + STAGES * STAGE + wg * STAGING, ct & 127, c0, p0, M, N);
+    store_tile(epilogue, acc, base + STAGES * STAGE + wg * STAGING, ct & 127, c0, p0, M, N);
   }
   bulk_wait();  // the last copies are done before the CTA (and its shared memory) ends
 }
@@ -428,11 +434,8 @@ __device__ __forceinline__ void finish_tile(Acc& acc, unsigned empty, int g) {
 )CUDA";
   if (tile.staged || tile.wide) os << bulk_store_helpers();  // (bulk_wait ends the wide tiles' kernels)
   if (tile.wide) {
-    os << wide_loader() << wide_staging() << (tile.phase_packed ? wide_phase_stores() : wide_bulk_stores());
-    std::string gemm = wide_gemm();
-    const std::string call = "STORE_TILE(";
-    gemm.replace(gemm.find(call), call.size(), tile.phase_packed ? "store_wide_phases(" : "store_wide(");
-    os << gemm;
+    os << wide_loader() << wide_staging() << (tile.phase_packed ? wide_phase_stores() : wide_bulk_stores())
+       << wide_gemm();
   } else {
     os << R"CUDA(
 // The producer's loads of k-block kb: thread t's 16-byte chunks are column
