@@ -156,10 +156,10 @@ class ConvLayout : public Pass {
   TensorType weight_layout(const Node& conv) const {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
-    const auto cudnn = measured_cudnn(conv);
-    const bool kernel = kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
+    const auto cudnn = spec.transposed ? measured_cudnn(conv) : std::nullopt;
+    const bool kernel = spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
                         (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, *cudnn, true, false)));
-    if (spec.transposed && kernel)
+    if (kernel)
       w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
     else if (!is_channels_last(w))
       w.strides = channels_last_strides(w.shape);
