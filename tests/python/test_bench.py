@@ -183,6 +183,26 @@ def test_eager_convs_ieee_reaches_the_problems_process(tmp_path):
     assert set(out.read_text().split()) == {"tf32"}  # the next problem gets torch's flags back
 
 
+def test_bench_runs_in_a_cache_dir_of_its_own(tmp_path, monkeypatch):
+    """Problems see a new cache directory, gone afterwards, so a timing that
+    another process cached (cuDNN's conv times, taken while the GPU was busy)
+    cannot decide a plan the bench times; the user's cache is untouched and
+    FUSEFORGE_CACHE_DIR is back as it was."""
+    user = tmp_path / "user-cache"
+    user.mkdir()
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(user))
+    probe = tmp_path / "probe.py"
+    seen = tmp_path / "seen.txt"
+    probe.write_text(f"import os\nopen({str(seen)!r}, 'a').write(os.environ['FUSEFORGE_CACHE_DIR'] + '\\n')\n"
+                     + TINY_PROBLEM.format(prelude="", init="pass"))
+    assert cli.main(["bench", str(probe), "--seeds", "1"]) == 0
+    dirs = set(seen.read_text().split())
+    assert len(dirs) == 1
+    used = dirs.pop()
+    assert used != str(user) and "fuseforge-bench-" in used and not os.path.exists(used)
+    assert os.environ["FUSEFORGE_CACHE_DIR"] == str(user) and not any(user.iterdir())
+
+
 def test_table_gets_its_natural_width_without_a_terminal(tmp_path):
     """Piped (no terminal), rich would squeeze the 14-column table into 80
     columns and cut every cell; `bench` prints it whole instead."""

@@ -18,6 +18,12 @@ its own, which measures the compile times (each with its own empty cache, so
 cold is cold), keeps the kernels in the disk cache and compiles inductor
 once, filling its caches; then each problem is checked and timed alone, one
 after another in the shared worker, so no two timings overlap.
+
+The whole run uses a cache directory of its own (FUSEFORGE_CACHE_DIR, a new
+temporary one), so what the plans decide from timings (cuDNN's times per
+conv, which the conv scheduler weighs our kernels against) is timed in this
+run, alone on the GPU, never read from a cache another process filled while
+the GPU was busy (test runs in parallel, the compile jobs above).
 """
 from __future__ import annotations
 
@@ -258,6 +264,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     compiled: dict[Path, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
+        stack.enter_context(_own_cache_dir())
         progress = stack.enter_context(Progress(console=console, transient=True))
         if args.jobs > 1 and torch.cuda.is_available():
             task = progress.add_task(f"compiling, {args.jobs} at a time", total=len(problems))
@@ -287,6 +294,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 _write_json({**report, "summary": summarize(report["problems"])}, args.json)
             progress.advance(task)
     return _finish(report, args)
+
+
+@contextlib.contextmanager
+def _own_cache_dir() -> Any:
+    """FUSEFORGE_CACHE_DIR set to a new temporary directory (inherited by the
+    compile jobs and the worker), restored afterwards."""
+    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as cache:
+        os.environ["FUSEFORGE_CACHE_DIR"] = cache
+        try:
+            yield cache
+        finally:
+            if saved is None:
+                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
+            else:
+                os.environ["FUSEFORGE_CACHE_DIR"] = saved
 
 
 def _write_json(report: dict[str, Any], path: str) -> None:

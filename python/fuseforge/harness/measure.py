@@ -62,9 +62,11 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
                 os.environ.pop("FUSEFORGE_CACHE_DIR", None)
             else:
                 os.environ["FUSEFORGE_CACHE_DIR"] = saved
+        # Kernels only: the timed choices (GEMM tiles, cuDNN's conv times) were
+        # made beside other jobs (bench --jobs) and are timed again where kept.
         if keep and core.cache_dir():
             shutil.copytree(cache, core.cache_dir(), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("autotune.json"))
+                            ignore=shutil.ignore_patterns("autotune.json", "conv_probe.json"))
     return out, fast
 
 
