@@ -63,6 +63,10 @@ struct Split {
 // The partial rows to aim at: with the input unit-stride along a reduced dim a
 // block reads each row and kFewRows fill the GPU; along a kept dim a few
 // threads share each column (fusion/reduction_strategy.h) and it takes more.
+// Reductions of kFewRows rows or more stay whole whatever the layout: an
+// instance norm's statistics over a channels-last conv output (6144 columns
+// of 8836) took 89.6 us on an H100 whole, 101 us split per image row (the
+// partials stored channels innermost) plus 6 us for the final merges.
 int64_t partial_target(const TensorType& x, const std::vector<bool>& mask) {
   int64_t innermost = -1;
   for (int64_t d = 0; d < static_cast<int64_t>(x.shape.size()); ++d)
