@@ -203,6 +203,32 @@ def test_bench_runs_in_a_cache_dir_of_its_own(tmp_path, monkeypatch):
     assert os.environ["FUSEFORGE_CACHE_DIR"] == str(user) and not any(user.iterdir())
 
 
+def test_compile_jobs_keep_kernels_but_not_timed_choices(tmp_path, monkeypatch):
+    """compile_times(keep=True) compiles in an empty cache directory of its
+    own, then copies the kernels into the real one, but not the choices it
+    timed (tiles, cuDNN's conv times): bench's compile jobs run eight at a
+    time, so those were timed on a shared GPU."""
+    import fuseforge
+    from fuseforge.harness import measure
+    real = tmp_path / "real"
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(real))
+    seen = []
+
+    def fake_optimize(model, inputs, precision):
+        cache = os.environ["FUSEFORGE_CACHE_DIR"]
+        seen.append(cache)
+        for name in ("ff_kernel-sm90.cubin", "autotune.json", "conv_probe.json"):
+            with open(os.path.join(cache, name), "w") as f:
+                f.write("{}")
+        return lambda *xs: None
+    monkeypatch.setattr(fuseforge, "optimize", fake_optimize)
+    times, _ = measure.compile_times(object(), [], keep=True)
+    assert set(times) == {"compile_s_cold", "compile_s_warm"}
+    assert len(set(seen)) == 1 and seen[0] != str(real) and not os.path.exists(seen[0])
+    assert sorted(p.name for p in real.iterdir()) == ["ff_kernel-sm90.cubin"]
+    assert os.environ["FUSEFORGE_CACHE_DIR"] == str(real)
+
+
 def test_table_gets_its_natural_width_without_a_terminal(tmp_path):
     """Piped (no terminal), rich would squeeze the 14-column table into 80
     columns and cut every cell; `bench` prints it whole instead."""

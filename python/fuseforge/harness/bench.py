@@ -44,6 +44,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from fuseforge.harness.cli import console, print_full_width
+from fuseforge.harness.measure import temporary_cache_dir
 from fuseforge.harness.problem import problem_name
 from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 from fuseforge.harness.worker import Worker
@@ -264,7 +265,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     compiled: dict[Path, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_own_cache_dir())
+        stack.enter_context(temporary_cache_dir("fuseforge-bench-"))  # inherited by the compile jobs and the worker
         progress = stack.enter_context(Progress(console=console, transient=True))
         if args.jobs > 1 and torch.cuda.is_available():
             task = progress.add_task(f"compiling, {args.jobs} at a time", total=len(problems))
@@ -294,22 +295,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 _write_json({**report, "summary": summarize(report["problems"])}, args.json)
             progress.advance(task)
     return _finish(report, args)
-
-
-@contextlib.contextmanager
-def _own_cache_dir() -> Any:
-    """FUSEFORGE_CACHE_DIR set to a new temporary directory (inherited by the
-    compile jobs and the worker), restored afterwards."""
-    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as cache:
-        os.environ["FUSEFORGE_CACHE_DIR"] = cache
-        try:
-            yield cache
-        finally:
-            if saved is None:
-                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
-            else:
-                os.environ["FUSEFORGE_CACHE_DIR"] = saved
 
 
 def _write_json(report: dict[str, Any], path: str) -> None:

@@ -5,11 +5,12 @@ first-call seconds with an empty and with a filled kernel cache
 share its parameters, nothing is deep-copied."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -23,6 +24,22 @@ def warm_imports() -> float:
     import torch._dynamo  # noqa: F401
     import torch.export._trace  # noqa: F401
     return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def temporary_cache_dir(prefix: str) -> Iterator[str]:
+    """FUSEFORGE_CACHE_DIR set to a new temporary directory (which processes
+    started meanwhile inherit), removed and the variable restored afterwards."""
+    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix=prefix) as cache:
+        os.environ["FUSEFORGE_CACHE_DIR"] = cache
+        try:
+            yield cache
+        finally:
+            if saved is None:
+                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
+            else:
+                os.environ["FUSEFORGE_CACHE_DIR"] = saved
 
 
 def _synchronize() -> None:
@@ -42,11 +59,10 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
     import fuseforge
     from fuseforge._native import core
     out: dict[str, Any] = {}
-    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
     fast = None
-    with tempfile.TemporaryDirectory(prefix="fuseforge-cold-") as cache, torch.no_grad():
-        os.environ["FUSEFORGE_CACHE_DIR"] = cache
-        try:
+    real_cache = core.cache_dir() if keep else ""
+    with torch.no_grad():
+        with temporary_cache_dir("fuseforge-cold-") as cache:
             for key in ("compile_s_cold", "compile_s_warm"):
                 core.clear_memory_cache()
                 _synchronize()
@@ -57,16 +73,11 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
                 fast(*inputs)
                 _synchronize()
                 out[key] = time.perf_counter() - t0
-        finally:
-            if saved is None:
-                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
-            else:
-                os.environ["FUSEFORGE_CACHE_DIR"] = saved
-        # Kernels only: the timed choices (GEMM tiles, cuDNN's conv times) were
-        # made beside other jobs (bench --jobs) and are timed again where kept.
-        if keep and core.cache_dir():
-            shutil.copytree(cache, core.cache_dir(), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("autotune.json", "conv_probe.json"))
+            # Kernels only: the timed choices (GEMM tiles, cuDNN's conv times) were
+            # made beside other jobs (bench --jobs) and are timed again where kept.
+            if real_cache:
+                shutil.copytree(cache, real_cache, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("autotune.json", "conv_probe.json"))
     return out, fast
 
 
