@@ -229,6 +229,23 @@ def test_compile_jobs_keep_kernels_but_not_timed_choices(tmp_path, monkeypatch):
     assert os.environ["FUSEFORGE_CACHE_DIR"] == str(real)
 
 
+def test_compile_jobs_leave_inductors_tuning_to_the_timing_process(monkeypatch):
+    """compile_inductor(cache_tuning=False), as bench's compile jobs call it,
+    compiles and first runs the model with inductor's autotune cache off
+    (inductor bakes that setting into the code it caches), and sets it back."""
+    import torch
+    import torch._inductor.config as inductor_config
+    from fuseforge.harness import measure
+    seen = []
+
+    def fake_compile(model):
+        return lambda *xs: seen.append(inductor_config.autotune_local_cache)
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    measure.compile_inductor(torch.nn.Identity(), [], cache_tuning=False)
+    measure.compile_inductor(torch.nn.Identity(), [])
+    assert seen == [False, True] and inductor_config.autotune_local_cache
+
+
 def test_table_gets_its_natural_width_without_a_terminal(tmp_path):
     """Piped (no terminal), rich would squeeze the 14-column table into 80
     columns and cut every cell; `bench` prints it whole instead."""

@@ -16,14 +16,17 @@ With `--jobs N` (N > 1, GPU only) compiling and timing are split: first up to
 N problems at a time run `fuseforge run --compile-only`, each in a process of
 its own, which measures the compile times (each with its own empty cache, so
 cold is cold), keeps the kernels in the disk cache and compiles inductor
-once, filling its caches; then each problem is checked and timed alone, one
-after another in the shared worker, so no two timings overlap.
+once, filling its caches (but for its Triton kernels' tuning: the worker
+tunes them at their first call, alone); then each problem is checked and
+timed alone, one after another in the shared worker, so no two timings
+overlap.
 
 The whole run uses a cache directory of its own (FUSEFORGE_CACHE_DIR, a new
 temporary one), so what the plans decide from timings (cuDNN's times per
 conv, which the conv scheduler weighs our kernels against) is timed in this
 run, alone on the GPU, never read from a cache another process filled while
-the GPU was busy (test runs in parallel, the compile jobs above).
+the GPU was busy (test runs in parallel, the compile jobs above). The same
+holds for torch.compile's tuning, above.
 """
 from __future__ import annotations
 

@@ -81,12 +81,20 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
     return out, fast
 
 
-def compile_inductor(model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32") -> tuple[Any, float]:
+def compile_inductor(model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32",
+                     cache_tuning: bool = True) -> tuple[Any, float]:
     """torch.compile(model) (sharing its parameters) and the seconds of its
-    first call, which compiles (or loads from inductor's caches)."""
+    first call, which compiles (or loads from inductor's caches).
+    `cache_tuning` False: what inductor's Triton kernels time at their first
+    call to pick one of their configs is not kept (inductor bakes that into
+    the compiled code, which its graph cache keeps), so a process that loads
+    them tunes them again at its own first call. bench's compile jobs run
+    eight at a time: tuned there, the choices were made on a shared GPU."""
+    import torch._inductor.config
     from fuseforge.runtime.precision import precision_context
     compiled = torch.compile(model)
-    with torch.no_grad(), precision_context(precision):
+    with torch.no_grad(), precision_context(precision), \
+            torch._inductor.config.patch(autotune_local_cache=cache_tuning):
         t0 = time.perf_counter()
         compiled(*inputs)
         _synchronize()
