@@ -8,9 +8,9 @@ PROBLEMS = sorted((ROOT / "benchmarks" / "problems").glob("*/*.py"))
 
 # The tests' kernels and timings go to a cache directory of their own (kept
 # between runs, for its kernels), not the user's: cuDNN conv times taken while
-# parallel test groups share the GPU, cached in the user's directory, decided
-# later plans there (session 38: two dev problems ran 1.3x and 2.3x slower in a
-# bench that followed the GPU tests). An explicit FUSEFORGE_CACHE_DIR stands.
+# parallel test groups share the GPU would decide the user's later plans (a
+# bench run after the GPU tests, before it had a cache of its own, ran two dev
+# problems 1.3x and 2.3x slower). An explicit FUSEFORGE_CACHE_DIR stands.
 os.environ.setdefault("FUSEFORGE_CACHE_DIR", str(ROOT / "build" / "test-cache"))
 
 

@@ -25,8 +25,7 @@ The whole run uses a cache directory of its own (FUSEFORGE_CACHE_DIR, a new
 temporary one), so what the plans decide from timings (cuDNN's times per
 conv, which the conv scheduler weighs our kernels against) is timed in this
 run, alone on the GPU, never read from a cache another process filled while
-the GPU was busy (test runs in parallel, the compile jobs above). The same
-holds for torch.compile's tuning, above.
+the GPU was busy (test runs in parallel, the compile jobs above).
 """
 from __future__ import annotations
 
