@@ -287,6 +287,17 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& agai
     while (s.threads > 1 && column_threads * s.threads > threads) s.threads /= 2;
     fit_block();
   }
+  // Columns too long for a block's registers stream again in each pass.
+  // Splitting them across a cluster of blocks (sm_90) measured slower on the
+  // instance norm of a channels-last conv output (6144 columns of 8836, H100,
+  // session 39): statistics and apply in one kernel, each block of 8 holding
+  // its chunk in registers and merging through distributed shared memory,
+  // took 254 us at best (64 registers, two blocks per SM, one thread per
+  // column reading the peers), against 90 + 145 for the statistics' kernel
+  // and a pointwise apply; the statistics alone over 2, 4 or 8 blocks took
+  // 106, 131 and 156 us against 90 (8 blocks without a cluster or merge:
+  // 110). Those merges had one thread per column read the peers' partials;
+  // with every thread reading them, 8 blocks took 387 us.
   if (!again.empty()) {
     for (;;) {
       const int64_t per_thread = (l.length + s.threads - 1) / s.threads * s.vector;
