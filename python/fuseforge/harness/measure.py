@@ -58,6 +58,7 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
     real disk cache. Returns the figures and the second optimized module."""
     import fuseforge
     from fuseforge._native import core
+    from fuseforge.runtime import autotune, conv_probe
     out: dict[str, Any] = {}
     fast = None
     real_cache = core.cache_dir() if keep else ""
@@ -77,7 +78,7 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
             # made beside other jobs (bench --jobs) and are timed again where kept.
             if real_cache:
                 shutil.copytree(cache, real_cache, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("autotune.json", "conv_probe.json"))
+                                ignore=shutil.ignore_patterns(autotune.CHOICES, conv_probe.MEASUREMENTS))
     return out, fast
 
 

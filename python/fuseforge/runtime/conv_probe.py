@@ -46,7 +46,8 @@ from fuseforge.runtime.precision import conv_fp32_precision, eager_conv_precisio
 TF32_MARGIN = 1.6
 #: The direct kernel is timed where its modelled time is within this factor of cuDNN's, either way.
 DIRECT_BAND = 2.0
-_CACHE_FILE = "conv_probe.json"
+#: The file of the measurements, in the cache directory beside autotune.CHOICES.
+MEASUREMENTS = "conv_probe.json"
 _memory: dict[str, dict] = {}
 
 
@@ -61,10 +62,10 @@ def _environment(device: torch.device) -> str:
 def _cached(key: str, measure: Callable[[], dict]) -> dict:
     if key in _memory:
         return _memory[key]
-    found = autotune.load(_CACHE_FILE).get(key)
+    found = autotune.load(MEASUREMENTS).get(key)
     if not isinstance(found, dict):
         found = measure()
-        autotune.store(key, found, _CACHE_FILE)
+        autotune.store(key, found, MEASUREMENTS)
     _memory[key] = found
     return found
 
