@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_set>
+#include <vector>
 
 #include "codegen/cuda/conv_direct.h"
 #include "codegen/cuda/sm90_ss_mainloop.h"
@@ -59,10 +61,11 @@ constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
 constexpr double kSsPingPongGather = 7.5e12;
 // A transposed conv's packed phases (ConvSpec::phases_packed) gather at that
 // rate too, but their epilogue, between tiles, computes each value in the
-// threads that store it along the output's rows: H100, session 37, a 128 ->
+// threads that store it along the output's rows: H100, session 40, a 128 ->
 // 64 channel stride-2 4x4 one with a residual and hardswish (0.134 GB out)
-// took 0.311 ms, 0.111 modelled for its gather.
-constexpr double kSsPackedStore = 0.67e12;
+// took 0.262 ms, 0.111 modelled for its gather (session 37: 0.311, before
+// the channel runs of sm90_ss_wide.cc's store_tile).
+constexpr double kSsPackedStore = 0.89e12;
 constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs (its FMAs wait on shared-memory loads of
@@ -146,10 +149,30 @@ double reduction_efficiency(const ConvSpec& s) {
 
 double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
 
-bool kernel_beats_cudnn(const ConvSpec& s, const CudnnTimes& cudnn, bool fuses_epilogue, bool rounding_in_place) {
+double epilogue_pass_bytes(const Graph& g, const Node& conv) {
+  const Shape& shape = conv.result()->type.shape;
+  const auto bytes = [](const Value* v) { return static_cast<double>(numel(v->type.shape)) * dtype_size(v->type.dtype); };
+  std::unordered_set<const Value*> computed{conv.result()};  // the conv's result and the epilogue's values
+  std::vector<const Node*> epilogue;
+  for (size_t i = 0; i <= epilogue.size(); ++i) {
+    const Value* v = i == 0 ? conv.result() : epilogue[i - 1]->result();
+    for (const Node* u : g.users(v))
+      if (op_kind(u->op) == OpKind::Pointwise && u->results.size() == 1 && u->result()->type.shape == shape &&
+          computed.insert(u->result()).second)
+        epilogue.push_back(u);
+  }
+  double read = bytes(conv.result());
+  std::unordered_set<const Value*> operands;
+  for (const Node* n : epilogue)
+    for (const Operand& o : n->operands)
+      if (o.is_value() && computed.count(o.value) == 0 && operands.insert(o.value).second) read += bytes(o.value);
+  return read + bytes(conv.result());
+}
+
+bool kernel_beats_cudnn(const ConvSpec& s, const CudnnTimes& cudnn, double epilogue_bytes, bool rounding_in_place) {
   const ConvTimes t = conv_times(s, true, false, &cudnn);
   const double kernel = rounding_in_place ? kernel_rounding_in_place_ms(s) : t.kernel;
-  return kernel < t.cudnn_channels_last + (fuses_epilogue ? copy_ms(s.output_bytes()) : 0.0);
+  return kernel < t.cudnn_channels_last + 1e3 * epilogue_bytes / kBandwidth;
 }
 
 double kernel_rounding_in_place_ms(const ConvSpec& s) {

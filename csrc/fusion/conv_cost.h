@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "ir/conv.h"
+#include "ir/graph.h"
 
 namespace ff::fusion {
 
@@ -36,11 +37,18 @@ double kernel_rounding_in_place_ms(const ConvSpec& spec);
 // Milliseconds to read and write `bytes` once (a layout conversion).
 double copy_ms(double bytes);
 
+// Bytes a separate pass of `conv`'s pointwise epilogue moves: it reads the
+// conv's result and the epilogue's other operands (a residual, a bias) and
+// writes its value. The epilogue: the pointwise nodes of the result's shape
+// reached from it through pointwise nodes of that shape.
+double epilogue_pass_bytes(const Graph& g, const Node& conv);
+
 // Whether an implicit-GEMM kernel (modelled, with the margin against timed
 // figures) beats cuDNN's channels-last conv as timed, which writes its result
-// and, where the kernel would fuse the epilogue (`fuses_epilogue`), has the
-// epilogue read it back; `rounding_in_place`: a 1xTF32 kernel whose operands
-// are not rounded beforehand (kernel_rounding_in_place_ms).
-bool kernel_beats_cudnn(const ConvSpec& spec, const CudnnTimes& cudnn, bool fuses_epilogue, bool rounding_in_place);
+// and, where the kernel would fuse the epilogue, has the epilogue's own pass
+// move `epilogue_bytes` (epilogue_pass_bytes; 0 where nothing fuses);
+// `rounding_in_place`: a 1xTF32 kernel whose operands are not rounded
+// beforehand (kernel_rounding_in_place_ms).
+bool kernel_beats_cudnn(const ConvSpec& spec, const CudnnTimes& cudnn, double epilogue_bytes, bool rounding_in_place);
 
 }  // namespace ff::fusion

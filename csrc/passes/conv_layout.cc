@@ -122,7 +122,7 @@ class ConvLayout : public Pass {
     if (convs.empty()) return false;
     for (Node* conv : convs) {
       Value* w = conv->input(1);
-      const TensorType wt = weight_layout(*conv);
+      const TensorType wt = weight_layout(g, *conv);
       if (w->type.strides != wt.strides)
         conv->operands[1] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(w)}, {wt})->result());
       Value* y = conv->result();
@@ -153,12 +153,12 @@ class ConvLayout : public Pass {
   // covers must be one, or where the kernel (on rounded operands, its only
   // form, and with its epilogue fused) beats cuDNN as timed. cuDNN would
   // convert that layout at every call.
-  TensorType weight_layout(const Node& conv) const {
+  TensorType weight_layout(const Graph& g, const Node& conv) const {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
     const auto cudnn = spec.transposed ? measured_cudnn(conv) : std::nullopt;
     const bool kernel = spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
-                        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, *cudnn, true, false)));
+                        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, *cudnn, fusion::epilogue_pass_bytes(g, conv), false)));
     if (kernel)
       w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
     else if (!is_channels_last(w))
@@ -195,7 +195,7 @@ class ConvLayout : public Pass {
     if (direct && !always_ && t.direct < t.cudnn_nchw) return false;
     double conversions = 0;
     if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
-    if (conv.input(1)->type.strides != weight_layout(conv).strides && !from_weights(*conv.input(1)))
+    if (conv.input(1)->type.strides != weight_layout(g, conv).strides && !from_weights(*conv.input(1)))
       conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
     if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(bytes_of(conv.result()->type));
     // A direct kernel reads the operands where they are.

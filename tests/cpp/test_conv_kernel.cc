@@ -492,16 +492,49 @@ TEST(ConvKernel, TransposedConvsWhoseStridesDivideTheirWindowsPackTheirPhasesInt
   EXPECT_NE(src.find("constexpr int M = 96, N = 48, K = 32, LDB = 128;"), std::string::npos) << src;
   // Wide tiles, whatever N, whose stores run along the output's rows.
   EXPECT_NE(src.find("store_tile(epilogue, acc,"), std::string::npos);
-  EXPECT_NE(src.find("epilogue.put(at[u][g], v);"), std::string::npos);
+  EXPECT_NE(src.find("epilogue.put(at[u][g], v[g]);"), std::string::npos);
+  // A phase row's 2 x 12 channels: a warp's 8 staged channels are runs of output channels.
+  EXPECT_NE(src.find("static constexpr int SH = 2, SW = 2, K_OUT = 12;"), std::string::npos) << src;
+  EXPECT_NE(src.find("CHANNEL_RUNS = PhaseGrid::SW * PhaseGrid::K_OUT % 8 == 0;"), std::string::npos);
   EXPECT_EQ(src.find("store_channel_run(epilogue, copied,"), std::string::npos);
   // Column (ph, o, pw)'s weight row: output channel o's taps from (ph, pw) on, 2 apart.
   EXPECT_NE(src.find("return o * ldw + (ph * S + pw) * C;"), std::string::npos);
-  EXPECT_NE(src.find("col = (PhaseGrid::SH * th * S + PhaseGrid::SW * tw) * C + k % C - k0;"), std::string::npos);
+  EXPECT_NE(src.find("col = (PhaseGrid::SH * th * S + PhaseGrid::SW * tw) * C + c - k0;"), std::string::npos);
+  EXPECT_NE(src.find("t = k / C, th = t / TW, tw = t % TW, c = k % C;"), std::string::npos);  // 8 channels: tap-major k
   // By the cost model, against cuDNN as timed.
   fusion::FusionOptions kernels = conv_kernels();
   kernels.arch = 90;
   EXPECT_TRUE(has_conv_group(timed(kTransposed, "100.0"), kernels));
   EXPECT_FALSE(has_conv_group(timed(kTransposed, "0.000001"), kernels));
+}
+
+// The pass a fused epilogue saves reads the conv's result and the epilogue's
+// other operands: a residual as large as the result counts, as does a
+// per-channel vector; a relu alone reads the result only.
+TEST(ConvKernel, AnEpiloguesPassReadsTheResultAndItsOperands) {
+  const double out = 2.0 * 12 * 10 * 14 * 4;  // f32[2,12,10,14]
+  auto relu = parse(kTransposed);
+  EXPECT_DOUBLE_EQ(fusion::epilogue_pass_bytes(*relu, *first_conv(*relu)), 2 * out);
+  auto residual = parse(R"(graph @up(%x: f32[2,8,5,7], %w: f32[8,12,4,4] param, %skip: f32[2,12,10,14], %b: f32[12,1,1] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[2, 2], transposed=true} : f32[2,12,10,14]
+  %1 = add(%0, %skip) : f32[2,12,10,14]
+  %2 = add(%1, 3.0) : f32[2,12,10,14]
+  %3 = maximum(%2, 0.0) : f32[2,12,10,14]
+  %4 = minimum(%3, 6.0) : f32[2,12,10,14]
+  %5 = mul(%1, %4) : f32[2,12,10,14]
+  %6 = mul(%5, %b) : f32[2,12,10,14]
+  return %6
+}
+)");
+  verify(*residual);
+  EXPECT_DOUBLE_EQ(fusion::epilogue_pass_bytes(*residual, *first_conv(*residual)), 3 * out + 12 * 4);
+  // With the residual's bytes in cuDNN's side, a kernel as fast as cuDNN + a
+  // plain pass loses to cuDNN's, and wins against cuDNN + the residual's pass.
+  const ConvSpec spec = *conv_spec(*first_conv(*residual));
+  const double kernel = fusion::conv_times(spec, true).kernel * 1.25;  // the margin against timed figures
+  const CudnnTimes cudnn{kernel - 1e3 * 2.5 * out / 2.5e12, kernel - 1e3 * 2.5 * out / 2.5e12};
+  EXPECT_FALSE(fusion::kernel_beats_cudnn(spec, cudnn, 2 * out, false));
+  EXPECT_TRUE(fusion::kernel_beats_cudnn(spec, cudnn, 3 * out, false));
 }
 
 TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel) {

@@ -170,13 +170,15 @@ class _Upsample(torch.nn.Module):
 
 # name: (ConvTranspose2d arguments, input shape). Windows that the stride
 # divides and that it does not (phases with fewer taps), output padding, one
-# phase, rectangular windows and strides, channels past one tile.
+# phase, rectangular windows and strides, channels past one tile, and a phase
+# row's channels (stride x output channels) not a multiple of 8.
 TRANSPOSED = {
     "k4_s2_p1": ((16, 24, 4), dict(stride=2, padding=1), (4, 16, 17, 19)),
     "k3_s2_p1_op1": ((8, 16, 3), dict(stride=2, padding=1, output_padding=1), (3, 8, 13, 10)),
     "k5_s3_p2": ((12, 20, 5), dict(stride=3, padding=2), (2, 12, 9, 13)),
     "k3_s1_p1": ((32, 40, 3), dict(stride=1, padding=1), (2, 32, 20, 21)),
     "k2_s2_c72": ((64, 72, 2), dict(stride=2), (4, 64, 15, 16)),
+    "k4_s2_c5": ((8, 5, 4), dict(stride=2, padding=1), (2, 8, 9, 11)),
     "k3x4_s2x1": ((8, 12, (3, 4)), dict(stride=(2, 1), padding=(1, 0)), (3, 8, 10, 7)),
 }
 
