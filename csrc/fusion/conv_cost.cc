@@ -63,9 +63,9 @@ constexpr double kSsPingPongGather = 7.5e12;
 // rate too, but their epilogue, between tiles, computes each value in the
 // threads that store it along the output's rows: H100, session 40, a 128 ->
 // 64 channel stride-2 4x4 one with a residual and hardswish (0.134 GB out)
-// took 0.262 ms, 0.111 modelled for its gather (session 37: 0.311, before
+// took 0.258 ms, 0.111 modelled for its gather (session 37: 0.311, before
 // the channel runs of sm90_ss_wide.cc's store_tile).
-constexpr double kSsPackedStore = 0.89e12;
+constexpr double kSsPackedStore = 0.91e12;
 constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs (its FMAs wait on shared-memory loads of

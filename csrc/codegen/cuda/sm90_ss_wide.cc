@@ -157,7 +157,8 @@ __device__ __forceinline__ void prefetch_tile(const Epilogue& epilogue, int wt, 
 // their output pixels lie inside the output. Where a lane's G channels are
 // consecutive output channels of one phase row (Epilogue::CHANNEL_RUNS),
 // their places differ in the channel alone: one place and one test a pixel
-// (H100, a transposed conv + residual + hardswish: 324 -> 268 us).
+// (H100, a 128 -> 64 channel stride-2 4x4 transposed conv + residual +
+// hardswish: 324 -> 268 us).
 template <class Epilogue>
 __device__ __forceinline__ void store_tile(const Epilogue& epilogue, const float (&acc)[BN / 2], unsigned staging,
                                            int wt, int c0, int p0, int M, int N) {
