@@ -151,7 +151,9 @@ double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
 
 double epilogue_pass_bytes(const Graph& g, const Node& conv) {
   const Shape& shape = conv.result()->type.shape;
-  const auto bytes = [](const Value* v) { return static_cast<double>(numel(v->type.shape)) * dtype_size(v->type.dtype); };
+  const auto bytes = [](const Value* v) {
+    return static_cast<double>(numel(v->type.shape)) * dtype_size(v->type.dtype);
+  };
   std::unordered_set<const Value*> computed{conv.result()};  // the conv's result and the epilogue's values
   std::vector<const Node*> epilogue;
   for (size_t i = 0; i <= epilogue.size(); ++i) {

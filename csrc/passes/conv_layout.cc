@@ -157,8 +157,9 @@ class ConvLayout : public Pass {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
     const auto cudnn = spec.transposed ? measured_cudnn(conv) : std::nullopt;
-    const bool kernel = spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
-                        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, *cudnn, fusion::epilogue_pass_bytes(g, conv), false)));
+    const bool kernel =
+        spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
+        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, *cudnn, fusion::epilogue_pass_bytes(g, conv), false)));
     if (kernel)
       w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
     else if (!is_channels_last(w))

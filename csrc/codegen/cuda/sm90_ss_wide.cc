@@ -187,7 +187,8 @@ __device__ __forceinline__ void store_tile(const Epilogue& epilogue, const float
           for (int g = 0; g < G; ++g) ops[u][g] = epilogue.operands(at[u][g] = epilogue.next_channel(first, g));
         } else {
 #pragma unroll
-          for (int g = 0; g < G; ++g) ops[u][g] = epilogue.operands(at[u][g] = epilogue.place(px, min(c + g * SW, N - 1)));
+          for (int g = 0; g < G; ++g)
+            ops[u][g] = epilogue.operands(at[u][g] = epilogue.place(px, min(c + g * SW, N - 1)));
         }
       }
 #pragma unroll
