@@ -151,9 +151,6 @@ double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
 
 double epilogue_pass_bytes(const Graph& g, const Node& conv) {
   const Shape& shape = conv.result()->type.shape;
-  const auto bytes = [](const Value* v) {
-    return static_cast<double>(numel(v->type.shape)) * dtype_size(v->type.dtype);
-  };
   std::unordered_set<const Value*> computed{conv.result()};  // the conv's result and the epilogue's values
   std::vector<const Node*> epilogue;
   for (size_t i = 0; i <= epilogue.size(); ++i) {
@@ -163,12 +160,13 @@ double epilogue_pass_bytes(const Graph& g, const Node& conv) {
           computed.insert(u->result()).second)
         epilogue.push_back(u);
   }
-  double read = bytes(conv.result());
+  double read = conv.result()->type.bytes();
   std::unordered_set<const Value*> operands;
   for (const Node* n : epilogue)
     for (const Operand& o : n->operands)
-      if (o.is_value() && computed.count(o.value) == 0 && operands.insert(o.value).second) read += bytes(o.value);
-  return read + bytes(conv.result());
+      if (o.is_value() && computed.count(o.value) == 0 && operands.insert(o.value).second)
+        read += o.value->type.bytes();
+  return read + conv.result()->type.bytes();
 }
 
 bool kernel_beats_cudnn(const ConvSpec& s, const CudnnTimes& cudnn, double epilogue_bytes, bool rounding_in_place) {

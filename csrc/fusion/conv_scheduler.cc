@@ -53,8 +53,9 @@ class ConvScheduler final : public Scheduler {
         const auto cudnn = measured_cudnn(*n);
         const bool rounds_in_place = s->conv.dtype == DType::f32 && s->conv.tf32 &&
                                      !(hopper(*s, options) && s->rounded_operands);
+        if (!cudnn) return std::nullopt;
         const double pass = fuses ? epilogue_pass_bytes(p.graph(), *n) : 0.0;
-        return cudnn && kernel_beats_cudnn(s->conv, *cudnn, pass, rounds_in_place) ? s : std::nullopt;
+        return kernel_beats_cudnn(s->conv, *cudnn, pass, rounds_in_place) ? s : std::nullopt;
       };
       // A direct kernel first where it beats cuDNN: it covers the short
       // reductions that idle an implicit GEMM's tiles as much as cuDNN's

@@ -20,6 +20,8 @@ int64_t checked_add(int64_t a, int64_t b) {
   return r;
 }
 
+double TensorType::bytes() const { return static_cast<double>(numel(shape)) * dtype_size(dtype); }
+
 int64_t numel(const Shape& shape) {
   if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;

@@ -44,6 +44,7 @@ struct TensorType {
   Shape shape;
   Shape strides;  // always filled; equal to contiguous_strides(shape) unless a view says otherwise
   bool is_contiguous() const { return strides == contiguous_strides(shape); }
+  double bytes() const;  // its elements' bytes (a pass over it reads or writes this many)
   bool operator==(const TensorType& o) const {
     return dtype == o.dtype && shape == o.shape && strides == o.strides;
   }

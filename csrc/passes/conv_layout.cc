@@ -93,8 +93,6 @@ bool placeable(const Graph& g, const Value* v) {
   return (rank == 4 || rank == 5) && is_floating(v->type.dtype) && !g.is_graph_output(v);
 }
 
-double bytes_of(const TensorType& t) { return static_cast<double>(numel(t.shape)) * dtype_size(t.dtype); }
-
 TensorType channels_last(TensorType t) {
   t.strides = channels_last_strides(t.shape);
   return t;
@@ -195,10 +193,10 @@ class ConvLayout : public Pass {
     // whatever layout the operands are (unless every conv must be an implicit GEMM).
     if (direct && !always_ && t.direct < t.cudnn_nchw) return false;
     double conversions = 0;
-    if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(bytes_of(conv.input(0)->type));
+    if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(conv.input(0)->type.bytes());
     if (conv.input(1)->type.strides != weight_layout(g, conv).strides && !from_weights(*conv.input(1)))
-      conversions += fusion::copy_ms(bytes_of(conv.input(1)->type));
-    if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(bytes_of(conv.result()->type));
+      conversions += fusion::copy_ms(conv.input(1)->type.bytes());
+    if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(conv.result()->type.bytes());
     // A direct kernel reads the operands where they are.
     return t.best_channels_last() + conversions < std::min(t.cudnn_nchw, t.direct);
   }
