@@ -59,8 +59,7 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   const TensorType& x = n.input(0)->type;
   const TensorType& w = n.input(1)->type;
   if (!is_channels_last(x) || w.strides != conv_kernel_weight_strides(*spec, w.shape) ||
-      !is_channels_last(n.result()->type) ||
-      x.dtype != spec->dtype || w.dtype != spec->dtype)
+      !is_channels_last(n.result()->type) || x.dtype != spec->dtype || w.dtype != spec->dtype)
     return std::nullopt;
   if (spec->has_bias && n.input(2)->type.dtype != spec->dtype) return std::nullopt;
   ConvKernelSpec s;

@@ -17,9 +17,9 @@ namespace {
 // cuDNN's NHWC TF32 conv of the seed (128x64x128x128, 3x3, 128 out) took
 // about 1.3 ms (230 TFLOP/s) inside torch.compile's plan, its NCHW fp32 conv
 // 5.0 ms (59, SIMT); CUTLASS 2.x 3xTF32 GEMMs reach 70-73 (gemm_roofline).
-constexpr double kSimtF32 = 55e12;      // IEEE f32: no tensor cores in cuDNN
-constexpr double kTf32 = 230e12;        // cuDNN TF32 tensor cores, channels-last
-constexpr double kHalf = 450e12;        // cuDNN f16/bf16 tensor cores, channels-last
+constexpr double kSimtF32 = 55e12;  // IEEE f32: no tensor cores in cuDNN
+constexpr double kTf32 = 230e12;    // cuDNN TF32 tensor cores, channels-last
+constexpr double kHalf = 450e12;    // cuDNN f16/bf16 tensor cores, channels-last
 // Our implicit GEMM, f32 as 3xTF32. H200, session 27 (the Hopper kernel +
 // relu): 96-98 TFLOP/s on the seed's conv, 68 on a 48 -> 96 channel one (91
 // a full tile). Not re-fit: the figure weighs it against cuDNN's IEEE convs,
@@ -38,15 +38,15 @@ constexpr double kKernelTf32 = 130e12;
 // the stores of its NCHW result, which the consumers make between tiles, took
 // 0.47 ms more for 1.04 GB. These rates model the 8 convs' kernels within
 // -15 % and +25 %, more often high than low.
-constexpr double kSsGather = 5e12;    // bytes/s through L2 into shared memory
-constexpr double kSsStore = 2e12;     // bytes/s of the result, not overlapped with the mainloop
+constexpr double kSsGather = 5e12;  // bytes/s through L2 into shared memory
+constexpr double kSsStore = 2e12;   // bytes/s of the result, not overlapped with the mainloop
 // Staged through shared memory in bulk copies (Sm90SsTile::staged), the
 // stores overlap the next tile's mainloop in part: on an H200 the seed's conv
 // + relu took 0.15 ms past its gather for 1.04 GB, with the seed's own
 // epilogue (a bias read per element) 0.32 ms, a 64 -> 128 channel conv + relu
 // 0.07 ms for 0.40 GB.
 constexpr double kSsStagedStore = 4e12;
-constexpr double kSsTf32 = 400e12;    // its wgmmas, where the gather keeps up
+constexpr double kSsTf32 = 400e12;  // its wgmmas, where the gather keeps up
 // Ping-pong tiles (Sm90SsTile::pingpong()), with A's loads through L1 and
 // readied by the copies themselves: each warpgroup's stores hide behind the
 // other's wgmmas (staged), but for the first tile's loads and the last one's
@@ -81,7 +81,7 @@ constexpr double kDirectF32SharedStaging = 27e12;
 // and a 3x3 window (54 multiply-adds per output) ran at 13 TFLOP/s in cuDNN's
 // IEEE kernel, about 54/256 of its rate on long ones.
 constexpr double kFullReduction = 256;
-constexpr double kBandwidth = 2.5e12;   // bytes/s, HBM3 effective
+constexpr double kBandwidth = 2.5e12;  // bytes/s, HBM3 effective
 // Against cuDNN as timed, our kernels' figures carry a margin: the models
 // above ran up to 25 % fast (the 1xTF32 one on the suite's convs), and the
 // epilogue's pass they save is modelled at an H100's bandwidth.
@@ -126,8 +126,7 @@ double ss_kernel_ms(const ConvSpec& s) {
   const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.gemm_n(), s.gemm_k(), runs, runs, s.phases_packed());
   const int64_t bk = codegen::Sm90SsTile::bk;
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
-  const double gathered =
-      static_cast<double>(tile.tiles(s.gemm_m(), s.gemm_n())) * (tile.bm + tile.bn) * k_padded * 4;
+  const double gathered = static_cast<double>(tile.tiles(s.gemm_m(), s.gemm_n())) * (tile.bm + tile.bn) * k_padded * 4;
   const bool fast_gather = tile.pingpong() || tile.wide;
   const double mainloop = std::max(s.flops() / kSsTf32, gathered / (fast_gather ? kSsPingPongGather : kSsGather));
   if (tile.pingpong() && tile.staged) return 1e3 * mainloop + kSsPingPongEndsMs;
@@ -204,9 +203,12 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
     t.cudnn_nchw = t.cudnn_channels_last / ratio;
     if (ratio < 1) t.cudnn_nchw += copy_ms(s.input_bytes()) + copy_ms(s.output_bytes());
   }
-  if (!kernel_applies) t.kernel = inf;
-  else if (f32 && s.tf32) t.kernel = ss_kernel_ms(s);
-  else t.kernel = ms(flops, (f32 ? kKernel3xTf32 : kKernelHalf) * tile_use(s), bytes);
+  if (!kernel_applies)
+    t.kernel = inf;
+  else if (f32 && s.tf32)
+    t.kernel = ss_kernel_ms(s);
+  else
+    t.kernel = ms(flops, (f32 ? kKernel3xTf32 : kKernelHalf) * tile_use(s), bytes);
   if (direct_applies)
     t.direct = ms(flops, codegen::choose_direct_conv_tile(s).cpb > 1 ? kDirectF32SharedStaging : kDirectF32, bytes);
   else

@@ -51,8 +51,8 @@ class ConvScheduler final : public Scheduler {
         if (s->conv.transposed && !(hopper(*s, options) && s->rounded_operands)) return std::nullopt;
         if (options.conv_always) return s;
         const auto cudnn = measured_cudnn(*n);
-        const bool rounds_in_place = s->conv.dtype == DType::f32 && s->conv.tf32 &&
-                                     !(hopper(*s, options) && s->rounded_operands);
+        const bool rounds_in_place =
+            s->conv.dtype == DType::f32 && s->conv.tf32 && !(hopper(*s, options) && s->rounded_operands);
         if (!cudnn) return std::nullopt;
         const double pass = fuses ? epilogue_pass_bytes(p.graph(), *n) : 0.0;
         return kernel_beats_cudnn(s->conv, *cudnn, pass, rounds_in_place) ? s : std::nullopt;
@@ -128,7 +128,7 @@ class ConvScheduler final : public Scheduler {
   // nodes of the result's shape, reading per-channel vectors and the like),
   // and after it pointwise nodes that read nothing from outside the group.
   static std::optional<std::pair<int, ConvKernelSpec::ChannelReduce>> channel_reduction(const PartitionBuilder& p,
-                                                                                       const Node* conv) {
+                                                                                        const Node* conv) {
     using R = ConvKernelSpec::ChannelReduce;
     const auto gi = p.group_of_all_users(conv);
     if (!gi) return std::nullopt;
@@ -150,8 +150,12 @@ class ConvScheduler final : public Scheduler {
         if (m->result()->type.shape != shape) return std::nullopt;
         continue;
       }
-      const R r = m->op == Op::Amin ? R::min : m->op == Op::Amax ? R::max : m->op == Op::Sum ? R::sum
-                  : m->op == Op::Mean ? R::mean : m->op == Op::Logsumexp ? R::logsumexp : R::none;
+      const R r = m->op == Op::Amin        ? R::min
+                  : m->op == Op::Amax      ? R::max
+                  : m->op == Op::Sum       ? R::sum
+                  : m->op == Op::Mean      ? R::mean
+                  : m->op == Op::Logsumexp ? R::logsumexp
+                                           : R::none;
       const std::vector<int64_t>& dims = m->has_attr("dims") ? m->attr_ints("dims") : std::vector<int64_t>{};
       if (r == R::none || dims.size() != 1 || normalize_dim(dims[0], static_cast<int64_t>(shape.size())) != 1 ||
           m->input(0)->type.shape != shape || m->result()->type.dtype != DType::f32)

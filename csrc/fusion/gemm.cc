@@ -67,8 +67,7 @@ std::optional<GemmSpec> match_gemm(const Node& n) {
   s.n = out.shape[rank - 1];
   s.k = a->type.shape[rank - 1];
   if (s.batch < 1 || s.batch > 65535 || s.m < 1 || s.n < 1 || s.k < 1) return std::nullopt;
-  if (s.m * s.n > kMaxIndex || s.m > kMaxIndex / 2 || s.n > kMaxIndex / 2 || s.k > kMaxIndex / 2)
-    return std::nullopt;
+  if (s.m * s.n > kMaxIndex || s.m > kMaxIndex / 2 || s.n > kMaxIndex / 2 || s.k > kMaxIndex / 2) return std::nullopt;
   auto oa = operand_layout(a->type, s.m, s.k);
   auto ob = operand_layout(b->type, s.k, s.n);
   if (!oa || !ob) return std::nullopt;
@@ -126,8 +125,10 @@ bool use_as_source(GemmSpec& s, const Value& x) {
   } else if (dim(1) != 1) {
     return false;
   }
-  if (out_rank == 3 && dim(2) == s.batch && s.batch > 1) batch_stride = stride(2);
-  else if (dim(2) != 1) return false;
+  if (out_rank == 3 && dim(2) == s.batch && s.batch > 1)
+    batch_stride = stride(2);
+  else if (dim(2) != 1)
+    return false;
   const int w = vector_width({ldc, batch_stride, s.alignment}, s.alignment);
   if (w * dtype_size(s.dtype) < 4) return false;
   s.alignment = w;

@@ -12,8 +12,8 @@
 namespace ff::fusion {
 
 struct GemmOperand {
-  bool row_major = true;   // the inner (last) dim is unit-stride
-  int64_t ld = 0;          // leading dimension: the stride of the other dim
+  bool row_major = true;  // the inner (last) dim is unit-stride
+  int64_t ld = 0;         // leading dimension: the stride of the other dim
   int64_t batch_stride = 0;
 };
 
@@ -25,7 +25,7 @@ struct GemmSpec {
   // v = alpha * acc + beta * bias, or one tensor the epilogue reads besides the
   // matmul's result (a residual, a per-column vector), read element by element.
   enum class Source { None, Bias, EpilogueInput } source = Source::None;
-  int64_t ldc = 0;           // 0: one row broadcast to every row
+  int64_t ldc = 0;  // 0: one row broadcast to every row
   int64_t batch_stride_c = 0;
   double alpha = 1.0, beta = 0.0;
   // Elements per vector access, the same for every operand: the largest power

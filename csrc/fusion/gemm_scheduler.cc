@@ -24,8 +24,8 @@ class GemmScheduler final : public Scheduler {
     if (options.gemm_dtypes.empty()) return;
     for (auto& n : p.graph().nodes()) {
       auto spec = match_gemm(*n);
-      if (!spec || std::find(options.gemm_dtypes.begin(), options.gemm_dtypes.end(), spec->dtype) ==
-                       options.gemm_dtypes.end())
+      if (!spec ||
+          std::find(options.gemm_dtypes.begin(), options.gemm_dtypes.end(), spec->dtype) == options.gemm_dtypes.end())
         continue;
       spec->tf32 = options.tf32 && spec->dtype == DType::f32;
       std::vector<Node*> members{n.get()};
@@ -33,7 +33,8 @@ class GemmScheduler final : public Scheduler {
         std::vector<Node*> ep = p.release(*epilogue);
         members.insert(members.end(), ep.begin(), ep.end());
       }
-      if (auto blocks = block_reduction(p, members.back(), *spec)) members.insert(members.end(), blocks->begin(), blocks->end());
+      if (auto blocks = block_reduction(p, members.back(), *spec))
+        members.insert(members.end(), blocks->begin(), blocks->end());
       p.add_group(Group::Kind::Gemm, std::move(members), *spec);
     }
   }
@@ -102,11 +103,20 @@ class GemmScheduler final : public Scheduler {
     joined.erase(joined.begin() + d + 1);
     if (joined != in || block < kMinReduceBlock || kMaxReduceBlock % block != 0) return std::nullopt;
     switch (red->op) {
-      case Op::Sum: spec.reduce = GemmSpec::Reduce::Sum; break;
-      case Op::Mean: spec.reduce = GemmSpec::Reduce::Mean; break;
-      case Op::Amax: spec.reduce = GemmSpec::Reduce::Max; break;
-      case Op::Amin: spec.reduce = GemmSpec::Reduce::Min; break;
-      default: return std::nullopt;
+      case Op::Sum:
+        spec.reduce = GemmSpec::Reduce::Sum;
+        break;
+      case Op::Mean:
+        spec.reduce = GemmSpec::Reduce::Mean;
+        break;
+      case Op::Amax:
+        spec.reduce = GemmSpec::Reduce::Max;
+        break;
+      case Op::Amin:
+        spec.reduce = GemmSpec::Reduce::Min;
+        break;
+      default:
+        return std::nullopt;
     }
     spec.reduce_rows = d == rank - 1;
     spec.reduce_block = static_cast<int>(block);

@@ -45,8 +45,8 @@ std::optional<Group::Kind> parse_group_kind(std::string_view name);
 
 struct Step {
   enum class Kind { Kernel, Node } kind;
-  int group = -1;         // Kernel: index into Partition::groups
-  Node* node = nullptr;   // Node: the op to run as a library call
+  int group = -1;        // Kernel: index into Partition::groups
+  Node* node = nullptr;  // Node: the op to run as a library call
 };
 
 struct Partition {

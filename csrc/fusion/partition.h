@@ -41,8 +41,7 @@ class PartitionBuilder {
 
   // Adds a group of `nodes`, in the order its kernel computes them (a
   // topological one); returns its index.
-  int add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm = {},
-                const ConvKernelSpec& conv = {});
+  int add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm = {}, const ConvKernelSpec& conv = {});
   // Empties group `group` (dropped at finish()) and returns its nodes, for a
   // new group to take them in.
   std::vector<Node*> release(int group);

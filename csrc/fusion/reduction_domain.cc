@@ -134,13 +134,16 @@ class Analysis {
       // An unmapped user's dims from its mapped operands (the per-row
       // statistic beside a running average it updates).
       std::optional<DimMap> um;
-      if (mapped(u->result())) um = d_.dims.at(u->result());
-      else if (op_kind(u->op) == OpKind::Pointwise) um = per_row_map(*u);
+      if (mapped(u->result()))
+        um = d_.dims.at(u->result());
+      else if (op_kind(u->op) == OpKind::Pointwise)
+        um = per_row_map(*u);
       if (!um) continue;
       for (size_t i = 0; i < u->operands.size(); ++i) {
         if (u->operands[i].value != r) continue;
         if (op_kind(u->op) == OpKind::Pointwise) return operand_map(r->type.shape, u->result()->type.shape, *um);
-        if (is_kernel_reduction(*u)) return i == 0 ? std::optional<DimMap>(identity_) : right_aligned(r->type.shape, d_.shape);
+        if (is_kernel_reduction(*u))
+          return i == 0 ? std::optional<DimMap>(identity_) : right_aligned(r->type.shape, d_.shape);
       }
     }
     return std::nullopt;
@@ -166,8 +169,10 @@ class Analysis {
     const bool keepdim = n.attr_bool_or("keepdim", false);
     DimMap m;
     for (size_t i = 0; i < d_.shape.size(); ++i)
-      if (!d_.reduced[i]) m.push_back(identity_[i]);
-      else if (keepdim) m.push_back(-1);
+      if (!d_.reduced[i])
+        m.push_back(identity_[i]);
+      else if (keepdim)
+        m.push_back(-1);
     if (m.size() != r->type.shape.size()) fail(n, "result rank does not match its reduced dims");
     d_.dims[r] = m;
     d_.per_row.insert(r);
@@ -261,8 +266,18 @@ bool is_normalization(Op op) { return op == Op::Softmax || op == Op::LogSoftmax 
 
 bool is_kernel_reduction(const Node& n) {
   switch (n.op) {
-    case Op::Sum: case Op::Mean: case Op::Prod: case Op::Amax: case Op::Amin: case Op::Var: case Op::Any:
-    case Op::Argmax: case Op::Argmin: case Op::Logsumexp: case Op::Softmax: case Op::LogSoftmax:
+    case Op::Sum:
+    case Op::Mean:
+    case Op::Prod:
+    case Op::Amax:
+    case Op::Amin:
+    case Op::Var:
+    case Op::Any:
+    case Op::Argmax:
+    case Op::Argmin:
+    case Op::Logsumexp:
+    case Op::Softmax:
+    case Op::LogSoftmax:
     case Op::LayerNorm:
       break;
     default:
@@ -287,13 +302,19 @@ std::vector<bool> reduced_mask(const Node& n) {
     if (rank > 0) mask[normalize_dim(d, rank)] = true;
   };
   switch (n.op) {
-    case Op::Softmax: case Op::LogSoftmax: mark(n.attr_int("dim")); break;
+    case Op::Softmax:
+    case Op::LogSoftmax:
+      mark(n.attr_int("dim"));
+      break;
     case Op::LayerNorm:
       for (int64_t d = rank - n.attr_int("ndims"); d < rank; ++d) mark(d);
       break;
-    case Op::Argmax: case Op::Argmin:
-      if (n.has_attr("dim")) mark(n.attr_int("dim"));
-      else mask.assign(rank, true);
+    case Op::Argmax:
+    case Op::Argmin:
+      if (n.has_attr("dim"))
+        mark(n.attr_int("dim"));
+      else
+        mask.assign(rank, true);
       break;
     default: {
       std::vector<int64_t> dims = n.has_attr("dims") ? n.attr_ints("dims") : std::vector<int64_t>{};

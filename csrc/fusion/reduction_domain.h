@@ -42,7 +42,7 @@ struct ReductionDomain {
   // Values constant along the reduced dims (reduction results and what is
   // computed from them and per-row inputs alone).
   std::unordered_set<const Value*> per_row;
-  std::vector<const Node*> reductions;          // group order
+  std::vector<const Node*> reductions;  // group order
   // Reductions: 1 + the highest level among the reductions whose results the
   // input is computed from (a pass over the rows per level).
   std::unordered_map<const Node*, int> level;

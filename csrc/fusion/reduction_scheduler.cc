@@ -160,8 +160,10 @@ class ReductionScheduler final : public Scheduler {
         if (Node* r = prologue_of(p, u, members)) {
           std::vector<Node*> with_reader = nodes;
           with_reader.push_back(r);
-          if (feasible(p, joined(p, order, with_reader), options)) nodes = with_reader;
-          else if (feasible(p, joined(p, {r}, u.nodes), options)) continue;
+          if (feasible(p, joined(p, order, with_reader), options))
+            nodes = with_reader;
+          else if (feasible(p, joined(p, {r}, u.nodes), options))
+            continue;
         }
         const std::vector<Node*> trial = joined(p, order, nodes);
         if (!feasible(p, trial, options)) continue;

@@ -13,12 +13,12 @@ using codegen::ReductionAccess;
 using codegen::ReductionStrategy;
 
 constexpr int kVectorBytes = 16;
-constexpr int kLoadsPerThread = 8;     // 16-byte loads a thread aims at per row pass
-constexpr int kMaxCacheWords = 64;     // registers a thread may spend holding its inputs' items
-constexpr int kRegisterOverhead = 40;  // registers for everything else (indices, temporaries)
-constexpr int kColumnRound = 4;       // elements of its columns a thread reads at least (columns form)
+constexpr int kLoadsPerThread = 8;             // 16-byte loads a thread aims at per row pass
+constexpr int kMaxCacheWords = 64;             // registers a thread may spend holding its inputs' items
+constexpr int kRegisterOverhead = 40;          // registers for everything else (indices, temporaries)
+constexpr int kColumnRound = 4;                // elements of its columns a thread reads at least (columns form)
 constexpr int64_t kInFlightBytes = 64 * 1024;  // loads in flight per SM that keep HBM busy
-constexpr int64_t kStaticShared = 46 * 1024;    // a kernel's static shared memory (48 KiB), with room to spare
+constexpr int64_t kStaticShared = 46 * 1024;   // a kernel's static shared memory (48 KiB), with room to spare
 
 int pow2_ceil(int64_t x) {
   int p = 1;
@@ -28,10 +28,14 @@ int pow2_ceil(int64_t x) {
 
 int sm_count(int arch) {
   switch (arch) {
-    case 80: return 108;
-    case 86: return 84;
-    case 89: return 128;
-    default: return 132;  // Hopper and unknown
+    case 80:
+      return 108;
+    case 86:
+      return 84;
+    case 89:
+      return 128;
+    default:
+      return 132;  // Hopper and unknown
   }
 }
 
@@ -76,8 +80,10 @@ CacheWords cache_words(const codegen::ReductionLayout& l, const Rereads& again, 
                        int64_t step) {
   CacheWords w;
   for (const ReductionAccess* a : again) {
-    if (l.repeats_within(*a, step)) w.repeated += vector;
-    else w.items += per_thread;
+    if (l.repeats_within(*a, step))
+      w.repeated += vector;
+    else
+      w.items += per_thread;
   }
   return w;
 }
@@ -105,10 +111,13 @@ int streaming_unroll(int block, int vector, int inputs, int acc_words) {
 // Shared memory an SM gives its blocks (the opt-in limit), by architecture.
 int64_t shared_per_sm(int arch) {
   switch (arch) {
-    case 80: return 163 * 1024;
+    case 80:
+      return 163 * 1024;
     case 86:
-    case 89: return 99 * 1024;
-    default: return 227 * 1024;  // Hopper and unknown
+    case 89:
+      return 99 * 1024;
+    default:
+      return 227 * 1024;  // Hopper and unknown
   }
 }
 
@@ -129,8 +138,7 @@ void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, in
   };
   auto blocks_per_sm = [&](int threads, int64_t items) { return 65536 / (threads * registers(threads, items)); };
   const int64_t items = (loads + s.threads - 1) / s.threads;
-  if (s.threads != s.block || s.threads < 128 || l.rows < 2 * sm_count(arch) ||
-      blocks_per_sm(s.threads, items) >= 2)
+  if (s.threads != s.block || s.threads < 128 || l.rows < 2 * sm_count(arch) || blocks_per_sm(s.threads, items) >= 2)
     return;
   const int half = s.threads / 2;
   const int64_t half_items = (loads + half - 1) / half;
@@ -269,8 +277,8 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& agai
   // Each thread takes a round of loads (kColumnRound) of its columns before
   // the merge along y: a split-K sum of 8 partials at 8 threads along y (one
   // load each, three shared-memory merges) ran 10.8 us for 9 MB.
-  const int max_y = static_cast<int>(
-      std::min<int64_t>(32, std::max<int64_t>(1, pow2_ceil(l.length + 1) / 2 / kColumnRound)));
+  const int max_y =
+      static_cast<int>(std::min<int64_t>(32, std::max<int64_t>(1, pow2_ceil(l.length + 1) / 2 / kColumnRound)));
   s.threads = std::min(max_y, pow2_ceil((target + column_threads - 1) / column_threads));
   auto fit_block = [&] { s.block = std::max(32, 256 / s.threads) * s.threads; };
   fit_block();
@@ -281,8 +289,8 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& agai
     // only add waves (logsumexp over 512-long columns of 131072 on the H200:
     // 16 threads along y 0.082 ms, 4 threads 0.067 ms, 95 % of the copy
     // bandwidth). Narrow loads (one column a thread) need every thread.
-    const int64_t per_thread = int64_t{std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words))} *
-                               s.vector * dtype_size(l.access[static_cast<size_t>(l.main)].dtype);
+    const int64_t per_thread = int64_t{std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words))} * s.vector *
+                               dtype_size(l.access[static_cast<size_t>(l.main)].dtype);
     const int64_t threads = int64_t{sm_count(arch)} * kInFlightBytes / per_thread;
     while (s.threads > 1 && column_threads * s.threads > threads) s.threads /= 2;
     fit_block();

@@ -31,7 +31,8 @@ constexpr int kItems = 16, kThreads = 512, kMaxCluster = 8, kMaxWords = 96;
 // `words`: registers an element takes (2 for f64 sums).
 std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, size_t inputs, int words, int arch) {
   codegen::ScanStrategy s;
-  const int64_t max_items = kMaxWords / words / static_cast<int64_t>(inputs + 1) / 8 * 8;  // whole 16-byte vectors of f16
+  const int64_t max_items =
+      kMaxWords / words / static_cast<int64_t>(inputs + 1) / 8 * 8;  // whole 16-byte vectors of f16
   if (max_items < kItems) return std::nullopt;
   if (length <= int64_t{kItems} * kThreads) {
     s.threads = std::clamp(pow2_ceil((length + kItems - 1) / kItems), 32, kThreads);

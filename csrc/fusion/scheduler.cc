@@ -2,13 +2,13 @@
 
 namespace ff::fusion {
 
-const Scheduler& pointwise_scheduler();  // pointwise_scheduler.cc
-const Scheduler& gemm_scheduler();       // gemm_scheduler.cc
-const Scheduler& reduction_scheduler();  // reduction_scheduler.cc
-const Scheduler& pool_scheduler();       // pool_scheduler.cc
+const Scheduler& pointwise_scheduler();           // pointwise_scheduler.cc
+const Scheduler& gemm_scheduler();                // gemm_scheduler.cc
+const Scheduler& reduction_scheduler();           // reduction_scheduler.cc
+const Scheduler& pool_scheduler();                // pool_scheduler.cc
 const Scheduler& pool_normalization_scheduler();  // pool_scheduler.cc: pools taking in a softmax
-const Scheduler& scan_scheduler();       // scan_scheduler.cc
-const Scheduler& conv_scheduler();       // conv_scheduler.cc
+const Scheduler& scan_scheduler();                // scan_scheduler.cc
+const Scheduler& conv_scheduler();                // conv_scheduler.cc
 
 // Reductions claim before convs: a conv's epilogue that a reduction also reads
 // (a bias before a softmax) joins the reduction, which reads the conv's result
@@ -20,9 +20,10 @@ const Scheduler& conv_scheduler();       // conv_scheduler.cc
 // input claim before reductions (which would take the softmax alone). Scans
 // claim like pools, the pointwise group that makes their input.
 const std::vector<const Scheduler*>& schedulers() {
-  static const std::vector<const Scheduler*> all{&pointwise_scheduler(), &gemm_scheduler(),
-                                                  &pool_normalization_scheduler(), &reduction_scheduler(),
-                                                  &pool_scheduler(), &scan_scheduler(), &conv_scheduler()};
+  static const std::vector<const Scheduler*> all{
+      &pointwise_scheduler(), &gemm_scheduler(), &pool_normalization_scheduler(),
+      &reduction_scheduler(), &pool_scheduler(), &scan_scheduler(),
+      &conv_scheduler()};
   return all;
 }
 

@@ -23,7 +23,7 @@ struct FusionOptions {
   bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
   int arch = 0;                    // the target GPU's compute capability; 0: unknown
   bool variants = false;           // also every other candidate kernel of a group (autotuning)
-  bool reductions = true;          // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
+  bool reductions = true;  // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
 };
 
 class Scheduler {

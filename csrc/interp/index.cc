@@ -19,7 +19,8 @@ std::string shape_str(const Shape& s) {
 std::string type_str(DType dtype, const Shape& shape) { return std::string(dtype_name(dtype)) + shape_str(shape); }
 
 void fail(const Node& n, const std::string& msg) {
-  std::string label = n.results.empty() ? std::string(op_name(n.op)) : "%" + n.result()->name + " = " + std::string(op_name(n.op));
+  std::string label =
+      n.results.empty() ? std::string(op_name(n.op)) : "%" + n.result()->name + " = " + std::string(op_name(n.op));
   throw IRError("interp: " + label + ": " + msg);
 }
 
@@ -81,9 +82,11 @@ std::vector<bool> dim_mask(const Node& n, int64_t rank, std::vector<int64_t> dim
 // ---------------------------------------------------------------- operand access
 
 const HostTensor& value_of(const Env& env, const Node& n, size_t i) {
-  if (i >= n.operands.size() || !n.operands[i].is_value()) fail(n, "operand " + std::to_string(i) + " must be a tensor value");
+  if (i >= n.operands.size() || !n.operands[i].is_value())
+    fail(n, "operand " + std::to_string(i) + " must be a tensor value");
   auto it = env.find(n.operands[i].value);
-  if (it == env.end()) fail(n, "operand '%" + n.operands[i].value->name + "' has no value (used before it is defined?)");
+  if (it == env.end())
+    fail(n, "operand '%" + n.operands[i].value->name + "' has no value (used before it is defined?)");
   return it->second;
 }
 

@@ -25,7 +25,8 @@ void check_result_shape(const Node& n) {
     fail(n, e.what());
   }
   if (inferred.at(0).shape != n.result()->type.shape)
-    fail(n, "declared shape " + shape_str(n.result()->type.shape) + " contradicts the op's rule " + shape_str(inferred[0].shape));
+    fail(n, "declared shape " + shape_str(n.result()->type.shape) + " contradicts the op's rule " +
+                shape_str(inferred[0].shape));
 }
 
 void check_input(const Value& v, const HostTensor& t) {
@@ -52,7 +53,8 @@ bool is_interpretable(const Graph& g, std::string* why) {
     if (reference_semantics(n.op) != nullptr) continue;
     if (why) {
       std::string name = n.results.empty() ? "" : "%" + n.result()->name + " = ";
-      std::string target = n.op == Op::Opaque && n.has_attr("target") ? " (target " + n.attr_string("target") + ")" : "";
+      std::string target =
+          n.op == Op::Opaque && n.has_attr("target") ? " (target " + n.attr_string("target") + ")" : "";
       *why = "node " + name + std::string(op_name(n.op)) + target + ": op '" + std::string(op_name(n.op)) +
              "' has no reference semantics in the interpreter";
     }

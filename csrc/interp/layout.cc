@@ -16,12 +16,14 @@ HostTensor eval_layout(const Node& n, const Env& env) {
       Shape expect = out.shape;
       expect[d] = t.shape.size() == out.shape.size() ? t.shape[d] : -1;
       if (t.shape != expect || pos + t.shape[d] > out.shape[d])
-        fail(n, "operand " + std::to_string(i) + " shape " + shape_str(t.shape) + " does not fit the result " + shape_str(out.shape));
+        fail(n, "operand " + std::to_string(i) + " shape " + shape_str(t.shape) + " does not fit the result " +
+                    shape_str(out.shape));
       Offsets dst = strided_offsets(t.shape, out_strides, pos * out_strides[d]);
       for (size_t k = 0; k < dst.size(); ++k) out.data[static_cast<size_t>(dst[k])] = t.data[k];
       pos += t.shape[d];
     }
-    if (pos != out.shape[d]) fail(n, "operands fill " + std::to_string(pos) + " of " + std::to_string(out.shape[d]) + " rows");
+    if (pos != out.shape[d])
+      fail(n, "operands fill " + std::to_string(pos) + " of " + std::to_string(out.shape[d]) + " rows");
     return out;
   }
   const HostTensor& x = value_of(env, n, 0);
@@ -30,8 +32,11 @@ HostTensor eval_layout(const Node& n, const Env& env) {
   Shape shape, strides;  // the view of x that the result reads, in the result's row-major order
   int64_t base = 0;
   switch (n.op) {
-    case Op::View: case Op::Unsqueeze: case Op::Squeeze:  // row-major order is unchanged
-      if (numel(out.shape) != numel(x.shape)) fail(n, "cannot reshape " + shape_str(x.shape) + " to " + shape_str(out.shape));
+    case Op::View:
+    case Op::Unsqueeze:
+    case Op::Squeeze:  // row-major order is unchanged
+      if (numel(out.shape) != numel(x.shape))
+        fail(n, "cannot reshape " + shape_str(x.shape) + " to " + shape_str(out.shape));
       out.data = x.data;
       return out;
     case Op::Permute: {
@@ -45,7 +50,8 @@ HostTensor eval_layout(const Node& n, const Env& env) {
       break;
     }
     case Op::Expand:
-      if (!broadcasts_to(x.shape, out.shape)) fail(n, "cannot expand " + shape_str(x.shape) + " to " + shape_str(out.shape));
+      if (!broadcasts_to(x.shape, out.shape))
+        fail(n, "cannot expand " + shape_str(x.shape) + " to " + shape_str(out.shape));
       shape = out.shape;
       strides = broadcast_strides(x.shape, out.shape);
       break;
@@ -60,7 +66,8 @@ HostTensor eval_layout(const Node& n, const Env& env) {
     }
     case Op::Select: {
       int64_t d = normalize_dim(n.attr_int("dim"), rank), idx = n.attr_int("index");
-      if (idx < -x.shape[d] || idx >= x.shape[d]) fail(n, "index " + std::to_string(idx) + " out of range for size " + std::to_string(x.shape[d]));
+      if (idx < -x.shape[d] || idx >= x.shape[d])
+        fail(n, "index " + std::to_string(idx) + " out of range for size " + std::to_string(x.shape[d]));
       if (idx < 0) idx += x.shape[d];
       shape = x.shape;
       strides = cs;

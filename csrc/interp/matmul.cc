@@ -21,7 +21,8 @@ HostTensor eval_matmul(const Node& n, const Env& env) {
   std::vector<double> bias;
   if (addmm && beta != 0.0) {  // beta == 0 ignores the bias, NaNs included (as PyTorch does)
     const HostTensor& t = value_of(env, n, 0);
-    if (!broadcasts_to(t.shape, out.shape)) fail(n, "bias " + shape_str(t.shape) + " does not broadcast to " + shape_str(out.shape));
+    if (!broadcasts_to(t.shape, out.shape))
+      fail(n, "bias " + shape_str(t.shape) + " does not broadcast to " + shape_str(out.shape));
     bias = gather(t.data, strided_offsets(out.shape, broadcast_strides(t.shape, out.shape)));
   }
   for (int64_t p = 0; p < batch; ++p) {

@@ -100,75 +100,137 @@ double logsumexp_row(const std::vector<double>& row) {
   [](const Node& n, const Env& env) { return map_binary(n, env, [](double a, double b) { return (expr); }); }
 #define FF_BOOL(cond) ((cond) ? 1.0 : 0.0)
 // A reduction over each row `row` of the node `n`.
-#define FF_REDUCE(expr) \
-  [](const Node& n, const Env& env) { return reduce_rows(n, env, [](const Node& n, const std::vector<double>& row) { return (expr); }); }
+#define FF_REDUCE(expr)                                                                               \
+  [](const Node& n, const Env& env) {                                                                 \
+    return reduce_rows(n, env, [](const Node& n, const std::vector<double>& row) { return (expr); }); \
+  }
 
 Evaluator reference_semantics(Op op) {
   switch (op) {
-    case Op::Neg: return FF_UNARY(-x);
-    case Op::Abs: return FF_UNARY(std::fabs(x));
-    case Op::Exp: return FF_UNARY(std::exp(x));
-    case Op::Log: return FF_UNARY(std::log(x));
-    case Op::Log1p: return FF_UNARY(std::log1p(x));
-    case Op::Expm1: return FF_UNARY(std::expm1(x));
-    case Op::Sqrt: return FF_UNARY(std::sqrt(x));
-    case Op::Rsqrt: return FF_UNARY(1.0 / std::sqrt(x));
-    case Op::Sigmoid: return FF_UNARY(sigmoid(x));
-    case Op::Tanh: return FF_UNARY(std::tanh(x));
-    case Op::Relu: return FF_UNARY(std::isnan(x) ? x : x > 0.0 ? x : 0.0);
-    case Op::Gelu: return eval_gelu;
-    case Op::Silu: return FF_UNARY(x * sigmoid(x));
-    case Op::Sin: return FF_UNARY(std::sin(x));
-    case Op::Cos: return FF_UNARY(std::cos(x));
-    case Op::Reciprocal: return FF_UNARY(1.0 / x);
-    case Op::Erf: return FF_UNARY(std::erf(x));
-    case Op::Floor: return FF_UNARY(std::floor(x));
-    case Op::Ceil: return FF_UNARY(std::ceil(x));
-    case Op::Trunc: return FF_UNARY(std::trunc(x));
-    case Op::Round: return FF_UNARY(std::nearbyint(x));  // half to even
-    case Op::Sign: return FF_UNARY(static_cast<double>((0.0 < x) - (x < 0.0)));  // as ATen: NaN gives 0
-    case Op::LogicalNot: return FF_UNARY(FF_BOOL(x == 0.0));
-    case Op::IsNan: return FF_UNARY(FF_BOOL(std::isnan(x)));
-    case Op::Cast: return FF_UNARY(x);  // the result rounding converts
-    case Op::Copy: return FF_UNARY(x);
-    case Op::RoundTf32: return FF_UNARY(round_tf32(x));
-    case Op::Add: return FF_BINARY(a + b);
-    case Op::Sub: return FF_BINARY(a - b);
-    case Op::Mul: return FF_BINARY(a * b);
-    case Op::Div: return FF_BINARY(a / b);  // true division, also for integers
-    case Op::Pow: return FF_BINARY(std::pow(a, b));
-    case Op::Maximum: return FF_BINARY(std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b));
-    case Op::Minimum: return FF_BINARY(std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b));
-    case Op::Eq: return FF_BINARY(FF_BOOL(a == b));
-    case Op::Ne: return FF_BINARY(FF_BOOL(a != b));
-    case Op::Lt: return FF_BINARY(FF_BOOL(a < b));
-    case Op::Le: return FF_BINARY(FF_BOOL(a <= b));
-    case Op::Gt: return FF_BINARY(FF_BOOL(a > b));
-    case Op::Ge: return FF_BINARY(FF_BOOL(a >= b));
-    case Op::LogicalAnd: return FF_BINARY(FF_BOOL(a != 0.0 && b != 0.0));
-    case Op::LogicalOr: return FF_BINARY(FF_BOOL(a != 0.0 || b != 0.0));
-    case Op::Remainder: return FF_BINARY(python_remainder(a, b));
-    case Op::Fmod: return FF_BINARY(std::fmod(a, b));
+    case Op::Neg:
+      return FF_UNARY(-x);
+    case Op::Abs:
+      return FF_UNARY(std::fabs(x));
+    case Op::Exp:
+      return FF_UNARY(std::exp(x));
+    case Op::Log:
+      return FF_UNARY(std::log(x));
+    case Op::Log1p:
+      return FF_UNARY(std::log1p(x));
+    case Op::Expm1:
+      return FF_UNARY(std::expm1(x));
+    case Op::Sqrt:
+      return FF_UNARY(std::sqrt(x));
+    case Op::Rsqrt:
+      return FF_UNARY(1.0 / std::sqrt(x));
+    case Op::Sigmoid:
+      return FF_UNARY(sigmoid(x));
+    case Op::Tanh:
+      return FF_UNARY(std::tanh(x));
+    case Op::Relu:
+      return FF_UNARY(std::isnan(x) ? x : x > 0.0 ? x : 0.0);
+    case Op::Gelu:
+      return eval_gelu;
+    case Op::Silu:
+      return FF_UNARY(x * sigmoid(x));
+    case Op::Sin:
+      return FF_UNARY(std::sin(x));
+    case Op::Cos:
+      return FF_UNARY(std::cos(x));
+    case Op::Reciprocal:
+      return FF_UNARY(1.0 / x);
+    case Op::Erf:
+      return FF_UNARY(std::erf(x));
+    case Op::Floor:
+      return FF_UNARY(std::floor(x));
+    case Op::Ceil:
+      return FF_UNARY(std::ceil(x));
+    case Op::Trunc:
+      return FF_UNARY(std::trunc(x));
+    case Op::Round:
+      return FF_UNARY(std::nearbyint(x));  // half to even
+    case Op::Sign:
+      return FF_UNARY(static_cast<double>((0.0 < x) - (x < 0.0)));  // as ATen: NaN gives 0
+    case Op::LogicalNot:
+      return FF_UNARY(FF_BOOL(x == 0.0));
+    case Op::IsNan:
+      return FF_UNARY(FF_BOOL(std::isnan(x)));
+    case Op::Cast:
+      return FF_UNARY(x);  // the result rounding converts
+    case Op::Copy:
+      return FF_UNARY(x);
+    case Op::RoundTf32:
+      return FF_UNARY(round_tf32(x));
+    case Op::Add:
+      return FF_BINARY(a + b);
+    case Op::Sub:
+      return FF_BINARY(a - b);
+    case Op::Mul:
+      return FF_BINARY(a * b);
+    case Op::Div:
+      return FF_BINARY(a / b);  // true division, also for integers
+    case Op::Pow:
+      return FF_BINARY(std::pow(a, b));
+    case Op::Maximum:
+      return FF_BINARY(std::isnan(a) || std::isnan(b) ? kNaN : std::max(a, b));
+    case Op::Minimum:
+      return FF_BINARY(std::isnan(a) || std::isnan(b) ? kNaN : std::min(a, b));
+    case Op::Eq:
+      return FF_BINARY(FF_BOOL(a == b));
+    case Op::Ne:
+      return FF_BINARY(FF_BOOL(a != b));
+    case Op::Lt:
+      return FF_BINARY(FF_BOOL(a < b));
+    case Op::Le:
+      return FF_BINARY(FF_BOOL(a <= b));
+    case Op::Gt:
+      return FF_BINARY(FF_BOOL(a > b));
+    case Op::Ge:
+      return FF_BINARY(FF_BOOL(a >= b));
+    case Op::LogicalAnd:
+      return FF_BINARY(FF_BOOL(a != 0.0 && b != 0.0));
+    case Op::LogicalOr:
+      return FF_BINARY(FF_BOOL(a != 0.0 || b != 0.0));
+    case Op::Remainder:
+      return FF_BINARY(python_remainder(a, b));
+    case Op::Fmod:
+      return FF_BINARY(std::fmod(a, b));
     case Op::Where:
       return [](const Node& n, const Env& env) {
         return map_ternary(n, env, [](double c, double a, double b) { return c != 0.0 ? a : b; });
       };
-    case Op::Full: return eval_full;
+    case Op::Full:
+      return eval_full;
 
-    case Op::Sum: return FF_REDUCE(row_sum(row));
-    case Op::Mean: return FF_REDUCE(row_sum(row) / static_cast<double>(row.size()));
-    case Op::Amax: return FF_REDUCE(extreme<true>(n, row));
-    case Op::Amin: return FF_REDUCE(extreme<false>(n, row));
-    case Op::Prod: return FF_REDUCE(std::accumulate(row.begin(), row.end(), 1.0, std::multiplies<double>()));
-    case Op::Var: return FF_REDUCE(variance(n, row));
-    case Op::Any: return FF_REDUCE(FF_BOOL(std::any_of(row.begin(), row.end(), [](double v) { return v != 0.0; })));
-    case Op::Logsumexp: return FF_REDUCE(logsumexp_row(row));
-    case Op::Argmax: return [](const Node& n, const Env& env) { return arg_reduce(n, env, true); };
-    case Op::Argmin: return [](const Node& n, const Env& env) { return arg_reduce(n, env, false); };
-    case Op::Softmax: return [](const Node& n, const Env& env) { return map_rows_along_dim(n, env, softmax_row<false>); };
-    case Op::LogSoftmax: return [](const Node& n, const Env& env) { return map_rows_along_dim(n, env, softmax_row<true>); };
-    case Op::LayerNorm: return eval_layer_norm;
-    case Op::MaxPool: case Op::AvgPool: return eval_pool;
+    case Op::Sum:
+      return FF_REDUCE(row_sum(row));
+    case Op::Mean:
+      return FF_REDUCE(row_sum(row) / static_cast<double>(row.size()));
+    case Op::Amax:
+      return FF_REDUCE(extreme<true>(n, row));
+    case Op::Amin:
+      return FF_REDUCE(extreme<false>(n, row));
+    case Op::Prod:
+      return FF_REDUCE(std::accumulate(row.begin(), row.end(), 1.0, std::multiplies<double>()));
+    case Op::Var:
+      return FF_REDUCE(variance(n, row));
+    case Op::Any:
+      return FF_REDUCE(FF_BOOL(std::any_of(row.begin(), row.end(), [](double v) { return v != 0.0; })));
+    case Op::Logsumexp:
+      return FF_REDUCE(logsumexp_row(row));
+    case Op::Argmax:
+      return [](const Node& n, const Env& env) { return arg_reduce(n, env, true); };
+    case Op::Argmin:
+      return [](const Node& n, const Env& env) { return arg_reduce(n, env, false); };
+    case Op::Softmax:
+      return [](const Node& n, const Env& env) { return map_rows_along_dim(n, env, softmax_row<false>); };
+    case Op::LogSoftmax:
+      return [](const Node& n, const Env& env) { return map_rows_along_dim(n, env, softmax_row<true>); };
+    case Op::LayerNorm:
+      return eval_layer_norm;
+    case Op::MaxPool:
+    case Op::AvgPool:
+      return eval_pool;
     case Op::Cumsum:
       return [](const Node& n, const Env& env) {
         return map_rows_along_dim(n, env, [](const std::vector<double>& in, std::vector<double>& out) {
@@ -177,13 +239,24 @@ Evaluator reference_semantics(Op op) {
         });
       };
 
-    case Op::Mm: case Op::Bmm: case Op::Addmm: return eval_matmul;
-    case Op::Convolution: return eval_conv;
+    case Op::Mm:
+    case Op::Bmm:
+    case Op::Addmm:
+      return eval_matmul;
+    case Op::Convolution:
+      return eval_conv;
 
-    case Op::View: case Op::Permute: case Op::Expand: case Op::Unsqueeze: case Op::Squeeze:
-    case Op::Slice: case Op::Select: case Op::Cat:
+    case Op::View:
+    case Op::Permute:
+    case Op::Expand:
+    case Op::Unsqueeze:
+    case Op::Squeeze:
+    case Op::Slice:
+    case Op::Select:
+    case Op::Cat:
       return eval_layout;
-    case Op::Opaque: return nullptr;  // an ATen op the IR does not model
+    case Op::Opaque:
+      return nullptr;  // an ATen op the IR does not model
   }
   return nullptr;
 }

@@ -36,7 +36,8 @@ std::vector<double> pointwise_operand(const Env& env, const Node& n, size_t i) {
     v.assign(static_cast<size_t>(numel(out)), n.operands[i].literal.as_double());
   } else {
     const HostTensor& t = value_of(env, n, i);
-    if (!broadcasts_to(t.shape, out)) fail(n, "operand shape " + shape_str(t.shape) + " does not broadcast to " + shape_str(out));
+    if (!broadcasts_to(t.shape, out))
+      fail(n, "operand shape " + shape_str(t.shape) + " does not broadcast to " + shape_str(out));
     v = gather(t.data, strided_offsets(out, broadcast_strides(t.shape, out)));
   }
   if (cast)

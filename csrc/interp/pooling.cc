@@ -32,8 +32,10 @@ HostTensor eval_pool(const Node& n, const Env& env) {
       std::function<void(size_t, int64_t)> visit = [&](size_t d, int64_t offset) {
         if (d == dims) {
           const double v = x.data[plane * in_plane + offset];
-          if (p.max) acc = (v > acc || std::isnan(v)) ? v : acc;
-          else acc += v;
+          if (p.max)
+            acc = (v > acc || std::isnan(v)) ? v : acc;
+          else
+            acc += v;
           return;
         }
         for (i[d] = p.window_begin(d, o[d]); i[d] < p.window_end(d, o[d]); i[d] += p.dilation[d])

@@ -52,7 +52,8 @@ HostTensor map_rows_along_dim(const Node& n, const Env& env,
                               void (*f)(const std::vector<double>& in, std::vector<double>& out)) {
   const HostTensor& x = value_of(env, n, 0);
   HostTensor out = result_tensor(n);
-  if (out.shape != x.shape) fail(n, "result shape " + shape_str(out.shape) + " differs from the input's " + shape_str(x.shape));
+  if (out.shape != x.shape)
+    fail(n, "result shape " + shape_str(out.shape) + " differs from the input's " + shape_str(x.shape));
   int64_t rank = static_cast<int64_t>(x.shape.size());
   Rows rows = rows_over(x.shape, dim_mask(n, rank, {n.attr_int("dim")}));
   std::vector<double> in(static_cast<size_t>(rows.length)), res(in.size());
@@ -76,7 +77,8 @@ HostTensor eval_layer_norm(const Node& n, const Env& env) {
   Shape norm(x.shape.end() - nd, x.shape.end());
   // weight and bias, indexed by the position within a row (row-major over the normalized dims)
   auto affine = [&](size_t i) {
-    if (!n.operands.at(i).is_value()) return std::vector<double>(static_cast<size_t>(numel(norm)), n.operands[i].literal.as_double());
+    if (!n.operands.at(i).is_value())
+      return std::vector<double>(static_cast<size_t>(numel(norm)), n.operands[i].literal.as_double());
     const HostTensor& t = value_of(env, n, i);
     if (t.shape != norm) fail(n, "weight/bias shape " + shape_str(t.shape) + " != normalized shape " + shape_str(norm));
     return t.data;

@@ -56,8 +56,7 @@ double ConvSpec::flops() const {
   // Every input (transposed) or output (forward) element meets a kernel window
   // of the other side's channels in its group.
   const double window = static_cast<double>(numel(kernel));
-  if (transposed)
-    return 2.0 * batch * in_channels * numel(input_size) * out_per_group() * window;
+  if (transposed) return 2.0 * batch * in_channels * numel(input_size) * out_per_group() * window;
   return 2.0 * batch * out_channels * numel(output_size) * in_per_group() * window;
 }
 
@@ -115,10 +114,10 @@ std::string conv_signature(const Node& conv) {
   const auto spec = conv_spec(conv);
   if (!spec) throw IRError("conv_signature: '" + print_node(conv) + "' is not a convolution this build describes");
   std::ostringstream os;
-  os << dtype_name(spec->dtype) << " x" << ints(x.shape) << ints(x.strides) << " w" << ints(w.shape)
-     << ints(w.strides) << " stride=" << ints(spec->stride) << " padding=" << ints(spec->padding)
-     << " dilation=" << ints(spec->dilation) << " transposed=" << (spec->transposed ? 1 : 0)
-     << " output_padding=" << ints(spec->output_padding) << " groups=" << spec->groups;
+  os << dtype_name(spec->dtype) << " x" << ints(x.shape) << ints(x.strides) << " w" << ints(w.shape) << ints(w.strides)
+     << " stride=" << ints(spec->stride) << " padding=" << ints(spec->padding) << " dilation=" << ints(spec->dilation)
+     << " transposed=" << (spec->transposed ? 1 : 0) << " output_padding=" << ints(spec->output_padding)
+     << " groups=" << spec->groups;
   return os.str();
 }
 

@@ -10,14 +10,14 @@ namespace ff {
 
 struct ConvSpec {
   DType dtype = DType::f32;
-  int dims = 2;                  // spatial dims (1, 2 or 3)
+  int dims = 2;  // spatial dims (1, 2 or 3)
   bool transposed = false;
   int64_t batch = 0;
-  int64_t in_channels = 0;       // of the input x
-  int64_t out_channels = 0;      // of the result
+  int64_t in_channels = 0;   // of the input x
+  int64_t out_channels = 0;  // of the result
   int64_t groups = 1;
-  Shape input_size, output_size, kernel;               // spatial extents
-  Shape stride, padding, dilation, output_padding;     // one per spatial dim
+  Shape input_size, output_size, kernel;            // spatial extents
+  Shape stride, padding, dilation, output_padding;  // one per spatial dim
   bool has_bias = false;
   // f32 only: the math the convolution may use (its fp32_precision attribute,
   // conv_precision.cc): TF32, or IEEE fp32 (none: not decided, taken as IEEE).

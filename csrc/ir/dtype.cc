@@ -7,12 +7,9 @@ namespace ff {
 
 namespace {
 constexpr DTypeInfo kDTypes[] = {
-    {DType::f32, "f32", 4, "float32", "at::kFloat"},
-    {DType::f16, "f16", 2, "float16", "at::kHalf"},
-    {DType::bf16, "bf16", 2, "bfloat16", "at::kBFloat16"},
-    {DType::f64, "f64", 8, "float64", "at::kDouble"},
-    {DType::i64, "i64", 8, "int64", "at::kLong"},
-    {DType::i32, "i32", 4, "int32", "at::kInt"},
+    {DType::f32, "f32", 4, "float32", "at::kFloat"},       {DType::f16, "f16", 2, "float16", "at::kHalf"},
+    {DType::bf16, "bf16", 2, "bfloat16", "at::kBFloat16"}, {DType::f64, "f64", 8, "float64", "at::kDouble"},
+    {DType::i64, "i64", 8, "int64", "at::kLong"},          {DType::i32, "i32", 4, "int32", "at::kInt"},
     {DType::boolean, "bool", 1, "bool", "at::kBool"},
 };
 static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == kNumDTypes, "one row per DType");
@@ -37,25 +34,28 @@ std::optional<DType> parse_dtype(std::string_view n) {
 
 int dtype_size(DType t) { return dtype_info(t).size; }
 
-bool is_floating(DType t) {
-  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
-}
+bool is_floating(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64; }
 bool is_integral(DType t) { return t == DType::i64 || t == DType::i32; }
 
-DType compute_dtype(DType t) {
-  return (t == DType::f16 || t == DType::bf16) ? DType::f32 : t;
-}
+DType compute_dtype(DType t) { return (t == DType::f16 || t == DType::bf16) ? DType::f32 : t; }
 
 namespace {
 int rank(DType t) {
   switch (t) {
-    case DType::boolean: return 0;
-    case DType::i32: return 1;
-    case DType::i64: return 2;
-    case DType::f16: return 3;
-    case DType::bf16: return 3;
-    case DType::f32: return 4;
-    case DType::f64: return 5;
+    case DType::boolean:
+      return 0;
+    case DType::i32:
+      return 1;
+    case DType::i64:
+      return 2;
+    case DType::f16:
+      return 3;
+    case DType::bf16:
+      return 3;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 5;
   }
   return 0;
 }
@@ -134,13 +134,20 @@ double round_to_half(double v) {
 
 double round_to_dtype(double v, DType t) {
   switch (t) {
-    case DType::f64: return v;
-    case DType::f32: return static_cast<double>(static_cast<float>(v));
-    case DType::bf16: return round_mantissa(static_cast<float>(v), 16);
-    case DType::f16: return round_to_half(v);
-    case DType::i64: return std::isfinite(v) ? static_cast<double>(static_cast<int64_t>(v)) : 0.0;
-    case DType::i32: return std::isfinite(v) ? static_cast<double>(static_cast<int32_t>(v)) : 0.0;
-    case DType::boolean: return v != 0.0 ? 1.0 : 0.0;
+    case DType::f64:
+      return v;
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(v));
+    case DType::bf16:
+      return round_mantissa(static_cast<float>(v), 16);
+    case DType::f16:
+      return round_to_half(v);
+    case DType::i64:
+      return std::isfinite(v) ? static_cast<double>(static_cast<int64_t>(v)) : 0.0;
+    case DType::i32:
+      return std::isfinite(v) ? static_cast<double>(static_cast<int32_t>(v)) : 0.0;
+    case DType::boolean:
+      return v != 0.0 ? 1.0 : 0.0;
   }
   return v;
 }

@@ -22,11 +22,11 @@ struct DTypeInfo {
 const DTypeInfo& dtype_info(DType t);
 const DTypeInfo* dtype_table();  // kNumDTypes entries, in enum order
 
-std::string_view dtype_name(DType t);                       // "f32", "bool", ...
+std::string_view dtype_name(DType t);  // "f32", "bool", ...
 std::optional<DType> parse_dtype(std::string_view name);
-int dtype_size(DType t);                                     // bytes per element
+int dtype_size(DType t);  // bytes per element
 bool is_floating(DType t);
-bool is_integral(DType t);                                   // bool excluded
+bool is_integral(DType t);  // bool excluded
 // The type arithmetic on `t` is carried out in (as PyTorch's "opmath" type):
 // f16/bf16 compute in f32, everything else in itself.
 DType compute_dtype(DType t);

@@ -49,11 +49,16 @@ TensorType TensorType::contiguous(DType dtype, Shape shape) {
 
 std::string_view input_kind_name(InputKind k) {
   switch (k) {
-    case InputKind::User: return "";
-    case InputKind::Param: return "param";
-    case InputKind::Buffer: return "buffer";
-    case InputKind::Const: return "const";
-    case InputKind::Scalar: return "scalar";
+    case InputKind::User:
+      return "";
+    case InputKind::Param:
+      return "param";
+    case InputKind::Buffer:
+      return "buffer";
+    case InputKind::Const:
+      return "const";
+    case InputKind::Scalar:
+      return "scalar";
   }
   return "";
 }
@@ -64,8 +69,7 @@ namespace {
 template <class T>
 const T& get_attr(const Node& n, const std::string& key, const char* what) {
   auto it = n.attrs.find(key);
-  if (it == n.attrs.end())
-    throw IRError(std::string(op_name(n.op)) + ": missing attribute '" + key + "'");
+  if (it == n.attrs.end()) throw IRError(std::string(op_name(n.op)) + ": missing attribute '" + key + "'");
   if (const T* v = std::get_if<T>(&it->second)) return *v;
   throw IRError(std::string(op_name(n.op)) + ": attribute '" + key + "' must be " + what);
 }
@@ -85,12 +89,8 @@ double Node::attr_float(const std::string& key) const {
     if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
   return get_attr<double>(*this, key, "a number");
 }
-int64_t Node::attr_int_or(const std::string& key, int64_t dflt) const {
-  return has_attr(key) ? attr_int(key) : dflt;
-}
-bool Node::attr_bool_or(const std::string& key, bool dflt) const {
-  return has_attr(key) ? attr_bool(key) : dflt;
-}
+int64_t Node::attr_int_or(const std::string& key, int64_t dflt) const { return has_attr(key) ? attr_int(key) : dflt; }
+bool Node::attr_bool_or(const std::string& key, bool dflt) const { return has_attr(key) ? attr_bool(key) : dflt; }
 
 // ---- Graph
 
@@ -127,8 +127,8 @@ std::unique_ptr<Node> make_node(Op op, std::vector<Operand> operands, Attrs attr
 }
 }  // namespace
 
-Node* Graph::add_node(Op op, std::vector<Operand> operands, std::vector<TensorType> result_types,
-                      Attrs attrs, std::vector<std::string> result_names) {
+Node* Graph::add_node(Op op, std::vector<Operand> operands, std::vector<TensorType> result_types, Attrs attrs,
+                      std::vector<std::string> result_names) {
   auto n = make_node(op, std::move(operands), std::move(attrs));
   for (size_t i = 0; i < result_types.size(); ++i) {
     std::string nm = i < result_names.size() ? result_names[i] : fresh_name();
@@ -142,8 +142,8 @@ Node* Graph::add_node(Op op, std::vector<Operand> operands, std::vector<TensorTy
   return nodes_.back().get();
 }
 
-Node* Graph::insert_before(Node* before, Op op, std::vector<Operand> operands,
-                           std::vector<TensorType> result_types, Attrs attrs) {
+Node* Graph::insert_before(Node* before, Op op, std::vector<Operand> operands, std::vector<TensorType> result_types,
+                           Attrs attrs) {
   Node* n = add_node(op, std::move(operands), std::move(result_types), std::move(attrs));
   auto last = std::move(nodes_.back());
   nodes_.pop_back();

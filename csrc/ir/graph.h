@@ -45,9 +45,7 @@ struct TensorType {
   Shape strides;  // always filled; equal to contiguous_strides(shape) unless a view says otherwise
   bool is_contiguous() const { return strides == contiguous_strides(shape); }
   double bytes() const;  // its elements' bytes (a pass over it reads or writes this many)
-  bool operator==(const TensorType& o) const {
-    return dtype == o.dtype && shape == o.shape && strides == o.strides;
-  }
+  bool operator==(const TensorType& o) const { return dtype == o.dtype && shape == o.shape && strides == o.strides; }
   static TensorType contiguous(DType dtype, Shape shape);
 };
 
@@ -55,8 +53,8 @@ struct TensorType {
 // differently (2.0, 2, true) and keep PyTorch's promotion category.
 struct Scalar {
   enum class Kind : uint8_t { Float, Int, Bool } kind = Kind::Float;
-  double f = 0.0;   // Float
-  int64_t i = 0;    // Int and Bool
+  double f = 0.0;  // Float
+  int64_t i = 0;   // Int and Bool
   static Scalar of_float(double v) { return {Kind::Float, v, 0}; }
   static Scalar of_int(int64_t v) { return {Kind::Int, 0.0, v}; }
   static Scalar of_bool(bool v) { return {Kind::Bool, 0.0, v ? 1 : 0}; }
@@ -71,10 +69,10 @@ class Node;
 
 class Value {
  public:
-  std::string name;         // printed as %name; graph inputs keep state_dict names
+  std::string name;  // printed as %name; graph inputs keep state_dict names
   TensorType type;
-  Node* producer = nullptr;  // null for graph inputs
-  int result_index = 0;      // which result of `producer`
+  Node* producer = nullptr;                // null for graph inputs
+  int result_index = 0;                    // which result of `producer`
   InputKind input_kind = InputKind::User;  // meaningful for graph inputs only
   bool is_input() const { return producer == nullptr; }
 };
@@ -121,11 +119,11 @@ class Graph {
   // ---- construction
   Value* add_input(std::string name, TensorType type, InputKind kind = InputKind::User);
   // Appends a node; results get fresh names unless `result_names` is given.
-  Node* add_node(Op op, std::vector<Operand> operands, std::vector<TensorType> result_types,
-                 Attrs attrs = {}, std::vector<std::string> result_names = {});
+  Node* add_node(Op op, std::vector<Operand> operands, std::vector<TensorType> result_types, Attrs attrs = {},
+                 std::vector<std::string> result_names = {});
   // Inserts a node just before `before` (which must be in the graph).
-  Node* insert_before(Node* before, Op op, std::vector<Operand> operands,
-                      std::vector<TensorType> result_types, Attrs attrs = {});
+  Node* insert_before(Node* before, Op op, std::vector<Operand> operands, std::vector<TensorType> result_types,
+                      Attrs attrs = {});
   void add_output(Value* v) { outputs_.push_back(v); }
   void add_mutation(Value* buffer, Value* new_value) { mutations_.push_back({buffer, new_value}); }
 
@@ -134,7 +132,10 @@ class Graph {
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
   std::vector<Value*>& mutable_outputs() { return outputs_; }
-  struct Mutation { Value* buffer; Value* value; };
+  struct Mutation {
+    Value* buffer;
+    Value* value;
+  };
   const std::vector<Mutation>& mutations() const { return mutations_; }
   Value* find_value(const std::string& name) const;  // null if absent
   // Nodes that read `v`, in graph order (a node appears once even if it reads v twice).
@@ -176,7 +177,7 @@ class Graph {
 // Values produced by nodes whose names are plain numbers are renumbered in
 // definition order (stable across passes), unless `keep_names`.
 std::string print(const Graph& g, bool keep_names = false);
-std::string print_node(const Node& n);  // one line, without indentation, names as they are
+std::string print_node(const Node& n);         // one line, without indentation, names as they are
 std::string format_type(const TensorType& t);  // "f32[4,8]", strides in braces when not contiguous
 std::string format_scalar(const Scalar& s);
 // `s` between `quote`s, with the quote, backslash and newline escaped (IR

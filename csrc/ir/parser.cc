@@ -45,11 +45,16 @@ class Parser {
         skip_space();
         if (std::isalpha(peek())) {
           std::string k = ident();
-          if (k == "param") kind = InputKind::Param;
-          else if (k == "buffer") kind = InputKind::Buffer;
-          else if (k == "const") kind = InputKind::Const;
-          else if (k == "scalar") kind = InputKind::Scalar;
-          else fail("unknown input kind '" + k + "'");
+          if (k == "param")
+            kind = InputKind::Param;
+          else if (k == "buffer")
+            kind = InputKind::Buffer;
+          else if (k == "const")
+            kind = InputKind::Const;
+          else if (k == "scalar")
+            kind = InputKind::Scalar;
+          else
+            fail("unknown input kind '" + k + "'");
         }
         wrap([&] { g->add_input(name, t, kind); });
       } while (accept(','));
@@ -64,7 +69,8 @@ class Parser {
         if (kw == "return") {
           skip_space_inline();
           if (peek() == '%') {
-            do g->add_output(use()); while (accept(','));
+            do g->add_output(use());
+            while (accept(','));
           }
         } else if (kw == "mutate") {
           Value* buf = use();
@@ -91,8 +97,10 @@ class Parser {
   [[noreturn]] void fail(const std::string& msg) const {
     int line = 1, col = 1;
     for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
-      if (s_[i] == '\n') line++, col = 1;
-      else col++;
+      if (s_[i] == '\n')
+        line++, col = 1;
+      else
+        col++;
     }
     throw IRError("line " + std::to_string(line) + ", col " + std::to_string(col) + ": " + msg);
   }
@@ -131,9 +139,7 @@ class Parser {
   void expect(char c) {
     if (!accept(c)) fail(std::string("expected '") + c + "'");
   }
-  static bool ident_char(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
-  }
+  static bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; }
   std::string ident() {
     skip_space();
     size_t b = pos_;
@@ -183,9 +189,9 @@ class Parser {
       double v = nan ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
       return Scalar::of_float(s_[b] == '-' ? -v : v);
     }
-    while (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.' ||
-                                s_[pos_] == 'e' || s_[pos_] == 'E' ||
-                                ((s_[pos_] == '-' || s_[pos_] == '+') && (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E'))))
+    while (pos_ < s_.size() &&
+           (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.' || s_[pos_] == 'e' ||
+            s_[pos_] == 'E' || ((s_[pos_] == '-' || s_[pos_] == '+') && (s_[pos_ - 1] == 'e' || s_[pos_ - 1] == 'E'))))
       pos_++;
     std::string tok = s_.substr(b, pos_ - b);
     if (tok.empty() || tok == "-" || tok == "+") {
@@ -218,7 +224,8 @@ class Parser {
     t.dtype = *d;
     expect('[');
     if (!accept(']')) {
-      do t.shape.push_back(integer()); while (accept(','));
+      do t.shape.push_back(integer());
+      while (accept(','));
       expect(']');
     }
     for (int64_t dim : t.shape)
@@ -231,7 +238,8 @@ class Parser {
     if (peek() == '{') {
       expect('{');
       t.strides.clear();
-      do t.strides.push_back(integer()); while (accept(','));
+      do t.strides.push_back(integer());
+      while (accept(','));
       expect('}');
       if (t.strides.size() != t.shape.size()) fail("stride count differs from the rank");
       for (int64_t st : t.strides)
@@ -263,7 +271,8 @@ class Parser {
       expect('[');
       std::vector<int64_t> v;
       if (!accept(']')) {
-        do v.push_back(integer()); while (accept(','));
+        do v.push_back(integer());
+        while (accept(','));
         expect(']');
       }
       return v;
@@ -290,7 +299,8 @@ class Parser {
   }
   void node() {
     std::vector<std::string> names;
-    do names.push_back(value_name()); while (accept(','));
+    do names.push_back(value_name());
+    while (accept(','));
     expect('=');
     size_t op_at = pos_;
     std::string opname = ident();
@@ -303,7 +313,8 @@ class Parser {
     expect('(');
     std::vector<Operand> operands;
     if (!accept(')')) {
-      do operands.push_back(operand()); while (accept(','));
+      do operands.push_back(operand());
+      while (accept(','));
       expect(')');
     }
     Attrs attrs;
@@ -317,7 +328,8 @@ class Parser {
     }
     expect(':');
     std::vector<TensorType> types;
-    do types.push_back(type()); while (accept(','));
+    do types.push_back(type());
+    while (accept(','));
     if (types.size() != names.size())
       fail(std::to_string(names.size()) + " result names but " + std::to_string(types.size()) + " result types");
     wrap([&] { g_->add_node(*op, std::move(operands), std::move(types), std::move(attrs), names); });

@@ -46,9 +46,7 @@ bool PoolSpec::windows_overhang() const {
 
 std::optional<PoolSpec> pool_spec(const Node& n, const Shape& input) {
   if (n.op != Op::MaxPool && n.op != Op::AvgPool) return std::nullopt;
-  auto fail = [&](const std::string& why) -> void {
-    throw IRError(std::string(op_name(n.op)) + ": " + why);
-  };
+  auto fail = [&](const std::string& why) -> void { throw IRError(std::string(op_name(n.op)) + ": " + why); };
   PoolSpec s;
   s.max = n.op == Op::MaxPool;
   s.kernel = n.attr_ints("kernel");
@@ -83,7 +81,8 @@ std::optional<PoolSpec> pool_spec(const Node& n, const Shape& input) {
     if (input[lead + d] > kMaxDim) fail("pooled dims must be at most 2^40 long");
     if (2 * s.padding[d] > s.kernel[d]) fail("padding must be at most half the kernel");
     s.input_size.push_back(input[lead + d]);
-    const int64_t o = pool_output_size(input[lead + d], s.kernel[d], s.padding[d], s.stride[d], s.dilation[d], s.ceil_mode);
+    const int64_t o =
+        pool_output_size(input[lead + d], s.kernel[d], s.padding[d], s.stride[d], s.dilation[d], s.ceil_mode);
     if (o < 1) fail("the window does not fit the input's dim " + std::to_string(lead + d));
     s.output_size.push_back(o);
   }

@@ -9,13 +9,13 @@
 namespace ff {
 
 struct PoolSpec {
-  bool max = true;                       // max_pool, else avg_pool
-  int dims = 2;                          // pooled (trailing) dims: 1, 2 or 3
+  bool max = true;                          // max_pool, else avg_pool
+  int dims = 2;                             // pooled (trailing) dims: 1, 2 or 3
   Shape kernel, stride, padding, dilation;  // one per pooled dim (dilation 1 for avg_pool)
   bool ceil_mode = false;
-  bool count_include_pad = true;         // avg_pool
-  int64_t divisor_override = 0;          // avg_pool; 0: none
-  Shape input_size, output_size;         // extents of the pooled dims
+  bool count_include_pad = true;  // avg_pool
+  int64_t divisor_override = 0;   // avg_pool; 0: none
+  Shape input_size, output_size;  // extents of the pooled dims
 
   // The input positions output `o` of pooled dim `d` reads, clipped to the
   // input: [begin, end) stepping by dilation (max_pool: the first in-range

@@ -128,18 +128,24 @@ class Printer {
 std::string quote_string(const std::string& s, char quote) {
   std::string out(1, quote);
   for (char c : s) {
-    if (c == quote || c == '\\') out += '\\', out += c;
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == quote || c == '\\')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out + quote;
 }
 
 std::string format_scalar(const Scalar& s) {
   switch (s.kind) {
-    case Scalar::Kind::Float: return format_double(s.f);
-    case Scalar::Kind::Int: return std::to_string(s.i);
-    case Scalar::Kind::Bool: return s.i ? "true" : "false";
+    case Scalar::Kind::Float:
+      return format_double(s.f);
+    case Scalar::Kind::Int:
+      return std::to_string(s.i);
+    case Scalar::Kind::Bool:
+      return s.i ? "true" : "false";
   }
   return "?";
 }

@@ -39,8 +39,10 @@ Shape reduce_shape(const Shape& in, const std::vector<int64_t>& dims, bool keepd
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
     bool reduced = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (!reduced) out.push_back(in[d]);
-    else if (keepdim) out.push_back(1);
+    if (!reduced)
+      out.push_back(in[d]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -71,24 +73,30 @@ std::vector<TensorType> reduction(const Node& n) {
   int64_t rank = static_cast<int64_t>(in.shape.size());
   const DType dt = n.results[0]->type.dtype;  // infer_result_types applies the op's dtype rule
   switch (n.op) {
-    case Op::Softmax: case Op::LogSoftmax:
+    case Op::Softmax:
+    case Op::LogSoftmax:
       normalize_dim(n.attr_int("dim"), rank);
       return {TensorType::contiguous(dt, in.shape)};
     case Op::LayerNorm: {
       int64_t nd = n.attr_int("ndims");
-      if (nd < 1 || nd > rank) fail(n, "ndims " + std::to_string(nd) + " out of range for rank " + std::to_string(rank));
+      if (nd < 1 || nd > rank)
+        fail(n, "ndims " + std::to_string(nd) + " out of range for rank " + std::to_string(rank));
       Shape norm(in.shape.end() - nd, in.shape.end());
       for (size_t i = 1; i < 3 && i < n.operands.size(); ++i)
         if (operand_type(n, i).shape != norm)
-          fail(n, "weight/bias shape " + shape_str(operand_type(n, i).shape) + " != normalized shape " + shape_str(norm));
+          fail(n,
+               "weight/bias shape " + shape_str(operand_type(n, i).shape) + " != normalized shape " + shape_str(norm));
       n.attr_float("eps");
       return {TensorType::contiguous(dt, in.shape)};
     }
-    case Op::Argmax: case Op::Argmin: {
+    case Op::Argmax:
+    case Op::Argmin: {
       bool keepdim = n.attr_bool_or("keepdim", false);
       Shape out;
-      if (n.has_attr("dim")) out = reduce_shape(in.shape, {normalize_dim(n.attr_int("dim"), rank)}, keepdim);
-      else if (keepdim) out = Shape(in.shape.size(), 1);
+      if (n.has_attr("dim"))
+        out = reduce_shape(in.shape, {normalize_dim(n.attr_int("dim"), rank)}, keepdim);
+      else if (keepdim)
+        out = Shape(in.shape.size(), 1);
       return {TensorType::contiguous(dt, out)};
     }
     default: {
@@ -105,10 +113,12 @@ std::vector<TensorType> matmul(const Node& n) {
   const TensorType& b = operand_type(n, addmm ? 2 : 1);
   size_t rank = n.op == Op::Bmm ? 3 : 2;
   if (a.shape.size() != rank || b.shape.size() != rank)
-    fail(n, "expects rank-" + std::to_string(rank) + " operands, got " + shape_str(a.shape) + " and " + shape_str(b.shape));
+    fail(n, "expects rank-" + std::to_string(rank) + " operands, got " + shape_str(a.shape) + " and " +
+                shape_str(b.shape));
   if (a.shape[rank - 1] != b.shape[rank - 2])
     fail(n, "inner dimensions differ: " + shape_str(a.shape) + " @ " + shape_str(b.shape));
-  if (rank == 3 && a.shape[0] != b.shape[0]) fail(n, "batch sizes differ: " + shape_str(a.shape) + " @ " + shape_str(b.shape));
+  if (rank == 3 && a.shape[0] != b.shape[0])
+    fail(n, "batch sizes differ: " + shape_str(a.shape) + " @ " + shape_str(b.shape));
   if (a.dtype != b.dtype) fail(n, "operand dtypes differ");
   Shape out = rank == 3 ? Shape{a.shape[0], a.shape[1], b.shape[2]} : Shape{a.shape[0], b.shape[1]};
   if (addmm && broadcast_shapes(operand_type(n, 0).shape, out) != out)
@@ -125,7 +135,8 @@ std::vector<TensorType> convolution(const Node& n) {
   // One value for every spatial dim, or one per spatial dim, each >= `least`.
   auto per_dim = [&](const char* key, std::vector<int64_t> v, int64_t least) {
     if (v.size() != 1 && v.size() != sp)
-      fail(n, std::string(key) + " has " + std::to_string(v.size()) + " entries for " + std::to_string(sp) + " spatial dims");
+      fail(n, std::string(key) + " has " + std::to_string(v.size()) + " entries for " + std::to_string(sp) +
+                  " spatial dims");
     for (int64_t e : v)
       if (e < least) fail(n, std::string(key) + " entries must be >= " + std::to_string(least));
     if (v.size() == 1) v.assign(sp, v[0]);
@@ -137,8 +148,8 @@ std::vector<TensorType> convolution(const Node& n) {
   bool transposed = n.attr_bool_or("transposed", false);
   int64_t groups = n.attr_int_or("groups", 1);
   if (groups < 1) fail(n, "groups must be >= 1");
-  auto out_pad = per_dim("output_padding", n.has_attr("output_padding") ? n.attr_ints("output_padding")
-                                                                         : std::vector<int64_t>{0}, 0);
+  auto out_pad = per_dim("output_padding",
+                         n.has_attr("output_padding") ? n.attr_ints("output_padding") : std::vector<int64_t>{0}, 0);
   Shape out{x.shape[0], transposed ? checked_mul(w.shape[1], groups) : w.shape[0]};
   for (size_t i = 0; i < sp; ++i) {
     int64_t k = w.shape[2 + i], in = x.shape[2 + i];
@@ -147,10 +158,9 @@ std::vector<TensorType> convolution(const Node& n) {
     int64_t padded = checked_add(in, checked_mul(2, padding[i]));
     if (k <= 0 || (!transposed && padded < field))
       fail(n, "kernel " + shape_str(w.shape) + " does not fit input " + shape_str(x.shape));
-    int64_t o = transposed
-                    ? checked_add(checked_add(checked_mul(in - 1, stride[i]), -checked_mul(2, padding[i])),
-                                  checked_add(field, out_pad[i]))
-                    : (padded - field) / stride[i] + 1;
+    int64_t o = transposed ? checked_add(checked_add(checked_mul(in - 1, stride[i]), -checked_mul(2, padding[i])),
+                                         checked_add(field, out_pad[i]))
+                           : (padded - field) / stride[i] + 1;
     if (o <= 0) fail(n, "output size is not positive for input " + shape_str(x.shape));
     out.push_back(o);
   }
@@ -169,7 +179,9 @@ std::vector<TensorType> layout(const Node& n) {
       const Shape& s = operand_type(n, i).shape;
       bool fits = s.size() == out.size();
       for (size_t j = 0; fits && j < s.size(); ++j) fits = j == d || s[j] == out[j];
-      if (!fits) fail(n, "operand " + shape_str(s) + " does not fit " + shape_str(first.shape) + " outside dim " + std::to_string(d));
+      if (!fits)
+        fail(n, "operand " + shape_str(s) + " does not fit " + shape_str(first.shape) + " outside dim " +
+                    std::to_string(d));
       out[d] = checked_add(out[d], s[d]);
     }
     return {TensorType::contiguous(first.dtype, out)};
@@ -181,7 +193,8 @@ std::vector<TensorType> layout(const Node& n) {
   switch (n.op) {
     case Op::Permute: {
       auto dims = n.attr_ints("dims");
-      if (static_cast<int64_t>(dims.size()) != rank) fail(n, "dims has " + std::to_string(dims.size()) + " entries for rank " + std::to_string(rank));
+      if (static_cast<int64_t>(dims.size()) != rank)
+        fail(n, "dims has " + std::to_string(dims.size()) + " entries for rank " + std::to_string(rank));
       std::vector<bool> seen(rank, false);
       for (int64_t d : dims) {
         int64_t nd = normalize_dim(d, rank);
@@ -203,8 +216,10 @@ std::vector<TensorType> layout(const Node& n) {
     }
     case Op::Squeeze: {
       std::vector<int64_t> dims;
-      if (n.has_attr("dims")) dims = n.attr_ints("dims");
-      else for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+      if (n.has_attr("dims"))
+        dims = n.attr_ints("dims");
+      else
+        for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
       for (auto& d : dims) d = normalize_dim(d, rank);
       for (int64_t d = 0; d < rank; ++d) {
         bool drop = in.shape[d] == 1 && std::find(dims.begin(), dims.end(), d) != dims.end();
@@ -224,7 +239,8 @@ std::vector<TensorType> layout(const Node& n) {
       if (rank == 0) fail(n, "cannot select from a 0-d tensor");
       int64_t d = normalize_dim(n.attr_int("dim"), rank);
       int64_t idx = n.attr_int("index");
-      if (idx < -in.shape[d] || idx >= in.shape[d]) fail(n, "index " + std::to_string(idx) + " out of range for dim of size " + std::to_string(in.shape[d]));
+      if (idx < -in.shape[d] || idx >= in.shape[d])
+        fail(n, "index " + std::to_string(idx) + " out of range for dim of size " + std::to_string(in.shape[d]));
       t.shape = in.shape;
       t.strides = in.strides;
       t.shape.erase(t.shape.begin() + d);
@@ -238,8 +254,10 @@ std::vector<TensorType> layout(const Node& n) {
       t.shape = s;
       t.strides.assign(s.size(), 0);
       for (size_t i = 0; i < in.shape.size(); ++i) {
-        if (in.shape[i] == s[off + i]) t.strides[off + i] = in.strides[i];
-        else if (in.shape[i] != 1) fail(n, "cannot expand " + shape_str(in.shape) + " to " + shape_str(s));
+        if (in.shape[i] == s[off + i])
+          t.strides[off + i] = in.strides[i];
+        else if (in.shape[i] != 1)
+          fail(n, "cannot expand " + shape_str(in.shape) + " to " + shape_str(s));
       }
       return {t};
     }
@@ -336,8 +354,10 @@ bool broadcasts_to(const Shape& from, const Shape& to) {
 namespace {
 std::vector<TensorType> infer_shapes(const Node& n) {
   switch (op_kind(n.op)) {
-    case OpKind::Pointwise: return pointwise(n);
-    case OpKind::Reduction: return reduction(n);
+    case OpKind::Pointwise:
+      return pointwise(n);
+    case OpKind::Reduction:
+      return reduction(n);
     case OpKind::Window: {
       const TensorType& x = operand_type(n, 0);
       const PoolSpec p = *pool_spec(n, x.shape);
@@ -348,9 +368,12 @@ std::vector<TensorType> infer_shapes(const Node& n) {
     case OpKind::Scan:
       normalize_dim(n.attr_int("dim"), static_cast<int64_t>(operand_type(n, 0).shape.size()));
       return {TensorType::contiguous(n.results[0]->type.dtype, operand_type(n, 0).shape)};
-    case OpKind::Matmul: return matmul(n);
-    case OpKind::Conv: return convolution(n);
-    case OpKind::Layout: return layout(n);
+    case OpKind::Matmul:
+      return matmul(n);
+    case OpKind::Conv:
+      return convolution(n);
+    case OpKind::Layout:
+      return layout(n);
     case OpKind::Opaque: {
       std::vector<TensorType> declared;
       for (Value* r : n.results) declared.push_back(r->type);

@@ -15,13 +15,19 @@ std::optional<DType> common_dtype(Op op, const PromotionOperands& operands) {
 
 std::optional<DType> result_dtype(Op op, const PromotionOperands& operands) {
   switch (op_info(op).result_dtype) {
-    case ResultDType::Declared: return std::nullopt;
-    case ResultDType::Compare: case ResultDType::Logical: return DType::boolean;
-    case ResultDType::Index: return DType::i64;
+    case ResultDType::Declared:
+      return std::nullopt;
+    case ResultDType::Compare:
+    case ResultDType::Logical:
+      return DType::boolean;
+    case ResultDType::Index:
+      return DType::i64;
     case ResultDType::First:
       if (operands.empty() || !operands[0]) return std::nullopt;
       return operands[0]->dtype;
-    case ResultDType::Promote: case ResultDType::PromoteTail: return common_dtype(op, operands);
+    case ResultDType::Promote:
+    case ResultDType::PromoteTail:
+      return common_dtype(op, operands);
     case ResultDType::Float: {
       std::optional<DType> d = common_dtype(op, operands);
       if (d && !is_floating(*d)) d = DType::f32;  // ATen's promote_integer_inputs_to_float
@@ -34,7 +40,8 @@ std::optional<DType> result_dtype(Op op, const PromotionOperands& operands) {
 PromotionOperand promotion_operand(const Operand& o) {
   if (!o.is_value()) {
     DType category = o.literal.kind == Scalar::Kind::Float ? DType::f64
-                     : o.literal.kind == Scalar::Kind::Int ? DType::i64 : DType::boolean;
+                     : o.literal.kind == Scalar::Kind::Int ? DType::i64
+                                                           : DType::boolean;
     return PromotionOperand::number_of(category);
   }
   // A `scalar` input too: capture lifts a Python number only where the 0-d
@@ -54,8 +61,10 @@ DType operand_dtype(const Node& n) {
     case ResultDType::Compare:
       if (auto d = common_dtype(n.op, promotion_operands(n))) return *d;
       break;
-    case ResultDType::Logical: return DType::boolean;
-    default: break;
+    case ResultDType::Logical:
+      return DType::boolean;
+    default:
+      break;
   }
   return n.result()->type.dtype;
 }

@@ -56,7 +56,8 @@ void verify(const Graph& g) {
     for (size_t i = 0; i < expected.size(); ++i) {
       const TensorType& got = n.results[i]->type;
       if (got.shape != expected[i].shape || got.dtype != expected[i].dtype)
-        throw IRError(where() + "result type " + type_str(got) + " does not match the op's rule " + type_str(expected[i]));
+        throw IRError(where() + "result type " + type_str(got) + " does not match the op's rule " +
+                      type_str(expected[i]));
       if (op_kind(n.op) == OpKind::Layout && got.strides != expected[i].strides)
         throw IRError(where() + "result strides " + type_str(got) + " differ from the view's " + type_str(expected[i]));
       if (got.strides.size() != got.shape.size()) throw IRError(where() + "stride count differs from the rank");

@@ -31,7 +31,8 @@ class BroadcastBmmToMm : public Pass {
       const TensorType& y = n->result()->type;
       const int64_t rows = a.shape[0] * a.shape[1];
       Node* a2 = view(g, n, n->input(0), {rows, a.shape[2]});
-      if (matrix->type.shape.size() == 3) matrix = view(g, n, matrix, {matrix->type.shape[1], matrix->type.shape[2]})->result();
+      if (matrix->type.shape.size() == 3)
+        matrix = view(g, n, matrix, {matrix->type.shape[1], matrix->type.shape[2]})->result();
       Node* mm = g.insert_before(n, Op::Mm, {Operand::of(a2->result()), Operand::of(matrix)},
                                  {TensorType::contiguous(y.dtype, {rows, y.shape[2]})});
       Node* back = g.insert_before(n, Op::View, {Operand::of(mm->result())}, {y});

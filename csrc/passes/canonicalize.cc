@@ -90,8 +90,13 @@ namespace {
 
 bool is_view_op(Op op) {
   switch (op) {
-    case Op::View: case Op::Permute: case Op::Expand: case Op::Unsqueeze:
-    case Op::Squeeze: case Op::Slice: case Op::Select:
+    case Op::View:
+    case Op::Permute:
+    case Op::Expand:
+    case Op::Unsqueeze:
+    case Op::Squeeze:
+    case Op::Slice:
+    case Op::Select:
       return true;
     default:
       return false;
@@ -110,10 +115,14 @@ bool representable(double v, DType t, bool allow_zero = false) {
 // Smallest positive normal value of a float dtype.
 double min_normal(DType t) {
   switch (t) {
-    case DType::f16: return std::ldexp(1.0, -14);
-    case DType::bf16: return static_cast<double>(std::numeric_limits<float>::min());
-    case DType::f32: return static_cast<double>(std::numeric_limits<float>::min());
-    default: return std::numeric_limits<double>::min();
+    case DType::f16:
+      return std::ldexp(1.0, -14);
+    case DType::bf16:
+      return static_cast<double>(std::numeric_limits<float>::min());
+    case DType::f32:
+      return static_cast<double>(std::numeric_limits<float>::min());
+    default:
+      return std::numeric_limits<double>::min();
   }
 }
 
@@ -155,8 +164,8 @@ double shortest_literal(double c, DType ct) {
 std::optional<Scalar> fold_chain(Op op, const Scalar& a, const Scalar& b, DType t) {
   bool both_int = a.kind == Scalar::Kind::Int && b.kind == Scalar::Kind::Int;
   int64_t ic = 0;
-  bool int_ok = both_int && !(op == Op::Add ? __builtin_add_overflow(a.i, b.i, &ic)
-                                            : __builtin_mul_overflow(a.i, b.i, &ic));
+  bool int_ok =
+      both_int && !(op == Op::Add ? __builtin_add_overflow(a.i, b.i, &ic) : __builtin_mul_overflow(a.i, b.i, &ic));
   if (is_integral(t)) {
     // Two's-complement add and mul are associative: always exact.
     if (!int_ok || !int_fits(ic, t)) return std::nullopt;
@@ -187,11 +196,17 @@ std::optional<Scalar> fold_chain(Op op, const Scalar& a, const Scalar& b, DType 
 bool lossless_cast(DType from, DType via) {
   if (from == via) return true;
   switch (from) {
-    case DType::boolean: return true;
-    case DType::f16: case DType::bf16: return via == DType::f32 || via == DType::f64;
-    case DType::f32: return via == DType::f64;
-    case DType::i32: return via == DType::i64 || via == DType::f64;
-    default: return false;
+    case DType::boolean:
+      return true;
+    case DType::f16:
+    case DType::bf16:
+      return via == DType::f32 || via == DType::f64;
+    case DType::f32:
+      return via == DType::f64;
+    case DType::i32:
+      return via == DType::i64 || via == DType::f64;
+    default:
+      return false;
   }
 }
 
@@ -400,42 +415,52 @@ bool reduce_unit_extents(Rewriter& rw, Node* n) {
 const Rule kRules[] = {
     // ---- add / sub
     {Op::Add, "add-literal-to-rhs", literal_to_rhs},
-    {Op::Add, "add-zero", [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 0.0) && rw.forward(n, n->input(0)); }},
+    {Op::Add, "add-zero",
+     [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 0.0) && rw.forward(n, n->input(0)); }},
     {Op::Add, "add-literal-chain", fold_literal_chain},
-    {Op::Add, "add-neg-rhs", [](Rewriter& rw, Node* n) {
+    {Op::Add, "add-neg-rhs",
+     [](Rewriter& rw, Node* n) {
        Node* ng = Rewriter::def(n, 1, Op::Neg);
        return ng && n->operands[0].is_value() && rw.rewrite(n, Op::Sub, {n->operands[0], ng->operands[0]});
      }},
-    {Op::Add, "add-neg-lhs", [](Rewriter& rw, Node* n) {
+    {Op::Add, "add-neg-lhs",
+     [](Rewriter& rw, Node* n) {
        Node* ng = Rewriter::def(n, 0, Op::Neg);
        return ng && n->operands[1].is_value() && rw.rewrite(n, Op::Sub, {n->operands[1], ng->operands[0]});
      }},
-    {Op::Sub, "sub-literal-to-add", [](Rewriter& rw, Node* n) {
+    {Op::Sub, "sub-literal-to-add",
+     [](Rewriter& rw, Node* n) {
        const Scalar* c = Rewriter::lit(n, 1);
        if (!c || !n->operands[0].is_value()) return false;
        auto neg = negate(*c, dtype_of(n));
        return neg && rw.rewrite(n, Op::Add, {n->operands[0], Operand::of(*neg)});
      }},
-    {Op::Sub, "sub-neg", [](Rewriter& rw, Node* n) {
+    {Op::Sub, "sub-neg",
+     [](Rewriter& rw, Node* n) {
        Node* ng = Rewriter::def(n, 1, Op::Neg);
        return ng && n->operands[0].is_value() && rw.rewrite(n, Op::Add, {n->operands[0], ng->operands[0]});
      }},
     // ---- mul / div / neg / pow
     {Op::Mul, "mul-literal-to-rhs", literal_to_rhs},
-    {Op::Mul, "mul-one", [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 1.0) && rw.forward(n, n->input(0)); }},
-    {Op::Mul, "mul-minus-one", [](Rewriter& rw, Node* n) {
+    {Op::Mul, "mul-one",
+     [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 1.0) && rw.forward(n, n->input(0)); }},
+    {Op::Mul, "mul-minus-one",
+     [](Rewriter& rw, Node* n) {
        return Rewriter::lit_is(n, 1, -1.0) && n->operands[0].is_value() && rw.rewrite(n, Op::Neg, {n->operands[0]});
      }},
     {Op::Mul, "mul-literal-chain", fold_literal_chain},
-    {Op::Mul, "mul-neg-literal", [](Rewriter& rw, Node* n) {
+    {Op::Mul, "mul-neg-literal",
+     [](Rewriter& rw, Node* n) {
        Node* ng = Rewriter::def(n, 0, Op::Neg);
        const Scalar* c = Rewriter::lit(n, 1);
        if (!ng || !c) return false;
        auto neg = negate(*c, dtype_of(n));
        return neg && rw.rewrite(n, Op::Mul, {ng->operands[0], Operand::of(*neg)});
      }},
-    {Op::Div, "div-one", [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 1.0) && rw.forward(n, n->input(0)); }},
-    {Op::Div, "div-pow2-to-mul", [](Rewriter& rw, Node* n) {
+    {Op::Div, "div-one",
+     [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 1.0) && rw.forward(n, n->input(0)); }},
+    {Op::Div, "div-pow2-to-mul",
+     [](Rewriter& rw, Node* n) {
        const Scalar* c = Rewriter::lit(n, 1);
        Value* x = n->input(0);
        DType t = dtype_of(n);
@@ -444,33 +469,38 @@ const Rule kRules[] = {
        if (!is_pow2(cv) || !representable(cv, t) || !representable(1.0 / cv, t)) return false;
        return rw.rewrite(n, Op::Mul, {Operand::of(x), Operand::of(Scalar::of_float(1.0 / cv))});
      }},
-    {Op::Neg, "neg-neg", [](Rewriter& rw, Node* n) {
+    {Op::Neg, "neg-neg",
+     [](Rewriter& rw, Node* n) {
        Node* inner = Rewriter::def(n, 0, Op::Neg);
        return inner && rw.forward(n, inner->input(0));
      }},
-    {Op::Neg, "neg-mul-literal", [](Rewriter& rw, Node* n) {
+    {Op::Neg, "neg-mul-literal",
+     [](Rewriter& rw, Node* n) {
        Node* m = Rewriter::def(n, 0, Op::Mul);
        const Scalar* c = m ? Rewriter::lit(m, 1) : nullptr;
        if (!c || !m->operands[0].is_value()) return false;
        auto neg = negate(*c, dtype_of(m));
        return neg && rw.rewrite(n, Op::Mul, {m->operands[0], Operand::of(*neg)});
      }},
-    {Op::Pow, "pow-one", [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 1.0) && rw.forward(n, n->input(0)); }},
+    {Op::Pow, "pow-one",
+     [](Rewriter& rw, Node* n) { return Rewriter::lit_is(n, 1, 1.0) && rw.forward(n, n->input(0)); }},
     // ---- casts and copies
     {Op::Cast, "cast-same-type", [](Rewriter& rw, Node* n) { return rw.forward(n, n->input(0)); }},
-    {Op::Cast, "cast-lossless-cast", [](Rewriter& rw, Node* n) {
+    {Op::Cast, "cast-lossless-cast",
+     [](Rewriter& rw, Node* n) {
        Node* inner = Rewriter::def(n, 0, Op::Cast);
        Value* x = inner ? inner->input(0) : nullptr;
        if (!x) return false;
        return lossless_cast(x->type.dtype, dtype_of(inner)) && rw.rewrite(n, Op::Cast, {Operand::of(x)});
      }},
     {Op::Copy, "copy-elide", [](Rewriter& rw, Node* n) { return rw.forward(n, n->input(0)); }},
-    {Op::Cat, "cat-single", [](Rewriter& rw, Node* n) { return n->operands.size() == 1 && rw.forward(n, n->input(0)); }},
+    {Op::Cat, "cat-single",
+     [](Rewriter& rw, Node* n) { return n->operands.size() == 1 && rw.forward(n, n->input(0)); }},
     // ---- where
-    {Op::Where, "where-same-branches", [](Rewriter& rw, Node* n) {
-       return n->input(1) && n->input(1) == n->input(2) && rw.forward(n, n->input(1));
-     }},
-    {Op::Where, "where-literal-condition", [](Rewriter& rw, Node* n) {
+    {Op::Where, "where-same-branches",
+     [](Rewriter& rw, Node* n) { return n->input(1) && n->input(1) == n->input(2) && rw.forward(n, n->input(1)); }},
+    {Op::Where, "where-literal-condition",
+     [](Rewriter& rw, Node* n) {
        const Operand& c = n->operands[0];
        if (c.is_value() || c.literal.kind != Scalar::Kind::Bool) return false;
        return rw.forward(n, n->input(c.literal.i ? 1 : 2));
@@ -483,7 +513,8 @@ const Rule kRules[] = {
     {Op::Squeeze, "view-chain-identity", view_chain_identity},
     {Op::Slice, "view-chain-identity", view_chain_identity},
     {Op::Select, "view-chain-identity", view_chain_identity},
-    {Op::Permute, "permute-permute", [](Rewriter& rw, Node* n) {
+    {Op::Permute, "permute-permute",
+     [](Rewriter& rw, Node* n) {
        Node* inner = Rewriter::def(n, 0, Op::Permute);
        if (!inner || !inner->input(0)) return false;
        int64_t rank = static_cast<int64_t>(inner->input(0)->type.shape.size());
@@ -495,7 +526,8 @@ const Rule kRules[] = {
        attrs["dims"] = r;
        return rw.rewrite(n, Op::Permute, {inner->operands[0]}, attrs);
      }},
-    {Op::View, "view-view", [](Rewriter& rw, Node* n) {
+    {Op::View, "view-view",
+     [](Rewriter& rw, Node* n) {
        Node* inner = Rewriter::def(n, 0, Op::View);
        if (!inner || !inner->input(0) || !inner->input(0)->type.is_contiguous()) return false;
        return rw.rewrite(n, Op::View, {inner->operands[0]});

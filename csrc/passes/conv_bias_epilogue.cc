@@ -70,9 +70,12 @@ std::vector<DimGroup> reshape_groups(const Shape& from, const Shape& to) {
     if (i < from.size()) a *= from[i], grp.from.push_back(i++);
     if (j < to.size()) b *= to[j], grp.to.push_back(j++);
     while (a != b) {
-      if (a < b && i < from.size()) a *= from[i], grp.from.push_back(i++);
-      else if (b < a && j < to.size()) b *= to[j], grp.to.push_back(j++);
-      else return {};
+      if (a < b && i < from.size())
+        a *= from[i], grp.from.push_back(i++);
+      else if (b < a && j < to.size())
+        b *= to[j], grp.to.push_back(j++);
+      else
+        return {};
     }
     groups.push_back(std::move(grp));
   }
@@ -149,7 +152,8 @@ class ConvBiasEpilogue : public Pass {
     per_channel[1] = t.shape[1];
     for (size_t d : grp.from) expanded[d] = t.shape[d];
     for (size_t d : grp.to) reshaped[d] = r.shape[d];
-    Value* b = g.insert_before(reshape, Op::View, {Operand::of(bias)}, {TensorType::contiguous(t.dtype, per_channel)})->result();
+    Value* b = g.insert_before(reshape, Op::View, {Operand::of(bias)}, {TensorType::contiguous(t.dtype, per_channel)})
+                   ->result();
     if (expanded != per_channel) {
       TensorType wide = TensorType::contiguous(t.dtype, expanded);
       wide.strides = TensorType::contiguous(t.dtype, per_channel).strides;

@@ -49,9 +49,9 @@ namespace {
 bool keeps_memory_format(const Node& n) {
   if (op_kind(n.op) == OpKind::Window) return true;
   if (n.op != Op::Opaque || !n.has_attr("target")) return false;
-  static const std::set<std::string> targets{
-      "aten.max_pool2d.default", "aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default",
-      "aten.max_pool3d.default", "aten.max_pool3d_with_indices.default"};
+  static const std::set<std::string> targets{"aten.max_pool2d.default", "aten.max_pool2d_with_indices.default",
+                                             "aten.avg_pool2d.default", "aten.max_pool3d.default",
+                                             "aten.max_pool3d_with_indices.default"};
   return targets.count(n.attr_string("target")) != 0;
 }
 
@@ -60,8 +60,14 @@ bool keeps_memory_format(const Node& n) {
 bool reads_any_layout(const Node& n) {
   if (n.op == Op::Convolution || keeps_memory_format(n)) return true;
   switch (n.op) {
-    case Op::Sum: case Op::Mean: case Op::Amax: case Op::Amin: case Op::Var: return true;
-    default: break;
+    case Op::Sum:
+    case Op::Mean:
+    case Op::Amax:
+    case Op::Amin:
+    case Op::Var:
+      return true;
+    default:
+      break;
   }
   return n.op == Op::Opaque && n.has_attr("target") && n.attr_string("target").rfind("aten.var_mean", 0) == 0;
 }
@@ -114,8 +120,10 @@ class ConvLayout : public Pass {
     std::unordered_set<const Node*> contiguous;  // convs that stay on contiguous operands
     for (auto& n : g.nodes()) {
       if (!candidate(g, *n)) continue;
-      if (prefers_channels_last(g, *n)) convs.push_back(n.get());
-      else contiguous.insert(n.get());
+      if (prefers_channels_last(g, *n))
+        convs.push_back(n.get());
+      else
+        contiguous.insert(n.get());
     }
     if (convs.empty()) return false;
     for (Node* conv : convs) {
@@ -129,8 +137,10 @@ class ConvLayout : public Pass {
       std::vector<Node*> copied_views;  // views that read the captured layout through a copy
       for (Node* u : g.users(y)) {
         if (op_kind(u->op) != OpKind::Layout) continue;
-        if (view_follows(g, *u, y->type)) u->result()->type.strides = *view_strides(y->type.shape, y->type.strides, u->result()->type.shape);
-        else copied_views.push_back(u);
+        if (view_follows(g, *u, y->type))
+          u->result()->type.strides = *view_strides(y->type.shape, y->type.strides, u->result()->type.shape);
+        else
+          copied_views.push_back(u);
       }
       if (g.is_graph_output(y) || !copied_views.empty()) keep_captured_layout(g, conv, captured, copied_views);
     }
@@ -204,8 +214,8 @@ class ConvLayout : public Pass {
   // A value computed from parameters, module buffers and constants only: its
   // conversion runs once, in the plan's prepare section, not per call.
   static bool from_weights(const Value& v) {
-    if (v.is_input()) return v.input_kind == InputKind::Param || v.input_kind == InputKind::Buffer ||
-                             v.input_kind == InputKind::Const;
+    if (v.is_input())
+      return v.input_kind == InputKind::Param || v.input_kind == InputKind::Buffer || v.input_kind == InputKind::Const;
     const Node* p = v.producer;
     if (p == nullptr || p->op == Op::Opaque) return false;
     for (const Operand& o : p->operands)
@@ -260,8 +270,7 @@ class ConvLayout : public Pass {
       Node& n = *np;
       if (!(follows_layout(n) || keeps_memory_format(n)) || n.results.empty()) continue;
       Value* r = n.result();
-      if (!placeable(g, r) || is_channels_last(r->type) || feeds(g, r, contiguous) || read_by_layout_op(g, r))
-        continue;
+      if (!placeable(g, r) || is_channels_last(r->type) || feeds(g, r, contiguous) || read_by_layout_op(g, r)) continue;
       // Pooling follows its input; the others, their operands of their own shape.
       bool reads_channels_last = false;
       for (const Operand& o : n.operands)
@@ -291,7 +300,8 @@ class ConvLayout : public Pass {
       x->type = channels_last(x->type);
       return;
     }
-    conv->operands[0] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(x)}, {channels_last(x->type)})->result());
+    conv->operands[0] =
+        Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(x)}, {channels_last(x->type)})->result());
   }
 };
 

@@ -30,7 +30,12 @@ namespace {
 
 bool commutative(Op op) {
   switch (op) {
-    case Op::Add: case Op::Mul: case Op::Eq: case Op::Ne: case Op::LogicalAnd: case Op::LogicalOr:
+    case Op::Add:
+    case Op::Mul:
+    case Op::Eq:
+    case Op::Ne:
+    case Op::LogicalAnd:
+    case Op::LogicalOr:
       return true;
     default:
       return false;
@@ -47,9 +52,12 @@ std::string operand_key(const Operand& o) {
   if (o.is_value()) return "v" + std::to_string(reinterpret_cast<uintptr_t>(o.value));
   const Scalar& s = o.literal;
   switch (s.kind) {
-    case Scalar::Kind::Float: return "f" + bits(s.f);
-    case Scalar::Kind::Int: return "i" + std::to_string(s.i);
-    case Scalar::Kind::Bool: return s.i ? "b1" : "b0";
+    case Scalar::Kind::Float:
+      return "f" + bits(s.f);
+    case Scalar::Kind::Int:
+      return "i" + std::to_string(s.i);
+    case Scalar::Kind::Bool:
+      return s.i ? "b1" : "b0";
   }
   return "?";
 }

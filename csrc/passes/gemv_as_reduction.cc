@@ -45,7 +45,8 @@ class GemvAsReduction : public Pass {
       std::swap(row[row.size() - 2], row[row.size() - 1]);
       Value* r = g.insert_before(n, Op::View, {Operand::of(v)}, {TensorType::contiguous(y.dtype, row)})->result();
       Value* p = g.insert_before(n, Op::Mul, {Operand::of(a), Operand::of(r)},
-                                 {TensorType::contiguous(y.dtype, a->type.shape)})->result();
+                                 {TensorType::contiguous(y.dtype, a->type.shape)})
+                     ->result();
       const int64_t last = static_cast<int64_t>(y.shape.size()) - 1;
       Node* sum = g.insert_before(n, Op::Sum, {Operand::of(p)}, {TensorType::contiguous(y.dtype, y.shape)},
                                   {{"dims", std::vector<int64_t>{last}}, {"keepdim", true}});

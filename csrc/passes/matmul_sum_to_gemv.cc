@@ -7,8 +7,8 @@
 //   %s = <scale chain>(%v)  (then a view to [M] when keepdim is false)
 //
 // since sum_j (a @ b)[i,j] = sum_k a[i,k] * (sum_j b[k,j]). bmm works alike per
-// batch; addmm (a linear layer) adds the bias's sum over the columns. The scale chain is what sum commutes with: mul/div by a scalar, neg.
-// An M x K x N GEMM becomes a K x N reduction and an M x K GEMV.
+// batch; addmm (a linear layer) adds the bias's sum over the columns. The scale chain is what sum commutes with:
+// mul/div by a scalar, neg. An M x K x N GEMM becomes a K x N reduction and an M x K GEMV.
 //
 // Accuracy: the new sums run in f64 (see rewrite), so the result is at least
 // as close to the exact value as eager's. f32/f64 only: f16/bf16 keep eager's
@@ -44,9 +44,9 @@ class MatmulSumToGemv : public Pass {
 
  private:
   struct Match {
-    Node* reduce;               // sum/mean over the last dim
-    Node* matmul;               // mm or bmm
-    std::vector<Node*> chain;   // scale ops from the matmul's result to the reduction, in order
+    Node* reduce;              // sum/mean over the last dim
+    Node* matmul;              // mm or bmm
+    std::vector<Node*> chain;  // scale ops from the matmul's result to the reduction, in order
   };
 
   static std::optional<Match> match(const Graph& g, Node& reduce) {
@@ -98,13 +98,16 @@ class MatmulSumToGemv : public Pass {
     Value* sums = nullptr;
     if (shape.empty() || shape.back() == 1) {  // one value per row, repeated over the N columns
       Value* wide = g.insert_before(at, Op::Cast, {Operand::of(bias)}, {f64_bias})->result();
-      sums = g.insert_before(at, Op::Mul, {Operand::of(wide), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
-                             {f64_bias})->result();
+      sums =
+          g.insert_before(at, Op::Mul, {Operand::of(wide), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
+                          {f64_bias})
+              ->result();
     } else {
       shape.back() = 1;
-      sums = g.insert_before(at, Op::Sum, {Operand::of(bias)}, {TensorType::contiguous(DType::f64, shape)},
-                             {{"dims", std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1}}, {"keepdim", true}})
-                 ->result();
+      sums =
+          g.insert_before(at, Op::Sum, {Operand::of(bias)}, {TensorType::contiguous(DType::f64, shape)},
+                          {{"dims", std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1}}, {"keepdim", true}})
+              ->result();
     }
     return g.insert_before(at, Op::Add, {Operand::of(v), Operand::of(sums)}, {v->type})->result();
   }
@@ -130,9 +133,11 @@ class MatmulSumToGemv : public Pass {
     if (addmm) v = add_bias_row_sums(g, at, m.matmul->input(0), v, columns);
     if (m.reduce->op == Op::Mean) {
       v = g.insert_before(at, Op::Div, {Operand::of(v), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
-                          {f64(out_shape)})->result();
+                          {f64(out_shape)})
+              ->result();
     }
-    if (dt != DType::f64) v = g.insert_before(at, Op::Cast, {Operand::of(v)}, {TensorType::contiguous(dt, out_shape)})->result();
+    if (dt != DType::f64)
+      v = g.insert_before(at, Op::Cast, {Operand::of(v)}, {TensorType::contiguous(dt, out_shape)})->result();
     for (Node* op : m.chain) {
       std::vector<Operand> operands = op->operands;
       operands[0] = Operand::of(v);

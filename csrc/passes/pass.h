@@ -64,8 +64,7 @@ class PassManager {
   // (at most `max_rounds` times). Verifies after every pass; a verifier error
   // names the pass that broke the graph. `trace`, if set, receives
   // (pass name, IR after the pass) for every pass that changed the graph.
-  void run(Graph& g, int max_rounds = 4,
-           const std::function<void(std::string_view, const Graph&)>& trace = {}) const;
+  void run(Graph& g, int max_rounds = 4, const std::function<void(std::string_view, const Graph&)>& trace = {}) const;
 
  private:
   std::vector<std::string> names_;

@@ -104,16 +104,16 @@ class RecomputePointwise : public Pass {
         if (!copied.count(o.value)) {
           if (shape == nullptr) continue;
           const Shape& from = c->result()->type.shape;
-          copied[o.value] = g.insert_before(user, Op::View, {Operand::of(o.value)},
-                                            {TensorType::contiguous(o.value->type.dtype,
-                                                                    *reshaped_operand(*o.value, from, *shape))})
-                                ->result();
+          copied[o.value] =
+              g.insert_before(user, Op::View, {Operand::of(o.value)},
+                              {TensorType::contiguous(o.value->type.dtype, *reshaped_operand(*o.value, from, *shape))})
+                  ->result();
         }
         o = Operand::of(copied.at(o.value));
       }
       const TensorType& t = c->result()->type;
-      last = g.insert_before(user, c->op, ops, {shape ? TensorType::contiguous(t.dtype, *shape) : t}, c->attrs)
-                 ->result();
+      last =
+          g.insert_before(user, c->op, ops, {shape ? TensorType::contiguous(t.dtype, *shape) : t}, c->attrs)->result();
       copied[c->result()] = last;
     }
     return last;
@@ -138,9 +138,7 @@ class RecomputePointwise : public Pass {
 
   static bool fuses(const Node& u) { return op_kind(u.op) == OpKind::Pointwise || fusion::is_kernel_reduction(u); }
 
-  static bool materialized(const Node* p) {
-    return p == nullptr || p->op == Op::Opaque || p->op == Op::Convolution;
-  }
+  static bool materialized(const Node* p) { return p == nullptr || p->op == Op::Opaque || p->op == Op::Convolution; }
 
   static bool pointwise_link(const Graph& g, const Node& n) {
     return op_kind(n.op) == OpKind::Pointwise && n.results.size() == 1 && !g.is_graph_output(n.result());
@@ -165,7 +163,8 @@ class RecomputePointwise : public Pass {
     for (const Node* c : chain) {
       if (c->result()->type.shape != from) return false;
       for (const Operand& o : c->operands)
-        if (!is_rank0(o) && o.value != &root && std::find(chain.begin(), chain.end(), o.value->producer) == chain.end() &&
+        if (!is_rank0(o) && o.value != &root &&
+            std::find(chain.begin(), chain.end(), o.value->producer) == chain.end() &&
             !reshaped_operand(*o.value, from, to))
           return false;
     }

@@ -26,7 +26,13 @@ namespace {
 
 bool reduces_dims(Op op) {
   switch (op) {
-    case Op::Sum: case Op::Mean: case Op::Amax: case Op::Amin: case Op::Prod: case Op::Var: case Op::Any:
+    case Op::Sum:
+    case Op::Mean:
+    case Op::Amax:
+    case Op::Amin:
+    case Op::Prod:
+    case Op::Var:
+    case Op::Any:
     case Op::Logsumexp:
       return true;
     default:

@@ -41,9 +41,8 @@ class ScaleMatmulOperand : public Pass {
       g.replace_all_uses(scale->result(), scale->input(0));
     }
     if (moves.empty()) return false;
-    g.erase_nodes_if([&](const Node* n) {
-      return std::any_of(moves.begin(), moves.end(), [&](auto& m) { return m.first == n; });
-    });
+    g.erase_nodes_if(
+        [&](const Node* n) { return std::any_of(moves.begin(), moves.end(), [&](auto& m) { return m.first == n; }); });
     return true;
   }
 

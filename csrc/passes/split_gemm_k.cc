@@ -31,7 +31,7 @@ namespace ff::passes {
 
 namespace {
 
-constexpr int64_t kTile = 128;       // the largest GEMM tile's side: a CTA each
+constexpr int64_t kTile = 128;        // the largest GEMM tile's side: a CTA each
 constexpr int64_t kTargetCtas = 128;  // about one wave on 132 SMs (H100, H200)
 constexpr int64_t kMinSlice = 256;    // K per slice at least: 8 k-blocks of 32
 
@@ -90,8 +90,7 @@ bool split(Graph& g, const Split& sp) {
   Node* sum = g.insert_before(n, Op::Sum, {Operand::of(bmm->result())}, {TensorType::contiguous(y.dtype, {m, cols})},
                               {{"dims", std::vector<int64_t>{0}}, {"keepdim", false}});
   Node* last = sum;
-  if (sp.bias)
-    last = g.insert_before(n, Op::Add, {Operand::of(sum->result()), Operand::of(n->input(0))}, {y});
+  if (sp.bias) last = g.insert_before(n, Op::Add, {Operand::of(sum->result()), Operand::of(n->input(0))}, {y});
   g.replace_all_uses(n->result(), last->result());
   g.erase_nodes(std::vector<Node*>{n});
   return true;

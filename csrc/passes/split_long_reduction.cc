@@ -37,15 +37,22 @@ namespace ff::passes {
 
 namespace {
 
-constexpr int64_t kFewRows = 1024;        // rows below which a reduction does not fill the GPU
-constexpr int64_t kMinElements = 1 << 20;  // smaller reductions are launch-bound either way
+constexpr int64_t kFewRows = 1024;          // rows below which a reduction does not fill the GPU
+constexpr int64_t kMinElements = 1 << 20;   // smaller reductions are launch-bound either way
 constexpr int64_t kPartialColumns = 16384;  // partial columns aimed at (partial_target)
-constexpr int64_t kMinChunk = 64;          // elements each partial reduces at least
+constexpr int64_t kMinChunk = 64;           // elements each partial reduces at least
 
 bool splittable_op(Op op) {
   switch (op) {
-    case Op::Sum: case Op::Mean: case Op::Amax: case Op::Amin: case Op::Var: case Op::Logsumexp: return true;
-    default: return false;
+    case Op::Sum:
+    case Op::Mean:
+    case Op::Amax:
+    case Op::Amin:
+    case Op::Var:
+    case Op::Logsumexp:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -124,7 +131,7 @@ std::optional<Shape> two_dim_view(const TensorType& x, const std::vector<bool>& 
 // view of it that makes its one long reduced dim two.
 struct NodeSplit {
   Split split;
-  std::vector<bool> mask;      // the reduced dims, of the view if any
+  std::vector<bool> mask;  // the reduced dims, of the view if any
   std::optional<Shape> view;
 };
 
@@ -188,7 +195,9 @@ class SplitLongReduction : public Pass {
     const int64_t correction = n->attr_int_or("correction", 1);
     if (n->op == Op::Var && length - correction <= 0) return false;  // eager's inf or nan: left to the op
     Value* x = n->input(0);
-    if (viewed) x = g.insert_before(n, Op::View, {Operand::of(x)}, {TensorType::contiguous(x->type.dtype, *plan->view)})->result();
+    if (viewed)
+      x = g.insert_before(n, Op::View, {Operand::of(x)}, {TensorType::contiguous(x->type.dtype, *plan->view)})
+              ->result();
     std::vector<int64_t> all;  // every reduced dim of x: the final reductions take them all
     for (size_t d = 0; d < mask.size(); ++d)
       if (mask[d]) all.push_back(static_cast<int64_t>(d));
@@ -208,8 +217,9 @@ class SplitLongReduction : public Pass {
       Value* between = final(Op::Var, means, {{"correction", int64_t{0}}});
       result = binary(g, n, Op::Add, within, Operand::of(between));
       if (correction != 0)
-        result = binary(g, n, Op::Mul, result,
-                        Operand::of(Scalar::of_float(static_cast<double>(length) / static_cast<double>(length - correction))));
+        result = binary(
+            g, n, Op::Mul, result,
+            Operand::of(Scalar::of_float(static_cast<double>(length) / static_cast<double>(length - correction))));
     } else {
       Attrs extra = n->attrs;
       extra.erase("dims");

@@ -29,14 +29,18 @@ GemmPolicy parse_gemm_policy(std::string_view name) {
   if (name.empty() || name == "auto" || name == "f32") return GemmPolicy::Auto;
   if (name == "all" || name == "1") return GemmPolicy::All;
   if (name == "off" || name == "0") return GemmPolicy::Off;
-  throw std::invalid_argument("GEMM kernel policy '" + std::string(name) + "' is unknown; expected auto (f32), all (1) or off (0)");
+  throw std::invalid_argument("GEMM kernel policy '" + std::string(name) +
+                              "' is unknown; expected auto (f32), all (1) or off (0)");
 }
 
 std::vector<DType> gemm_dtypes(GemmPolicy policy, Precision precision) {
   switch (policy) {
-    case GemmPolicy::All: return {DType::f32, DType::f16, DType::bf16};
-    case GemmPolicy::Off: return {};
-    case GemmPolicy::Auto: break;
+    case GemmPolicy::All:
+      return {DType::f32, DType::f16, DType::bf16};
+    case GemmPolicy::Off:
+      return {};
+    case GemmPolicy::Auto:
+      break;
   }
   return precision == Precision::fp32 ? std::vector<DType>{DType::f32} : std::vector<DType>{};
 }
@@ -59,13 +63,19 @@ CompileOptions parse_compile_flags(std::string_view flags) {
   for (std::string f; in >> f;) {
     const size_t eq = f.find('=');
     const std::string key = f.substr(0, eq), value = eq == std::string::npos ? "" : f.substr(eq + 1);
-    if (key == "--arch" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) o.arch = std::stoi(value);
-    else if (key == "--precision") o.precision = parse_precision(value);
-    else if (key == "--gemm") gemm = parse_gemm_policy(value);
-    else if (key == "--conv") set_conv_policy(o, value);
-    else if (f == "--autotune") o.autotune = true;
-    else throw std::invalid_argument("unknown or malformed flag '" + f +
-                                     "' (flags: --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune)");
+    if (key == "--arch" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos)
+      o.arch = std::stoi(value);
+    else if (key == "--precision")
+      o.precision = parse_precision(value);
+    else if (key == "--gemm")
+      gemm = parse_gemm_policy(value);
+    else if (key == "--conv")
+      set_conv_policy(o, value);
+    else if (f == "--autotune")
+      o.autotune = true;
+    else
+      throw std::invalid_argument("unknown or malformed flag '" + f +
+                                  "' (flags: --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune)");
   }
   o.gemm_dtypes = gemm_dtypes(gemm, o.precision);
   return o;
@@ -76,9 +86,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   std::unique_ptr<Graph> graph = parse(ir_text);
   verify(*graph);
   out.ir_before = print(*graph);
-  auto trace = [&](std::string_view pass, const Graph& g) {
-    out.pass_trace.emplace_back(std::string(pass), print(g));
-  };
+  auto trace = [&](std::string_view pass, const Graph& g) { out.pass_trace.emplace_back(std::string(pass), print(g)); };
   passes::PassOptions pass_options;
   pass_options.tf32 = options.precision == Precision::tf32;
   pass_options.eager_conv_tf32 = options.eager_conv_tf32;
@@ -90,15 +98,18 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   pass_options.conv_direct = options.conv_direct;
   auto run = [&](const std::vector<std::string>& names) {
     passes::PassManager pm(names, pass_options);
-    if (options.trace_passes) pm.run(*graph, 4, trace);
-    else pm.run(*graph);
+    if (options.trace_passes)
+      pm.run(*graph, 4, trace);
+    else
+      pm.run(*graph);
   };
   run(options.passes.empty() ? passes::default_pipeline() : options.passes);
   // After the others, so that they see the final epilogues; only where f32
   // matmuls become GEMM kernels, which then run split along K or write block
   // partials.
   const auto& dtypes = options.gemm_dtypes;
-  if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end()) run({"split_gemm_k", "split_gemm_reduction"});
+  if (std::find(dtypes.begin(), dtypes.end(), DType::f32) != dtypes.end())
+    run({"split_gemm_k", "split_gemm_reduction"});
   // Last and alone: cse would merge its copies back.
   if (options.passes.empty()) run({"recompute_pointwise"});
   out.ir_after = print(*graph);
@@ -118,7 +129,8 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
     const fusion::Scheduler& scheduler = fusion::scheduler_for(group.kind);
     const int id = static_cast<int>(i);
     out.kernels.push_back(scheduler.generate(group, id, fo));
-    out.kernel_variants.push_back(fo.variants ? scheduler.variants(group, id, fo) : std::vector<codegen::KernelSource>{});
+    out.kernel_variants.push_back(fo.variants ? scheduler.variants(group, id, fo)
+                                              : std::vector<codegen::KernelSource>{});
   }
   out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants);
   return out;

@@ -42,17 +42,17 @@ struct CompileOptions {
   std::vector<std::string> passes;  // empty: passes::default_pipeline()
   bool trace_passes = false;        // record the IR after every pass that changed it
   Precision precision = Precision::fp32;
-  std::vector<DType> gemm_dtypes;   // matmuls of these dtypes as generated GEMM kernels (gemm_dtypes())
+  std::vector<DType> gemm_dtypes;  // matmuls of these dtypes as generated GEMM kernels (gemm_dtypes())
   // Convolutions of these dtypes may run as generated implicit-GEMM kernels
   // (where the cost model prefers them to cuDNN); empty: none.
   std::vector<DType> conv_dtypes;
-  bool conv_always = false;         // every conv a kernel covers, not only where the cost model prefers it
+  bool conv_always = false;  // every conv a kernel covers, not only where the cost model prefers it
   // 2-D f32 convs may run as generated direct kernels (IEEE f32, any layout;
   // codegen/cuda/conv_direct.h) where the cost model prefers them to cuDNN.
   bool conv_direct = true;
-  bool autotune = false;            // also every other candidate kernel of each group (timed at first run)
-  int arch = 0;                     // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
-  bool reductions = true;           // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
+  bool autotune = false;   // also every other candidate kernel of each group (timed at first run)
+  int arch = 0;            // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
+  bool reductions = true;  // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
   // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
   // under the user's flags, as probed on the GPU (conv_precision.cc), and
   // whether it timed faster channels-last (autotuning; conv_layout.cc).
@@ -77,11 +77,11 @@ void set_conv_policy(CompileOptions& o, std::string_view policy);
 
 // Each stage's output: the pipeline's diagnostics and the plan that runs.
 struct CompiledGraph {
-  std::string ir_before;                              // as captured (verified)
-  std::string ir_after;                               // after passes
-  std::vector<std::pair<std::string, std::string>> pass_trace;  // (pass, IR after it)
-  fusion::Partition partition;                        // its nodes are the plan's graph's
-  std::vector<codegen::KernelSource> kernels;         // one per partition group
+  std::string ir_before;                                            // as captured (verified)
+  std::string ir_after;                                             // after passes
+  std::vector<std::pair<std::string, std::string>> pass_trace;      // (pass, IR after it)
+  fusion::Partition partition;                                      // its nodes are the plan's graph's
+  std::vector<codegen::KernelSource> kernels;                       // one per partition group
   std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (autotune)
   plan::Plan plan;
 };

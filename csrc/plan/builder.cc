@@ -19,20 +19,31 @@ using Role = Buffer::Role;
 // kernel can read the source's memory with the view's strides.
 bool address_keeping_view(const Node& n) {
   switch (n.op) {
-    case Op::Permute: case Op::Expand: case Op::Unsqueeze: case Op::Squeeze: return n.results.size() == 1;
+    case Op::Permute:
+    case Op::Expand:
+    case Op::Unsqueeze:
+    case Op::Squeeze:
+      return n.results.size() == 1;
     // A reshape is a view only when it needs no copy.
-    case Op::View: return n.input(0) != nullptr && n.input(0)->type.is_contiguous() && n.result()->type.is_contiguous();
-    default: return false;
+    case Op::View:
+      return n.input(0) != nullptr && n.input(0)->type.is_contiguous() && n.result()->type.is_contiguous();
+    default:
+      return false;
   }
 }
 
 Role input_role(InputKind k) {
   switch (k) {
-    case InputKind::User: return Role::Input;
-    case InputKind::Param: return Role::Param;
-    case InputKind::Buffer: return Role::State;
-    case InputKind::Const: return Role::Const;
-    case InputKind::Scalar: return Role::Scalar;
+    case InputKind::User:
+      return Role::Input;
+    case InputKind::Param:
+      return Role::Param;
+    case InputKind::Buffer:
+      return Role::State;
+    case InputKind::Const:
+      return Role::Const;
+    case InputKind::Scalar:
+      return Role::Scalar;
   }
   return Role::Input;
 }
@@ -57,7 +68,8 @@ class Builder {
     for (auto& m : g.mutations()) p_.mutations.push_back({id(m.buffer), id(m.value)});
     for (int o : p_.outputs) mark_output(o);
     for (auto& m : p_.mutations) mark_output(m.value);
-    for (size_t i = 0; i < part_.groups.size(); ++i) p_.kernels.push_back(kernel(part_.groups[i], sources.at(i), variants.at(i)));
+    for (size_t i = 0; i < part_.groups.size(); ++i)
+      p_.kernels.push_back(kernel(part_.groups[i], sources.at(i), variants.at(i)));
     std::vector<Step> steps;
     for (const fusion::Step& s : part_.steps) {
       if (s.kind == fusion::Step::Kind::Kernel) {
@@ -114,8 +126,10 @@ class Builder {
     st.node = &n;
     for (const Operand& o : n.operands) {
       Arg a;
-      if (o.is_value()) a.buffer = id(o.value);
-      else a.literal = o.literal;
+      if (o.is_value())
+        a.buffer = id(o.value);
+      else
+        a.literal = o.literal;
       st.operands.push_back(a);
     }
     for (const Value* r : n.results) st.results.push_back(id(r));
@@ -146,8 +160,14 @@ class Builder {
     for (const auto& n : ks.outputs) k.outputs.push_back(buffer(n));
     for (const auto& n : ks.inputs) k.inputs.push_back({buffer(n), -1, false});
     for (const auto& n : ks.scalars) k.scalars.push_back(buffer(n));
-    for (const auto& v : variants) k.variants.push_back({v.name, v.translation_unit(), {v.grid[0], v.grid[1], v.grid[2]},
-                                                         {v.block, v.block_y, 1}, v.shared_bytes, v.cutlass, v.sm90a});
+    for (const auto& v : variants)
+      k.variants.push_back({v.name,
+                            v.translation_unit(),
+                            {v.grid[0], v.grid[1], v.grid[2]},
+                            {v.block, v.block_y, 1},
+                            v.shared_bytes,
+                            v.cutlass,
+                            v.sm90a});
     k.graph = print(*fusion::extract_subgraph(group, ks.name), /*keep_names=*/true);
     for (const Value* v : group.inputs) k.graph_inputs.push_back(id(v));
     std::unordered_set<const Value*> outputs(group.outputs.begin(), group.outputs.end());
@@ -217,7 +237,9 @@ class Builder {
     }
     return out;
   }
-  std::vector<int> writes(const Step& s) const { return s.kind == Step::Kind::Launch ? p_.kernels[s.kernel].outputs : s.results; }
+  std::vector<int> writes(const Step& s) const {
+    return s.kind == Step::Kind::Launch ? p_.kernels[s.kernel].outputs : s.results;
+  }
 
   // A step joins the prepare section when it reads only parameters, module
   // buffers, constants and prepared values, is not an opaque ATen op (which
@@ -272,26 +294,40 @@ class Builder {
 
 std::string_view role_name(Buffer::Role r) {
   switch (r) {
-    case Role::Input: return "input";
-    case Role::Param: return "param";
-    case Role::State: return "state";
-    case Role::Const: return "const";
-    case Role::Scalar: return "scalar";
-    case Role::Temp: return "temp";
-    case Role::Output: return "output";
-    case Role::Prepared: return "prepared";
-    case Role::Alias: return "alias";
-    case Role::Interior: return "interior";
+    case Role::Input:
+      return "input";
+    case Role::Param:
+      return "param";
+    case Role::State:
+      return "state";
+    case Role::Const:
+      return "const";
+    case Role::Scalar:
+      return "scalar";
+    case Role::Temp:
+      return "temp";
+    case Role::Output:
+      return "output";
+    case Role::Prepared:
+      return "prepared";
+    case Role::Alias:
+      return "alias";
+    case Role::Interior:
+      return "interior";
   }
   return "?";
 }
 
 std::string_view step_kind_name(Step::Kind k) {
   switch (k) {
-    case Step::Kind::Launch: return "launch";
-    case Step::Kind::Call: return "call";
-    case Step::Kind::View: return "view";
-    case Step::Kind::Free: return "free";
+    case Step::Kind::Launch:
+      return "launch";
+    case Step::Kind::Call:
+      return "call";
+    case Step::Kind::View:
+      return "view";
+    case Step::Kind::Free:
+      return "free";
   }
   return "?";
 }

@@ -121,8 +121,10 @@ class Parser {
     for (int r = 0; r <= static_cast<int>(Buffer::Role::Interior) && !known; ++r)
       if (role_name(static_cast<Buffer::Role>(r)) == role) b.role = static_cast<Buffer::Role>(r), known = true;
     if (!known || b.role == Buffer::Role::Interior) fail("unknown buffer role '" + role + "'");
-    if (b.role == Buffer::Role::Alias) b.alias_of = buffer_ref(alias);
-    else if (!alias.empty()) fail("unexpected '" + alias + "' after the role");
+    if (b.role == Buffer::Role::Alias)
+      b.alias_of = buffer_ref(alias);
+    else if (!alias.empty())
+      fail("unexpected '" + alias + "' after the role");
     p_.buffers.push_back(std::move(b));
   }
 
@@ -137,15 +139,24 @@ class Parser {
     for (std::string field; in >> field;) {
       const size_t eq = field.find('=');
       const std::string key = field.substr(0, eq), value = eq == std::string::npos ? "" : field.substr(eq + 1);
-      if (key == "grid") k.grid = dims(value);
-      else if (key == "block") k.block = dims(value);
-      else if (key == "shared") k.shared_bytes = number(value);
-      else if (key == "vector") k.vector_width = number(value);
-      else if (key == "align") k.align_bytes = number(value);
-      else if (key == "variants") k.variants.resize(number(value));
-      else if (key == "cutlass" && value.empty()) k.cutlass = true;
-      else if (key == "sm90a" && value.empty()) k.sm90a = true;
-      else fail("unknown kernel field '" + field + "'");
+      if (key == "grid")
+        k.grid = dims(value);
+      else if (key == "block")
+        k.block = dims(value);
+      else if (key == "shared")
+        k.shared_bytes = number(value);
+      else if (key == "vector")
+        k.vector_width = number(value);
+      else if (key == "align")
+        k.align_bytes = number(value);
+      else if (key == "variants")
+        k.variants.resize(number(value));
+      else if (key == "cutlass" && value.empty())
+        k.cutlass = true;
+      else if (key == "sm90a" && value.empty())
+        k.sm90a = true;
+      else
+        fail("unknown kernel field '" + field + "'");
     }
     // Its graph: from 'graph @' to the '}' that closes it.
     std::string graph;
@@ -172,8 +183,7 @@ class Parser {
       size_t used = 0;
       const long long v = std::stoll(s, &used);
       if (used == s.size() && v >= 0) return v;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     fail("expected a non-negative integer, got '" + s + "'");
   }
   std::array<int64_t, 3> dims(const std::string& s) const {
@@ -224,8 +234,10 @@ class Parser {
       }
       for (const Operand& o : st.node->operands) {
         Arg a;
-        if (o.is_value()) a.buffer = buffer_ref("%" + o.value->name);
-        else a.literal = o.literal;
+        if (o.is_value())
+          a.buffer = buffer_ref("%" + o.value->name);
+        else
+          a.literal = o.literal;
         st.operands.push_back(a);
       }
       for (const Value* r : st.node->results) {
@@ -267,8 +279,10 @@ class Parser {
       k.inputs.push_back(in);
     }
     const std::string tail = s.substr(close + 1);
-    if (starts_with(tail, " scalars (") && tail.back() == ')') k.scalars = refs(tail.substr(10, tail.size() - 11));
-    else if (!tail.empty()) fail("unexpected '" + tail + "' after the launch");
+    if (starts_with(tail, " scalars (") && tail.back() == ')')
+      k.scalars = refs(tail.substr(10, tail.size() - 11));
+    else if (!tail.empty())
+      fail("unexpected '" + tail + "' after the launch");
     return st;
   }
 };

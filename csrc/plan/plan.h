@@ -34,10 +34,10 @@ namespace ff::plan {
 
 struct Buffer {
   enum class Role : uint8_t { Input, Param, State, Const, Scalar, Temp, Output, Prepared, Alias, Interior };
-  std::string name;    // the IR value's name
+  std::string name;  // the IR value's name
   TensorType type;
   Role role = Role::Temp;
-  int alias_of = -1;   // Alias: the buffer whose memory this one views (itself never an alias)
+  int alias_of = -1;  // Alias: the buffer whose memory this one views (itself never an alias)
 };
 // A buffer's lifetime: from the step that writes it to the free step after
 // its last read (temporaries; prepared values the run section does not read);
@@ -72,24 +72,24 @@ struct Kernel {
     bool cutlass = false, sm90a = false;  // as the kernel's own (a Hopper kernel's candidates are CUTLASS's)
   };
   std::string name;
-  std::vector<std::string> includes;        // its #include lines (not in the text form)
-  std::string source;                       // the CUDA code after them (not in the text form)
+  std::vector<std::string> includes;  // its #include lines (not in the text form)
+  std::string source;                 // the CUDA code after them (not in the text form)
   fusion::Group::Kind kind = fusion::Group::Kind::Pointwise;
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
   int shared_bytes = 0;
   int vector_width = 1;
-  bool cutlass = false;                     // compiled with CUTLASS's headers on the include path
-  bool sm90a = false;                       // built for sm_90a (wgmma): runs on sm_90 only
-  int align_bytes = 0;                      // every pointer must be aligned to it (else run op by op)
-  std::vector<int> outputs;                 // buffers, parameter order
+  bool cutlass = false;      // compiled with CUTLASS's headers on the include path
+  bool sm90a = false;        // built for sm_90a (wgmma): runs on sm_90 only
+  int align_bytes = 0;       // every pointer must be aligned to it (else run op by op)
+  std::vector<int> outputs;  // buffers, parameter order
   std::vector<KernelInput> inputs;
-  std::vector<int> scalars;                 // scalar-input buffers (passed as doubles)
+  std::vector<int> scalars;  // scalar-input buffers (passed as doubles)
   std::vector<Variant> variants;
-  std::string graph;                        // the group as a standalone graph (IR text, plan names)
-  std::vector<int> graph_inputs;            // the buffers `graph` takes, in its parameter order
-  std::vector<Step> nodes;                  // the group's nodes as call steps over buffers
+  std::string graph;              // the group as a standalone graph (IR text, plan names)
+  std::vector<int> graph_inputs;  // the buffers `graph` takes, in its parameter order
+  std::vector<Step> nodes;        // the group's nodes as call steps over buffers
 
-  std::string translation_unit() const {    // what NVRTC compiles: includes, then source
+  std::string translation_unit() const {  // what NVRTC compiles: includes, then source
     std::string tu;
     for (const auto& inc : includes) tu += inc + "\n";
     return tu + source;
@@ -108,12 +108,14 @@ std::string_view step_kind_name(Step::Kind k);
 
 struct Plan {
   std::string name;
-  std::unique_ptr<Graph> graph;   // owns the nodes Call/View steps point at
+  std::unique_ptr<Graph> graph;  // owns the nodes Call/View steps point at
   std::vector<Buffer> buffers;
   std::vector<Kernel> kernels;
-  std::vector<int> inputs;        // the graph's inputs, in order
-  std::vector<int> outputs;       // the graph's outputs, in order
-  struct Mutation { int buffer, value; };
+  std::vector<int> inputs;   // the graph's inputs, in order
+  std::vector<int> outputs;  // the graph's outputs, in order
+  struct Mutation {
+    int buffer, value;
+  };
   std::vector<Mutation> mutations;  // module buffers written back after the outputs
   std::vector<Step> prepare;
   std::vector<int> prepare_reads;  // the parameters, module buffers and constants prepare reads

@@ -58,9 +58,12 @@ class Printer {
     std::string out(step_kind_name(s.kind));
     switch (s.kind) {
       case Step::Kind::Call:
-      case Step::Kind::View: return out + " " + print_node(*s.node);
-      case Step::Kind::Free: return out + " " + refs(s.results);
-      case Step::Kind::Launch: break;
+      case Step::Kind::View:
+        return out + " " + print_node(*s.node);
+      case Step::Kind::Free:
+        return out + " " + refs(s.results);
+      case Step::Kind::Launch:
+        break;
     }
     const Kernel& k = p_.kernels[s.kernel];
     out += " @" + k.name + " (" + refs(k.outputs) + ") <- (";
@@ -98,7 +101,6 @@ class Printer {
     std::istringstream lines(k.graph);
     for (std::string line; std::getline(lines, line);) os_ << "    " << line << "\n";
   }
-
 };
 
 }  // namespace

@@ -22,12 +22,12 @@
 #include "passes/pass.h"
 #include "pipeline/compile.h"
 #include "python/op_bindings.h"
+#include "python/plan_bindings.h"
 #include "runtime/cache.h"
 #include "runtime/check.h"
 #include "runtime/compiler.h"
 #include "runtime/cuda_libs.h"
 #include "runtime/launcher.h"
-#include "python/plan_bindings.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -132,7 +132,6 @@ ff::CompileOptions make_options(const std::string& precision, const std::string&
   return o;
 }
 
-
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -149,80 +148,93 @@ NB_MODULE(_core, m) {
 
   ff::python::bind_op_registry(m);
 
-  m.def("normalize_ir", [](const std::string& text) {
-    auto g = ff::parse(text);
-    ff::verify(*g);
-    return ff::print(*g);
-  }, "text"_a, "Parses, verifies and prints IR text (raises ValueError on bad IR).");
-  m.def("run_passes", [](const std::string& text, const std::vector<std::string>& passes) {
-    auto g = ff::parse(text);
-    ff::verify(*g);
-    ff::passes::PassManager(passes).run(*g);
-    return ff::print(*g);
-  }, "text"_a, "passes"_a);
+  m.def(
+      "normalize_ir",
+      [](const std::string& text) {
+        auto g = ff::parse(text);
+        ff::verify(*g);
+        return ff::print(*g);
+      },
+      "text"_a, "Parses, verifies and prints IR text (raises ValueError on bad IR).");
+  m.def(
+      "run_passes",
+      [](const std::string& text, const std::vector<std::string>& passes) {
+        auto g = ff::parse(text);
+        ff::verify(*g);
+        ff::passes::PassManager(passes).run(*g);
+        return ff::print(*g);
+      },
+      "text"_a, "passes"_a);
   m.def("pass_names", &ff::passes::pass_names);
   m.def("default_pipeline", &ff::passes::default_pipeline);
   m.def("interpret", &interpret, "text"_a, "inputs"_a,
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
   m.attr("PRECISIONS") = ff::precision_names();
   nb::class_<ff::CompileOptions>(m, "CompileOptions", "How to compile (pipeline/compile.h).")
-      .def("__init__", [](ff::CompileOptions* o, const std::string& precision, const std::string& gemm, bool autotune,
-                          int arch, const std::vector<std::string>& passes, bool trace, bool reductions,
-                          const std::string& conv, const std::map<std::string, bool>& conv_tf32,
-                          const std::map<std::string, bool>& conv_channels_last,
-                          const std::map<std::string, std::pair<double, double>>& conv_cudnn_ms,
-                          const std::map<std::string, double>& conv_direct_ms) {
-        new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
-        set_conv_policy(*o, conv);
-        o->eager_conv_tf32 = conv_tf32;
-        o->conv_channels_last = conv_channels_last;
-        for (const auto& [sig, ms] : conv_cudnn_ms) o->conv_cudnn[sig] = ff::CudnnTimes{ms.first, ms.second};
-        o->conv_direct_ms = conv_direct_ms;
-      }, "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
-         "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "direct",
-         "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
-         "conv_cudnn_ms"_a = std::map<std::string, std::pair<double, double>>{},
-         "conv_direct_ms"_a = std::map<std::string, double>{},
-         "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
-         "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
-         "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
-         "capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR "
-         "after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). "
-         "conv: direct (2-D f32 convs may become generated direct kernels where the cost model prefers them to "
-         "cuDNN), auto (also implicit-GEMM kernels where the cost model puts them ahead of cuDNN as timed, "
-         "conv_cudnn_ms; none where CUTLASS's headers are missing), always (every conv "
-         "an implicit-GEMM kernel covers) or off. conv_tf32: per "
-         "conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it "
-         "IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per "
-         "signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); "
-         "conv_direct_ms: per signature, the direct kernel's milliseconds as timed.")
-      .def_prop_ro("precision", [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
-      .def_prop_ro("gemm_dtypes", [](const ff::CompileOptions& o) {
-        std::vector<std::string> out;
-        for (ff::DType d : o.gemm_dtypes) out.emplace_back(ff::dtype_name(d));
-        return out;
-      })
+      .def(
+          "__init__",
+          [](ff::CompileOptions* o, const std::string& precision, const std::string& gemm, bool autotune, int arch,
+             const std::vector<std::string>& passes, bool trace, bool reductions, const std::string& conv,
+             const std::map<std::string, bool>& conv_tf32, const std::map<std::string, bool>& conv_channels_last,
+             const std::map<std::string, std::pair<double, double>>& conv_cudnn_ms,
+             const std::map<std::string, double>& conv_direct_ms) {
+            new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
+            set_conv_policy(*o, conv);
+            o->eager_conv_tf32 = conv_tf32;
+            o->conv_channels_last = conv_channels_last;
+            for (const auto& [sig, ms] : conv_cudnn_ms) o->conv_cudnn[sig] = ff::CudnnTimes{ms.first, ms.second};
+            o->conv_direct_ms = conv_direct_ms;
+          },
+          "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
+          "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "direct",
+          "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
+          "conv_cudnn_ms"_a = std::map<std::string, std::pair<double, double>>{},
+          "conv_direct_ms"_a = std::map<std::string, double>{},
+          "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
+          "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
+          "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
+          "capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR "
+          "after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). "
+          "conv: direct (2-D f32 convs may become generated direct kernels where the cost model prefers them to "
+          "cuDNN), auto (also implicit-GEMM kernels where the cost model puts them ahead of cuDNN as timed, "
+          "conv_cudnn_ms; none where CUTLASS's headers are missing), always (every conv "
+          "an implicit-GEMM kernel covers) or off. conv_tf32: per "
+          "conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it "
+          "IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per "
+          "signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); "
+          "conv_direct_ms: per signature, the direct kernel's milliseconds as timed.")
+      .def_prop_ro("precision",
+                   [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
+      .def_prop_ro("gemm_dtypes",
+                   [](const ff::CompileOptions& o) {
+                     std::vector<std::string> out;
+                     for (ff::DType d : o.gemm_dtypes) out.emplace_back(ff::dtype_name(d));
+                     return out;
+                   })
       .def_ro("autotune", &ff::CompileOptions::autotune)
       .def_ro("reductions", &ff::CompileOptions::reductions)
       .def_ro("arch", &ff::CompileOptions::arch);
   ff::python::bind_plan(m);
-  m.def("compile", [](const std::string& text, const ff::CompileOptions& options) {
-    return ff::compile_graph(text, options);
-  }, "text"_a, "options"_a, "Compiles IR text: passes, fusion, CUDA generation and the plan (a Compiled).");
+  m.def(
+      "compile",
+      [](const std::string& text, const ff::CompileOptions& options) { return ff::compile_graph(text, options); },
+      "text"_a, "options"_a, "Compiles IR text: passes, fusion, CUDA generation and the plan (a Compiled).");
   m.def("convolutions", &convolutions, "text"_a,
         "The graph's convolutions: signature, dtype, input/weight types, parameters, fp32_precision and "
         "whether the result is channels-last (for the precision probe and diagnostics).");
 
-  m.def("nvrtc_compile", [](const std::string& source, const std::string& name, int arch, bool cutlass,
-                            const std::vector<std::string>& options, bool sm90a) {
-    std::vector<std::string> opts = ff::python::kernel_options(cutlass);
-    opts.insert(opts.end(), options.begin(), options.end());
-    auto k = ff::runtime::compile_cached(source, name, arch, opts, sm90a);
-    return nb::make_tuple(k.is_cubin, k.image.size(), k.log);
-  }, "source"_a, "name"_a, "arch"_a, "cutlass"_a = false, "options"_a = std::vector<std::string>{},
-     "sm90a"_a = false,
-     "Compiles with NVRTC (disk-cached; `options` added to the defaults; sm90a: for the arch-specific "
-     "sm_90a target); returns (is_cubin, image bytes, log).");
+  m.def(
+      "nvrtc_compile",
+      [](const std::string& source, const std::string& name, int arch, bool cutlass,
+         const std::vector<std::string>& options, bool sm90a) {
+        std::vector<std::string> opts = ff::python::kernel_options(cutlass);
+        opts.insert(opts.end(), options.begin(), options.end());
+        auto k = ff::runtime::compile_cached(source, name, arch, opts, sm90a);
+        return nb::make_tuple(k.is_cubin, k.image.size(), k.log);
+      },
+      "source"_a, "name"_a, "arch"_a, "cutlass"_a = false, "options"_a = std::vector<std::string>{}, "sm90a"_a = false,
+      "Compiles with NVRTC (disk-cached; `options` added to the defaults; sm90a: for the arch-specific "
+      "sm_90a target); returns (is_cubin, image bytes, log).");
   m.def("add_cutlass_include_dir", &ff::runtime::add_cutlass_include_dir);
   m.def("cutlass_options", &ff::runtime::cutlass_options);
   m.def("nvrtc_version", &ff::runtime::nvrtc_version);
@@ -234,5 +246,4 @@ NB_MODULE(_core, m) {
   m.def("driver_available", &ff::runtime::driver_available);
   m.def("device_sm_count", &ff::runtime::device_sm_count);
   m.def("device_arch", &ff::runtime::device_arch);
-
 }

@@ -43,9 +43,7 @@ struct Layout {
   at::ScalarType dtype;
   std::vector<int64_t> shape, strides;
 
-  static Layout of(const at::Tensor& t) {
-    return {t.scalar_type(), t.sizes().vec(), t.strides().vec()};
-  }
+  static Layout of(const at::Tensor& t) { return {t.scalar_type(), t.sizes().vec(), t.strides().vec()}; }
   // dtype, shape and strides (as the guard key and Specialization.gather compare them).
   bool matches(const at::Tensor& t) const {
     return t.scalar_type() == dtype && t.sizes().equals(shape) && t.strides().equals(strides);
@@ -127,8 +125,7 @@ class FastCall {
   // value); `steps` the executor's run steps (fast_call.py describes them).
   FastCall(int n_slots, bool training, py::tuple args, py::list specialized, py::list inputs, py::list weights,
            py::list kept, py::list steps, py::list outputs, py::list mutations, int device, uintptr_t launch_entry)
-      : n_slots_(n_slots), training_(training), device_(device),
-        launch_(reinterpret_cast<LaunchEntry>(launch_entry)) {
+      : n_slots_(n_slots), training_(training), device_(device), launch_(reinterpret_cast<LaunchEntry>(launch_entry)) {
     conv_precision_ = conv_precision();
     for (py::handle a : args) {
       ArgGuard g;
@@ -340,10 +337,11 @@ class FastCall {
     }
     const uintptr_t stream =
         reinterpret_cast<uintptr_t>(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream());
-    if (const char* error = launch_(s.kernel, device_, pointers.data(), pointers.size(), scalars.data(),
-                                    scalars.size(), stream))
+    if (const char* error =
+            launch_(s.kernel, device_, pointers.data(), pointers.size(), scalars.data(), scalars.size(), stream))
       throw std::runtime_error(error);
-    for (size_t i = 0; i < outs.size(); ++i) env[s.slots[i]] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(outs[i])));
+    for (size_t i = 0; i < outs.size(); ++i)
+      env[s.slots[i]] = py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(outs[i])));
   }
 
   int64_t served_ = 0;  // calls run here (tests check that they are)

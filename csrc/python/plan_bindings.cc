@@ -45,9 +45,12 @@ using plan::Step;
 
 nb::object scalar_to_py(const Scalar& s) {
   switch (s.kind) {
-    case Scalar::Kind::Float: return nb::cast(s.f);
-    case Scalar::Kind::Int: return nb::cast(s.i);
-    case Scalar::Kind::Bool: return nb::cast(s.i != 0);
+    case Scalar::Kind::Float:
+      return nb::cast(s.f);
+    case Scalar::Kind::Int:
+      return nb::cast(s.i);
+    case Scalar::Kind::Bool:
+      return nb::cast(s.i != 0);
   }
   return nb::none();
 }
@@ -91,12 +94,11 @@ class LaunchableKernel {
   unsigned shared_;
 };
 
-
 // LaunchableKernel::launch for callers outside this extension
 // (fuseforge._fast_call, which links libtorch): plain C types, and the error
 // message (valid until the thread's next failed launch) instead of an exception.
-const char* launch_entry(void* kernel, int device, const uintptr_t* pointers, size_t n_pointers,
-                         const double* scalars, size_t n_scalars, uintptr_t stream) {
+const char* launch_entry(void* kernel, int device, const uintptr_t* pointers, size_t n_pointers, const double* scalars,
+                         size_t n_scalars, uintptr_t stream) {
   static thread_local std::string error;
   try {
     static_cast<LaunchableKernel*>(kernel)->launch(device, pointers, n_pointers, scalars, n_scalars, stream);
@@ -107,7 +109,8 @@ const char* launch_entry(void* kernel, int device, const uintptr_t* pointers, si
   }
 }
 
-runtime::CompiledKernel compile(const std::string& source, const std::string& name, int arch, bool cutlass, bool sm90a) {
+runtime::CompiledKernel compile(const std::string& source, const std::string& name, int arch, bool cutlass,
+                                bool sm90a) {
   return runtime::compile_cached(source, name, arch, kernel_options(cutlass), sm90a);
 }
 
@@ -128,9 +131,9 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
         nb::gil_scoped_release release;
         ck = jobs[i].get();
       }
-      out.push_back(nb::cast(new LaunchableKernel(std::move(ck), kernels[i].grid, kernels[i].block,
-                                                  kernels[i].shared_bytes),
-                             nb::rv_policy::take_ownership));
+      out.push_back(
+          nb::cast(new LaunchableKernel(std::move(ck), kernels[i].grid, kernels[i].block, kernels[i].shared_bytes),
+                   nb::rv_policy::take_ownership));
     } catch (const std::exception& e) {
       out.push_back(nb::str(e.what()));
     }
@@ -156,8 +159,9 @@ std::string sampled_graph(const Kernel& k, int64_t n) {
   for (const auto& node : g->nodes()) {
     std::vector<Operand> ops;
     for (const Operand& o : node->operands) ops.push_back(o.is_value() ? Operand::of(map.at(o.value)) : o);
-    map[node->result()] = s.add_node(node->op, std::move(ops), {sampled(node->result()->type)}, node->attrs,
-                                     {node->result()->name})->result();
+    map[node->result()] =
+        s.add_node(node->op, std::move(ops), {sampled(node->result()->type)}, node->attrs, {node->result()->name})
+            ->result();
   }
   for (const Value* o : g->outputs()) s.add_output(map.at(o));
   return print(s, /*keep_names=*/true);
@@ -168,8 +172,9 @@ std::string sampled_graph(const Kernel& k, int64_t n) {
 std::vector<std::string> kernel_options(bool cutlass) {
   if (!cutlass) return {};
   if (!runtime::cutlass_available())
-    throw runtime::CudaError("fuseforge: a GEMM kernel needs CUTLASS's headers, and none were found "
-                             "(install nvidia-cutlass, see requirements-headers.txt)");
+    throw runtime::CudaError(
+        "fuseforge: a GEMM kernel needs CUTLASS's headers, and none were found "
+        "(install nvidia-cutlass, see requirements-headers.txt)");
   return runtime::cutlass_options();
 }
 
@@ -188,8 +193,9 @@ void bind_plan(nb::module_& m) {
       .def_prop_ro("dtype", [](const Buffer& b) { return std::string(dtype_name(b.type.dtype)); })
       .def_prop_ro("shape", [](const Buffer& b) { return b.type.shape; })
       .def_prop_ro("strides", [](const Buffer& b) { return b.type.strides; })
-      .def_prop_ro("role", [](const Buffer& b) { return std::string(plan::role_name(b.role)); },
-                   "input, param, state, const, scalar, temp, output, prepared, alias or interior")
+      .def_prop_ro(
+          "role", [](const Buffer& b) { return std::string(plan::role_name(b.role)); },
+          "input, param, state, const, scalar, temp, output, prepared, alias or interior")
       .def_ro("alias_of", &Buffer::alias_of, "alias: the buffer whose memory it views; else -1")
       .def("__repr__", [](const Buffer& b) {
         return "<Buffer %" + b.name + ": " + format_type(b.type) + " " + std::string(plan::role_name(b.role)) + ">";
@@ -247,14 +253,18 @@ void bind_plan(nb::module_& m) {
       .def_prop_ro("attrs", &attrs_of)
       .def_ro("operands", &Step::operands, nb::rv_policy::reference_internal)
       .def_ro("results", &Step::results, "call/view: result buffers; free: the buffers freed")
-      .def_prop_ro("node_text", [](const Step& s) { return s.node ? print_node(*s.node) : std::string(); },
-                   "call/view: the IR node line")
-      .def("torch_expr", [](const Step& s, const std::vector<std::string>& operand_texts) {
-        if (!s.node) throw IRError("a " + std::string(plan::step_kind_name(s.kind)) + " step has no torch form");
-        return codegen::torch_expr(*s.node, operand_texts);
-      }, "operand_texts"_a,
-           "call/view: Python source of the torch expression computing the step (codegen/torch/library_call.h) "
-           "over `operand_texts`, the source of each operand; `dev` names the device.");
+      .def_prop_ro(
+          "node_text", [](const Step& s) { return s.node ? print_node(*s.node) : std::string(); },
+          "call/view: the IR node line")
+      .def(
+          "torch_expr",
+          [](const Step& s, const std::vector<std::string>& operand_texts) {
+            if (!s.node) throw IRError("a " + std::string(plan::step_kind_name(s.kind)) + " step has no torch form");
+            return codegen::torch_expr(*s.node, operand_texts);
+          },
+          "operand_texts"_a,
+          "call/view: Python source of the torch expression computing the step (codegen/torch/library_call.h) "
+          "over `operand_texts`, the source of each operand; `dev` names the device.");
 
   nb::class_<Plan>(m, "Plan", "The typed kernel plan (plan.h); str() is its text form.")
       .def_ro("name", &Plan::name)
@@ -262,16 +272,20 @@ void bind_plan(nb::module_& m) {
       .def_ro("kernels", &Plan::kernels, nb::rv_policy::reference_internal)
       .def_ro("inputs", &Plan::inputs)
       .def_ro("outputs", &Plan::outputs)
-      .def_prop_ro("mutations", [](const Plan& p) {
-        std::vector<std::pair<int, int>> out;
-        for (const auto& mu : p.mutations) out.emplace_back(mu.buffer, mu.value);
-        return out;
-      }, "(module buffer, new value) pairs written back after the outputs")
+      .def_prop_ro(
+          "mutations",
+          [](const Plan& p) {
+            std::vector<std::pair<int, int>> out;
+            for (const auto& mu : p.mutations) out.emplace_back(mu.buffer, mu.value);
+            return out;
+          },
+          "(module buffer, new value) pairs written back after the outputs")
       .def_ro("prepare", &Plan::prepare, nb::rv_policy::reference_internal)
       .def_ro("prepare_reads", &Plan::prepare_reads, "the parameters, module buffers and constants prepare reads")
       .def_ro("prepare_keeps", &Plan::prepare_keeps, "the prepared values run reads (kept between calls)")
       .def_ro("run", &Plan::run, nb::rv_policy::reference_internal)
-      .def("step_text", [](const Plan& p, const Step& s) { return plan::print_step(p, s); }, "step"_a)
+      .def(
+          "step_text", [](const Plan& p, const Step& s) { return plan::print_step(p, s); }, "step"_a)
       .def("__str__", [](const Plan& p) { return plan::print(p); });
 
   nb::class_<CompiledGraph>(m, "Compiled", "A compile's diagnostics and its plan.")
@@ -281,23 +295,29 @@ void bind_plan(nb::module_& m) {
       .def_ro("plan", &CompiledGraph::plan, nb::rv_policy::reference_internal);
 
   nb::class_<LaunchableKernel>(m, "LaunchableKernel")
-      .def("launch",
-           [](LaunchableKernel& k, int device, const std::vector<uintptr_t>& pointers,
-              const std::vector<double>& scalars, uintptr_t stream) {
-             k.launch(device, pointers.data(), pointers.size(), scalars.data(), scalars.size(), stream);
-           },
-           "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
+      .def(
+          "launch",
+          [](LaunchableKernel& k, int device, const std::vector<uintptr_t>& pointers,
+             const std::vector<double>& scalars, uintptr_t stream) {
+            k.launch(device, pointers.data(), pointers.size(), scalars.data(), scalars.size(), stream);
+          },
+          "device"_a, "pointers"_a, "scalars"_a, "stream"_a)
       .def_prop_ro("name", &LaunchableKernel::name)
-      .def_prop_ro("handle", [](LaunchableKernel& k) { return reinterpret_cast<uintptr_t>(&k); },
-                   "its address, for launch_entry");
+      .def_prop_ro(
+          "handle", [](LaunchableKernel& k) { return reinterpret_cast<uintptr_t>(&k); },
+          "its address, for launch_entry");
   m.attr("launch_entry") = reinterpret_cast<uintptr_t>(&launch_entry);
 
   m.def("load_kernels", &load_kernels, "kernels"_a, "arch"_a,
         "Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel "
         "a LaunchableKernel, or the error message of a kernel that did not compile.");
-  m.def("load_variant", [](const Kernel::Variant& v, int arch) {
-        return new LaunchableKernel(compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a), v.grid, v.block, v.shared_bytes);
-      }, "variant"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
+  m.def(
+      "load_variant",
+      [](const Kernel::Variant& v, int arch) {
+        return new LaunchableKernel(compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a), v.grid, v.block,
+                                    v.shared_bytes);
+      },
+      "variant"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
 }
 
 }  // namespace ff::python

@@ -39,8 +39,7 @@ std::uint64_t fnv1a64(std::string_view data, std::uint64_t h = kFnvOffset) {
 
 std::string hex128(std::string_view data) {
   char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx",
-                static_cast<unsigned long long>(fnv1a64(data, kFnvOffset)),
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(fnv1a64(data, kFnvOffset)),
                 static_cast<unsigned long long>(fnv1a64(data, kFnvOffset2)));
   return buf;
 }
@@ -70,8 +69,7 @@ std::uint64_t get_u64(std::string_view in) {
 // driver would otherwise be handed.
 bool plausible_image(const std::string& image, bool is_cubin, const std::string& kernel_name) {
   if (!is_cubin) {
-    return image.find('\0') == std::string::npos &&
-           image.find(".entry " + kernel_name) != std::string::npos;
+    return image.find('\0') == std::string::npos && image.find(".entry " + kernel_name) != std::string::npos;
   }
   Elf64_Ehdr h;
   if (image.size() < sizeof h) return false;
@@ -105,8 +103,7 @@ std::optional<std::string> read_entry(const std::string& path, bool& corrupt) {
 
 // Writes to a temporary file in the same directory and renames it into place,
 // so concurrent readers (other processes) never see a partial entry.
-bool write_entry(const std::string& dir, const std::string& file, const std::string& payload,
-                 std::string& why) {
+bool write_entry(const std::string& dir, const std::string& file, const std::string& payload, std::string& why) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -114,8 +111,7 @@ bool write_entry(const std::string& dir, const std::string& file, const std::str
     return false;
   }
   static std::atomic<unsigned> counter{0};
-  const std::string tmp = dir + "/." + file + ".tmp." + std::to_string(getpid()) + "." +
-                          std::to_string(counter++);
+  const std::string tmp = dir + "/." + file + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
   std::string header(kMagic);
   put_u64(header, payload.size());
   put_u64(header, fnv1a64(payload));
@@ -185,9 +181,8 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
   for (const std::string& opt : plan.options) append_field(key, opt);
   append_field(key, std::to_string(arch));
   append_field(key, std::to_string(version));
-  const std::string file = kernel_name + "-sm" + std::to_string(arch) + "-nvrtc" +
-                           std::to_string(version) + "-" + hex128(key) +
-                           (plan.is_cubin ? ".cubin" : ".ptx");
+  const std::string file = kernel_name + "-sm" + std::to_string(arch) + "-nvrtc" + std::to_string(version) + "-" +
+                           hex128(key) + (plan.is_cubin ? ".cubin" : ".ptx");
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (auto it = g_memory.find(file); it != g_memory.end()) return it->second;
@@ -208,8 +203,7 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
     } else if (corrupt) {
       std::error_code ec;
       fs::remove(path, ec);
-      std::fprintf(stderr, "fuseforge: warning: removed corrupt kernel cache entry '%s'\n",
-                   path.c_str());
+      std::fprintf(stderr, "fuseforge: warning: removed corrupt kernel cache entry '%s'\n", path.c_str());
     }
   }
   if (!result) {

@@ -23,8 +23,7 @@ std::string cu_error_text(CUresult r) {
     const DriverApi& cu = driver();
     cu.cuGetErrorName(r, &name);
     cu.cuGetErrorString(r, &text);
-  } catch (const CudaError&) {
-  }
+  } catch (const CudaError&) {}
   if (name == nullptr) return "CUDA error " + std::to_string(static_cast<int>(r));
   return text ? std::string(name) + ": " + text : std::string(name);
 }

@@ -34,8 +34,7 @@ const std::vector<int>& supported_archs() {
 class Program {
  public:
   Program(const std::string& source, const std::string& kernel_name) {
-    check_nvrtc(nvrtc().nvrtcCreateProgram(&prog_, source.c_str(), (kernel_name + ".cu").c_str(),
-                                           0, nullptr, nullptr),
+    check_nvrtc(nvrtc().nvrtcCreateProgram(&prog_, source.c_str(), (kernel_name + ".cu").c_str(), 0, nullptr, nullptr),
                 "nvrtcCreateProgram", kernel_name);
   }
   ~Program() { nvrtc().nvrtcDestroyProgram(&prog_); }
@@ -112,9 +111,8 @@ CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options
     if (newest_below == archs.begin()) {
       std::string list;
       for (int a : archs) list += " " + std::to_string(a);
-      throw CudaError("fuseforge: NVRTC " + std::to_string(nvrtc_version()) +
-                      " cannot target sm_" + std::to_string(arch) +
-                      " or any older architecture (supported:" + list + ")");
+      throw CudaError("fuseforge: NVRTC " + std::to_string(nvrtc_version()) + " cannot target sm_" +
+                      std::to_string(arch) + " or any older architecture (supported:" + list + ")");
     }
     target = "-arch=compute_" + std::to_string(*(newest_below - 1));
     plan.is_cubin = false;
@@ -133,12 +131,11 @@ CompiledKernel compile_kernel(const std::string& source, const std::string& kern
 
   Program prog(source, kernel_name);
   ++g_compile_count;
-  const nvrtcResult rc =
-      rtc.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
+  const nvrtcResult rc = rtc.nvrtcCompileProgram(prog.get(), static_cast<int>(argv.size()), argv.data());
   CompiledKernel k{kernel_name, "", plan.is_cubin, program_log(prog.get(), kernel_name)};
   if (rc != NVRTC_SUCCESS) {
-    throw CudaError("nvrtcCompileProgram(" + kernel_name + "): " + rtc.nvrtcGetErrorString(rc) +
-                    "\n" + k.log + dump_source(source, kernel_name));
+    throw CudaError("nvrtcCompileProgram(" + kernel_name + "): " + rtc.nvrtcGetErrorString(rc) + "\n" + k.log +
+                    dump_source(source, kernel_name));
   }
 
   size_t size = 0;

@@ -10,7 +10,7 @@ struct CompiledKernel {
   std::string name;   // the __global__ function to launch (declare it extern "C")
   std::string image;  // cubin bytes, or NUL-free PTX text
   bool is_cubin = true;
-  std::string log;    // NVRTC's log (warnings); empty when loaded from the disk cache
+  std::string log;  // NVRTC's log (warnings); empty when loaded from the disk cache
 };
 
 // What compile_kernel will hand NVRTC for `arch`: the full option list (target

@@ -65,8 +65,8 @@ void preload_builtins_next_to(const std::string& nvrtc_path, const NvrtcApi& api
   const size_t slash = nvrtc_path.rfind('/');
   int major = 0, minor = 0;
   if (slash == std::string::npos || api.nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return;
-  const std::string builtins = nvrtc_path.substr(0, slash) + "/libnvrtc-builtins.so." +
-                               std::to_string(major) + "." + std::to_string(minor);
+  const std::string builtins =
+      nvrtc_path.substr(0, slash) + "/libnvrtc-builtins.so." + std::to_string(major) + "." + std::to_string(minor);
   if (dlopen(builtins.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) dlerror();  // clear the error
 }
 
@@ -117,10 +117,9 @@ const NvrtcApi& nvrtc() {
   NvrtcApi attempt;
   const std::string path = load_first(nvrtc_candidates_locked(), attempt, tried);
   if (path.empty()) {
-    throw CudaError(
-        "fuseforge: cannot load NVRTC; tried:\n" + tried +
-        "Set FUSEFORGE_NVRTC to the full path of libnvrtc.so, or install the CUDA "
-        "toolkit / the nvidia-cuda-nvrtc wheel.");
+    throw CudaError("fuseforge: cannot load NVRTC; tried:\n" + tried +
+                    "Set FUSEFORGE_NVRTC to the full path of libnvrtc.so, or install the CUDA "
+                    "toolkit / the nvidia-cuda-nvrtc wheel.");
   }
   preload_builtins_next_to(path, attempt);
   api = attempt;

@@ -41,8 +41,7 @@ CUdevice get_device(int device) {
 
 int attribute(int device, CUdevice_attribute attr) {
   int value = 0;
-  check_cu(initialized_driver().cuDeviceGetAttribute(&value, attr, get_device(device)),
-           "cuDeviceGetAttribute");
+  check_cu(initialized_driver().cuDeviceGetAttribute(&value, attr, get_device(device)), "cuDeviceGetAttribute");
   return value;
 }
 
@@ -62,9 +61,8 @@ CUcontext context_for(int device) {
   check_cu(cu.cuCtxGetDevice(&current), "cuCtxGetDevice");
   if (current != want) {
     throw CudaError("fuseforge: launch on device " + std::to_string(device) +
-                    " but the current CUDA context belongs to device " +
-                    std::to_string(current) + "; make that device current first " +
-                    "(e.g. with torch.cuda.device)");
+                    " but the current CUDA context belongs to device " + std::to_string(current) +
+                    "; make that device current first " + "(e.g. with torch.cuda.device)");
   }
   return ctx;
 }
@@ -77,26 +75,24 @@ Loaded* load(const CompiledKernel& k, CUcontext ctx) {
   CUmodule module = nullptr;
   check_cu(cu.cuModuleLoadData(&module, k.image.c_str()), "cuModuleLoadData", k.name);
   Loaded loaded;
-  check_cu(cu.cuModuleGetFunction(&loaded.function, module, k.name.c_str()), "cuModuleGetFunction",
-           k.name);
+  check_cu(cu.cuModuleGetFunction(&loaded.function, module, k.name.c_str()), "cuModuleGetFunction", k.name);
   return &g_registry.emplace(std::make_tuple(ctx, k.name, k.image), loaded).first->second;
 }
 
-void launch_loaded(Loaded& loaded, const std::string& name, Dim3 grid, Dim3 block,
-                   unsigned shared_bytes, void** args, std::uintptr_t stream) {
+void launch_loaded(Loaded& loaded, const std::string& name, Dim3 grid, Dim3 block, unsigned shared_bytes, void** args,
+                   std::uintptr_t stream) {
   const DriverApi& cu = initialized_driver();
   if (shared_bytes > kDefaultSharedLimit) {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     if (shared_bytes > loaded.shared_limit) {
-      check_cu(cu.cuFuncSetAttribute(loaded.function,
-                                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+      check_cu(cu.cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      static_cast<int>(shared_bytes)),
                "cuFuncSetAttribute", name);
       loaded.shared_limit = shared_bytes;
     }
   }
-  check_cu(cu.cuLaunchKernel(loaded.function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                             shared_bytes, reinterpret_cast<CUstream>(stream), args, nullptr),
+  check_cu(cu.cuLaunchKernel(loaded.function, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared_bytes,
+                             reinterpret_cast<CUstream>(stream), args, nullptr),
            "cuLaunchKernel", name);
 }
 
@@ -111,9 +107,7 @@ bool driver_available() {
   }
 }
 
-int device_sm_count(int device) {
-  return attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-}
+int device_sm_count(int device) { return attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT); }
 
 int device_arch(int device) {
   return attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
@@ -139,8 +133,8 @@ void LoadedKernel::launch(int device, Dim3 grid, Dim3 block, unsigned shared_byt
   launch_loaded(*loaded, kernel_.name, grid, block, shared_bytes, args, stream);
 }
 
-void launch(const CompiledKernel& k, int device, Dim3 grid, Dim3 block, unsigned shared_bytes,
-            void** args, std::uintptr_t stream) {
+void launch(const CompiledKernel& k, int device, Dim3 grid, Dim3 block, unsigned shared_bytes, void** args,
+            std::uintptr_t stream) {
   launch_loaded(*load(k, context_for(device)), k.name, grid, block, shared_bytes, args, stream);
 }
 

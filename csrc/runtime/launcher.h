@@ -46,8 +46,7 @@ class LoadedKernel {
   // `args` as cuLaunchKernel takes them (one pointer per kernel parameter);
   // `stream` is a CUstream handle (0 = legacy default stream), e.g. torch's
   // cuda_stream. shared_bytes above 48 KiB raises the kernel's opt-in limit.
-  void launch(int device, Dim3 grid, Dim3 block, unsigned shared_bytes, void** args,
-              std::uintptr_t stream);
+  void launch(int device, Dim3 grid, Dim3 block, unsigned shared_bytes, void** args, std::uintptr_t stream);
 
  private:
   CompiledKernel kernel_;
@@ -57,7 +56,7 @@ class LoadedKernel {
 };
 
 // Convenience form of LoadedKernel::launch for one-off launches.
-void launch(const CompiledKernel& k, int device, Dim3 grid, Dim3 block, unsigned shared_bytes,
-            void** args, std::uintptr_t stream);
+void launch(const CompiledKernel& k, int device, Dim3 grid, Dim3 block, unsigned shared_bytes, void** args,
+            std::uintptr_t stream);
 
 }  // namespace ff::runtime

@@ -50,8 +50,7 @@ std::vector<KernelSource> conv_variants(const fusion::Group& group, const fusion
   return out;
 }
 
-KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id,
-                           const GemmTile* tile) {
+KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id, const GemmTile* tile) {
   const fusion::GemmSpec gemm = conv_as_gemm(s);
   const GemmTile t = tile ? *tile : choose_conv_tile(s);
   const ConvSpec& c = s.conv;
@@ -79,9 +78,12 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
   os << "// implicit GEMM M " << s.gemm_m() << " (pixels), N " << s.gemm_n() << " (channels), K " << s.gemm_k()
      << "; tile " << t.m << "x" << t.n << "x" << t.k << ", warp " << t.warp_m << "x" << t.warp_n << ", " << t.stages
      << " stages, "
-     << (split ? "3xTF32 (fp32 accuracy)" : f32 ? "TF32 (fp32_precision=tf32), f32 accumulate" : "f32 accumulate")
+     << (split ? "3xTF32 (fp32 accuracy)"
+         : f32 ? "TF32 (fp32_precision=tf32), f32 accumulate"
+               : "f32 accumulate")
      << "\n";
-  ks.includes = {"#include <cutlass/cutlass.h>", "#include <cutlass/numeric_types.h>",
+  ks.includes = {"#include <cutlass/cutlass.h>",
+                 "#include <cutlass/numeric_types.h>",
                  "#include <cutlass/conv/kernel/default_conv" + std::to_string(c.dims) + "d_fprop.h>",
                  "#include <cutlass/epilogue/thread/linear_combination.h>",
                  "#include <cutlass/epilogue/threadblock/epilogue_with_visitor.h>",
@@ -94,8 +96,7 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
      << "    Element, " << layout << ", Element, " << layout << ", Element, " << layout << ",\n"
      << "    float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,\n"
      << "    cutlass::gemm::GemmShape<" << t.m << ", " << t.n << ", " << t.k << ">, cutlass::gemm::GemmShape<"
-     << t.warp_m << ", " << t.warp_n << ", " << t.k << ">, cutlass::gemm::GemmShape<16, 8, " << (f32 ? 8 : 16)
-     << ">,\n"
+     << t.warp_m << ", " << t.warp_n << ", " << t.k << ">, cutlass::gemm::GemmShape<16, 8, " << (f32 ? 8 : 16) << ">,\n"
      << "    cutlass::epilogue::thread::LinearCombination<Element, " << s.alignment << ", float, float>,\n"
      << "    cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<>, " << t.stages << ",\n"
      << "    " << (split ? "cutlass::arch::OpMultiplyAddFastF32" : "cutlass::arch::OpMultiplyAdd")
@@ -121,7 +122,8 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
      << "  float* tile;\n"
      << "  cutlass::MatrixCoord origin;\n"
      << "  CUTLASS_DEVICE TileVisitor(float* tile_, int thread, cutlass::MatrixCoord origin_)\n"
-     << "      : where(Coordinates::Params(cutlass::layout::RowMajor(N)), nullptr, cutlass::MatrixCoord(M, N), thread,\n"
+     << "      : where(Coordinates::Params(cutlass::layout::RowMajor(N)), nullptr, cutlass::MatrixCoord(M, N), "
+        "thread,\n"
      << "              origin_),\n"
      << "        tile(tile_), origin(origin_) {}\n"
      << tile_visitor_noop_hooks()
@@ -133,8 +135,7 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
      << "  }\n"
      << "  CUTLASS_DEVICE void end_step(int) { ++where; }  // the next step's rows\n"
      << "};\n"
-     << tile_shared_storage(ks.shared_bytes)
-     << epilogue.definition;
+     << tile_shared_storage(ks.shared_bytes) << epilogue.definition;
 
   os << "FF_EXTERN_C __global__ void __launch_bounds__(" << ks.block << ") " << ks.name << "(" << epilogue.parameters
      << ") {\n"
@@ -145,12 +146,11 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
   auto at = [](const Shape& v, int i) { return std::to_string(v[i]); };
   if (three_d) {
     os << "  const cutlass::conv::Conv3dProblemSize problem(" << c.batch << ", " << at(c.input_size, 0) << ", "
-       << at(c.input_size, 1) << ", " << at(c.input_size, 2) << ", " << c.in_channels << ", " << c.out_channels
-       << ", " << at(c.kernel, 0) << ", " << at(c.kernel, 1) << ", " << at(c.kernel, 2) << ", " << Z << ", " << P
-       << ", " << Q << ",\n      " << at(c.padding, 0) << ", " << at(c.padding, 1) << ", " << at(c.padding, 2)
-       << ", " << at(c.stride, 0) << ", " << at(c.stride, 1) << ", " << at(c.stride, 2) << ", "
-       << at(c.dilation, 0) << ", " << at(c.dilation, 1) << ", " << at(c.dilation, 2)
-       << ", cutlass::conv::Mode::kCrossCorrelation);\n"
+       << at(c.input_size, 1) << ", " << at(c.input_size, 2) << ", " << c.in_channels << ", " << c.out_channels << ", "
+       << at(c.kernel, 0) << ", " << at(c.kernel, 1) << ", " << at(c.kernel, 2) << ", " << Z << ", " << P << ", " << Q
+       << ",\n      " << at(c.padding, 0) << ", " << at(c.padding, 1) << ", " << at(c.padding, 2) << ", "
+       << at(c.stride, 0) << ", " << at(c.stride, 1) << ", " << at(c.stride, 2) << ", " << at(c.dilation, 0) << ", "
+       << at(c.dilation, 1) << ", " << at(c.dilation, 2) << ", cutlass::conv::Mode::kCrossCorrelation);\n"
        << "  const auto x_layout = " << layout << "::packed({" << c.batch << ", " << at(c.input_size, 0) << ", "
        << at(c.input_size, 1) << ", " << at(c.input_size, 2) << ", " << c.in_channels << "});\n"
        << "  const auto w_layout = " << layout << "::packed({" << c.out_channels << ", " << at(c.kernel, 0) << ", "
@@ -159,8 +159,8 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
     os << "  const cutlass::conv::Conv2dProblemSize problem(" << c.batch << ", " << at(c.input_size, 0) << ", "
        << at(c.input_size, 1) << ", " << c.in_channels << ", " << c.out_channels << ", " << at(c.kernel, 0) << ", "
        << at(c.kernel, 1) << ", " << P << ", " << Q << ",\n      " << at(c.padding, 0) << ", " << at(c.padding, 1)
-       << ", " << at(c.stride, 0) << ", " << at(c.stride, 1) << ", " << at(c.dilation, 0) << ", "
-       << at(c.dilation, 1) << ", cutlass::conv::Mode::kCrossCorrelation);\n"
+       << ", " << at(c.stride, 0) << ", " << at(c.stride, 1) << ", " << at(c.dilation, 0) << ", " << at(c.dilation, 1)
+       << ", cutlass::conv::Mode::kCrossCorrelation);\n"
        << "  const auto x_layout = " << layout << "::packed({" << c.batch << ", " << at(c.input_size, 0) << ", "
        << at(c.input_size, 1) << ", " << c.in_channels << "});\n"
        << "  const auto w_layout = " << layout << "::packed({" << c.out_channels << ", " << at(c.kernel, 0) << ", "
@@ -174,7 +174,8 @@ KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelS
      << "  Mma::FragmentC acc;\n  acc.clear();\n"
      << "  // The k-loop as CUTLASS's ImplicitGemmConvolution kernel runs it.\n"
      << "  const int iterations = cutlass::conv::implicit_gemm_k_iterations(cutlass::conv::Operator::kFprop,\n"
-     << "      Mma::Shape::kK, problem, cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::GroupMode::kNone,\n"
+     << "      Mma::Shape::kK, problem, cutlass::conv::IteratorAlgorithm::kOptimized, "
+        "cutlass::conv::GroupMode::kNone,\n"
      << "      Mma::Shape::kN);\n"
      << "  const int per_channel = cutlass::conv::implicit_gemm_k_iterations_per_channel(\n"
      << "      cutlass::conv::Operator::kFprop, problem, cutlass::conv::IteratorAlgorithm::kOptimized);\n"

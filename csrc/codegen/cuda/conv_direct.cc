@@ -14,8 +14,8 @@ namespace {
 // Static shared memory a block stages its input channels' windows and their
 // weights in: 48 KiB at most, and four blocks an SM.
 constexpr int kStagedBytes = 46 * 1024;
-constexpr int kMaxRowRegisters = 32;           // input values an adjacent-columns thread keeps per window row
-constexpr int64_t kBlocksWanted = 8 * 132;     // blocks of a grid: 8 an SM of an H100
+constexpr int kMaxRowRegisters = 32;        // input values an adjacent-columns thread keeps per window row
+constexpr int64_t kBlocksWanted = 8 * 132;  // blocks of a grid: 8 an SM of an H100
 
 int pow2_at_least(int64_t v) {
   int p = 1;
@@ -112,12 +112,17 @@ struct ChannelReduction {
 ChannelReduction channel_reduction(fusion::ConvKernelSpec::ChannelReduce r) {
   using R = fusion::ConvKernelSpec::ChannelReduce;
   switch (r) {
-    case R::min: return {"ff_min<float>", "red[j].push(cv)", "red[j].m"};
-    case R::max: return {"ff_max<float>", "red[j].push(cv)", "red[j].m"};
+    case R::min:
+      return {"ff_min<float>", "red[j].push(cv)", "red[j].m"};
+    case R::max:
+      return {"ff_max<float>", "red[j].push(cv)", "red[j].m"};
     case R::sum:
-    case R::mean: return {"ff_sum<float>", "red[j].push(cv)", "red[j].s"};  // the mean divides as it stores
-    case R::logsumexp: return {"ff_maxsumexp<float>", "red[j].merge({cv, 1.0f})", "red[j].logsumexp()"};
-    case R::none: break;
+    case R::mean:
+      return {"ff_sum<float>", "red[j].push(cv)", "red[j].s"};  // the mean divides as it stores
+    case R::logsumexp:
+      return {"ff_maxsumexp<float>", "red[j].merge({cv, 1.0f})", "red[j].logsumexp()"};
+    case R::none:
+      break;
   }
   return {"", "", ""};
 }
@@ -137,9 +142,7 @@ DirectConvTile choose_direct_conv_tile(const ConvSpec& c, bool all_channels) {
   return t;
 }
 
-bool direct_conv_fits(const ConvSpec& c) {
-  return channel_bytes(choose_direct_conv_tile(c), c) <= kStagedBytes;
-}
+bool direct_conv_fits(const ConvSpec& c) { return channel_bytes(choose_direct_conv_tile(c), c) <= kStagedBytes; }
 
 KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
   const ConvSpec& c = s.conv;
@@ -153,7 +156,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
   const Node& conv = *group.nodes.front();
   const Shape& x_strides = conv.input(0)->type.strides;  // n, c, [d,] h, w
   const Shape& w_strides = conv.input(1)->type.strides;
-  const size_t hd = d0 + 2;                       // H's index in the strides
+  const size_t hd = d0 + 2;  // H's index in the strides
   auto v = [](int64_t i) { return std::to_string(i); };
   const int64_t P = c.output_size[d0], Q = c.output_size[d0 + 1], Z = three_d ? c.output_size[0] : 1;
   const int64_t tiles_q = (Q + t.tq * t.px - 1) / (t.tq * t.px), tiles_p = (P + t.tp - 1) / t.tp;
@@ -183,8 +186,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
   if (reduces) os << cuda_reduction_prelude();
   os << "\nnamespace {\n"
      << "constexpr int M = " << s.gemm_m() << ", N = " << c.out_channels << ";  // pixels, output channels\n"
-     << epilogue.definition
-     << "struct __align__(16) ff_f4 { float x, y, z, w; };\n"
+     << epilogue.definition << "struct __align__(16) ff_f4 { float x, y, z, w; };\n"
      << "}  // namespace\n\n";
 
   os << "FF_EXTERN_C __global__ void __launch_bounds__(" << ks.block << ") " << ks.name << "(" << epilogue.parameters
@@ -204,7 +206,9 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << ", CIB = " << t.cib << ", THREADS = TQ * TP;\n"
      << "  // Blocks of COB output channels in a group, and how many a block computes in turn.\n"
      << "  constexpr int KB = " << channel_blocks << ", CPB = " << t.cpb << ";\n"
-     << (t.adjacent ? "  constexpr int ROW = (PX - 1) * SW + (S - 1) * DW + 1;  // a window row of PX adjacent outputs\n" : "")
+     << (t.adjacent
+             ? "  constexpr int ROW = (PX - 1) * SW + (S - 1) * DW + 1;  // a window row of PX adjacent outputs\n"
+             : "")
      << "  // One input channel's staged window: TS depths of IH rows of IW columns, IWP apart.\n"
      << "  constexpr int TS = " << t.ts << ", IH = " << t.ih << ", IW = " << t.iw << ", IWP = " << t.iw_padded << ";\n"
      << "  __shared__ float xs[CIB * TS * IH * IWP];\n"
@@ -253,10 +257,9 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
      << "        const int t = tap / (R * S) % T, r = tap / S % R, s = tap % S;\n"
      << "        const int kk = k0 + k, ch = c0 + ci;\n"
      << "        (void)t;\n"
-     << "        wsm[i] = kk < KG && ch < CG ? w[static_cast<long long>(g * KG + kk) * " << w_strides[0]
-     << " + ch * " << w_strides[1] << "LL + " << (three_d ? "t * " + v(w_strides[2]) + "LL + " : "") << "r * "
-     << w_strides[hd] << " + s * " << w_strides[hd + 1]
-     << "] : 0.f;\n"
+     << "        wsm[i] = kk < KG && ch < CG ? w[static_cast<long long>(g * KG + kk) * " << w_strides[0] << " + ch * "
+     << w_strides[1] << "LL + " << (three_d ? "t * " + v(w_strides[2]) + "LL + " : "") << "r * " << w_strides[hd]
+     << " + s * " << w_strides[hd + 1] << "] : 0.f;\n"
      << "      }\n"
      << "      __syncthreads();\n"
      << "      " << (int64_t{t.cib} * taps <= 64 ? "#pragma unroll" : "#pragma unroll 1") << "\n"

@@ -58,8 +58,10 @@ void emit_channel_reduction(std::ostringstream& os, const fusion::Group& group, 
   // The output's strides along the conv's dims: none along the channels (a
   // kept dim of 1, or none without keepdim).
   Shape strides = out->type.strides;
-  if (out->type.shape.size() == shape.size()) strides[1] = 0;
-  else strides.insert(strides.begin() + 1, 0);
+  if (out->type.shape.size() == shape.size())
+    strides[1] = 0;
+  else
+    strides.insert(strides.begin() + 1, 0);
   const std::string channels = cuda_literal(Scalar::of_float(static_cast<double>(shape[1])), DType::f32);
   std::unordered_map<const Value*, std::string> reduced{{red.result(), red.op == Op::Mean ? "r / " + channels : "r"}};
   std::ostringstream tail;
@@ -101,7 +103,7 @@ bool conv_stores_staged(const fusion::Group& group) {
 }
 
 ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& s, KernelSource& ks,
-                          const std::string& members, PixelRunStores runs) {
+                           const std::string& members, PixelRunStores runs) {
   const ConvSpec& c = s.conv;
   if (group.nodes.empty() || group.outputs.size() != 1) throw IRError("conv codegen: expected a conv and one output");
   const Node& conv = *group.nodes.front();
@@ -213,7 +215,8 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
       from_operands[extra[i]] = "o." + name;
       if (type == "float") pinned.push_back("\"+f\"(" + name + ")");
       const Shape strides = broadcast_strides(extra[i]->type, shape);
-      if (std::any_of(strides.begin() + 2, strides.end(), [](int64_t s) { return s != 0; })) {  // varies along the pixels
+      if (std::any_of(strides.begin() + 2, strides.end(),
+                      [](int64_t s) { return s != 0; })) {  // varies along the pixels
         loads << "    o." << name << " = inside ? " << expr_of.at(extra[i]) << " : " << type << "();\n";
         prefetches << "    asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(in" << i << " + ("
                    << offset(strides, index) << ")));\n";

@@ -14,9 +14,9 @@
 namespace ff::codegen {
 
 struct ConvEpilogue {
-  std::string parameters;  // the kernel's parameters: out, x, w, then bias and the epilogue's inputs
-  std::string arguments;   // the FusedEpilogue's members from those parameters, in order ("out, bias, in0")
-  std::string definition;  // struct FusedEpilogue; reads the constants M and N (pixels, channels) of its kernel
+  std::string parameters;       // the kernel's parameters: out, x, w, then bias and the epilogue's inputs
+  std::string arguments;        // the FusedEpilogue's members from those parameters, in order ("out, bias, in0")
+  std::string definition;       // struct FusedEpilogue; reads the constants M and N (pixels, channels) of its kernel
   bool channels_inner = false;  // the output's unit stride runs along the channels
   int channel_operands = 0;     // staged: the operands read at the channel alone (CHANNEL_OPERANDS)
 };
@@ -47,7 +47,7 @@ enum class PixelRunStores { none, staged, wide, phases };
 // col) loads one) taken from `table` (operand i of channel col at
 // table[i * BN + col % BN], BN the Hopper kernel's tile).
 ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelSpec& spec, KernelSource& ks,
-                          const std::string& members = "", PixelRunStores runs = PixelRunStores::none);
+                           const std::string& members = "", PixelRunStores runs = PixelRunStores::none);
 
 // Whether the group's output can leave a kernel in runs of one channel's
 // pixels (an f32 result, pixels contiguous per channel, 16-byte aligned runs):

@@ -46,8 +46,7 @@ std::string conv_rows(const ConvSpec& c, int64_t m, bool pointers) {
      << "  using Offset = " << offset << ";  // an element's offset in the input\n"
      << "  const float* x;\n"
      << "  struct Rows {\n"
-     << (pointers ? "" : "    const float* x;\n")
-     << "    int k0;  // this thread's column within each k-block\n"
+     << (pointers ? "" : "    const float* x;\n") << "    int k0;  // this thread's column within each k-block\n"
      << "    // Per row: where its window origin's channel 0 would be (outside the\n"
      << "    // input where the window is padded: only taps inside are read), the origin.\n"
      << "    " << (pointers ? "const float*" : "Offset") << " origin[8];\n"
@@ -77,8 +76,7 @@ std::string conv_rows(const ConvSpec& c, int64_t m, bool pointers) {
      << "  __device__ __forceinline__ long long weight_row(int v, long long ldw) const { return v * ldw; }\n"
      << "  __device__ __forceinline__ Rows rows(int row, int k) const {\n"
      << "    Rows r;\n"
-     << (pointers ? "" : "    r.x = x;\n")
-     << "    r.k0 = k;\n"
+     << (pointers ? "" : "    r.x = x;\n") << "    r.k0 = k;\n"
      << "#pragma unroll\n"
      << "    for (int i = 0; i < 8; ++i) {\n"
      << "      const int m = row + 16 * i, q = m % Q, p = m / Q % P;\n"
@@ -144,8 +142,8 @@ std::string transposed_conv_rows(const ConvSpec& c, int64_t padded_rows) {
      << "};\n"
      << "static_assert(" << padded_rows << " % (ff_sm90::ss::BM * PhaseRow::PHASES) == 0, \"whole tiles a phase\");\n"
      << "struct ConvA {\n"
-     << "  static constexpr int C = " << c.in_channels << ", H = " << v(c.input_size, 0) << ", W = "
-     << v(c.input_size, 1) << ";  // input\n"
+     << "  static constexpr int C = " << c.in_channels << ", H = " << v(c.input_size, 0)
+     << ", W = " << v(c.input_size, 1) << ";  // input\n"
      << "  static constexpr int R = " << v(c.kernel, 0) << ", S = " << v(c.kernel, 1) << ";  // window\n"
      << "  static constexpr int SP = " << (c.kernel[1] + sw - 1) / sw << ";  // taps a phase along w\n"
      << "  using Offset = " << offset << ";  // an element's offset in the input\n"
@@ -166,9 +164,9 @@ std::string transposed_conv_rows(const ConvSpec& c, int64_t padded_rows) {
      << "      const int t = k / C;\n"
      << "      th = t / SP;\n"
      << "      tw = t % SP;\n"
-     << "      return " << (c.kernel[0] % sh == 0 && c.kernel[1] % sw == 0
-                              ? "true"
-                              : "ph + PhaseRow::SH * th < R && pw + PhaseRow::SW * tw < S")
+     << "      return "
+     << (c.kernel[0] % sh == 0 && c.kernel[1] % sw == 0 ? "true"
+                                                        : "ph + PhaseRow::SH * th < R && pw + PhaseRow::SW * tw < S")
      << ";\n"
      << "    }\n"
      << "    __device__ __forceinline__ bool at(int i, int kk, const float*& src) const {\n"
@@ -220,7 +218,9 @@ std::string packed_conv_rows(const ConvSpec& c) {
   // Grid pixels reach past the input (the taps subtract from them): the
   // largest origin's offset decides the offsets' type.
   const double reach = ((static_cast<double>(c.batch - 1) * c.input_size[0] + gi.first + gi.extent) *
-                            static_cast<double>(c.input_size[1]) + gj.first + gj.extent) * c.in_channels;
+                            static_cast<double>(c.input_size[1]) +
+                        gj.first + gj.extent) *
+                       c.in_channels;
   const std::string offset = reach < static_cast<double>(int64_t{1} << 31) ? "int" : "long long";
   // Column k's phase tap (th, tw) and channel c. Where whole k-blocks are one
   // tap's channels, k-block kb holds tap kb % T of channels BK (kb / T) on:
@@ -258,8 +258,8 @@ std::string packed_conv_rows(const ConvSpec& c) {
      << "  }\n"
      << "};\n"
      << "struct ConvA {\n"
-     << "  static constexpr int C = " << c.in_channels << ", H = " << v(c.input_size, 0) << ", W = "
-     << v(c.input_size, 1) << ";  // input\n"
+     << "  static constexpr int C = " << c.in_channels << ", H = " << v(c.input_size, 0)
+     << ", W = " << v(c.input_size, 1) << ";  // input\n"
      << "  static constexpr int S = " << v(c.kernel, 1) << ", TW = " << c.kernel[1] / c.stride[1]
      << ", T = " << (c.kernel[0] / c.stride[0]) * (c.kernel[1] / c.stride[1])
      << ";  // the window's width, a phase's taps along it and in all\n"
@@ -344,7 +344,8 @@ std::string packed_members() {
          "  __device__ __forceinline__ Operands operands(const Place& at) const {\n"
          "    return operands_at(at.n, at.o, at.h, at.w, at.inside);\n"
          "  }\n"
-         "  __device__ __forceinline__ void put(const Place& at, float v) const { put_at(at.n, at.o, at.h, at.w, v); }\n"
+         "  __device__ __forceinline__ void put(const Place& at, float v) const { put_at(at.n, at.o, at.h, at.w, v); "
+         "}\n"
          "  __device__ __forceinline__ void prefetch(const Place& at) const {\n"
          "    if (at.inside) prefetch_at(at.n, at.o, at.h, at.w);\n"
          "  }\n";
@@ -369,13 +370,13 @@ std::string fragment_members() {
 
 // What the two mainloops' kernels differ in.
 struct Mainloop {
-  std::string math;         // the name's part: _3xtf32 or _tf32
+  std::string math;  // the name's part: _3xtf32 or _tf32
   int64_t tiles = 0;
   int shared_bytes = 0;
-  std::string description;  // the header's tile and math
-  std::string source;       // the mainloop's text
+  std::string description;   // the header's tile and math
+  std::string source;        // the mainloop's text
   std::string launch_check;  // a static_assert of the launch's figures
-  std::string call;         // the mainloop's call, from (a, b, M, N, K, ldb, epilogue)
+  std::string call;          // the mainloop's call, from (a, b, M, N, K, ldb, epilogue)
   bool row_pointers = true;  // whether the producer has registers for a pointer per row of A (conv_rows)
 };
 
@@ -478,10 +479,10 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   os << "// Generated by fuseforge: " << ks.name << "\n";
   for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
   os << "// implicit GEMM M " << rows
-     << (packed        ? " (grid pixels), N " + std::to_string(s.gemm_n()) + " (phases x channels)"
-         : phase_tiles ? " (pixels of " + std::to_string(c.phases()) + " phases), N " + std::to_string(s.gemm_n()) +
-                             " (channels)"
-                       : " (pixels), N " + std::to_string(s.gemm_n()) + " (channels)")
+     << (packed ? " (grid pixels), N " + std::to_string(s.gemm_n()) + " (phases x channels)"
+         : phase_tiles
+             ? " (pixels of " + std::to_string(c.phases()) + " phases), N " + std::to_string(s.gemm_n()) + " (channels)"
+             : " (pixels), N " + std::to_string(s.gemm_n()) + " (channels)")
      << ", K " << s.gemm_k() << "; " << mainloop.description << "\n";
   os << cuda_prelude() << cuda_half_prelude() << mainloop.source;
   os << "\nnamespace {\n"
@@ -490,8 +491,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
      << (packed        ? packed_conv_rows(c)
          : phase_tiles ? transposed_conv_rows(c, rows)
                        : conv_rows(c, rows, mainloop.row_pointers))
-     << epilogue.definition << mainloop.launch_check
-     << "}  // namespace\n\n"
+     << epilogue.definition << mainloop.launch_check << "}  // namespace\n\n"
      << "FF_EXTERN_C __global__ void __launch_bounds__(" << kSm90Threads << ", 1) " << ks.name << "("
      << epilogue.parameters << ") {\n"
      << "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"

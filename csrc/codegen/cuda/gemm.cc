@@ -17,10 +17,14 @@ namespace {
 
 std::string cutlass_element(DType t) {
   switch (t) {
-    case DType::f32: return "float";
-    case DType::f16: return "cutlass::half_t";
-    case DType::bf16: return "cutlass::bfloat16_t";
-    default: throw IRError("gemm codegen: unsupported dtype " + std::string(dtype_name(t)));
+    case DType::f32:
+      return "float";
+    case DType::f16:
+      return "cutlass::half_t";
+    case DType::bf16:
+      return "cutlass::bfloat16_t";
+    default:
+      throw IRError("gemm codegen: unsupported dtype " + std::string(dtype_name(t)));
   }
 }
 
@@ -124,18 +128,19 @@ std::vector<Node*> gemm_pointwise_nodes(const fusion::Group& group, const fusion
   return {group.nodes.begin() + 1, group.nodes.end() - static_cast<std::ptrdiff_t>(trailing)};
 }
 
-std::string gemm_epilogue_apply(const fusion::Group& group, const fusion::GemmSpec& s,
-                                const Value* source_input) {
+std::string gemm_epilogue_apply(const fusion::Group& group, const fusion::GemmSpec& s, const Value* source_input) {
   const Node& node = *group.nodes.front();
   const std::vector<Node*> epilogue = gemm_pointwise_nodes(group, s);
   // The value per element: the group's output, or what the block reduction's view reads.
-  const Value* value = s.reduce == fusion::GemmSpec::Reduce::None ? group.outputs[0]
-                                                                  : group.nodes.back()->input(0)->producer->input(0);
+  const Value* value =
+      s.reduce == fusion::GemmSpec::Reduce::None ? group.outputs[0] : group.nodes.back()->input(0)->producer->input(0);
   std::unordered_map<const Value*, std::string> expr_of{{node.result(), "v"}};
   if (source_input) expr_of[source_input] = "s";
   std::ostringstream body;
   emit_pointwise_body(body, epilogue, "    ", expr_of);
-  const std::string round = s.dtype == DType::f16 ? "ff_round_f16(v)" : s.dtype == DType::bf16 ? "ff_round_bf16(v)" : "v";
+  const std::string round = s.dtype == DType::f16    ? "ff_round_f16(v)"
+                            : s.dtype == DType::bf16 ? "ff_round_bf16(v)"
+                                                     : "v";
   std::ostringstream os;
   os << "  // v: the matmul's value (alpha * acc, + beta * bias for addmm) rounded to its dtype as eager\n"
      << "  // stores it; s: the source tensor's element. Then the " << epilogue.size() << " fused pointwise op(s).\n"
@@ -151,7 +156,8 @@ std::string gemm_epilogue_value(const fusion::GemmSpec& s, const std::string& ap
   const std::string alpha = f32_literal(s.alpha);
   std::ostringstream os;
   os << "  __device__ __forceinline__ float value(int row, int col, float acc) const {\n    return "
-     << (s.source == Source::Bias ? apply + "(fmaf(" + alpha + ", acc, " + f32_literal(s.beta) + " * " + src + "), 0.0f)"
+     << (s.source == Source::Bias
+             ? apply + "(fmaf(" + alpha + ", acc, " + f32_literal(s.beta) + " * " + src + "), 0.0f)"
          : s.source == Source::EpilogueInput ? apply + "(" + alpha + " * acc, " + src + ")"
                                              : apply + "(" + alpha + " * acc, 0.0f)")
      << ";\n  }\n";
@@ -160,13 +166,18 @@ std::string gemm_epilogue_value(const fusion::GemmSpec& s, const std::string& ap
 
 std::string gemm_reduction_members(const fusion::GemmSpec& s) {
   using Reduce = fusion::GemmSpec::Reduce;
-  const char* combine = s.reduce == Reduce::Max ? "ff_maximum(a, b)" : s.reduce == Reduce::Min ? "ff_minimum(a, b)" : "a + b";
+  const char* combine = s.reduce == Reduce::Max   ? "ff_maximum(a, b)"
+                        : s.reduce == Reduce::Min ? "ff_minimum(a, b)"
+                                                  : "a + b";
   const char* identity = s.reduce == Reduce::Max   ? "__uint_as_float(0xff800000u)"  // -inf
                          : s.reduce == Reduce::Min ? "__uint_as_float(0x7f800000u)"  // +inf
                                                    : "0.0f";
   std::ostringstream os;
-  os << "  // The block reduction (" << (s.reduce == Reduce::Max ? "amax" : s.reduce == Reduce::Min ? "amin"
-                                          : s.reduce == Reduce::Mean ? "mean" : "sum")
+  os << "  // The block reduction ("
+     << (s.reduce == Reduce::Max    ? "amax"
+         : s.reduce == Reduce::Min  ? "amin"
+         : s.reduce == Reduce::Mean ? "mean"
+                                    : "sum")
      << " over blocks of " << s.reduce_block << (s.reduce_rows ? " columns" : " rows")
      << "): its identity and how two values combine, NaN-propagating as ATen's.\n"
      << "  __device__ __forceinline__ static float identity() { return " << identity << "; }\n"
@@ -178,8 +189,7 @@ std::string gemm_reduction_scale(const fusion::GemmSpec& s) {
   return s.reduce == fusion::GemmSpec::Reduce::Mean ? f32_literal(1.0 / s.reduce_block) : "1.0f";
 }
 
-KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s, int id,
-                           const GemmTile* tile) {
+KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s, int id, const GemmTile* tile) {
   const GemmTile t = tile ? *tile : choose_gemm_tile(s);
   const std::string el = cutlass_element(s.dtype);
   const bool f32 = s.dtype == DType::f32;
@@ -210,7 +220,10 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
   for (const Node* n : group.nodes) os << "//   " << print_node(*n) << "\n";
   os << "// batch " << s.batch << ", M " << s.m << ", N " << s.n << ", K " << s.k << "; tile " << t.m << "x" << t.n
      << "x" << t.k << ", warp " << t.warp_m << "x" << t.warp_n << ", " << t.stages << " stages, "
-     << (split ? "3xTF32 (fp32 accuracy)" : f32 ? "TF32 (opt-in precision), f32 accumulate" : "f32 accumulate") << "\n";
+     << (split ? "3xTF32 (fp32 accuracy)"
+         : f32 ? "TF32 (opt-in precision), f32 accumulate"
+               : "f32 accumulate")
+     << "\n";
   ks.includes = {"#include <cutlass/cutlass.h>",
                  "#include <cutlass/numeric_types.h>",
                  "#include <cutlass/gemm/kernel/default_gemm.h>",
@@ -229,7 +242,8 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
      << "  using ElementCompute = float;\n  using ElementScalar = float;\n  using ElementC = Element;\n"
      << "  using ElementD = Element;\n"
      << "  static int const kCount = " << s.alignment << ";\n"
-     << "  static const cutlass::epilogue::thread::ScaleType::Kind kScale = cutlass::epilogue::thread::ScaleType::Default;\n"
+     << "  static const cutlass::epilogue::thread::ScaleType::Kind kScale = "
+        "cutlass::epilogue::thread::ScaleType::Default;\n"
      << "  using FragmentOutput = cutlass::Array<Element, kCount>;\n  using FragmentSource = FragmentOutput;\n"
      << "  using FragmentAccumulator = cutlass::Array<float, kCount>;\n"
      << "  using FragmentCompute = cutlass::Array<float, kCount>;\n"
@@ -242,11 +256,12 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
      << "  CUTLASS_HOST_DEVICE bool is_source_needed() const { return beta_ != 0.0f; }\n"
      << "  CUTLASS_HOST_DEVICE void set_k_partition(int, int) {}\n"
      << gemm_epilogue_apply(group, s, source_input)
-     << "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& acc, FragmentSource const& src) const {\n"
+     << "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& acc, FragmentSource const& src) const "
+        "{\n"
      << "    FragmentOutput out;\n    CUTLASS_PRAGMA_UNROLL\n"
      << "    for (int i = 0; i < kCount; ++i) out[i] = Element("
      << (s.source == Source::EpilogueInput ? "apply(alpha_ * acc[i], float(src[i]))"
-                                            : "apply(fmaf(alpha_, acc[i], beta_ * float(src[i])), 0.0f)")
+                                           : "apply(fmaf(alpha_, acc[i], beta_ * float(src[i])), 0.0f)")
      << ");\n"
      << "    return out;\n  }\n"
      << "  CUTLASS_DEVICE FragmentOutput operator()(FragmentAccumulator const& acc) const {\n"
@@ -259,8 +274,7 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
      << "    Element, " << layout(s.b.row_major) << ", " << s.alignment << ",\n"
      << "    Element, cutlass::layout::RowMajor, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,\n"
      << "    cutlass::gemm::GemmShape<" << t.m << ", " << t.n << ", " << t.k << ">, cutlass::gemm::GemmShape<"
-     << t.warp_m << ", " << t.warp_n << ", " << t.k << ">, cutlass::gemm::GemmShape<16, 8, " << (f32 ? 8 : 16)
-     << ">,\n"
+     << t.warp_m << ", " << t.warp_n << ", " << t.k << ">, cutlass::gemm::GemmShape<16, 8, " << (f32 ? 8 : 16) << ">,\n"
      << "    EpilogueOp, Swizzle, " << t.stages << ", false, "
      << (split ? "cutlass::arch::OpMultiplyAddFastF32" : "cutlass::arch::OpMultiplyAdd") << ">;\n";
   if (reduce) {
@@ -281,15 +295,18 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
      << ", 1),\n"
      << "      {const_cast<Element*>(a), " << s.a.ld << "}, " << s.a.batch_stride << "LL,\n"
      << "      {const_cast<Element*>(b), " << s.b.ld << "}, " << s.b.batch_stride << "LL,\n"
-     << "      {" << (s.source == Source::Bias ? "const_cast<Element*>(bias)"
-                      : s.source == Source::EpilogueInput ? "const_cast<Element*>(source)" : "out")
+     << "      {"
+     << (s.source == Source::Bias            ? "const_cast<Element*>(bias)"
+         : s.source == Source::EpilogueInput ? "const_cast<Element*>(source)"
+                                             : "out")
      << ", " << (s.source == Source::None ? s.n : s.ldc) << "}, "
      << (s.source == Source::None ? s.m * s.n : s.batch_stride_c) << "LL,\n"
      << "      {out, " << s.n << "}, " << s.m * s.n << "LL,\n"
      << "      {" << f32_literal(s.alpha) << ", "
-     << f32_literal(s.source == Source::Bias ? s.beta : s.source == Source::EpilogueInput ? 1.0 : 0.0) << "}, "
-     << s.batch
-     << ");\n"
+     << f32_literal(s.source == Source::Bias            ? s.beta
+                    : s.source == Source::EpilogueInput ? 1.0
+                                                        : 0.0)
+     << "}, " << s.batch << ");\n"
      << "  Gemm op;\n"
      << "  op(params, *reinterpret_cast<Gemm::SharedStorage*>(smem));\n"
      << "}\n";

@@ -54,8 +54,7 @@ std::vector<Node*> gemm_pointwise_nodes(const fusion::Group& group, const fusion
 // rounded to its dtype, then the group's fused pointwise nodes (s: the
 // source tensor's element); it returns the group's output, or with a block
 // reduction the value reduced.
-std::string gemm_epilogue_apply(const fusion::Group& group, const fusion::GemmSpec& spec,
-                                const Value* source_input);
+std::string gemm_epilogue_apply(const fusion::Group& group, const fusion::GemmSpec& spec, const Value* source_input);
 
 // A struct member `float value(int row, int col, float acc) const`: the
 // epilogue of the accumulator at (row, col) through `apply` (as

@@ -68,7 +68,8 @@ std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& s
      << "        tile(tile_), src(src_), origin(origin_) {}\n"
      << gemm_epilogue_value(s, "EpilogueOp::apply") << gemm_reduction_members(s) << tile_visitor_noop_hooks()
      << "  CUTLASS_DEVICE void visit(int, int, int, int frag, AccumulatorFragment const& acc) {\n"
-     << "    const cutlass::MatrixCoord at = where.thread_start() + OutputTileIterator::ThreadMap::iteration_offset(frag);\n"
+     << "    const cutlass::MatrixCoord at = where.thread_start() + "
+        "OutputTileIterator::ThreadMap::iteration_offset(frag);\n"
      << "    CUTLASS_PRAGMA_UNROLL\n"
      << "    for (int j = 0; j < kElementsPerAccess; ++j) {\n"
      << "      const int row = at.row(), col = at.column() + j;\n"
@@ -107,9 +108,8 @@ std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& s
      << "  Mma mma(shared.main_loop, thread, warp, lane);\n"
      << "  Mma::FragmentC acc;\n  acc.clear();\n"
      << "  mma((K + Mma::Shape::kK - 1) / Mma::Shape::kK, acc, iterator_a, iterator_b, acc);\n"
-     << "  TileVisitor visitor(shared.epilogue.tile, " << (src.empty() ? "nullptr" : src + " + z * " +
-                                                            std::to_string(s.batch_stride_c) + "LL")
-     << ", thread, origin);\n"
+     << "  TileVisitor visitor(shared.epilogue.tile, "
+     << (src.empty() ? "nullptr" : src + " + z * " + std::to_string(s.batch_stride_c) + "LL") << ", thread, origin);\n"
      << "  Epilogue epilogue(shared.epilogue.exchange, thread, warp, lane);\n"
      << "  epilogue(visitor, acc);\n"
      << "  __syncthreads();\n"

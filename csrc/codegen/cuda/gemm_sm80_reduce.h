@@ -25,7 +25,7 @@ std::string tile_shared_storage(int shared_bytes);
 // anonymous namespace, `EpilogueOp::apply` and `Element` defined): the
 // visitor, the shared storage, the namespace's end and the kernel `ks.name`,
 // with parameters as generate_gemm's.
-std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& spec, const GemmTile& tile,
-                               bool addmm, bool has_source);
+std::string sm80_reduce_kernel(const KernelSource& ks, const fusion::GemmSpec& spec, const GemmTile& tile, bool addmm,
+                               bool has_source);
 
 }  // namespace ff::codegen

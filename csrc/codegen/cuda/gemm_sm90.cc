@@ -25,8 +25,9 @@ std::string store_tile(const fusion::GemmSpec& s) {
   os << "  __device__ __forceinline__ void operator()(int row, int col, float v0, float v1) const {\n"
      << "    if (row >= M || col >= N) return;\n"
      << "    float* o = out + static_cast<long long>(row) * N + col;\n"
-     << (s.n % 2 == 0 ? "    *reinterpret_cast<float2*>(o) = make_float2(value(row, col, v0), value(row, col + 1, v1));\n"
-                      : "    o[0] = value(row, col, v0);\n    if (col + 1 < N) o[1] = value(row, col + 1, v1);\n")
+     << (s.n % 2 == 0
+             ? "    *reinterpret_cast<float2*>(o) = make_float2(value(row, col, v0), value(row, col + 1, v1));\n"
+             : "    o[0] = value(row, col, v0);\n    if (col + 1 < N) o[1] = value(row, col + 1, v1);\n")
      << "  }\n"
      << "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
      << "    ff_sm90::store_pairs(*this, acc, f);\n  }\n";
@@ -38,8 +39,8 @@ std::string reduce_tile(const fusion::GemmSpec& s) {
   std::ostringstream os;
   os << gemm_reduction_members(s)
      << "  __device__ __forceinline__ void tile(const float (&acc)[64], const ff_sm90::Fragment& f) const {\n"
-     << "    ff_sm90::reduce_" << (s.reduce_rows ? "rows" : "cols") << "<" << s.reduce_block << ">(acc, f, M, N, *this, "
-     << gemm_reduction_scale(s) << ", out);\n  }\n";
+     << "    ff_sm90::reduce_" << (s.reduce_rows ? "rows" : "cols") << "<" << s.reduce_block
+     << ">(acc, f, M, N, *this, " << gemm_reduction_scale(s) << ", out);\n  }\n";
   return os.str();
 }
 
@@ -48,8 +49,8 @@ std::string reduce_tile(const fusion::GemmSpec& s) {
 bool sm90_gemm_applies(const fusion::GemmSpec& s) {
   // 16-byte cp.async chunks of A's and B's rows (the result and the source
   // are stored and read element by element: any N).
-  const bool vectors = s.k % 4 == 0 && s.a.ld % 4 == 0 && s.b.ld % 4 == 0 && s.a.batch_stride % 4 == 0 &&
-                       s.b.batch_stride % 4 == 0;
+  const bool vectors =
+      s.k % 4 == 0 && s.a.ld % 4 == 0 && s.b.ld % 4 == 0 && s.a.batch_stride % 4 == 0 && s.b.batch_stride % 4 == 0;
   return s.dtype == DType::f32 && !s.tf32 && s.a.row_major && !s.b.row_major && vectors && s.k >= 1024;
 }
 
@@ -82,12 +83,11 @@ KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSp
      << (s.reduce == Reduce::None ? "  float* out;        // this batch's M x N result, row-major\n"
                                   : "  float* out;        // this batch's block partials, row-major\n")
      << "  const float* src;  // addmm's bias or the epilogue's source tensor (row stride " << s.ldc << ")\n"
-     << gemm_epilogue_apply(group, s, source_input)
-     << gemm_epilogue_value(s, "apply")
+     << gemm_epilogue_apply(group, s, source_input) << gemm_epilogue_value(s, "apply")
      << (s.reduce == Reduce::None ? store_tile(s) : reduce_tile(s)) << "};\n"
-     << "static_assert(ff_sm90::BM == " << kTile << " && ff_sm90::BN == " << kTile << " && ff_sm90::THREADS == "
-     << kThreads << " && ff_sm90::smem_bytes<true>() == "
-     << kSharedBytes << ", \"the launch's grid and shared memory\");\n"
+     << "static_assert(ff_sm90::BM == " << kTile << " && ff_sm90::BN == " << kTile
+     << " && ff_sm90::THREADS == " << kThreads << " && ff_sm90::smem_bytes<true>() == " << kSharedBytes
+     << ", \"the launch's grid and shared memory\");\n"
      << "}  // namespace\n\n";
   os << "FF_EXTERN_C __global__ void __launch_bounds__(" << kThreads << ", 1) " << ks.name
      << "(float* out, const float* a, const float* b" << (addmm ? ", const float* bias" : "")
@@ -95,7 +95,7 @@ KernelSource generate_gemm_sm90(const fusion::Group& group, const fusion::GemmSp
      << "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n"
      << "  const long long z = blockIdx.z;\n"
      << "  const Epilogue epilogue{out + z * " << out_batch_stride(s) << "LL, "
-     << (s.source == Source::Bias ? "bias + z * " + std::to_string(s.batch_stride_c) + "LL"
+     << (s.source == Source::Bias            ? "bias + z * " + std::to_string(s.batch_stride_c) + "LL"
          : s.source == Source::EpilogueInput ? "source + z * " + std::to_string(s.batch_stride_c) + "LL"
                                              : "nullptr")
      << "};\n"

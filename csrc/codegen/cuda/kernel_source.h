@@ -11,14 +11,14 @@ namespace ff::codegen {
 // with a grid-stride loop of `block`-thread blocks, `unroll` items per thread
 // per iteration: a grid of ceil(items / (block * unroll)) blocks covers all.
 struct KernelSource {
-  std::string name;                        // the CUDA symbol, readable in profilers
-  std::vector<std::string> includes;       // #include lines the source needs (kept apart: a file of many
-                                           // kernels puts them first, outside any namespace)
-  std::string source;                      // the code after the includes; declares the kernel FF_EXTERN_C
-                                           // (C linkage for NVRTC's lookup by name, unless defined otherwise)
-  std::vector<std::string> outputs;        // IR value names, parameter order
-  std::vector<std::string> inputs;         // IR value names of tensor inputs
-  std::vector<std::string> scalars;        // IR value names of scalar inputs
+  std::string name;                   // the CUDA symbol, readable in profilers
+  std::vector<std::string> includes;  // #include lines the source needs (kept apart: a file of many
+                                      // kernels puts them first, outside any namespace)
+  std::string source;                 // the code after the includes; declares the kernel FF_EXTERN_C
+                                      // (C linkage for NVRTC's lookup by name, unless defined otherwise)
+  std::vector<std::string> outputs;   // IR value names, parameter order
+  std::vector<std::string> inputs;    // IR value names of tensor inputs
+  std::vector<std::string> scalars;   // IR value names of scalar inputs
   int64_t items = 0;
   int vector_width = 1;
   int block = 256;

@@ -18,13 +18,20 @@ DType op_compute_dtype(const Node& n) { return compute_dtype(operand_dtype(n)); 
 
 std::string cuda_storage_type(DType t) {
   switch (t) {
-    case DType::f32: return "float";
-    case DType::f64: return "double";
-    case DType::f16: return "ff_half";
-    case DType::bf16: return "ff_bf16";
-    case DType::i64: return "long long";
-    case DType::i32: return "int";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "float";
+    case DType::f64:
+      return "double";
+    case DType::f16:
+      return "ff_half";
+    case DType::bf16:
+      return "ff_bf16";
+    case DType::i64:
+      return "long long";
+    case DType::i32:
+      return "int";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -38,8 +45,7 @@ void emit_pointwise_body(std::ostringstream& os, const std::vector<Node*>& nodes
 
 void emit_pointwise_nodes(std::ostringstream& os, const std::vector<Node*>& nodes, const std::string& ind,
                           const std::unordered_set<const Value*>& scalars,
-                          std::unordered_map<const Value*, std::string>& expr_of, int& tmp,
-                          const std::string& prefix) {
+                          std::unordered_map<const Value*, std::string>& expr_of, int& tmp, const std::string& prefix) {
   for (Node* n : nodes) {
     DType c = op_compute_dtype(*n);
     std::vector<std::string> args;

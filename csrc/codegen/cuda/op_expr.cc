@@ -29,7 +29,8 @@ std::string cuda_literal(const Scalar& s, DType t) {
     return r;
   }
   if (std::isnan(v)) return "__longlong_as_double(0x7ff8000000000000LL)";
-  if (std::isinf(v)) return v > 0 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__longlong_as_double(0xfff0000000000000LL)";
+  if (std::isinf(v))
+    return v > 0 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__longlong_as_double(0xfff0000000000000LL)";
   std::snprintf(buf, sizeof buf, "%.17g", v);
   std::string r = buf;
   if (r.find_first_of(".e") == std::string::npos) r += ".0";
@@ -82,60 +83,129 @@ std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
   std::string fc = c == DType::f32 ? "f" : "";
   auto call = [&](const char* f) { return math_fn(f, c) + "(" + a[0] + ")"; };
   switch (n.op) {
-    case Op::Neg: return "(-" + a[0] + ")";
-    case Op::Abs: return is_floating(c) ? call("fabs") : "(" + a[0] + " < 0 ? -" + a[0] + " : " + a[0] + ")";
-    case Op::Exp: return call("exp");
-    case Op::Log: return call("log");
-    case Op::Log1p: return call("log1p");
-    case Op::Expm1: return call("expm1");
-    case Op::Sqrt: return call("sqrt");
-    case Op::Rsqrt: return call("rsqrt");
-    case Op::Tanh: return call("tanh");
-    case Op::Sin: return call("sin");
-    case Op::Cos: return call("cos");
-    case Op::Erf: return call("erf");
-    case Op::Floor: return is_floating(c) ? call("floor") : a[0];
-    case Op::Ceil: return is_floating(c) ? call("ceil") : a[0];
-    case Op::Trunc: return is_floating(c) ? call("trunc") : a[0];
-    case Op::Round: return is_floating(c) ? call("nearbyint") : a[0];
-    case Op::Sigmoid: return "ff_sigmoid(" + a[0] + ")";
-    case Op::Silu: return "ff_silu(" + a[0] + ")";
-    case Op::Relu: return "ff_relu(" + a[0] + ")";
+    case Op::Neg:
+      return "(-" + a[0] + ")";
+    case Op::Abs:
+      return is_floating(c) ? call("fabs") : "(" + a[0] + " < 0 ? -" + a[0] + " : " + a[0] + ")";
+    case Op::Exp:
+      return call("exp");
+    case Op::Log:
+      return call("log");
+    case Op::Log1p:
+      return call("log1p");
+    case Op::Expm1:
+      return call("expm1");
+    case Op::Sqrt:
+      return call("sqrt");
+    case Op::Rsqrt:
+      return call("rsqrt");
+    case Op::Tanh:
+      return call("tanh");
+    case Op::Sin:
+      return call("sin");
+    case Op::Cos:
+      return call("cos");
+    case Op::Erf:
+      return call("erf");
+    case Op::Floor:
+      return is_floating(c) ? call("floor") : a[0];
+    case Op::Ceil:
+      return is_floating(c) ? call("ceil") : a[0];
+    case Op::Trunc:
+      return is_floating(c) ? call("trunc") : a[0];
+    case Op::Round:
+      return is_floating(c) ? call("nearbyint") : a[0];
+    case Op::Sigmoid:
+      return "ff_sigmoid(" + a[0] + ")";
+    case Op::Silu:
+      return "ff_silu(" + a[0] + ")";
+    case Op::Relu:
+      return "ff_relu(" + a[0] + ")";
     case Op::Gelu: {
       bool tanh = n.has_attr("approximate") && n.attr_string("approximate") == "tanh";
       return (tanh ? "ff_gelu_tanh(" : "ff_gelu(") + a[0] + ")";
     }
-    case Op::Sign: return "ff_sign(" + a[0] + ")";
-    case Op::Reciprocal: return "(" + cuda_literal(Scalar::of_float(1.0), c) + " / " + a[0] + ")";
-    case Op::LogicalNot: return "(!" + a[0] + ")";
-    case Op::IsNan: return "ff_isnan(" + a[0] + ")";
-    case Op::Cast: case Op::Copy: case Op::Full: return a[0];
-    case Op::RoundTf32: return c == DType::f32 ? "ff_round_tf32(" + a[0] + ")" : a[0];
-    case Op::Add: return "(" + a[0] + " + " + a[1] + ")";
-    case Op::Sub: return "(" + a[0] + " - " + a[1] + ")";
-    case Op::Mul: return "(" + a[0] + " * " + a[1] + ")";
-    case Op::Div: return div_by_constant(n.operands[1], a[0], c).value_or("(" + a[0] + " / " + a[1] + ")");
-    case Op::Pow: return pow_expr(a[0], n.operands[1], a[1], c);
-    case Op::Maximum: return "ff_maximum(" + a[0] + ", " + a[1] + ")";
-    case Op::Minimum: return "ff_minimum(" + a[0] + ", " + a[1] + ")";
-    case Op::Eq: return "(" + a[0] + " == " + a[1] + ")";
-    case Op::Ne: return "(" + a[0] + " != " + a[1] + ")";
-    case Op::Lt: return "(" + a[0] + " < " + a[1] + ")";
-    case Op::Le: return "(" + a[0] + " <= " + a[1] + ")";
-    case Op::Gt: return "(" + a[0] + " > " + a[1] + ")";
-    case Op::Ge: return "(" + a[0] + " >= " + a[1] + ")";
-    case Op::LogicalAnd: return "(" + a[0] + " && " + a[1] + ")";
-    case Op::LogicalOr: return "(" + a[0] + " || " + a[1] + ")";
-    case Op::Remainder: return "ff_remainder(" + a[0] + ", " + a[1] + ")";
-    case Op::Fmod: return is_floating(c) ? math_fn("fmod", c) + "(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " % " + a[1] + ")";
-    case Op::Where: return "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")";
+    case Op::Sign:
+      return "ff_sign(" + a[0] + ")";
+    case Op::Reciprocal:
+      return "(" + cuda_literal(Scalar::of_float(1.0), c) + " / " + a[0] + ")";
+    case Op::LogicalNot:
+      return "(!" + a[0] + ")";
+    case Op::IsNan:
+      return "ff_isnan(" + a[0] + ")";
+    case Op::Cast:
+    case Op::Copy:
+    case Op::Full:
+      return a[0];
+    case Op::RoundTf32:
+      return c == DType::f32 ? "ff_round_tf32(" + a[0] + ")" : a[0];
+    case Op::Add:
+      return "(" + a[0] + " + " + a[1] + ")";
+    case Op::Sub:
+      return "(" + a[0] + " - " + a[1] + ")";
+    case Op::Mul:
+      return "(" + a[0] + " * " + a[1] + ")";
+    case Op::Div:
+      return div_by_constant(n.operands[1], a[0], c).value_or("(" + a[0] + " / " + a[1] + ")");
+    case Op::Pow:
+      return pow_expr(a[0], n.operands[1], a[1], c);
+    case Op::Maximum:
+      return "ff_maximum(" + a[0] + ", " + a[1] + ")";
+    case Op::Minimum:
+      return "ff_minimum(" + a[0] + ", " + a[1] + ")";
+    case Op::Eq:
+      return "(" + a[0] + " == " + a[1] + ")";
+    case Op::Ne:
+      return "(" + a[0] + " != " + a[1] + ")";
+    case Op::Lt:
+      return "(" + a[0] + " < " + a[1] + ")";
+    case Op::Le:
+      return "(" + a[0] + " <= " + a[1] + ")";
+    case Op::Gt:
+      return "(" + a[0] + " > " + a[1] + ")";
+    case Op::Ge:
+      return "(" + a[0] + " >= " + a[1] + ")";
+    case Op::LogicalAnd:
+      return "(" + a[0] + " && " + a[1] + ")";
+    case Op::LogicalOr:
+      return "(" + a[0] + " || " + a[1] + ")";
+    case Op::Remainder:
+      return "ff_remainder(" + a[0] + ", " + a[1] + ")";
+    case Op::Fmod:
+      return is_floating(c) ? math_fn("fmod", c) + "(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " % " + a[1] + ")";
+    case Op::Where:
+      return "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")";
 
     // Not pointwise: generated by their group kinds' schedulers, or library calls.
-    case Op::Sum: case Op::Mean: case Op::Amax: case Op::Amin: case Op::Prod: case Op::Var: case Op::Any: case Op::Logsumexp:
-    case Op::Argmax: case Op::Argmin: case Op::Softmax: case Op::LogSoftmax: case Op::LayerNorm:
-    case Op::MaxPool: case Op::AvgPool: case Op::Cumsum: case Op::Mm: case Op::Bmm: case Op::Addmm: case Op::Convolution:
-    case Op::View: case Op::Permute: case Op::Expand: case Op::Unsqueeze: case Op::Squeeze:
-    case Op::Slice: case Op::Select: case Op::Cat: case Op::Opaque:
+    case Op::Sum:
+    case Op::Mean:
+    case Op::Amax:
+    case Op::Amin:
+    case Op::Prod:
+    case Op::Var:
+    case Op::Any:
+    case Op::Logsumexp:
+    case Op::Argmax:
+    case Op::Argmin:
+    case Op::Softmax:
+    case Op::LogSoftmax:
+    case Op::LayerNorm:
+    case Op::MaxPool:
+    case Op::AvgPool:
+    case Op::Cumsum:
+    case Op::Mm:
+    case Op::Bmm:
+    case Op::Addmm:
+    case Op::Convolution:
+    case Op::View:
+    case Op::Permute:
+    case Op::Expand:
+    case Op::Unsqueeze:
+    case Op::Squeeze:
+    case Op::Slice:
+    case Op::Select:
+    case Op::Cat:
+    case Op::Opaque:
       break;
   }
   throw IRError("pointwise codegen: no CUDA expression for op '" + std::string(op_name(n.op)) + "'");

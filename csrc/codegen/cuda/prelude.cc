@@ -99,9 +99,7 @@ template <class T> __device__ __forceinline__ const T* ff_cluster_peer(const T* 
 )";
 }
 
-std::string_view cuda_dynamic_shared() {
-  return "extern __shared__ __align__(16) unsigned char ff_dynamic_shared[];";
-}
+std::string_view cuda_dynamic_shared() { return "extern __shared__ __align__(16) unsigned char ff_dynamic_shared[];"; }
 
 std::string cuda_cluster_prelude() {
   return std::string(cuda_cluster_primitives()) + R"(

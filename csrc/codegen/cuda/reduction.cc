@@ -7,8 +7,9 @@ namespace ff::codegen {
 std::string ReductionStrategy::describe() const {
   std::string r;
   if (form == Form::Rows) {
-    r = threads >= 64 ? "a block of " + std::to_string(threads) + " threads per row"
-                      : std::to_string(threads) + " thread(s) per row, " + std::to_string(block / threads) + " rows per block";
+    r = threads >= 64
+            ? "a block of " + std::to_string(threads) + " threads per row"
+            : std::to_string(threads) + " thread(s) per row, " + std::to_string(block / threads) + " rows per block";
     r += ", " + std::to_string(vector) + " element(s) per load";
   } else {
     r = "columns: " + std::to_string(vector) + " adjacent row(s) per thread, " + std::to_string(block / threads) +
@@ -19,7 +20,8 @@ std::string ReductionStrategy::describe() const {
     r += ", inputs held across passes in registers and shared memory (" + std::to_string(shared_items) +
          " loads per thread)";
   else
-    r += persistent ? ", inputs held in registers across passes" : ", inputs streamed (" + std::to_string(unroll) + " loads in flight)";
+    r += persistent ? ", inputs held in registers across passes"
+                    : ", inputs streamed (" + std::to_string(unroll) + " loads in flight)";
   return r;
 }
 

@@ -24,9 +24,9 @@ struct ReductionStrategy {
   // shared memory), so every load is coalesced across the columns.
   enum class Form { Rows, Columns } form = Form::Rows;
   int threads = 32;
-  int block = 256;    // threads per block (Columns: blockDim.x * threads)
-  int vector = 1;     // Rows: elements per load along the row; Columns: adjacent columns per thread
-  int unroll = 4;     // loads in flight per thread when the inputs stream
+  int block = 256;  // threads per block (Columns: blockDim.x * threads)
+  int vector = 1;   // Rows: elements per load along the row; Columns: adjacent columns per thread
+  int unroll = 4;   // loads in flight per thread when the inputs stream
   // The row's inputs stay in registers from the first pass to the last, so a
   // normalization (statistics, then the apply) reads them once; otherwise
   // each pass reads them again.

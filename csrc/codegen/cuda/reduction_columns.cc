@@ -37,8 +37,10 @@ class ColumnsKernel final : public ReductionKernel {
     os << "  typedef " << w_.index_type() << " index_t;\n";
     os << "  constexpr index_t kColumns = " << l_.rows << ", kLength = " << l_.length
        << ";  // rows (columns of the reduced extent), elements per row\n";
-    os << "  constexpr int kVec = " << V << ", kY = " << Y << ";  // adjacent columns per thread, threads along the reduced extent\n";
-    if (!s_.persistent) os << "  constexpr int kUnroll = " << s_.unroll << ";  // loads in flight per thread and column\n";
+    os << "  constexpr int kVec = " << V << ", kY = " << Y
+       << ";  // adjacent columns per thread, threads along the reduced extent\n";
+    if (!s_.persistent)
+      os << "  constexpr int kUnroll = " << s_.unroll << ";  // loads in flight per thread and column\n";
     os << "  const index_t first = (static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;\n";
     os << "  const bool col_valid = first < kColumns;\n";
     os << "  // Threads past the last column still take part in the merges: they address the last columns.\n";
@@ -110,12 +112,17 @@ class ColumnsKernel final : public ReductionKernel {
 
   void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
     switch (kind(a)) {
-      case Kind::Same: os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n"; break;
-      case Kind::Lanes:
-        os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << dst << "[k] = "
-            << load_expr(a, elem_offset(a) + lane_step(a)) << ";\n";
+      case Kind::Same:
+        os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n";
         break;
-      case Kind::Vector: vector_load(a, dst, in); break;
+      case Kind::Lanes:
+        os_ << "#pragma unroll\n"
+            << in << "for (int k = 0; k < kVec; ++k) " << dst << "[k] = " << load_expr(a, elem_offset(a) + lane_step(a))
+            << ";\n";
+        break;
+      case Kind::Vector:
+        vector_load(a, dst, in);
+        break;
     }
   }
 
@@ -139,7 +146,8 @@ class ColumnsKernel final : public ReductionKernel {
     if (!s_.staged) return;
     std::ostringstream& os = os_;
     os << "  // ---- the staged outputs, a run of stores along each row\n  __syncthreads();\n";
-    os << "  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < kTileColumns * kLength; i += blockDim.x * blockDim.y) {\n";
+    os << "  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < kTileColumns * kLength; i += blockDim.x * "
+          "blockDim.y) {\n";
     os << "    const int c = i / kLength;\n    const index_t e = i % kLength;\n";
     os << "    const index_t at = static_cast<index_t>(blockIdx.x) * kTileColumns + c;\n";
     os << "    if (at >= kColumns) continue;\n";
@@ -148,16 +156,16 @@ class ColumnsKernel final : public ReductionKernel {
     for (const auto& a : l_.access) {
       if (!staged(a)) continue;
       const std::string r = offset_expr("e", a.reduced);
-      os << "    " << a.param << "[" << offset_expr("s", in_order(a.kept)) << (r == "0" ? "" : " + " + r) << "] = stage_"
-         << a.param
-         << "[c * kStageStride + e];\n";
+      os << "    " << a.param << "[" << offset_expr("s", in_order(a.kept)) << (r == "0" ? "" : " + " + r)
+         << "] = stage_" << a.param << "[c * kStageStride + e];\n";
     }
     os << "  }\n";
   }
 
   void store(const ReductionAccess& a, const std::string& in) override {
     if (staged(a)) {
-      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) stage_" << a.param
+      os_ << "#pragma unroll\n"
+          << in << "for (int k = 0; k < kVec; ++k) stage_" << a.param
           << "[(threadIdx.x * kVec + k) * kStageStride + e] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_"
           << a.param << "[k]);\n";
       return;
@@ -166,8 +174,9 @@ class ColumnsKernel final : public ReductionKernel {
       vector_store(a, in);
       return;
     }
-    os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << a.param << "[" << elem_offset(a)
-        << lane_step(a) << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param << "[k]);\n";
+    os_ << "#pragma unroll\n"
+        << in << "for (int k = 0; k < kVec; ++k) " << a.param << "[" << elem_offset(a) << lane_step(a)
+        << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param << "[k]);\n";
   }
 
   // Each column's slots pairwise, then the kY threads along threadIdx.y.
@@ -179,15 +188,17 @@ class ColumnsKernel final : public ReductionKernel {
     for (const auto& a : w_.accs) {
       if (a.level != p) continue;
       if (slots_ > 1) {
-        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n#pragma unroll\n    for (int w = 1; w < kUnroll; w *= 2)\n"
-           << "#pragma unroll\n      for (int i = 0; i + w < kUnroll; i += 2 * w) " << a.name << "[k * kUnroll + i].merge("
-           << a.name << "[k * kUnroll + i + w]);\n";
+        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n#pragma unroll\n    for (int w = 1; w < kUnroll; w *= "
+              "2)\n"
+           << "#pragma unroll\n      for (int i = 0; i + w < kUnroll; i += 2 * w) " << a.name
+           << "[k * kUnroll + i].merge(" << a.name << "[k * kUnroll + i + w]);\n";
       }
       if (s_.threads > 1) {
         os << "  __shared__ " << a.type << " partials_" << a.name << "[kY * " << s_.block / s_.threads << " * kVec];\n";
         const std::string at = slots_ == 1 ? "k" : "k * kUnroll";
-        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n    " << a.name << "[" << at << "] = ff_column_merge<kY>("
-           << a.name << "[" << at << "], partials_" << a.name << ", threadIdx.x * kVec + k, blockDim.x * kVec);\n";
+        os << "#pragma unroll\n  for (int k = 0; k < kVec; ++k)\n    " << a.name << "[" << at
+           << "] = ff_column_merge<kY>(" << a.name << "[" << at << "], partials_" << a.name
+           << ", threadIdx.x * kVec + k, blockDim.x * kVec);\n";
       }
     }
     w_.emit_row_values(os, p, "  ", expr_of, [&](const Accumulator& a) { return a.name + "[" + first + "]"; });

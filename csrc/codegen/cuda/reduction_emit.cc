@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <set>
 
-#include "codegen/cuda/op_expr.h"
 #include "codegen/cuda/kernel_text.h"
+#include "codegen/cuda/op_expr.h"
 #include "codegen/cuda/prelude.h"
 #include "codegen/cuda/reduction_prelude.h"
 
@@ -61,7 +61,8 @@ std::string offset_expr(const std::string& name, const Shape& strides) {
   std::string e;
   for (size_t d = 0; d < strides.size(); ++d) {
     if (strides[d] == 0) continue;
-    e += (e.empty() ? "" : " + ") + name + std::to_string(d) + (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]));
+    e += (e.empty() ? "" : " + ") + name + std::to_string(d) +
+         (strides[d] == 1 ? "" : " * " + std::to_string(strides[d]));
   }
   return e.empty() ? "0" : e;
 }
@@ -93,27 +94,50 @@ void ReductionWriter::plan_accumulators() {
     const Value* x = r->input(0);
     K kind = K::Sum;
     switch (r->op) {
-      case Op::Sum: kind = K::Sum; break;
-      case Op::Mean: kind = welford.count(x) ? K::Welford : K::Sum; break;
-      case Op::Var: case Op::LayerNorm: kind = K::Welford; break;
-      case Op::Prod: kind = K::Prod; break;
-      case Op::Amax: kind = argmax.count(x) ? K::ArgMax : K::Max; break;
-      case Op::Amin: kind = argmin.count(x) ? K::ArgMin : K::Min; break;
-      case Op::Argmax: kind = K::ArgMax; break;
-      case Op::Argmin: kind = K::ArgMin; break;
-      case Op::Any: kind = K::Any; break;
-      default: kind = K::MaxSumExp; break;  // softmax, log_softmax, logsumexp
+      case Op::Sum:
+        kind = K::Sum;
+        break;
+      case Op::Mean:
+        kind = welford.count(x) ? K::Welford : K::Sum;
+        break;
+      case Op::Var:
+      case Op::LayerNorm:
+        kind = K::Welford;
+        break;
+      case Op::Prod:
+        kind = K::Prod;
+        break;
+      case Op::Amax:
+        kind = argmax.count(x) ? K::ArgMax : K::Max;
+        break;
+      case Op::Amin:
+        kind = argmin.count(x) ? K::ArgMin : K::Min;
+        break;
+      case Op::Argmax:
+        kind = K::ArgMax;
+        break;
+      case Op::Argmin:
+        kind = K::ArgMin;
+        break;
+      case Op::Any:
+        kind = K::Any;
+        break;
+      default:
+        kind = K::MaxSumExp;
+        break;  // softmax, log_softmax, logsumexp
     }
     int found = -1;
     for (size_t i = 0; i < accs.size(); ++i)
       if (accs[i].kind == kind && accs[i].input == x) found = static_cast<int>(i);
     if (found < 0) {
       const std::string t = cuda_compute_type(x->type.dtype);
-      static const char* names[] = {"ff_sum", "ff_prod", "ff_max", "ff_min", "ff_any", "ff_welford", "ff_argmax",
-                                    "ff_argmin", "ff_maxsumexp"};
+      static const char* names[] = {"ff_sum",     "ff_prod",   "ff_max",    "ff_min",      "ff_any",
+                                    "ff_welford", "ff_argmax", "ff_argmin", "ff_maxsumexp"};
       std::string type = names[static_cast<int>(kind)];
-      if (kind == K::ArgMax || kind == K::ArgMin) type += "<" + t + ", " + index_type() + ">";
-      else if (kind != K::Any) type += "<" + t + ">";
+      if (kind == K::ArgMax || kind == K::ArgMin)
+        type += "<" + t + ", " + index_type() + ">";
+      else if (kind != K::Any)
+        type += "<" + t + ">";
       found = static_cast<int>(accs.size());
       accs.push_back({kind, x, d.level.at(r), "a" + std::to_string(found), type});
     }
@@ -186,10 +210,18 @@ int ReductionWriter::accumulator_words() const {
   int w = 0;
   for (const auto& a : accs) {
     switch (a.kind) {
-      case Accumulator::Kind::Welford: w += 3; break;
-      case Accumulator::Kind::ArgMax: case Accumulator::Kind::ArgMin: w += index_type() == "int" ? 2 : 3; break;
-      case Accumulator::Kind::MaxSumExp: w += 2; break;
-      default: w += 1;
+      case Accumulator::Kind::Welford:
+        w += 3;
+        break;
+      case Accumulator::Kind::ArgMax:
+      case Accumulator::Kind::ArgMin:
+        w += index_type() == "int" ? 2 : 3;
+        break;
+      case Accumulator::Kind::MaxSumExp:
+        w += 2;
+        break;
+      default:
+        w += 1;
     }
   }
   return w;
@@ -222,7 +254,8 @@ void ReductionWriter::head(std::ostringstream& os, const std::string& form) cons
      << ks.name << "(";
   for (size_t t = 0; t < l.access.size(); ++t) {
     const auto& a = l.access[t];
-    os << (t ? ", " : "") << (a.is_output ? "" : "const ") << cuda_storage_type(a.dtype) << "* __restrict__ " << a.param;
+    os << (t ? ", " : "") << (a.is_output ? "" : "const ") << cuda_storage_type(a.dtype) << "* __restrict__ "
+       << a.param;
   }
   for (size_t i = 0; i < l.scalars.size(); ++i) os << (l.access.empty() && i == 0 ? "" : ", ") << "double s" << i;
   os << ") {\n";
@@ -238,8 +271,10 @@ std::string ReductionWriter::normalization_expr(const Node& n, const ExprMap& ex
   const std::string x = expr_of.at(n.input(0));
   const auto& st = stats_.at(&n);
   std::string e;
-  if (n.op == Op::Softmax) e = "ff_div_rcp(ff_exp(" + x + " - " + st[0] + "), " + st[1] + ", " + st[2] + ")";
-  else if (n.op == Op::LogSoftmax) e = x + " - " + st[0] + " - " + st[1];
+  if (n.op == Op::Softmax)
+    e = "ff_div_rcp(ff_exp(" + x + " - " + st[0] + "), " + st[1] + ", " + st[2] + ")";
+  else if (n.op == Op::LogSoftmax)
+    e = x + " - " + st[0] + " - " + st[1];
   else {
     auto affine = [&](size_t i) {
       const Operand& o = n.operands[i];
@@ -294,8 +329,8 @@ void ReductionWriter::emit_chunk_begin(std::ostringstream& os, int pass, const s
     const std::string t = cuda_compute_type(a.input->type.dtype);
     if (a.kind == Accumulator::Kind::MaxSumExp)
       os << ind << t << " next_" << a.name << "[" << slots << "];  // " << a.name
-         << "'s max with this chunk's\n#pragma unroll\n" << ind << "for (int i = 0; i < " << slots << "; ++i) next_"
-         << a.name << "[i] = " << a.name << "[i].m;\n";
+         << "'s max with this chunk's\n#pragma unroll\n"
+         << ind << "for (int i = 0; i < " << slots << "; ++i) next_" << a.name << "[i] = " << a.name << "[i].m;\n";
     if (a.kind == Accumulator::Kind::Welford)
       os << ind << t << " sum_" << a.name << "[" << slots << "] = {}, n_" << a.name << "[" << slots
          << "] = {};  // the chunk's sum and count, for its mean\n"
@@ -309,7 +344,8 @@ void ReductionWriter::emit_sees(std::ostringstream& os, int pass, const std::str
   for (const auto& a : accs) {
     if (a.level != pass) continue;
     const std::string x = expr_of.at(a.input), at = a.name + "[" + chunk_slot + "]";
-    if (a.kind == Accumulator::Kind::MaxSumExp) os << ind << "next_" << at << " = ff_max_nan(next_" << at << ", " << x << ");\n";
+    if (a.kind == Accumulator::Kind::MaxSumExp)
+      os << ind << "next_" << at << " = ff_max_nan(next_" << at << ", " << x << ");\n";
     if (a.kind == Accumulator::Kind::Welford)
       os << ind << "sum_" << at << " += " << x << ";\n" << ind << "n_" << at << " += 1;\n";
   }
@@ -321,8 +357,10 @@ void ReductionWriter::emit_rebase(std::ostringstream& os, int pass, const std::s
     if (a.level != pass || !takes_chunks(a)) continue;
     const std::string at = a.name + "[" + chunk_slot + "]";
     os << "#pragma unroll\n" << ind << "for (int k = 0; k < kVec; ++k) ";
-    if (a.kind == Accumulator::Kind::MaxSumExp) os << at << ".rebase(next_" << at << ");\n";
-    else os << "chunk_" << at << " = " << a.type << "::of_chunk(n_" << at << ", sum_" << at << ");\n";
+    if (a.kind == Accumulator::Kind::MaxSumExp)
+      os << at << ".rebase(next_" << at << ");\n";
+    else
+      os << "chunk_" << at << " = " << a.type << "::of_chunk(n_" << at << ", sum_" << at << ");\n";
   }
 }
 
@@ -330,8 +368,9 @@ void ReductionWriter::emit_chunk_end(std::ostringstream& os, int pass, const std
                                      const std::string& chunk_slot) const {
   for (const auto& a : accs)
     if (a.level == pass && a.kind == Accumulator::Kind::Welford)
-      os << "#pragma unroll\n" << ind << "for (int k = 0; k < kVec; ++k) " << a.name << "[" << chunk_slot
-         << "].merge(chunk_" << a.name << "[" << chunk_slot << "]);\n";
+      os << "#pragma unroll\n"
+         << ind << "for (int k = 0; k < kVec; ++k) " << a.name << "[" << chunk_slot << "].merge(chunk_" << a.name << "["
+         << chunk_slot << "]);\n";
 }
 
 void ReductionWriter::emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
@@ -359,8 +398,8 @@ void ReductionWriter::declare_accumulators(std::ostringstream& os, int pass, con
       if (acc_of_.at(r) == static_cast<int>(i))
         what += (what.empty() ? "" : ", ") + std::string(op_name(r->op)) + " %" + r->result()->name;
     os << ind << a.type << " " << a.name << "[" << slots << "];  // " << what << " of %" << a.input->name << "\n";
-    os << "#pragma unroll\n" << ind << "for (int i = 0; i < " << slots << "; ++i) " << a.name << "[i] = " << a.type
-       << "::identity();\n";
+    os << "#pragma unroll\n"
+       << ind << "for (int i = 0; i < " << slots << "; ++i) " << a.name << "[i] = " << a.type << "::identity();\n";
   }
 }
 
@@ -370,18 +409,28 @@ std::string ReductionWriter::finalize_expr(const Node& n, const std::string& a) 
   const std::string len = cuda_literal(Scalar::of_float(static_cast<double>(l.length)), x);
   const bool arg = acc.kind == Accumulator::Kind::ArgMax || acc.kind == Accumulator::Kind::ArgMin;
   switch (n.op) {
-    case Op::Sum: return a + ".s";
-    case Op::Mean: return acc.kind == Accumulator::Kind::Welford ? a + ".mean" : a + ".s / " + len;
-    case Op::Prod: return a + ".p";
-    case Op::Amax: case Op::Amin: return a + (arg ? ".v" : ".m");
-    case Op::Any: return a + ".a";
-    case Op::Argmax: case Op::Argmin: return a + ".i";
-    case Op::Logsumexp: return a + ".logsumexp()";
+    case Op::Sum:
+      return a + ".s";
+    case Op::Mean:
+      return acc.kind == Accumulator::Kind::Welford ? a + ".mean" : a + ".s / " + len;
+    case Op::Prod:
+      return a + ".p";
+    case Op::Amax:
+    case Op::Amin:
+      return a + (arg ? ".v" : ".m");
+    case Op::Any:
+      return a + ".a";
+    case Op::Argmax:
+    case Op::Argmin:
+      return a + ".i";
+    case Op::Logsumexp:
+      return a + ".logsumexp()";
     case Op::Var: {
       const int64_t dof = std::max<int64_t>(0, l.length - n.attr_int_or("correction", 1));
       return a + ".m2 / " + cuda_literal(Scalar::of_float(static_cast<double>(dof)), x);
     }
-    default: break;
+    default:
+      break;
   }
   throw IRError("reduction codegen: no result for '" + std::string(op_name(n.op)) + "'");
 }
@@ -390,9 +439,10 @@ void ReductionWriter::emit_row_values(std::ostringstream& os, int level, const s
                                       const std::function<std::string(const Accumulator&)>& acc) {
   // Stats of normalizations are declared as arrays up front when each lane has its own.
   std::vector<std::pair<std::string, std::string>> stat_arrays;  // (type, temp)
-  std::unordered_set<const Node*> block;                             // nodes this block computes
-  std::vector<std::pair<const Value*, const Value*>> aliases;        // (reshape result, what it reshapes)
-  auto body = [&](std::ostringstream& o, const std::string& in, std::vector<std::pair<const Value*, std::string>>& produced) {
+  std::unordered_set<const Node*> block;                         // nodes this block computes
+  std::vector<std::pair<const Value*, const Value*>> aliases;    // (reshape result, what it reshapes)
+  auto body = [&](std::ostringstream& o, const std::string& in,
+                  std::vector<std::pair<const Value*, std::string>>& produced) {
     auto row_temp = [&](const std::string& type, const std::string& e, const std::string& comment) {
       const std::string t = "r" + std::to_string(tmp_++);
       o << in << "const " << type << " " << t << " = " << e << ";  // " << comment << "\n";
@@ -441,7 +491,8 @@ void ReductionWriter::emit_row_values(std::ostringstream& os, int level, const s
     };
     for (Node* n : g.nodes) {
       const Value* v = n->result();
-      if (!d.per_row.count(v) || fusion::is_kernel_reduction(*n) || row_done_.count(n) || d.row_level(v) > level) continue;
+      if (!d.per_row.count(v) || fusion::is_kernel_reduction(*n) || row_done_.count(n) || d.row_level(v) > level)
+        continue;
       row_done_.insert(n);
       block.insert(n);
       if (op_kind(n->op) == OpKind::Layout) {
@@ -485,7 +536,8 @@ void ReductionWriter::emit_row_values(std::ostringstream& os, int level, const s
     os << ind << type << " " << arrays.back() << "[" << lanes_ << "];\n";
   }
   os << "#pragma unroll\n" << ind << "for (int k = 0; k < " << lanes_ << "; ++k) {\n" << inner.str();
-  for (size_t i = 0; i < produced.size(); ++i) os << ind << "  " << arrays[i] << "[k] = " << produced[i].second << ";\n";
+  for (size_t i = 0; i < produced.size(); ++i)
+    os << ind << "  " << arrays[i] << "[k] = " << produced[i].second << ";\n";
   os << ind << "}\n";
   for (size_t i = 0; i < produced.size(); ++i) {
     if (produced[i].first) expr_of[produced[i].first] = arrays[i] + "[k]";

@@ -39,7 +39,7 @@ class ReductionWriter {
   const fusion::ReductionDomain& d;
   const ReductionLayout& l;
   const ReductionStrategy& s;
-  KernelSource ks;                 // name and parameters filled in; geometry and source by the form
+  KernelSource ks;  // name and parameters filled in; geometry and source by the form
   std::vector<Accumulator> accs;
 
   // The passes: 1..levels reduce; levels + 1 (if passes() says so) writes
@@ -63,8 +63,8 @@ class ReductionWriter {
   // The pass's per-element nodes, then each of its accumulators pushed at
   // slot `slot` (an index expression; max-sum-exp and Welford ones at
   // `chunk_slot`, see chunked()) with element index `index`.
-  void emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of,
-                    const std::string& slot, const std::string& chunk_slot, const std::string& index);
+  void emit_element(std::ostringstream& os, int pass, const std::string& ind, ExprMap& expr_of, const std::string& slot,
+                    const std::string& chunk_slot, const std::string& index);
   // Whether the pass pushes accumulators that take each chunk of elements (a
   // thread's items of a vector lane: chunk_slot) in two sweeps, after
   // emit_chunk_begin. Max-sum-exp: the chunk's max (emit_sees), a rebase of

@@ -33,12 +33,14 @@ void ReductionKernel::declare_caches() {
   for (const ReductionAccess* a : cached_) {
     const bool split = in_shared(*a);
     if (split && shared_bytes == 0) {
-      os_ << "  constexpr int kRegItems = " << items_ - s_.shared_items << ";  // a thread's first items of the inputs held "
+      os_ << "  constexpr int kRegItems = " << items_ - s_.shared_items
+          << ";  // a thread's first items of the inputs held "
           << "across passes, in registers; the other " << s_.shared_items << " in shared memory\n";
       os_ << "  " << cuda_dynamic_shared() << "\n";
     }
-    os_ << "  " << cuda_compute_type(a->dtype) << " c_" << a->param << "[" << (split ? "kRegItems" : std::to_string(items_of(*a)))
-        << "]" << (per_lane(*a) ? "[kVec]" : "") << ";  // %" << a->value->name << ", held in registers across the passes\n";
+    os_ << "  " << cuda_compute_type(a->dtype) << " c_" << a->param << "["
+        << (split ? "kRegItems" : std::to_string(items_of(*a))) << "]" << (per_lane(*a) ? "[kVec]" : "") << ";  // %"
+        << a->value->name << ", held in registers across the passes\n";
     if (!split) continue;
     const std::string vec = storage_vector(*a);
     os_ << "  " << vec << "* const s_" << a->param << " = reinterpret_cast<" << vec << "*>(ff_dynamic_shared + "
@@ -60,10 +62,13 @@ std::string ReductionKernel::shared_slot(const ReductionAccess& a) {
 
 void ReductionKernel::shared_load(const ReductionAccess& a, const std::string& in) {
   const std::string slot = shared_slot(a);
-  os_ << in << "if (aligned) {\n" << in << "  ff_cp_async<sizeof(" << storage_vector(a) << ")>(&" << slot << ", " << a.param << " + "
+  os_ << in << "if (aligned) {\n"
+      << in << "  ff_cp_async<sizeof(" << storage_vector(a) << ")>(&" << slot << ", " << a.param << " + "
       << elem_offset(a) << ");\n";
-  os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << slot << ".v[k] = " << a.param
-      << "[" << elem_offset(a) << " + k];\n" << in << "}\n";
+  os_ << in << "} else {\n#pragma unroll\n"
+      << in << "  for (int k = 0; k < kVec; ++k) " << slot << ".v[k] = " << a.param << "[" << elem_offset(a)
+      << " + k];\n"
+      << in << "}\n";
 }
 
 std::string ReductionKernel::cached_value(const ReductionAccess& a) const {
@@ -74,21 +79,25 @@ std::string ReductionKernel::cached_value(const ReductionAccess& a) const {
 
 void ReductionKernel::vector_load(const ReductionAccess& a, const std::string& dst, const std::string& in) {
   const std::string vec = storage_vector(a);
-  os_ << in << "if (aligned) {\n" << in << "  const " << vec << " v = *reinterpret_cast<const " << vec << "*>("
-      << a.param << " + " << elem_offset(a) << ");\n";
+  os_ << in << "if (aligned) {\n"
+      << in << "  const " << vec << " v = *reinterpret_cast<const " << vec << "*>(" << a.param << " + "
+      << elem_offset(a) << ");\n";
   os_ << "#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << dst << "[k] = ff_load(v.v[k]);\n";
-  os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << dst << "[k] = "
-      << load_expr(a, elem_offset(a) + " + k") << ";\n" << in << "}\n";
+  os_ << in << "} else {\n#pragma unroll\n"
+      << in << "  for (int k = 0; k < kVec; ++k) " << dst << "[k] = " << load_expr(a, elem_offset(a) + " + k") << ";\n"
+      << in << "}\n";
 }
 
 void ReductionKernel::vector_store(const ReductionAccess& a, const std::string& in) {
   const std::string st = cuda_storage_type(a.dtype), vec = storage_vector(a);
   os_ << in << "if (aligned) {\n" << in << "  " << vec << " v;\n";
-  os_ << "#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) v.v[k] = ff_store<" << st << ">(y_" << a.param
-      << "[k]);\n";
+  os_ << "#pragma unroll\n"
+      << in << "  for (int k = 0; k < kVec; ++k) v.v[k] = ff_store<" << st << ">(y_" << a.param << "[k]);\n";
   os_ << in << "  *reinterpret_cast<" << vec << "*>(" << a.param << " + " << elem_offset(a) << ") = v;\n";
-  os_ << in << "} else {\n#pragma unroll\n" << in << "  for (int k = 0; k < kVec; ++k) " << a.param << "["
-      << elem_offset(a) << " + k] = ff_store<" << st << ">(y_" << a.param << "[k]);\n" << in << "}\n";
+  os_ << in << "} else {\n#pragma unroll\n"
+      << in << "  for (int k = 0; k < kVec; ++k) " << a.param << "[" << elem_offset(a) << " + k] = ff_store<" << st
+      << ">(y_" << a.param << "[k]);\n"
+      << in << "}\n";
 }
 
 void ReductionKernel::pass(int p, ExprMap& expr_of) {

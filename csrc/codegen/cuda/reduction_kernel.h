@@ -61,16 +61,16 @@ class ReductionKernel {
   // ---- what the forms differ in
   // Elements between a thread's consecutive items (0: no fixed step).
   virtual int64_t item_step() const { return 0; }
-  virtual std::string stream_loop() const = 0;                 // header of the streaming loop over `start`
+  virtual std::string stream_loop() const = 0;                  // header of the streaming loop over `start`
   virtual std::string element(const std::string& u) const = 0;  // item u's element index
   virtual bool tail() const = 0;                                // whether items can run past the row's end
   virtual bool per_lane(const ReductionAccess& a) const = 0;    // a's registers hold kVec values per item
   virtual bool vectorized(const ReductionAccess& a) const = 0;  // a takes vector loads or stores
   virtual void load(const ReductionAccess& a, const std::string& dst, const std::string& in) = 0;
   virtual void store(const ReductionAccess& a, const std::string& in) = 0;
-  virtual std::string slot() const = 0;   // an accumulator's slot for item u, lane k
+  virtual std::string slot() const = 0;        // an accumulator's slot for item u, lane k
   virtual std::string chunk_slot() const = 0;  // the slot of lane k's chunk (every item u of it)
-  virtual std::string index() const = 0;  // the element index argmax/argmin push
+  virtual std::string index() const = 0;       // the element index argmax/argmin push
   virtual void merge(int p, ExprMap& expr_of) = 0;
   // After a chunk's sweep, before the accumulators rebase on it: where the
   // chunk is a thread's whole share of a row, the form may settle the chunk's

@@ -16,8 +16,7 @@ void collapse(const Shape& domain, const std::vector<size_t>& dims, const std::v
   for (size_t d : dims) {
     if (domain[d] == 1) continue;
     bool merge = !sizes.empty();
-    for (size_t t = 0; t < strides.size() && merge; ++t)
-      merge = out[t].back() == domain[d] * strides[t][d];
+    for (size_t t = 0; t < strides.size() && merge; ++t) merge = out[t].back() == domain[d] * strides[t][d];
     if (merge) {
       sizes.back() *= domain[d];
       for (size_t t = 0; t < strides.size(); ++t) out[t].back() = strides[t][d];
@@ -75,7 +74,8 @@ ReductionLayout reduction_layout(const fusion::Group& g, const fusion::Reduction
   ReductionLayout l;
   std::vector<const Value*> values;
   for (const Value* v : g.outputs) {
-    l.access.push_back({v, "out" + std::to_string(l.access.size()), v->type.dtype, true, d.per_row.count(v) != 0, {}, {}});
+    l.access.push_back(
+        {v, "out" + std::to_string(l.access.size()), v->type.dtype, true, d.per_row.count(v) != 0, {}, {}});
     values.push_back(v);
   }
   for (const Value* v : g.inputs) {

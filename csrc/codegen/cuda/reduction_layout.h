@@ -13,7 +13,7 @@ namespace ff::codegen {
 // One tensor parameter of a reduction kernel.
 struct ReductionAccess {
   const Value* value = nullptr;
-  std::string param;   // out0, out1, ... then in0, in1, ...
+  std::string param;  // out0, out1, ... then in0, in1, ...
   DType dtype = DType::f32;
   bool is_output = false;
   bool per_row = false;  // constant along the reduced dims: read or written once per row
@@ -33,7 +33,7 @@ struct ReductionLayout {
   std::vector<ReductionAccess> access;  // outputs first, then tensor inputs: the parameter order
   std::vector<const Value*> scalars;    // scalar inputs: the trailing double parameters s0, s1, ...
   Shape kept, reduced;                  // collapsed extents, outermost first; [1] when there are none
-  int main = -1;  // the input that moves the most bytes along the reduced dims; -1: none does
+  int main = -1;                        // the input that moves the most bytes along the reduced dims; -1: none does
   int64_t rows = 1, length = 1;
 
   // Whether the main input is unit-stride along the innermost reduced dim.

@@ -27,22 +27,27 @@ class RowsKernel final : public ReductionKernel {
     std::ostringstream& os = os_;
     w_.head(os, s_.describe());
     os << "  typedef " << w_.index_type() << " index_t;\n";
-    if (T == B) os << "  constexpr index_t kLength = " << l_.length << ";  // elements per row (a block per row)\n";
-    else os << "  constexpr index_t kRows = " << l_.rows << ", kLength = " << l_.length << ";  // rows, elements per row\n";
+    if (T == B)
+      os << "  constexpr index_t kLength = " << l_.length << ";  // elements per row (a block per row)\n";
+    else
+      os << "  constexpr index_t kRows = " << l_.rows << ", kLength = " << l_.length
+         << ";  // rows, elements per row\n";
     os << "  constexpr int kThreads = " << T << ", kVec = " << V << ";  // threads per row, elements per load\n";
     if (!s_.persistent) os << "  constexpr int kUnroll = " << s_.unroll << ";  // loads in flight per thread\n";
     os << "  const int lane = threadIdx.x" << (T == B ? "" : " % kThreads") << ";\n";
     if (T == B) {
       os << "  const index_t row = blockIdx.x;\n  constexpr bool row_valid = true;\n";
     } else {
-      os << "  const index_t first = static_cast<index_t>(blockIdx.x) * " << per_block << " + threadIdx.x / kThreads;\n";
+      os << "  const index_t first = static_cast<index_t>(blockIdx.x) * " << per_block
+         << " + threadIdx.x / kThreads;\n";
       os << "  const bool row_valid = first < kRows;\n";
       os << "  // Lanes of a row past the last one still take part in the shuffles: they address the last row.\n";
       os << "  const index_t row = row_valid ? first : kRows - 1;\n";
     }
     os << "  // The row's offset in each tensor, from its coordinates over the kept dims.\n";
     emit_unravel(os, "  ", "row", l_.kept, "k");
-    for (const auto& a : l_.access) os << "  const index_t base_" << a.param << " = " << offset_expr("k", a.kept) << ";\n";
+    for (const auto& a : l_.access)
+      os << "  const index_t base_" << a.param << " = " << offset_expr("k", a.kept) << ";\n";
     emit_aligned();
     ExprMap expr_of;
     w_.bind_scalars(expr_of);
@@ -76,7 +81,8 @@ class RowsKernel final : public ReductionKernel {
   }
   int64_t item_step() const override { return int64_t{s_.threads} * s_.vector; }
   std::string stream_loop() const override {
-    return "for (index_t start = static_cast<index_t>(lane) * kVec; start < kLength; start += kThreads * kVec * kUnroll)";
+    return "for (index_t start = static_cast<index_t>(lane) * kVec; start < kLength; start += kThreads * kVec * "
+           "kUnroll)";
   }
   std::string element(const std::string& u) const override {
     return s_.persistent ? "(" + u + " * kThreads + lane) * kVec" : "start + " + u + " * (kThreads * kVec)";
@@ -87,11 +93,13 @@ class RowsKernel final : public ReductionKernel {
   std::string index() const override { return "e + k"; }
 
   void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
-    if (vectorized(a)) vector_load(a, dst, in);
+    if (vectorized(a))
+      vector_load(a, dst, in);
     else if (strided(a))
-      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << dst << "[k] = "
-          << load_expr(a, strided_offset(a)) << ";\n";
-    else os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n";
+      os_ << "#pragma unroll\n"
+          << in << "for (int k = 0; k < kVec; ++k) " << dst << "[k] = " << load_expr(a, strided_offset(a)) << ";\n";
+    else
+      os_ << in << dst << " = " << load_expr(a, elem_offset(a)) << ";\n";
   }
 
   bool staged(const ReductionAccess& a) const { return s_.staged && a.transposed(); }
@@ -123,26 +131,29 @@ class RowsKernel final : public ReductionKernel {
     for (const auto& a : l_.access) {
       if (!staged(a)) continue;
       const std::string r = offset_expr("e", a.reduced);
-      os << "    " << a.param << "[" << offset_expr("s", a.kept) << (r == "0" ? "" : " + " + r) << "] = stage_" << a.param
-         << "[e * kStageStride + r];\n";
+      os << "    " << a.param << "[" << offset_expr("s", a.kept) << (r == "0" ? "" : " + " + r) << "] = stage_"
+         << a.param << "[e * kStageStride + r];\n";
     }
     os << "  }\n";
   }
 
   void store(const ReductionAccess& a, const std::string& in) override {
     if (staged(a)) {
-      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) stage_" << a.param
+      os_ << "#pragma unroll\n"
+          << in << "for (int k = 0; k < kVec; ++k) stage_" << a.param
           << "[(e + k) * kStageStride + block_row] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param
           << "[k]);\n";
       return;
     }
-    if (vectorized(a)) vector_store(a, in);
+    if (vectorized(a))
+      vector_store(a, in);
     else if (strided(a))
-      os_ << "#pragma unroll\n" << in << "for (int k = 0; k < kVec; ++k) " << a.param << "[" << strided_offset(a)
-          << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param << "[k]);\n";
+      os_ << "#pragma unroll\n"
+          << in << "for (int k = 0; k < kVec; ++k) " << a.param << "[" << strided_offset(a) << "] = ff_store<"
+          << cuda_storage_type(a.dtype) << ">(y_" << a.param << "[k]);\n";
     else  // kVec == 1
-      os_ << in << a.param << "[" << elem_offset(a) << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_" << a.param
-          << "[0]);\n";
+      os_ << in << a.param << "[" << elem_offset(a) << "] = ff_store<" << cuda_storage_type(a.dtype) << ">(y_"
+          << a.param << "[0]);\n";
   }
 
   // A persistent row's chunked accumulators take the row's figure before the
@@ -200,8 +211,8 @@ class RowsKernel final : public ReductionKernel {
       if (a.level != p) continue;
       if (slots_ > 1) {
         os << "#pragma unroll\n  for (int w = 1; w < " << slots_ << "; w *= 2)\n"
-           << "#pragma unroll\n    for (int i = 0; i + w < " << slots_ << "; i += 2 * w) " << a.name
-           << "[i].merge(" << a.name << "[i + w]);\n";
+           << "#pragma unroll\n    for (int i = 0; i + w < " << slots_ << "; i += 2 * w) " << a.name << "[i].merge("
+           << a.name << "[i + w]);\n";
       }
       if (s_.threads > 32) {
         os << "  __shared__ " << a.type << " partials_" << a.name << "[kThreads / 32];\n";

@@ -34,7 +34,8 @@ std::string wgmma_ss(int bn) {
      << "      \"wgmma.mma_async.sync.aligned.m64n" << bn << "k8.f32.tf32.tf32 {\"\n      \"";
   for (int i = 0; i < regs; ++i) os << "%" << i << (i + 1 < regs ? "," : "") << ((i % 16 == 15) ? "\"\n      \"" : "");
   os << "}, %" << regs << ", %" << regs + 1 << ", 1, 1, 1;\\n\"\n      : ";
-  for (int i = 0; i < regs; ++i) os << "\"+f\"(d[" << i << "])" << (i + 1 < regs ? ", " : "") << ((i % 8 == 7) ? "\n        " : "");
+  for (int i = 0; i < regs; ++i)
+    os << "\"+f\"(d[" << i << "])" << (i + 1 < regs ? ", " : "") << ((i % 8 == 7) ? "\n        " : "");
   os << ": \"l\"(a), \"l\"(b));\n}\n";
   return os.str();
 }
@@ -94,8 +95,8 @@ namespace ss {
      << "constexpr bool PINGPONG = " << (tile.pingpong() ? "true" : "false") << ";\n"
      << "// Whether K is a multiple of BK and N of " << (tile.wide ? "BM" : "BN")
      << ": the producer's bounds tests on them vanish.\n"
-     << "constexpr bool K_WHOLE = " << (tile.k_whole ? "true" : "false") << ", N_WHOLE = "
-     << (tile.n_whole ? "true" : "false") << ";\n"
+     << "constexpr bool K_WHOLE = " << (tile.k_whole ? "true" : "false")
+     << ", N_WHOLE = " << (tile.n_whole ? "true" : "false") << ";\n"
      << "constexpr int ROWS = PINGPONG ? BM : BM / 2;  // a consumer warpgroup's rows of a tile\n"
      << "constexpr int MS = ROWS / 64;                // its m64 slices\n"
      << "constexpr int A_TILE = BM * 128, B_TILE = BN * 128, STAGE = A_TILE + B_TILE;  // bytes\n"
@@ -220,9 +221,11 @@ __device__ __forceinline__ void store_slice(const Epilogue& epilogue, const floa
   for (int i = 0; i < BN / 2; i += 2) epilogue(row0 + 8 * ((i >> 1) & 1), col0 + 8 * (i >> 2), acc[i], acc[i + 1]);
 }
 )CUDA";
-  if (tile.staged) os << R"CUDA(
+    if (tile.staged)
+      os << R"CUDA(
 // ---- staged stores: the result leaves through shared memory in bulk copies ----
-constexpr int SCOLS = )CUDA" << Sm90SsTile::staged_cols << R"CUDA(;                    // columns staged at a time
+constexpr int SCOLS = )CUDA"
+         << Sm90SsTile::staged_cols << R"CUDA(;                    // columns staged at a time
 constexpr int SPITCH = ROWS + 4;             // floats a staged column: 16-byte aligned, and a fragment's writes hit 32 banks
 
 // A consumer warpgroup's own barrier (0 is __syncthreads, 1 and 2 the other mainloop's).
@@ -285,7 +288,7 @@ __device__ __forceinline__ void store_staged(const Epilogue& epilogue, const flo
   }
 }
 )CUDA";
-  os << R"CUDA(
+    os << R"CUDA(
 // Computes the BM x BN tiles of A @ B^T, persistent: CTA c takes tiles c,
 // c + gridDim.x, ... (m-tiles first), its producer loading the next tile
 // while the consumers store the last. Ping-pong, consumer warpgroup w takes
@@ -360,15 +363,15 @@ __device__ __forceinline__ void gemm(const A& a, const float* b, int M, int N, i
     if (PINGPONG) mbar_arrive(turn + (wg ^ 1) * 8);
     finish_tile(acc, empty, g - 1);
 )CUDA";
-  if (tile.staged)
-    os << R"CUDA(
+    if (tile.staged)
+      os << R"CUDA(
     store_staged(epilogue, acc, base + STAGES * STAGE + wg * STAGING, wg, ct & 127, m0, n0, M, N);
   }
   if ((ct & 127) < SCOLS) bulk_wait();  // the last copies are done before the CTA (and its shared memory) ends
 }
 )CUDA";
-  else
-    os << R"CUDA(
+    else
+      os << R"CUDA(
 #pragma unroll
     for (int j = 0; j < MS; ++j)
       store_slice(epilogue, acc[j], m0 + j * 64 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3));

@@ -19,9 +19,9 @@ namespace ff::codegen {
 // wgmmas) or split each tile, BM / 2 rows each; the source is generated per
 // tile because the wgmma's register list is as long as BN / 2.
 struct Sm90SsTile {
-  static constexpr int bk = 32;  // K of a stage: a 128-byte row of f32, the swizzle's width
+  static constexpr int bk = 32;           // K of a stage: a 128-byte row of f32, the swizzle's width
   static constexpr int staged_cols = 32;  // result columns a consumer warpgroup stages at a time
-  static constexpr int bm = 128;  // rows of a tile: a producer thread's 8 rows of A, 16 apart
+  static constexpr int bm = 128;          // rows of a tile: a producer thread's 8 rows of A, 16 apart
   int bn = 128;
   // Whether the result leaves through shared memory in bulk copies, one per
   // output channel's run of pixels (an f32 result whose pixels are

@@ -55,12 +55,18 @@ class OpaqueRewriter {
   std::string run() {
     while (pos_ < text_.size()) {
       char c = text_[pos_];
-      if (c == '\'' || c == '"') out_ += string_literal();
-      else if (c == '$') operand();
-      else if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') out_ += number_literal();
-      else if (ident_start(c)) name();
-      else if (std::string_view(" []{}(),:-+").find(c) != std::string_view::npos) out_ += text_[pos_++];
-      else error("unexpected character '" + std::string(1, c) + "'");
+      if (c == '\'' || c == '"')
+        out_ += string_literal();
+      else if (c == '$')
+        operand();
+      else if (std::isdigit(static_cast<unsigned char>(c)) || c == '.')
+        out_ += number_literal();
+      else if (ident_start(c))
+        name();
+      else if (std::string_view(" []{}(),:-+").find(c) != std::string_view::npos)
+        out_ += text_[pos_++];
+      else
+        error("unexpected character '" + std::string(1, c) + "'");
     }
     return out_;
   }
@@ -125,8 +131,10 @@ class OpaqueRewriter {
 
   void name() {
     std::string id = identifier();
-    if (id == "True" || id == "False" || id == "None") out_ += id;
-    else if (id == "inf" || id == "nan") out_ += "float('" + id + "')";
+    if (id == "True" || id == "False" || id == "None")
+      out_ += id;
+    else if (id == "inf" || id == "nan")
+      out_ += "float('" + id + "')";
     else if (id == "torch" && at('.')) {
       ++pos_;
       std::string attr = identifier();
