@@ -17,6 +17,7 @@ emitted_ms / fuseforge_ms (1.10 = emitted 10% slower).
 
 Exit code 0 when correct. Prints one JSON line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,13 +59,19 @@ def _leaves(x) -> list[torch.Tensor]:
 
 
 def _err(a, b) -> float:
-    return max([float((x.double() - y.double()).abs().nan_to_num(0.0).max()) if x.numel() else 0.0
-                for x, y in zip(a, b)] or [0.0])
+    return max(
+        [float((x.double() - y.double()).abs().nan_to_num(0.0).max()) if x.numel() else 0.0 for x, y in zip(a, b)]
+        or [0.0]
+    )
 
 
 def _close(a, b) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and x.dtype == y.dtype and torch.allclose(
-        x.double(), y.double(), rtol=1e-4, atol=1e-4, equal_nan=True) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.shape == y.shape
+        and x.dtype == y.dtype
+        and torch.allclose(x.double(), y.double(), rtol=1e-4, atol=1e-4, equal_nan=True)
+        for x, y in zip(a, b)
+    )
 
 
 def _time(new: torch.nn.Module, model: torch.nn.Module, x: list) -> dict:
@@ -97,8 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     snapshot = copy.deepcopy(model.state_dict())
     new.load_state_dict(snapshot)
     new.train(model.training)
-    row = {"file": args.emitted, "mode": "train" if model.training else "eval", "correct": True,
-           "max_err_vs_eager": 0.0, "max_err_vs_fp64": 0.0}
+    row = {
+        "file": args.emitted,
+        "mode": "train" if model.training else "eval",
+        "correct": True,
+        "max_err_vs_eager": 0.0,
+        "max_err_vs_fp64": 0.0,
+    }
     caught = warnings.catch_warnings(record=True)
     fallbacks = caught.__enter__()
     warnings.simplefilter("always")
@@ -114,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             ref64 = _leaves(m64.double()(*_inputs(ns, seed, args.device, torch.float64)))
         err, err64, eager64 = _err(out, ref), _err(out, ref64), _err(ref, ref64)
-        ok = buf_ok and (_close(out, ref) or (all(o.dtype == r.dtype for o, r in zip(out, ref))
-                                               and err64 <= 2 * eager64 + 1e-6))
+        ok = buf_ok and (
+            _close(out, ref) or (all(o.dtype == r.dtype for o, r in zip(out, ref)) and err64 <= 2 * eager64 + 1e-6)
+        )
         row["correct"] &= ok
         row["max_err_vs_eager"] = max(row["max_err_vs_eager"], err)
         row["max_err_vs_fp64"] = max(row["max_err_vs_fp64"], err64)
@@ -123,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         row.update(_time(new, model, _inputs(ns, 1234, args.device)))
         row["speedup_vs_eager"] = row["eager_ms"] / row["emitted_ms"]
         if args.bench:
-            entry = json.loads(Path(args.bench).read_text())["problems"].get(args.problem or Path(args.emitted).stem, {})
+            entry = json.loads(Path(args.bench).read_text())["problems"].get(
+                args.problem or Path(args.emitted).stem, {}
+            )
             if entry.get("fuseforge_ms"):
                 row["fuseforge_ms"] = entry["fuseforge_ms"]
                 row["emitted_vs_fuseforge"] = row["emitted_ms"] / entry["fuseforge_ms"]

@@ -1,6 +1,8 @@
 """Times cuDNN convolution of the conv seed's shapes in NCHW vs channels-last
 (TF32 as eager allows), to decide the conv layout policy."""
+
 import torch
+
 from fuseforge.harness.timing import time_cuda
 
 x = torch.rand(128, 64, 128, 128, device="cuda")

@@ -26,6 +26,7 @@ Errors are max |y - y64| over the first batch sample (A, C) or the whole
 output (B). Runs in under 4 minutes on an H100 (it stops starting new work
 after --budget seconds and says so).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,9 @@ def out_of_time(budget: float) -> bool:
 
 
 def conv_call(c: dict, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.ops.aten.convolution.default(x, w, None, c["stride"], c["padding"], c["dilation"], c["transposed"],
-                                              c["output_padding"], c["groups"])
+    return torch.ops.aten.convolution.default(
+        x, w, None, c["stride"], c["padding"], c["dilation"], c["transposed"], c["output_padding"], c["groups"]
+    )
 
 
 def max_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -82,14 +84,32 @@ def decided(text: str) -> dict[str, tuple[str, bool]]:
     """Per captured conv signature: fuseforge's fp32_precision and whether it
     runs channels-last (passes keep the convs' order)."""
     compiled = options.compile_ir(text, "fp32", device=DEV)
-    return {c["signature"]: (after["fp32_precision"] or "-", after["channels_last"])
-            for c, after in zip(core.convolutions(text), core.convolutions(compiled.ir_after))}
+    return {
+        c["signature"]: (after["fp32_precision"] or "-", after["channels_last"])
+        for c, after in zip(core.convolutions(text), core.convolutions(compiled.ir_after))
+    }
 
 
 def section_a(paths: list[Path], budget: float) -> list[dict]:
     print("\nA. precision and layout per conv (errors: max abs vs fp64, first sample; times: ms, cold L2)")
-    cols = ["problem", "conv", "x", "w", "eager err", "tf32 err", "eager tf32", "nhwc tf32-ok err", "nhwc ieee err",
-            "nchw ms", "nhwc ms", "nchw ieee ms", "nhwc ieee ms", "ff math", "ff layout", "ff err/eager"]
+    cols = [
+        "problem",
+        "conv",
+        "x",
+        "w",
+        "eager err",
+        "tf32 err",
+        "eager tf32",
+        "nhwc tf32-ok err",
+        "nhwc ieee err",
+        "nchw ms",
+        "nhwc ms",
+        "nchw ieee ms",
+        "nhwc ieee ms",
+        "ff math",
+        "ff layout",
+        "ff err/eager",
+    ]
     print(" | ".join(cols))
     rows, seen = [], set()
     for path in paths:
@@ -117,19 +137,51 @@ def section_a(paths: list[Path], budget: float) -> list[dict]:
                     ours = max_err(conv_call(c, xl if cl else x, wl if cl else w)[:1], ref)
                 t = time_cuda({"nchw": lambda: conv_call(c, x, w), "nhwc": lambda: conv_call(c, xl, wl)}, trials=10)
                 with conv_fp32_precision("ieee"):
-                    ti = time_cuda({"nchw": lambda: conv_call(c, x, w), "nhwc": lambda: conv_call(c, xl, wl)},
-                                   trials=10)
-            row = {"problem": problem_name(path), "conv": kind(c), "x": c["input"][1], "w": c["weight"][1],
-                   "eager_err": eager, "tf32_rms_err": probe["tf32_error"], "eager_rms_err": probe["eager_error"],
-                   "eager_tf32": probe["tf32"], "nhwc_err": nhwc, "nhwc_ieee_err": nhwc_ieee,
-                   "nchw_ms": t["nchw"], "nhwc_ms": t["nhwc"], "nchw_ieee_ms": ti["nchw"], "nhwc_ieee_ms": ti["nhwc"],
-                   "ff_math": math, "ff_channels_last": cl, "ff_err_over_eager": ours / max(eager, 1e-30)}
+                    ti = time_cuda(
+                        {"nchw": lambda: conv_call(c, x, w), "nhwc": lambda: conv_call(c, xl, wl)}, trials=10
+                    )
+            row = {
+                "problem": problem_name(path),
+                "conv": kind(c),
+                "x": c["input"][1],
+                "w": c["weight"][1],
+                "eager_err": eager,
+                "tf32_rms_err": probe["tf32_error"],
+                "eager_rms_err": probe["eager_error"],
+                "eager_tf32": probe["tf32"],
+                "nhwc_err": nhwc,
+                "nhwc_ieee_err": nhwc_ieee,
+                "nchw_ms": t["nchw"],
+                "nhwc_ms": t["nhwc"],
+                "nchw_ieee_ms": ti["nchw"],
+                "nhwc_ieee_ms": ti["nhwc"],
+                "ff_math": math,
+                "ff_channels_last": cl,
+                "ff_err_over_eager": ours / max(eager, 1e-30),
+            }
             rows.append(row)
-            print(" | ".join([row["problem"], row["conv"], "x".join(map(str, c["input"][1])),
-                              "x".join(map(str, c["weight"][1])), f"{eager:.1e}", f"{probe['tf32_error']:.1e} rms",
-                              "yes" if probe["tf32"] else "no", f"{nhwc:.1e}", f"{nhwc_ieee:.1e}",
-                              f"{t['nchw']:.3f}", f"{t['nhwc']:.3f}", f"{ti['nchw']:.3f}", f"{ti['nhwc']:.3f}", math,
-                              "channels-last" if cl else "contiguous", f"{row['ff_err_over_eager']:.2f}"]))
+            print(
+                " | ".join(
+                    [
+                        row["problem"],
+                        row["conv"],
+                        "x".join(map(str, c["input"][1])),
+                        "x".join(map(str, c["weight"][1])),
+                        f"{eager:.1e}",
+                        f"{probe['tf32_error']:.1e} rms",
+                        "yes" if probe["tf32"] else "no",
+                        f"{nhwc:.1e}",
+                        f"{nhwc_ieee:.1e}",
+                        f"{t['nchw']:.3f}",
+                        f"{t['nhwc']:.3f}",
+                        f"{ti['nchw']:.3f}",
+                        f"{ti['nhwc']:.3f}",
+                        math,
+                        "channels-last" if cl else "contiguous",
+                        f"{row['ff_err_over_eager']:.2f}",
+                    ]
+                )
+            )
     return rows
 
 
@@ -158,6 +210,7 @@ def _with_compile_args(extra: dict):
     def patched(*args, **kw):
         kw.update(extra)
         return original(*args, **kw)
+
     return original, patched
 
 
@@ -165,6 +218,7 @@ def _errors_vs_fp64(mod, model, variants: dict) -> tuple[float, dict[str, float]
     """Eager's and each variant's max abs error against one fp64 reference
     (computed once: an fp64 conv of the seed's size takes seconds)."""
     import fuseforge
+
     snapshot = copy.deepcopy(model.state_dict())
     inputs = problem_inputs(mod, 0, "cuda")
     ref64 = fp64_outputs(mod, model, 0, "cuda")
@@ -193,7 +247,9 @@ def _errors_vs_fp64(mod, model, variants: dict) -> tuple[float, dict[str, float]
 
 def section_b(paths: list[Path], budget: float) -> list[dict]:
     print("\nB. root cause: fuseforge error vs fp64 over eager's (max abs, whole output; <= 2 passes)")
-    print("problem | mode | eager err | new | old (TF32 everywhere, conv_layout on) | off (conv_layout off, TF32 as eager)")
+    print(
+        "problem | mode | eager err | new | old (TF32 everywhere, conv_layout on) | off (conv_layout off, TF32 as eager)"
+    )
     no_layout = [p for p in core.default_pipeline() if p != "conv_layout"]
     variants = {"new": ({}, None), "old": ({}, "tf32"), "off": ({"passes": no_layout}, "tf32")}
     rows = []
@@ -207,8 +263,12 @@ def section_b(paths: list[Path], budget: float) -> list[dict]:
                 return rows
             mod, model = build_model(str(path), mode, "cuda")
             eager, errs = _errors_vs_fp64(mod, model, variants)
-            row = {"problem": problem_name(path), "mode": mode, "eager_err": eager,
-                   **{name: e / max(eager, 1e-30) for name, e in errs.items()}}
+            row = {
+                "problem": problem_name(path),
+                "mode": mode,
+                "eager_err": eager,
+                **{name: e / max(eager, 1e-30) for name, e in errs.items()},
+            }
             rows.append(row)
             print(f"{row['problem']} | {mode} | {eager:.1e} | {row['new']:.2f} | {row['old']:.2f} | {row['off']:.2f}")
             torch.cuda.empty_cache()
@@ -226,29 +286,39 @@ def _conv_graph(c: dict, math: str) -> tuple[str, list[int]]:
     def t(shape, strides=None):
         s = f"{c['dtype']}[{','.join(map(str, shape))}]"
         return s + ("{" + ",".join(map(str, strides)) + "}" if strides else "")
+
     attrs = conv_probe.conv_attrs(c, math)
-    x, w = t(c['input'][1], cl(c['input'][1])), t(c['weight'][1], cl(c['weight'][1]))
+    x, w = t(c["input"][1], cl(c["input"][1])), t(c["weight"][1], cl(c["weight"][1]))
     # A 1xTF32 conv reads operands rounded to tf32 where they were written (round_conv_operands), as in a plan.
     rounded = math == "tf32" and c["dtype"] == "f32"
     operands = "%xr, %wr" if rounded else "%x, %w"
-    text = (f"graph @probe(%x: {x}, %w: {w} param) {{\n"
-            + (f"  %xr = round_tf32(%x) : {x}\n  %wr = round_tf32(%w) : {w}\n" if rounded else "")
-            + f"  %0 = convolution({operands}) {{{attrs}}} : {t(out, cl(out))}\n  %1 = relu(%0) : {t(out)}\n"
-            f"  return %1\n}}\n")
+    text = (
+        f"graph @probe(%x: {x}, %w: {w} param) {{\n"
+        + (f"  %xr = round_tf32(%x) : {x}\n  %wr = round_tf32(%w) : {w}\n" if rounded else "")
+        + f"  %0 = convolution({operands}) {{{attrs}}} : {t(out, cl(out))}\n  %1 = relu(%0) : {t(out)}\n"
+        f"  return %1\n}}\n"
+    )
     return text, out
 
 
 def section_c(paths: list[Path], budget: float) -> list[dict]:
     print("\nC. generated conv kernels (fused relu) vs cuDNN channels-last conv + relu, decided math")
-    print("problem | conv | x | w | math | kernel ms | cudnn ms | kernel TFLOP/s | cudnn TFLOP/s | kernel err/eager | tile")
+    print(
+        "problem | conv | x | w | math | kernel ms | cudnn ms | kernel TFLOP/s | cudnn TFLOP/s | kernel err/eager | tile"
+    )
     rows, seen = [], set()
     arch = core.device_arch(0)
     for path in paths:
         text, convs = captured_convs(path, "eval")
         choice = decided(text)
         for c in convs:
-            if (c["transposed"] or c["groups"] != 1 or len(c["input"][1]) not in (4, 5) or c["signature"] in seen
-                    or c["dtype"] not in ("f32", "f16", "bf16")):
+            if (
+                c["transposed"]
+                or c["groups"] != 1
+                or len(c["input"][1]) not in (4, 5)
+                or c["signature"] in seen
+                or c["dtype"] not in ("f32", "f16", "bf16")
+            ):
                 continue
             seen.add(c["signature"])
             if out_of_time(budget):
@@ -284,14 +354,23 @@ def section_c(paths: list[Path], budget: float) -> list[dict]:
                     eager = max_err(torch.relu(conv_call(c, x, w))[:1], ref)
                     t = time_cuda({"kernel": run, "cudnn": lambda: torch.relu(conv_call(c, xl, wl))}, trials=10)
                 err = max_err(y[:1], ref)
-            row = {"problem": problem_name(path), "conv": kind(c), "math": math, "kernel_ms": t["kernel"],
-                   "cudnn_ms": t["cudnn"], "kernel_tflops": c["flops"] / t["kernel"] / 1e9,
-                   "cudnn_tflops": c["flops"] / t["cudnn"] / 1e9, "err_over_eager": err / max(eager, 1e-30),
-                   "kernel": k.name}
+            row = {
+                "problem": problem_name(path),
+                "conv": kind(c),
+                "math": math,
+                "kernel_ms": t["kernel"],
+                "cudnn_ms": t["cudnn"],
+                "kernel_tflops": c["flops"] / t["kernel"] / 1e9,
+                "cudnn_tflops": c["flops"] / t["cudnn"] / 1e9,
+                "err_over_eager": err / max(eager, 1e-30),
+                "kernel": k.name,
+            }
             rows.append(row)
-            print(f"{row['problem']} | {row['conv']} | {'x'.join(map(str, c['input'][1]))} | "
-                  f"{'x'.join(map(str, c['weight'][1]))} | {math} | {t['kernel']:.3f} | {t['cudnn']:.3f} | "
-                  f"{row['kernel_tflops']:.0f} | {row['cudnn_tflops']:.0f} | {row['err_over_eager']:.2f} | {k.name}")
+            print(
+                f"{row['problem']} | {row['conv']} | {'x'.join(map(str, c['input'][1]))} | "
+                f"{'x'.join(map(str, c['weight'][1]))} | {math} | {t['kernel']:.3f} | {t['cudnn']:.3f} | "
+                f"{row['kernel_tflops']:.0f} | {row['cudnn_tflops']:.0f} | {row['err_over_eager']:.2f} | {k.name}"
+            )
     return rows
 
 
@@ -306,8 +385,10 @@ def main() -> int:
         print("conv_probe: needs a CUDA GPU", file=sys.stderr)
         return 2
     paths = [p for p in find_problems(args.problems) if "conv" in Path(p).read_text().lower()]
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
-          f"eager conv math: {eager_conv_precision()}; {len(paths)} problems with convs")
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
+        f"eager conv math: {eager_conv_precision()}; {len(paths)} problems with convs"
+    )
     report = {}
     sections = {"A": section_a, "B": section_b, "C": section_c}
     for s in args.sections:

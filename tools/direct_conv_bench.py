@@ -6,6 +6,7 @@ and the plan's kernels. Accuracy is tests/python/test_conv_direct_gpu.py's.
 
   python3 tools/direct_conv_bench.py      (writes $OUT/direct_bench.json, or /tmp's)
 """
+
 import json
 import os
 import statistics
@@ -34,7 +35,10 @@ def time_ms(f, x, reps=30):
     for _ in range(reps + 3):
         flush.zero_()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); f(x); b.record(); torch.cuda.synchronize()
+        a.record()
+        f(x)
+        b.record()
+        torch.cuda.synchronize()
         ts.append(a.elapsed_time(b))
     return statistics.median(ts[3:])
 

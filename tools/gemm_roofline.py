@@ -7,6 +7,7 @@ error against fp64 for both and fuseforge's bias toward zero over eager's
 truncating accumulation shows up here long before in the max error). `--precision tf32`: the f32 shapes under the
 opt-in TF32 policy, eager (cuBLAS) with TF32 too.
 Usage: python tools/gemm_roofline.py [--precision fp32|tf32]"""
+
 from __future__ import annotations
 
 import argparse
@@ -53,15 +54,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32"])
     precision = parser.parse_args().precision
-    print(f"{'shape':28} {'dtype':9} {'eager ms':>9} {'ff ms':>8} {'x eager':>8} {'ff TFLOP/s':>11} {'of peak':>8} "
-          f"{'err ff':>9} {'err eager':>9} {'bias/eager':>10} kernel")
+    print(
+        f"{'shape':28} {'dtype':9} {'eager ms':>9} {'ff ms':>8} {'x eager':>8} {'ff TFLOP/s':>11} {'of peak':>8} "
+        f"{'err ff':>9} {'err eager':>9} {'bias/eager':>10} kernel"
+    )
     for name, batch, m, n, k, dtype, transposed in SHAPES:
         if precision == "tf32" and dtype != torch.float32:
             continue
         torch.manual_seed(0)
         a = torch.randn(batch, m, k, device="cuda", dtype=dtype).squeeze(0)
-        b = torch.randn(batch, n, k, device="cuda", dtype=dtype) if transposed else \
-            torch.randn(batch, k, n, device="cuda", dtype=dtype)
+        b = (
+            torch.randn(batch, n, k, device="cuda", dtype=dtype)
+            if transposed
+            else torch.randn(batch, k, n, device="cuda", dtype=dtype)
+        )
         b = b.squeeze(0)
         model = MatMul(transposed)
         fast = fuseforge.optimize(model, precision=precision)
@@ -76,9 +82,11 @@ def main() -> None:
         err_ff = float((out.double() - ref64).abs().max())
         err_eager = float((ref.double() - ref64).abs().max())
         bias = _bias_toward_zero(out, ref64) / max(_bias_toward_zero(ref, ref64), 1e-300)
-        print(f"{name:28} {str(dtype)[6:]:9} {t_eager:9.3f} {t_ff:8.3f} {t_eager / t_ff:8.2f} {roof['tflops']:11.1f} "
-              f"{roof['tensor_peak_fraction'] or 0:8.1%} {err_ff:9.2e} {err_eager:9.2e} {bias:10.2f} "
-              f"{','.join(kernels) or 'ATen'}")
+        print(
+            f"{name:28} {str(dtype)[6:]:9} {t_eager:9.3f} {t_ff:8.3f} {t_eager / t_ff:8.2f} {roof['tflops']:11.1f} "
+            f"{roof['tensor_peak_fraction'] or 0:8.1%} {err_ff:9.2e} {err_eager:9.2e} {bias:10.2f} "
+            f"{','.join(kernels) or 'ATen'}"
+        )
 
 
 if __name__ == "__main__":

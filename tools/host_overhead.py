@@ -2,6 +2,7 @@
 fuseforge's per-step host time: shows whether the GPU waits on Python.
 Usage: host_overhead.py [--profile] FILE...  (--profile: cProfile's top
 functions over 200 calls of the fuseforge module)"""
+
 import copy
 import cProfile
 import pstats
@@ -48,15 +49,17 @@ for path in [a for a in sys.argv[1:] if a != "--profile"]:
         ex = spec.executor
         per_step = []
         for i, run in enumerate(ex._run):
+
             def timed(env, run=run, i=i):
                 torch.cuda.synchronize()
                 t = time.perf_counter()
                 run(env)
                 per_step.append((i, (time.perf_counter() - t) * 1e6))
+
             ex._run[i] = timed
         fast(*inputs)
     plan = spec.compiled.plan
     kinds = [plan.step_text(s)[:60] for s in plan.run]
     print(f"== {path.split('/')[-1]}: host us/call eager {eager:.0f}, fuseforge {ff:.0f} (steps: {len(kinds)})")
-    for (i, us), k in zip(per_step[:len(kinds)], kinds):
+    for (i, us), k in zip(per_step[: len(kinds)], kinds):
         print(f"   step {i:2d} {k:40s} {us:7.1f} us (synced)")

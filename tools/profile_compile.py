@@ -11,6 +11,7 @@ parallel as the runtime compiles them), the slowest single kernel, and cached
 Default: benchmarks/problems. One process for all problems, so the import
 (printed first) is paid once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,7 @@ def profile(path: Path, arch: int) -> dict:
         t0 = time.perf_counter()
         loaded = core.load_kernels(kernels, arch)
         row["nvrtc_cold_parallel_s"] = time.perf_counter() - t0
-        failed = [k.name for k, l in zip(kernels, loaded) if isinstance(l, str)]
+        failed = [k.name for k, lk in zip(kernels, loaded) if isinstance(lk, str)]
         if failed:
             row["failed"] = failed
         core.clear_memory_cache()
@@ -82,14 +83,25 @@ def profile(path: Path, arch: int) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="*", default=[str(Path(__file__).resolve().parents[1] / "benchmarks" / "problems")])
+    parser.add_argument(
+        "paths", nargs="*", default=[str(Path(__file__).resolve().parents[1] / "benchmarks" / "problems")]
+    )
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--json")
     args = parser.parse_args()
-    print(f"import: torch {t_torch:.2f} s, fuseforge and the rest {t_import - t_torch:.2f} s; "
-          f"{os.cpu_count()} CPUs; NVRTC {core.nvrtc_version()}")
-    cols = ("load_s", "capture_s", "core_compile_s", "nvrtc_cold_parallel_s", "nvrtc_slowest_kernel_s",
-            "nvrtc_cached_s", "total_cold_s")
+    print(
+        f"import: torch {t_torch:.2f} s, fuseforge and the rest {t_import - t_torch:.2f} s; "
+        f"{os.cpu_count()} CPUs; NVRTC {core.nvrtc_version()}"
+    )
+    cols = (
+        "load_s",
+        "capture_s",
+        "core_compile_s",
+        "nvrtc_cold_parallel_s",
+        "nvrtc_slowest_kernel_s",
+        "nvrtc_cached_s",
+        "total_cold_s",
+    )
     print(f"{'problem':36} {'kern':>4} {'cutl':>4} " + " ".join(f"{c[:-2]:>12}" for c in cols))
     rows = {}
     for path in find_problems(args.paths):
@@ -99,8 +111,11 @@ def main() -> int:
             print(f"{problem_name(path):36} failed: {type(e).__name__}: {str(e)[:200]}")
             continue
         rows[problem_name(path)] = row
-        print(f"{problem_name(path):36} {row['kernels']:>4} {row['cutlass_kernels']:>4} "
-              + " ".join(f"{row[c]:>12.3f}" for c in cols), flush=True)
+        print(
+            f"{problem_name(path):36} {row['kernels']:>4} {row['cutlass_kernels']:>4} "
+            + " ".join(f"{row[c]:>12.3f}" for c in cols),
+            flush=True,
+        )
     if rows:
         for c in cols:
             vals = [r[c] for r in rows.values()]

@@ -2,6 +2,7 @@
 (torch.profiler), to see where a gap comes from.
 Usage: profile_problem.py FILE [--no-inductor] [--tf32]  (--tf32: all three under
 the opt-in tf32 precision)"""
+
 import copy
 import sys
 

@@ -19,6 +19,7 @@ Problems are run in order until --budget seconds have passed (torch.compile's
 compile time dominates); the ones left are listed. Everything is also written
 as JSON to --json if given.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,11 +43,25 @@ DEV = ROOT / "benchmarks" / "problems" / "dev"
 
 #: Memory-bound reduction problems (the copy-bandwidth target applies), then
 #: the conv problems whose reductions follow a convolution.
-MEMORY_BOUND = ["softmax_rows", "logsumexp_mean", "rmsnorm_manual", "max_and_argmax",
-                "layernorm_residual_dropout_eval", "classifier_head", "linear_gelu_layernorm"]
-CONV = ["conv2d_groupnorm_silu", "conv2d_instancenorm_scale", "conv2d_channel_max_sigmoid", "convtranspose2d_softmax_channels",
-        "conv2d_batchnorm_train_scale", "convtranspose3d_layernorm_pool", "conv3d_softmax_maxpool",
-        "conv2d_avgpool_sigmoid_sum"]
+MEMORY_BOUND = [
+    "softmax_rows",
+    "logsumexp_mean",
+    "rmsnorm_manual",
+    "max_and_argmax",
+    "layernorm_residual_dropout_eval",
+    "classifier_head",
+    "linear_gelu_layernorm",
+]
+CONV = [
+    "conv2d_groupnorm_silu",
+    "conv2d_instancenorm_scale",
+    "conv2d_channel_max_sigmoid",
+    "convtranspose2d_softmax_channels",
+    "conv2d_batchnorm_train_scale",
+    "convtranspose3d_layernorm_pool",
+    "conv3d_softmax_maxpool",
+    "conv2d_avgpool_sigmoid_sum",
+]
 _ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
 
 
@@ -81,6 +96,7 @@ def kernel_bytes(plan, k) -> int:
 def kernel_times(fast, xs) -> dict[str, float]:
     """Mean device ms per kernel name over 5 warm calls (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
+
     fast(*xs)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -119,19 +135,29 @@ def bench_problem(name: str, bandwidth: float, inductor: bool) -> dict:
         plan = fast.specializations()[0].compiled.plan
         per_kernel = kernel_times(fast, xs)
     nbytes = plan_bytes(plan)
-    row = {"problem": name, "ms": ms, "compile_s": compile_s, "bytes": nbytes,
-           "gbps": nbytes / ms["fuseforge"] / 1e6, "copy_fraction": nbytes / (ms["fuseforge"] / 1e3) / bandwidth,
-           "kernels": []}
+    row = {
+        "problem": name,
+        "ms": ms,
+        "compile_s": compile_s,
+        "bytes": nbytes,
+        "gbps": nbytes / ms["fuseforge"] / 1e6,
+        "copy_fraction": nbytes / (ms["fuseforge"] / 1e3) / bandwidth,
+        "kernels": [],
+    }
     for k in plan.kernels:
         if k.kind != "reduction":
             continue
         t = per_kernel.get(k.name)
         b = kernel_bytes(plan, k)
-        row["kernels"].append({"name": k.name, "ms": t, "bytes": b,
-                               "copy_fraction": b / (t / 1e3) / bandwidth if t else None,
-                               "strategy": k.source.split("\n")[0].split("; ")[-1]})
-    del fast, eager, model, xs
-    torch.cuda.empty_cache()
+        row["kernels"].append(
+            {
+                "name": k.name,
+                "ms": t,
+                "bytes": b,
+                "copy_fraction": b / (t / 1e3) / bandwidth if t else None,
+                "strategy": k.source.split("\n")[0].split("; ")[-1],
+            }
+        )
     return row
 
 
@@ -158,8 +184,10 @@ def main() -> int:
     device = torch.cuda.get_device_name()
     bandwidth = copy_bandwidth()
     print(f"{device}: 1 GiB device-to-device copy: {bandwidth / 1e9:.0f} GB/s (read + write)\n")
-    header = (f"{'problem':34} {'eager':>8} {'compile':>8} {'ff':>8}  {'vs eager':>8} {'vs comp':>8}  "
-              f"{'MB':>8} {'GB/s':>6} {'copy%':>6}")
+    header = (
+        f"{'problem':34} {'eager':>8} {'compile':>8} {'ff':>8}  {'vs eager':>8} {'vs comp':>8}  "
+        f"{'MB':>8} {'GB/s':>6} {'copy%':>6}"
+    )
     print(header + "\n" + "-" * len(header))
     rows, skipped = [], []
     for name in names:
@@ -168,6 +196,7 @@ def main() -> int:
             continue
         try:
             row = bench_problem(name, bandwidth, not args.no_inductor)
+            torch.cuda.empty_cache()  # the problem's models and inputs are gone with its frame
         except Exception as e:  # one failing problem must not hide the others
             print(f"{name:34} failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
             rows.append({"problem": name, "error": f"{type(e).__name__}: {e}"})
@@ -175,21 +204,28 @@ def main() -> int:
         rows.append(row)
         ms = row["ms"]
         comp = ms.get("torch.compile")
-        print(f"{name:34} {_fmt_ms(ms['eager'])} {_fmt_ms(comp)} {_fmt_ms(ms['fuseforge'])}  "
-              f"{ms['eager'] / ms['fuseforge']:7.2f}x {(comp / ms['fuseforge']) if comp else float('nan'):7.2f}x  "
-              f"{row['bytes'] / 1e6:8.1f} {row['gbps']:6.0f} {row['copy_fraction']:6.0%}"
-              + ("" if name in MEMORY_BOUND else "  (conv)"))
+        print(
+            f"{name:34} {_fmt_ms(ms['eager'])} {_fmt_ms(comp)} {_fmt_ms(ms['fuseforge'])}  "
+            f"{ms['eager'] / ms['fuseforge']:7.2f}x {(comp / ms['fuseforge']) if comp else float('nan'):7.2f}x  "
+            f"{row['bytes'] / 1e6:8.1f} {row['gbps']:6.0f} {row['copy_fraction']:6.0%}"
+            + ("" if name in MEMORY_BOUND else "  (conv)")
+        )
         for k in row["kernels"]:
             frac = f"{k['copy_fraction']:.0%}" if k["copy_fraction"] is not None else "—"
-            print(f"    {k['name'][:46]:46} {_fmt_ms(k['ms'])} ms {k['bytes'] / 1e6:8.1f} MB  {frac:>5} of copy  "
-                  f"{k['strategy']}")
+            print(
+                f"    {k['name'][:46]:46} {_fmt_ms(k['ms'])} ms {k['bytes'] / 1e6:8.1f} MB  {frac:>5} of copy  "
+                f"{k['strategy']}"
+            )
     if skipped:
         print(f"\nbudget of {args.budget:.0f} s spent; not run: {', '.join(skipped)} (run them with --problems)")
-    print(f"\ncopy% = minimum bytes (inputs, outputs, buffer updates once) / fuseforge time / copy bandwidth; "
-          f"per kernel: its tensors' bytes / its time. Total {time.perf_counter() - start:.0f} s.")
+    print(
+        f"\ncopy% = minimum bytes (inputs, outputs, buffer updates once) / fuseforge time / copy bandwidth; "
+        f"per kernel: its tensors' bytes / its time. Total {time.perf_counter() - start:.0f} s."
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "copy_bandwidth": bandwidth, "problems": rows,
-                                               "skipped": skipped}, indent=1))
+        Path(args.json).write_text(
+            json.dumps({"device": device, "copy_bandwidth": bandwidth, "problems": rows, "skipped": skipped}, indent=1)
+        )
     return 0
 
 

@@ -8,6 +8,7 @@ requirements-headers.txt) and libcu++'s cuda/std ones (CUDA toolkit or wheel);
 without both, matmuls run as library calls. By default only f32 matmuls become
 GEMM kernels (FUSEFORGE_GEMM=1: every dtype; =0: none).
 """
+
 from __future__ import annotations
 
 import os

@@ -3,6 +3,7 @@ what to do, for the command line (exit 2) and for the warning that
 `fuseforge.optimize` and the torch.compile backend give when they fall back to
 eager. torch's own messages run to dozens of lines (a graph dump, logging
 advice); the line that matters is picked out here."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,24 +11,31 @@ import logging
 import os
 import re
 import traceback
-from typing import Iterator
+from collections.abc import Iterator
 
 #: Longest message kept (the rest of a torch message is advice about torch).
 MAX_MESSAGE = 300
 
 # (pattern in the message, what to do): the first match gives the hint.
 _HINTS = (
-    (r"data-dependent|GuardOnDataDependent",
-     "control flow or sizes depend on tensor values; use torch.where instead of `if` on a tensor, "
-     "or leave that part out of the optimized module"),
-    (r"dynamic size",
-     "the op's output size depends on the data (nonzero, masked_select, unique): fuseforge graphs have static shapes"),
-    (r"dtype torch\.complex|is not supported by the IR",
-     "that dtype (complex numbers, e.g. from torch.fft) is outside fuseforge's IR; run that part eagerly"),
-    (r"mutates its input",
-     "clone the input before writing to it (x = x.clone()), or write to a buffer instead"),
-    (r"must have same|size mismatch|shape .* is invalid|cannot be multiplied|does not match|Expected .*size",
-     "the model fails on these inputs: check get_inputs() (or the call's arguments) against the model"),
+    (
+        r"data-dependent|GuardOnDataDependent",
+        "control flow or sizes depend on tensor values; use torch.where instead of `if` on a tensor, "
+        "or leave that part out of the optimized module",
+    ),
+    (
+        r"dynamic size",
+        "the op's output size depends on the data (nonzero, masked_select, unique): fuseforge graphs have static shapes",
+    ),
+    (
+        r"dtype torch\.complex|is not supported by the IR",
+        "that dtype (complex numbers, e.g. from torch.fft) is outside fuseforge's IR; run that part eagerly",
+    ),
+    (r"mutates its input", "clone the input before writing to it (x = x.clone()), or write to a buffer instead"),
+    (
+        r"must have same|size mismatch|shape .* is invalid|cannot be multiplied|does not match|Expected .*size",
+        "the model fails on these inputs: check get_inputs() (or the call's arguments) against the model",
+    ),
 )
 
 
@@ -101,8 +109,17 @@ def one_line(exc: BaseException, user_file: str | os.PathLike | None = None) -> 
 def quiet_torch() -> Iterator[None]:
     """torch's loggers at CRITICAL: a failed torch.export logs the partial
     graph and debugging advice, which the one-line message replaces."""
-    loggers = [logging.getLogger(n) for n in ("torch", "torch.fx.experimental.symbolic_shapes", "torch._dynamo",
-                                              "torch.export", "torch._export", "torch._subclasses")]
+    loggers = [
+        logging.getLogger(n)
+        for n in (
+            "torch",
+            "torch.fx.experimental.symbolic_shapes",
+            "torch._dynamo",
+            "torch.export",
+            "torch._export",
+            "torch._subclasses",
+        )
+    ]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)

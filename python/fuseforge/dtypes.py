@@ -1,6 +1,7 @@
 """The IR's dtypes in Python: the one mapping between IR dtype names and torch
 dtypes, and the at::k* names emitted C++ uses, all read from the core's dtype
 table (csrc/ir/dtype.h), where the names are defined."""
+
 from __future__ import annotations
 
 import torch

@@ -19,15 +19,23 @@ def kernel_convs(convs: list[dict], tf32: bool | None = None) -> list[dict]:
     3-D convs without groups, and transposed 2-D ones without groups or
     dilation whose math is TF32 (`tf32`, or their fp32_precision where None)
     and whose input channels are a multiple of 4."""
+
     def covered(c):
         if c["groups"] != 1 or len(c["input"][1]) not in (4, 5):
             return False
         if not c["transposed"]:
             return True
         math = c["fp32_precision"] == "tf32" if tf32 is None else tf32
-        return (math and c["dtype"] == "f32" and len(c["input"][1]) == 4 and c["dilation"] == [1, 1]
-                and c["input"][1][1] % 4 == 0)
+        return (
+            math
+            and c["dtype"] == "f32"
+            and len(c["input"][1]) == 4
+            and c["dilation"] == [1, 1]
+            and c["input"][1][1] % 4 == 0
+        )
+
     return [c for c in convs if covered(c)]
+
 
 #: A small problem file (a Linear layer, relu, a scale); {prelude} and {init}
 #: put code at the top and inside get_init_inputs.
@@ -55,6 +63,7 @@ def get_init_inputs():
 
 def pytest_collection_modifyitems(config, items):
     import torch
+
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
@@ -78,6 +87,7 @@ def _cudnn_switch():
         yield
         return
     import torch
+
     saved = torch.backends.cudnn.enabled
     torch.backends.cudnn.enabled = False
     try:

@@ -1,4 +1,5 @@
 """Models the CPU and GPU fault tests share."""
+
 import torch
 
 

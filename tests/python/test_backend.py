@@ -1,6 +1,7 @@
 """The torch.compile backend: registered by name, takes the precision policy
 as an option, refuses unknown options, and runs the model (eagerly on CPU
 inputs, as every fuseforge module does)."""
+
 import pytest
 import torch
 

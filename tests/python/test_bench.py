@@ -1,5 +1,6 @@
 """`fuseforge bench` without a GPU: problem discovery, isolation of crashes and
 hangs in subprocesses, the JSON report, summaries and clear errors."""
+
 import json
 import os
 import subprocess
@@ -8,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 from fuseforge.harness import bench, cli
 from fuseforge.harness.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
-from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 
 def _problem(tmp_path, name, prelude="", init="pass"):
     path = tmp_path / f"{name}.py"
@@ -53,12 +54,15 @@ def test_problems_share_a_worker_until_one_fails(tmp_path):
     imported once); a failing one ends that process, and the next problem
     gets a fresh one that is not affected by what the failing one did."""
     from fuseforge.harness.worker import Worker
+
     flags = _problem(tmp_path, "flags", prelude="torch.set_float32_matmul_precision('medium')")
     crash = _problem(tmp_path, "crash", init="raise SystemExit(7)")
     probe = tmp_path / "probe.py"
-    probe.write_text("import os, torch\n"
-                     "open(os.environ['PROBE_OUT'], 'a').write(f'{os.getpid()} {torch.get_float32_matmul_precision()}\\n')\n"
-                     + TINY_PROBLEM.format(prelude="", init="pass"))
+    probe.write_text(
+        "import os, torch\n"
+        "open(os.environ['PROBE_OUT'], 'a').write(f'{os.getpid()} {torch.get_float32_matmul_precision()}\\n')\n"
+        + TINY_PROBLEM.format(prelude="", init="pass")
+    )
     out = tmp_path / "pids.txt"
     rows, seen = [], []  # per run of the probe: the (pid, matmul precision) it saw
     with Worker(env={"PROBE_OUT": str(out)}) as worker:
@@ -120,6 +124,7 @@ def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, m
 
 def test_roofline_counts_io_bytes_and_matmul_flops():
     from fuseforge.runtime.options import compile_ir
+
     text = """graph @g(%x: {dt}[64,32], %w: {dt}[16,32]) {{
   %0 = permute(%w) {{dims=[1, 0]}} : {dt}[32,16]{{1,32}}
   %1 = mm(%x, %0) : {dt}[64,16]
@@ -137,7 +142,8 @@ def test_roofline_counts_io_bytes_and_matmul_flops():
     assert r["tensor_peak_fraction"] == pytest.approx(flops / 495e12 * 1e3 / 1e-6)
     half = compile_ir(text.format(dt="f16"), gemm="off").plan
     assert roofline(half, "NVIDIA H100 80GB HBM3", 1e-6)["tensor_peak_fraction"] == pytest.approx(
-        flops / 989e12 * 1e3 / 1e-6)
+        flops / 989e12 * 1e3 / 1e-6
+    )
     # A GEMM kernel's matmul counts the same.
     kernel = compile_ir(text.format(dt="f32"), gemm="all").plan
     assert [k.kind for k in kernel.kernels] == ["gemm"] and plan_flops(kernel, ("mm",)) == flops
@@ -147,11 +153,20 @@ def test_roofline_counts_io_bytes_and_matmul_flops():
 
 def test_merge_combines_parts_and_refuses_mismatches(tmp_path):
     def part(name, stem, device="X", speedup=2.0, **more):
-        report = {"device": device, "torch": "t", "precision": "fp32", "mode": "model default", "command": name,
-                  "date": "d", "problems": {stem: {"correct": True, "speedup_vs_eager": speedup}}, **more}
+        report = {
+            "device": device,
+            "torch": "t",
+            "precision": "fp32",
+            "mode": "model default",
+            "command": name,
+            "date": "d",
+            "problems": {stem: {"correct": True, "speedup_vs_eager": speedup}},
+            **more,
+        }
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(report))
         return str(path)
+
     out = tmp_path / "all.json"
     assert cli.main(["bench", "--merge", part("a", "p1"), part("b", "p2", speedup=8.0), "--json", str(out)]) == 0
     merged = json.loads(out.read_text())
@@ -169,10 +184,13 @@ def test_eager_convs_ieee_reaches_the_problems_process(tmp_path):
     and checks the problem (the conv probe then holds fuseforge's convs to
     IEEE accuracy), and the row says which math eager's convs had."""
     from fuseforge.harness.worker import Worker
+
     probe = tmp_path / "probe.py"
-    probe.write_text("import os\nfrom fuseforge.runtime.precision import eager_conv_precision\n"
-                     "open(os.environ['PROBE_OUT'], 'a').write(eager_conv_precision() + '\\n')\n"
-                     + TINY_PROBLEM.format(prelude="", init="pass"))
+    probe.write_text(
+        "import os\nfrom fuseforge.runtime.precision import eager_conv_precision\n"
+        "open(os.environ['PROBE_OUT'], 'a').write(eager_conv_precision() + '\\n')\n"
+        + TINY_PROBLEM.format(prelude="", init="pass")
+    )
     out = tmp_path / "seen.txt"
     with Worker(env={"PROBE_OUT": str(out)}) as worker:
         ieee = bench.run_problem(probe, _args(eager_convs="ieee"), worker=worker)
@@ -193,8 +211,10 @@ def test_bench_runs_in_a_cache_dir_of_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(user))
     probe = tmp_path / "probe.py"
     seen = tmp_path / "seen.txt"
-    probe.write_text(f"import os\nopen({str(seen)!r}, 'a').write(os.environ['FUSEFORGE_CACHE_DIR'] + '\\n')\n"
-                     + TINY_PROBLEM.format(prelude="", init="pass"))
+    probe.write_text(
+        f"import os\nopen({str(seen)!r}, 'a').write(os.environ['FUSEFORGE_CACHE_DIR'] + '\\n')\n"
+        + TINY_PROBLEM.format(prelude="", init="pass")
+    )
     assert cli.main(["bench", str(probe), "--seeds", "1"]) == 0
     dirs = set(seen.read_text().split())
     assert len(dirs) == 1
@@ -210,6 +230,7 @@ def test_compile_jobs_keep_kernels_but_not_timed_choices(tmp_path, monkeypatch):
     time, so those were timed on a shared GPU."""
     import fuseforge
     from fuseforge.harness import measure
+
     real = tmp_path / "real"
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(real))
     seen = []
@@ -221,6 +242,7 @@ def test_compile_jobs_keep_kernels_but_not_timed_choices(tmp_path, monkeypatch):
             with open(os.path.join(cache, name), "w") as f:
                 f.write("{}")
         return lambda *xs: None
+
     monkeypatch.setattr(fuseforge, "optimize", fake_optimize)
     times, _ = measure.compile_times(object(), [], keep=True)
     assert set(times) == {"compile_s_cold", "compile_s_warm"}
@@ -235,11 +257,14 @@ def test_compile_jobs_leave_inductors_tuning_to_the_timing_process(monkeypatch):
     (inductor bakes that setting into the code it caches), and sets it back."""
     import torch
     import torch._inductor.config as inductor_config
+
     from fuseforge.harness import measure
+
     seen = []
 
     def fake_compile(model):
         return lambda *xs: seen.append(inductor_config.autotune_local_cache)
+
     monkeypatch.setattr(torch, "compile", fake_compile)
     measure.compile_inductor(torch.nn.Identity(), [], cache_tuning=False)
     measure.compile_inductor(torch.nn.Identity(), [])
@@ -250,12 +275,22 @@ def test_table_gets_its_natural_width_without_a_terminal(tmp_path):
     """Piped (no terminal), rich would squeeze the 14-column table into 80
     columns and cut every cell; `bench` prints it whole instead."""
     long_name = "a_problem_name_longer_than_eighty_columns_would_allow_in_a_table"
-    report = {"device": "X", "torch": "t", "precision": "fp32", "mode": "model default", "command": "c",
-              "date": "d", "problems": {long_name: {"correct": True, "speedup_vs_eager": 2.0, "eager_ms": 1.25,
-                                                    "fuseforge_ms": 0.625}}}
+    report = {
+        "device": "X",
+        "torch": "t",
+        "precision": "fp32",
+        "mode": "model default",
+        "command": "c",
+        "date": "d",
+        "problems": {long_name: {"correct": True, "speedup_vs_eager": 2.0, "eager_ms": 1.25, "fuseforge_ms": 0.625}},
+    }
     path = tmp_path / "r.json"
     path.write_text(json.dumps(report))
-    out = subprocess.run([sys.executable, "-m", "fuseforge.harness.cli", "bench", "--merge", str(path)],
-                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"})
+    out = subprocess.run(
+        [sys.executable, "-m", "fuseforge.harness.cli", "bench", "--merge", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     assert out.returncode == 0, out.stderr
     assert long_name in out.stdout and "fuseforge ms" in out.stdout and "…" not in out.stdout, out.stdout

@@ -10,6 +10,7 @@ Three layers:
   with eager: this checks the op mapping, literals, scalar inputs, opaque
   argument strings and buffer write-backs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -24,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
+from fn_model import Fn
 from fuseforge._native import core
 from fuseforge.capture import (
     CaptureError,
@@ -32,8 +34,6 @@ from fuseforge.capture import (
 )
 from fuseforge.dtypes import TORCH
 from fuseforge.harness.problem import load_problem, problem_name
-
-from fn_model import Fn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBLEMS = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "problems", "*", "*.py")))
@@ -55,7 +55,8 @@ INPUT = rf"{VALUE}: {TYPE}(?: {KIND})?"
 HEADER_RE = re.compile(rf"graph @[A-Za-z0-9_.]+\((?:{INPUT}(?:, {INPUT})*)?\) \{{")
 NODE_RE = re.compile(
     rf"  (?P<results>{VALUE}(?:, {VALUE})*) = (?P<op>[a-z_0-9]+)\((?P<operands>(?:{OPERAND}(?:, {OPERAND})*)?)\)"
-    rf"(?: \{{(?P<attrs>[a-z_]+={ATTR}(?:, [a-z_]+={ATTR})*)\}})? : (?P<types>{TYPE}(?:, {TYPE})*)")
+    rf"(?: \{{(?P<attrs>[a-z_]+={ATTR}(?:, [a-z_]+={ATTR})*)\}})? : (?P<types>{TYPE}(?:, {TYPE})*)"
+)
 RETURN_RE = re.compile(rf"  return(?: (?P<values>{VALUE}(?:, {VALUE})*))?")
 MUTATE_RE = re.compile(rf"  mutate (?P<buf>{VALUE}) = (?P<value>{VALUE})")
 INPUT_RE = re.compile(rf"(?P<name>{VALUE}): (?P<type>{TYPE})(?: (?P<kind>{KIND}))?")
@@ -76,7 +77,7 @@ def check_ir_text(text: str) -> None:
     assert HEADER_RE.fullmatch(lines[0]), f"bad header: {lines[0]}"
     assert lines[-1] == "}"
     defined: dict[str, str] = {}
-    for m in INPUT_RE.finditer(lines[0][lines[0].index("("):]):
+    for m in INPUT_RE.finditer(lines[0][lines[0].index("(") :]):
         assert m.group("name") not in defined, f"input {m.group('name')} defined twice"
         defined[m.group("name")] = m.group("kind") or "user"
     seen_return = False
@@ -126,8 +127,10 @@ def check_ir_text(text: str) -> None:
 
 def graph_inputs(text: str) -> list[tuple[str, str, str]]:
     header = text.split("\n", 1)[0]
-    return [(m.group("name")[1:], m.group("type"), m.group("kind") or "user")
-            for m in INPUT_RE.finditer(header[header.index("("):])]
+    return [
+        (m.group("name")[1:], m.group("type"), m.group("kind") or "user")
+        for m in INPUT_RE.finditer(header[header.index("(") :])
+    ]
 
 
 def node_lines(text: str) -> list[re.Match]:
@@ -165,7 +168,7 @@ def run_ir(text: str, inputs: list) -> tuple[list, dict]:
     and the strides of layout ops."""
     lines = text[:-1].split("\n")
     env: dict[str, object] = {}
-    decl = [(m.group("name"), m.group("type")) for m in INPUT_RE.finditer(lines[0][lines[0].index("("):])]
+    decl = [(m.group("name"), m.group("type")) for m in INPUT_RE.finditer(lines[0][lines[0].index("(") :])]
     assert len(decl) == len(inputs)
     for (name, _), v in zip(decl, inputs):
         env[name] = v
@@ -174,8 +177,10 @@ def run_ir(text: str, inputs: list) -> tuple[list, dict]:
     for line in lines[1:-1]:
         if (m := NODE_RE.fullmatch(line)) is not None:
             op = m.group("op")
-            a = [env[o] if o.startswith("%") else _parse_literal(o)
-                 for o in (m.group("operands").split(", ") if m.group("operands") else [])]
+            a = [
+                env[o] if o.startswith("%") else _parse_literal(o)
+                for o in (m.group("operands").split(", ") if m.group("operands") else [])
+            ]
             types = [_parse_type(t.group(0)) for t in TYPE_RE.finditer(m.group("types"))]
             expr = core.torch_expr(text, node, [f"a[{i}]" for i in range(len(a))])
             node += 1
@@ -223,7 +228,7 @@ def check_against_eager(model: nn.Module, inputs: list, atol: float = 1e-5, rtol
         else:
             assert g == e
     ref_buffers = dict(reference.named_buffers())
-    for buf, value in cg.mutations:
+    for buf, _value in cg.mutations:
         by_input = {b.source: b.ir_name for b in cg.input_bindings if b.kind == "buffer"}
         torch.testing.assert_close(muts[by_input[buf]], ref_buffers[buf], atol=atol, rtol=rtol)
     # capture never changes the model
@@ -283,8 +288,9 @@ def test_problem_captures(path):
         assert state[key] == ("param" if key in params else "buffer")
     # user inputs are bound to forward's positional arguments
     users = [b for b in cg.input_bindings if b.kind in ("user", "scalar")]
-    assert sorted(b.source for b in users) == [i for i, a in enumerate(inputs)
-                                               if isinstance(a, (torch.Tensor, int, float))]
+    assert sorted(b.source for b in users) == [
+        i for i, a in enumerate(inputs) if isinstance(a, (torch.Tensor, int, float))
+    ]
     defined = {m2 for m in node_lines(cg.text) for m2 in m.group("results").split(", ")}
     for o in cg.output_names:
         assert "%" + o in defined or o in {b.ir_name for b in cg.input_bindings}
@@ -292,8 +298,11 @@ def test_problem_captures(path):
     for buf, v in cg.mutations:
         assert f"  mutate %{buf} = %{v}\n" in cg.text
     # train-mode BatchNorm writes back its running statistics
-    bns = [(n, m) for n, m in model.named_modules()
-           if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    bns = [
+        (n, m)
+        for n, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
     mutated = {buf for buf, _ in cg.mutations}
     if model.training:
         for n, _ in bns:
@@ -309,8 +318,8 @@ def test_batchnorm_train_problems_have_mutations():
     for name in ("gemm_scale_batchnorm", "linear_batchnorm_train", "small_convnet"):
         model, _, cg = _captured(_problem(name))
         assert model.training
-        lines = [l for l in cg.text.split("\n") if l.startswith("  mutate ")]
-        assert lines and all(re.search(r"(running_mean|running_var|num_batches_tracked) = ", l) for l in lines)
+        lines = [ln for ln in cg.text.split("\n") if ln.startswith("  mutate ")]
+        assert lines and all(re.search(r"(running_mean|running_var|num_batches_tracked) = ", ln) for ln in lines)
         assert len(lines) == 3 * sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
@@ -324,8 +333,9 @@ def test_lstm_is_one_opaque_node():
     types = TYPE_RE.findall(lstm[0].group("types"))
     assert len(types) == 3
     assert [t[1] for t in types[1:]] == ["2,64,512", "2,64,512"]
-    assert re.search(r'args="\[\$0, \[\$1, \$2\], \[\$3, \$4, \$5, \$6, \$7, \$8, \$9, \$10\], True, 2, ',
-                     lstm[0].group("attrs"))
+    assert re.search(
+        r'args="\[\$0, \[\$1, \$2\], \[\$3, \$4, \$5, \$6, \$7, \$8, \$9, \$10\], True, 2, ', lstm[0].group("attrs")
+    )
 
 
 def test_matrix_scalar_has_scalar_input():
@@ -352,8 +362,12 @@ def test_transposed_input_permute_strides():
 
 
 def test_softmax_and_layernorm_stay_whole():
-    for name, op in (("softmax_rows", "softmax"), ("classifier_head", "log_softmax"),
-                     ("linear_gelu_layernorm", "layer_norm"), ("conv2d_groupnorm_silu", "silu")):
+    for name, op in (
+        ("softmax_rows", "softmax"),
+        ("classifier_head", "log_softmax"),
+        ("linear_gelu_layernorm", "layer_norm"),
+        ("conv2d_groupnorm_silu", "silu"),
+    ):
         _, _, cg = _captured(_problem(name))
         assert op in [m.group("op") for m in node_lines(cg.text)], name
 
@@ -376,7 +390,9 @@ def test_real_cpu_tensors_capture_like_meta():
 def test_pools_become_window_ops():
     """max/avg pooling (1-3 d, max_pool's values when its indices go unused)
     become IR ops a kernel can fuse; used indices keep the ATen op."""
-    ops = [line.split(" = ")[1].split("(")[0] for line in case_capture("pool_windows").text.splitlines() if " = " in line]
+    ops = [
+        line.split(" = ")[1].split("(")[0] for line in case_capture("pool_windows").text.splitlines() if " = " in line
+    ]
     assert ops.count("max_pool") == 4 and ops.count("avg_pool") == 4 and "opaque" not in ops
     assert 'target="aten.max_pool2d_with_indices.default"' in case_capture("pools").text
 
@@ -393,12 +409,22 @@ def test_repeat_becomes_expand_and_copy():
 
 def test_decomposition_table_keeps_ops_whole():
     names = {str(k) for k in decomposition_table()}
-    for kept in ("aten.lstm.input", "aten.gru.input", "aten.max_pool2d.default", "aten.silu.default",
-                 "aten.scaled_dot_product_attention.default", "aten.upsample_nearest2d.vec",
-                 "aten.logsumexp.default"):
+    for kept in (
+        "aten.lstm.input",
+        "aten.gru.input",
+        "aten.max_pool2d.default",
+        "aten.silu.default",
+        "aten.scaled_dot_product_attention.default",
+        "aten.upsample_nearest2d.vec",
+        "aten.logsumexp.default",
+    ):
         assert kept not in names
-    for decomposed in ("aten.linear.default", "aten.matmul.default", "aten.layer_norm.default",
-                       "aten.hardswish.default"):
+    for decomposed in (
+        "aten.linear.default",
+        "aten.matmul.default",
+        "aten.layer_norm.default",
+        "aten.hardswish.default",
+    ):
         assert decomposed in names
 
 
@@ -413,127 +439,253 @@ def _r(*shape, dtype=torch.float32):
 POINTWISE_CASES = {
     "clamp_both": (lambda m, x: torch.clamp(x, -0.5, 0.7), [_r(4, 5)]),
     "clamp_one_side": (lambda m, x: (torch.clamp(x, min=-0.5), x.clamp(max=0.25)), [_r(4, 5)]),
-    "clamp_tensor": (lambda m, x, lo: (torch.clamp(x, min=lo, max=lo + 1), torch.maximum(x, lo) - torch.minimum(x, lo)),
-                     [_r(4, 5), _r(5)]),
+    "clamp_tensor": (
+        lambda m, x, lo: (torch.clamp(x, min=lo, max=lo + 1), torch.maximum(x, lo) - torch.minimum(x, lo)),
+        [_r(4, 5), _r(5)],
+    ),
     "add_alpha": (lambda m, x, y: torch.add(x, y, alpha=2.5), [_r(4, 5), _r(5)]),
     "sub_alpha_scalar": (lambda m, x: torch.sub(x, 1.5, alpha=2), [_r(4, 5)]),
     "rsub": (lambda m, x: 1.0 - x, [_r(4, 5)]),
     "div_floor": (lambda m, x, y: torch.div(x, y, rounding_mode="floor"), [_r(4, 5), _r(4, 5)]),
     "div_trunc": (lambda m, x: torch.div(x, 0.3, rounding_mode="trunc"), [_r(4, 5)]),
     "int_floordiv": (lambda m, x: x // 3, [torch.arange(-10, 10).reshape(4, 5)]),
-    "pow": (lambda m, x, y: (x ** 2, 2 ** x, x.abs() ** y), [_r(4, 5), _r(4, 5)]),
-    "where_cmp": (lambda m, x, y: (torch.where((x > 0) & (y <= 0.5) | (x == y), x, y * 2), x < 0.1, x >= 0,
-                                   x != 0.5, torch.logical_not(x > 0)), [_r(4, 5), _r(4, 5)]),
-    "unary_mix": (lambda m, x: torch.exp(x).log1p() + torch.rsqrt(x.abs() + 1) - torch.sigmoid(x) * torch.tanh(x)
-                  + torch.erf(x) + torch.sin(x).cos() + x.neg().relu() + torch.reciprocal(x.abs() + 1)
-                  + torch.expm1(x) + x.sign() + torch.sqrt(x.abs()) + torch.log(x.abs() + 1)
-                  + (x * 3).floor() + (x * 3).ceil() + (x * 3).round() + (x * 3).trunc()
-                  + torch.remainder(x, 0.7) + torch.fmod(x, 0.7), [_r(4, 5)]),
-    "activations": (lambda m, x: F.gelu(x) + F.gelu(x, approximate="tanh") + F.silu(x) + F.hardswish(x)
-                    + F.hardsigmoid(x) + F.relu6(x) + F.leaky_relu(x, 0.1) + F.elu(x), [_r(4, 5)]),
+    "pow": (lambda m, x, y: (x**2, 2**x, x.abs() ** y), [_r(4, 5), _r(4, 5)]),
+    "where_cmp": (
+        lambda m, x, y: (
+            torch.where((x > 0) & (y <= 0.5) | (x == y), x, y * 2),
+            x < 0.1,
+            x >= 0,
+            x != 0.5,
+            torch.logical_not(x > 0),
+        ),
+        [_r(4, 5), _r(4, 5)],
+    ),
+    "unary_mix": (
+        lambda m, x: (
+            torch.exp(x).log1p()
+            + torch.rsqrt(x.abs() + 1)
+            - torch.sigmoid(x) * torch.tanh(x)
+            + torch.erf(x)
+            + torch.sin(x).cos()
+            + x.neg().relu()
+            + torch.reciprocal(x.abs() + 1)
+            + torch.expm1(x)
+            + x.sign()
+            + torch.sqrt(x.abs())
+            + torch.log(x.abs() + 1)
+            + (x * 3).floor()
+            + (x * 3).ceil()
+            + (x * 3).round()
+            + (x * 3).trunc()
+            + torch.remainder(x, 0.7)
+            + torch.fmod(x, 0.7)
+        ),
+        [_r(4, 5)],
+    ),
+    "activations": (
+        lambda m, x: (
+            F.gelu(x)
+            + F.gelu(x, approximate="tanh")
+            + F.silu(x)
+            + F.hardswish(x)
+            + F.hardsigmoid(x)
+            + F.relu6(x)
+            + F.leaky_relu(x, 0.1)
+            + F.elu(x)
+        ),
+        [_r(4, 5)],
+    ),
     # elu, selu and celu (aten.elu's scale and input scale), NaN and the infinities included; bf16 computes in f32.
-    "elu_family": (lambda m, x: (F.elu(x, 0.7), F.selu(x), F.celu(x, 0.5), F.elu(x.bfloat16()).float()),
-                   [torch.tensor([[-3.0, -0.5, 0.0, 0.5, 2.0], [float("nan"), float("inf"), -float("inf"), -1e-8, 1e-8]])]),
-    "casts": (lambda m, x, i: (x.half().float() + i.float(), i.to(torch.int32) + 1, x.double(), x.to(torch.float32)),
-              [_r(4, 5), torch.arange(20).reshape(4, 5)]),
-    "int_times_float": (lambda m, i: (i * 2.5, i / 4, torch.exp(i), torch.where(i > 2, i, 0.5)),
-                        [torch.arange(6, dtype=torch.int32)]),
+    "elu_family": (
+        lambda m, x: (F.elu(x, 0.7), F.selu(x), F.celu(x, 0.5), F.elu(x.bfloat16()).float()),
+        [torch.tensor([[-3.0, -0.5, 0.0, 0.5, 2.0], [float("nan"), float("inf"), -float("inf"), -1e-8, 1e-8]])],
+    ),
+    "casts": (
+        lambda m, x, i: (x.half().float() + i.float(), i.to(torch.int32) + 1, x.double(), x.to(torch.float32)),
+        [_r(4, 5), torch.arange(20).reshape(4, 5)],
+    ),
+    "int_times_float": (
+        lambda m, i: (i * 2.5, i / 4, torch.exp(i), torch.where(i > 2, i, 0.5)),
+        [torch.arange(6, dtype=torch.int32)],
+    ),
     "bool_times_int": (lambda m, x: ((x > 0) * 2, (x > 0) + (x < 1), (x > 0).sum()), [_r(5)]),
-    "bool_ops": (lambda m, a, b, x: (a & b, a | b, ~a, torch.isnan(x / x)),
-                 [torch.rand(8) > 0.5, torch.rand(8) > 0.5, torch.tensor([0.0, 1.0, -2.0])]),
+    "bool_ops": (
+        lambda m, a, b, x: (a & b, a | b, ~a, torch.isnan(x / x)),
+        [torch.rand(8) > 0.5, torch.rand(8) > 0.5, torch.tensor([0.0, 1.0, -2.0])],
+    ),
     "half_math": (lambda m, x: torch.relu(x) * 0.5 + 1, [_r(4, 5, dtype=torch.float16)]),
 }
 
 REDUCTION_CASES = {
     # torch.linalg.vector_norm of every order kind, and what calls it.
-    "vector_norms": (lambda m, x: (torch.linalg.vector_norm(x), torch.linalg.vector_norm(x, 1, dim=1),
-                                   torch.linalg.vector_norm(x, float("inf"), dim=(0, 2), keepdim=True),
-                                   torch.linalg.vector_norm(x, -float("inf"), dim=1), torch.linalg.vector_norm(x, 0, dim=2),
-                                   torch.linalg.vector_norm(x, 3, dim=1), torch.norm(x.half(), dim=1).float(),
-                                   F.normalize(x, dim=1), F.cosine_similarity(x, x + 1, dim=1)),
-                     [_r(3, 4, 5)]),
-    "sum_mean": (lambda m, x: (x.sum(1), x.sum(dim=(0, 2), keepdim=True), x.sum(), x.mean(-1), x.mean()),
-                 [_r(3, 4, 5)]),
-    "sum_dtype": (lambda m, x, i: (x.sum(1, dtype=torch.float64), i.sum(0), i.sum()),
-                  [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)]),
-    "extrema": (lambda m, x: (x.amax(1), x.amin((0, 1)), x.max(), x.min(), x.argmax(1), x.argmin(), x.argmax(0, True)),
-                [_r(3, 4, 5)]),
+    "vector_norms": (
+        lambda m, x: (
+            torch.linalg.vector_norm(x),
+            torch.linalg.vector_norm(x, 1, dim=1),
+            torch.linalg.vector_norm(x, float("inf"), dim=(0, 2), keepdim=True),
+            torch.linalg.vector_norm(x, -float("inf"), dim=1),
+            torch.linalg.vector_norm(x, 0, dim=2),
+            torch.linalg.vector_norm(x, 3, dim=1),
+            torch.norm(x.half(), dim=1).float(),
+            F.normalize(x, dim=1),
+            F.cosine_similarity(x, x + 1, dim=1),
+        ),
+        [_r(3, 4, 5)],
+    ),
+    "sum_mean": (
+        lambda m, x: (x.sum(1), x.sum(dim=(0, 2), keepdim=True), x.sum(), x.mean(-1), x.mean()),
+        [_r(3, 4, 5)],
+    ),
+    "sum_dtype": (
+        lambda m, x, i: (x.sum(1, dtype=torch.float64), i.sum(0), i.sum()),
+        [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)],
+    ),
+    "extrema": (
+        lambda m, x: (x.amax(1), x.amin((0, 1)), x.max(), x.min(), x.argmax(1), x.argmin(), x.argmax(0, True)),
+        [_r(3, 4, 5)],
+    ),
     "max_min_dim": (lambda m, x: (*torch.max(x, dim=1), *torch.min(x, 0, keepdim=True)), [_r(3, 4)]),
-    "var_mean": (lambda m, x: (*torch.var_mean(x, 1), *torch.var_mean(x, (0, 2), correction=0, keepdim=True)),
-                 [_r(3, 4, 5)]),
-    "var_std": (lambda m, x: (x.var(1), x.var(1, unbiased=False, keepdim=True), x.std(), x.var(correction=0)),
-                [_r(3, 4, 5)]),
+    "var_mean": (
+        lambda m, x: (*torch.var_mean(x, 1), *torch.var_mean(x, (0, 2), correction=0, keepdim=True)),
+        [_r(3, 4, 5)],
+    ),
+    "var_std": (
+        lambda m, x: (x.var(1), x.var(1, unbiased=False, keepdim=True), x.std(), x.var(correction=0)),
+        [_r(3, 4, 5)],
+    ),
     "any_prod": (lambda m, x: ((x > 1).any(1), (x > 1).any(), x.prod(1), x.prod()), [_r(3, 4)]),
     "logsumexp": (lambda m, x: (torch.logsumexp(x, 1), torch.logsumexp(x, (0, 2), keepdim=True)), [_r(3, 4, 5)]),
-    "softmaxes": (lambda m, x: (torch.softmax(x, -1), torch.log_softmax(x, 0), torch.softmax(x, 1, dtype=torch.float64)),
-                  [_r(3, 4)]),
+    "softmaxes": (
+        lambda m, x: (torch.softmax(x, -1), torch.log_softmax(x, 0), torch.softmax(x, 1, dtype=torch.float64)),
+        [_r(3, 4)],
+    ),
     "softmax_half_to_float": (lambda m, x: torch.softmax(x, -1, dtype=torch.float32), [_r(3, 4, dtype=torch.float16)]),
-    "cumsum": (lambda m, x, i: (torch.cumsum(x, 1), torch.cumsum(i, 0), torch.cumsum(x, -1, dtype=torch.float64)),
-               [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)]),
+    "cumsum": (
+        lambda m, x, i: (torch.cumsum(x, 1), torch.cumsum(i, 0), torch.cumsum(x, -1, dtype=torch.float64)),
+        [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)],
+    ),
 }
 
 LAYOUT_CASES = {
-    "views": (lambda m, x: (x.view(6, 4), x.reshape(2, -1), x.flatten(), x.t().reshape(-1), x.permute(1, 0)[None]),
-              [_r(4, 6)]),
+    "views": (
+        lambda m, x: (x.view(6, 4), x.reshape(2, -1), x.flatten(), x.t().reshape(-1), x.permute(1, 0)[None]),
+        [_r(4, 6)],
+    ),
     "transpose_expand": (lambda m, x: x.transpose(0, 2).expand(2, 5, 4, 3) * 2, [_r(3, 4, 5)]),
-    "squeeze_unsqueeze": (lambda m, x: (x.squeeze(), x.squeeze(1), x.squeeze((0, 1)), x.unsqueeze(-1), x[:, None]),
-                          [_r(1, 1, 5)]),
-    "slicing": (lambda m, x: (x[1:], x[:, -3:], x[..., ::2], x[-1], x[:, 2], x[1:-1, 1:100:3], x.narrow(1, 1, 2)),
-                [_r(4, 6)]),
-    "cat_split": (lambda m, x, y: (torch.cat([x, y], 1), torch.cat([x, y.half()], -1), *x.split(2, 1),
-                                   *torch.chunk(x, 3, 0), *x.unbind(0), torch.stack([x, x])), [_r(3, 4), _r(3, 2)]),
+    "squeeze_unsqueeze": (
+        lambda m, x: (x.squeeze(), x.squeeze(1), x.squeeze((0, 1)), x.unsqueeze(-1), x[:, None]),
+        [_r(1, 1, 5)],
+    ),
+    "slicing": (
+        lambda m, x: (x[1:], x[:, -3:], x[..., ::2], x[-1], x[:, 2], x[1:-1, 1:100:3], x.narrow(1, 1, 2)),
+        [_r(4, 6)],
+    ),
+    "cat_split": (
+        lambda m, x, y: (
+            torch.cat([x, y], 1),
+            torch.cat([x, y.half()], -1),
+            *x.split(2, 1),
+            *torch.chunk(x, 3, 0),
+            *x.unbind(0),
+            torch.stack([x, x]),
+        ),
+        [_r(3, 4), _r(3, 2)],
+    ),
     "strided_input": (lambda m, x: torch.sigmoid(x) + 1, [_r(4, 6).t()]),
 }
 
 MATMUL_CASES = {
     "linear_3d": (lambda m, x: m.fc(x), [_r(2, 3, 8)], dict(fc=nn.Linear(8, 5))),
-    "mm_bmm": (lambda m, a, b, c, d: (a @ b, torch.bmm(c, c.transpose(1, 2)), torch.matmul(c, b),
-                                      torch.einsum("bij,bjk->bik", c, d)),
-               [_r(3, 4), _r(4, 5), _r(2, 3, 4), _r(2, 4, 5)]),
+    "mm_bmm": (
+        lambda m, a, b, c, d: (
+            a @ b,
+            torch.bmm(c, c.transpose(1, 2)),
+            torch.matmul(c, b),
+            torch.einsum("bij,bjk->bik", c, d),
+        ),
+        [_r(3, 4), _r(4, 5), _r(2, 3, 4), _r(2, 4, 5)],
+    ),
     "addmm_beta_alpha": (lambda m, b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2), [_r(5), _r(3, 4), _r(4, 5)]),
-    "convs": (lambda m, x, y: (m.c1(x), m.c2(x), m.c3(x), m.c4(y)), [_r(2, 4, 9, 9), _r(2, 3, 10)],
-              dict(c1=nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2),
-                   c2=nn.Conv2d(4, 3, 3, bias=False, dilation=2),
-                   c3=nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1),
-                   c4=nn.Conv1d(3, 4, 3, padding=1))),
+    "convs": (
+        lambda m, x, y: (m.c1(x), m.c2(x), m.c3(x), m.c4(y)),
+        [_r(2, 4, 9, 9), _r(2, 3, 10)],
+        dict(
+            c1=nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2),
+            c2=nn.Conv2d(4, 3, 3, bias=False, dilation=2),
+            c3=nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1),
+            c4=nn.Conv1d(3, 4, 3, padding=1),
+        ),
+    ),
 }
 
 NORM_CASES = {
     "layer_norm": (lambda m, x: m.ln(x), [_r(2, 3, 8)], dict(ln=nn.LayerNorm(8))),
     "layer_norm_2d": (lambda m, x: m.ln(x), [_r(2, 3, 8)], dict(ln=nn.LayerNorm([3, 8]))),
     "layer_norm_no_affine": (lambda m, x: m.ln(x), [_r(2, 8)], dict(ln=nn.LayerNorm(8, elementwise_affine=False))),
-    "native_layer_norm_stats": (lambda m, x, w, b: torch.native_layer_norm(x, [4], w, b, 1e-5),
-                                [_r(3, 4), _r(4), _r(4)]),
+    "native_layer_norm_stats": (
+        lambda m, x, w, b: torch.native_layer_norm(x, [4], w, b, 1e-5),
+        [_r(3, 4), _r(4), _r(4)],
+    ),
     "group_norm": (lambda m, x: m.gn(x), [_r(2, 6, 4, 4)], dict(gn=nn.GroupNorm(3, 6))),
-    "instance_norm": (lambda m, x: (torch.relu(m.inorm(x) * 0.5), m.plain(x)), [_r(2, 4, 5, 5)],
-                      dict(inorm=nn.InstanceNorm2d(4, affine=True), plain=nn.InstanceNorm2d(4))),
+    "instance_norm": (
+        lambda m, x: (torch.relu(m.inorm(x) * 0.5), m.plain(x)),
+        [_r(2, 4, 5, 5)],
+        dict(inorm=nn.InstanceNorm2d(4, affine=True), plain=nn.InstanceNorm2d(4)),
+    ),
     "batch_norm_train": (lambda m, x: m.bn(x), [_r(8, 5)], dict(bn=nn.BatchNorm1d(5))),
-    "pools": (lambda m, x: (F.max_pool2d(x, 2), F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, 1),
-                            F.max_pool2d(x, 3, 2, 1, return_indices=True)), [_r(2, 3, 8, 8)]),
-    "pool_windows": (lambda m, x, y, z: (F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True),
-                                         F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True, count_include_pad=False),
-                                         F.avg_pool2d(x, 3, 1, 1, divisor_override=5), F.max_pool1d(y, 3, 2, 1),
-                                         F.avg_pool1d(y, 4, 3, 2), F.max_pool3d(z, 2), F.avg_pool3d(z, (2, 2, 3), 2, 1),
-                                         F.max_pool2d(x, 2, return_indices=True)[0] + 1),
-                     [_r(2, 3, 7, 9), _r(2, 3, 11), _r(1, 2, 5, 6, 7)]),
-    "repeat_tiles": (lambda m, x, w: (x.repeat(2, 3) + 1, w.repeat(4, 1, 2), x.t().repeat(2, 1)),
-                     [_r(3, 5), _r(6)]),
+    "pools": (
+        lambda m, x: (
+            F.max_pool2d(x, 2),
+            F.avg_pool2d(x, 2),
+            F.adaptive_avg_pool2d(x, 1),
+            F.max_pool2d(x, 3, 2, 1, return_indices=True),
+        ),
+        [_r(2, 3, 8, 8)],
+    ),
+    "pool_windows": (
+        lambda m, x, y, z: (
+            F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True),
+            F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True, count_include_pad=False),
+            F.avg_pool2d(x, 3, 1, 1, divisor_override=5),
+            F.max_pool1d(y, 3, 2, 1),
+            F.avg_pool1d(y, 4, 3, 2),
+            F.max_pool3d(z, 2),
+            F.avg_pool3d(z, (2, 2, 3), 2, 1),
+            F.max_pool2d(x, 2, return_indices=True)[0] + 1,
+        ),
+        [_r(2, 3, 7, 9), _r(2, 3, 11), _r(1, 2, 5, 6, 7)],
+    ),
+    "repeat_tiles": (lambda m, x, w: (x.repeat(2, 3) + 1, w.repeat(4, 1, 2), x.t().repeat(2, 1)), [_r(3, 5), _r(6)]),
     # Output sizes dividing the input's: plain pools, or reductions to size 1; others stay library calls.
-    "adaptive_pools": (lambda m, x: (F.adaptive_avg_pool2d(x, (2, 4)), F.adaptive_max_pool2d(x, 1),
-                                     F.adaptive_max_pool2d(x, 4), F.adaptive_max_pool3d(x, (1, 2, 2)),
-                                     F.adaptive_avg_pool1d(x[:, 0], 4), F.adaptive_avg_pool2d(x, 3)),
-                       [_r(2, 3, 8, 8)]),
+    "adaptive_pools": (
+        lambda m, x: (
+            F.adaptive_avg_pool2d(x, (2, 4)),
+            F.adaptive_max_pool2d(x, 1),
+            F.adaptive_max_pool2d(x, 4),
+            F.adaptive_max_pool3d(x, (1, 2, 2)),
+            F.adaptive_avg_pool1d(x[:, 0], 4),
+            F.adaptive_avg_pool2d(x, 3),
+        ),
+        [_r(2, 3, 8, 8)],
+    ),
     "upsample": (lambda m, x: F.interpolate(x, scale_factor=2, mode="nearest"), [_r(1, 2, 3, 3)]),
-    "sdpa": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
-             [_r(2, 3, 5, 4), _r(2, 3, 5, 4), _r(2, 3, 5, 4)]),
+    "sdpa": (
+        lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+        [_r(2, 3, 5, 4), _r(2, 3, 5, 4), _r(2, 3, 5, 4)],
+    ),
 }
 
 MISC_CASES = {
     "const_0d_literal": (lambda m, x: torch.min(x, torch.tensor(0.5)) + torch.tensor(2) * x, [_r(4, 5)]),
     "const_tensor": (lambda m, x: x + torch.tensor([1.0, 2.0, 3.0]), [_r(4, 3)]),
-    "factories": (lambda m, x: (torch.zeros_like(x) + torch.ones(3, 4) + torch.full((3, 4), 2.5),
-                                torch.zeros(2, dtype=torch.int64), torch.full_like(x, 7, dtype=torch.int32)),
-                  [_r(3, 4)]),
+    "factories": (
+        lambda m, x: (
+            torch.zeros_like(x) + torch.ones(3, 4) + torch.full((3, 4), 2.5),
+            torch.zeros(2, dtype=torch.int64),
+            torch.full_like(x, 7, dtype=torch.int32),
+        ),
+        [_r(3, 4)],
+    ),
     "arange_opaque": (lambda m, x: x + torch.arange(4, dtype=torch.float32), [_r(3, 4)]),
     # triu's and tril's index masks, and an arange equal to triu's columns
     "arange_masks": (lambda m, x: torch.triu(x, 1) + torch.tril(x) * 2 + torch.arange(5), [_r(4, 5)]),
@@ -541,7 +693,10 @@ MISC_CASES = {
     "structured_output": (lambda m, x: {"a": x + 1, "b": (x * 2, None), "n": 3}, [_r(2, 2)]),
     "returns_input": (lambda m, x, y: (x, y + 1), [_r(2, 2), _r(2, 2)]),
     "nested_input": (lambda m, xs, y: xs[0] + xs[1] * y, [(_r(2, 2), _r(2, 2)), _r(2, 2)]),
-    "gather_opaque": (lambda m, x, i: torch.gather(x, 1, i) + x[:, [0, 2]].sum(), [_r(3, 4), torch.randint(0, 4, (3, 2))]),
+    "gather_opaque": (
+        lambda m, x, i: torch.gather(x, 1, i) + x[:, [0, 2]].sum(),
+        [_r(3, 4), torch.randint(0, 4, (3, 2))],
+    ),
 }
 
 
@@ -582,7 +737,7 @@ def test_op_mapping_details():
     assert case_capture("layer_norm_no_affine").opaque_targets == []
     assert re.search(r"%0, %1, %2 = opaque\(", case_capture("native_layer_norm_stats").text)
     assert "layer_norm(%x, %ln.weight, %ln.bias) {eps=1e-05, ndims=2}" in case_capture("layer_norm_2d").text
-    assert "gelu(%x) {approximate=\"tanh\"}" in case_capture("activations").text
+    assert 'gelu(%x) {approximate="tanh"}' in case_capture("activations").text
     assert "silu" in ops("activations") and "where" in ops("activations")
     assert case_capture("activations").opaque_targets == []
     assert case_capture("elu_family").opaque_targets == []
@@ -617,6 +772,7 @@ def test_reductions_with_several_results_are_ir_reductions():
     """var_mean and max/min with indices are one IR reduction per result
     (a reduction kernel computes them in one pass); logsumexp stays one op;
     instance norm's batch statistics are var and mean of the [1, N*C, H, W] view."""
+
     def ops(name):
         return [m.group("op") for m in node_lines(case_capture(name).text)]
 
@@ -675,6 +831,7 @@ def test_rnns_trace_as_one_op_without_their_decompositions(monkeypatch):
 
     def unrolled(*args, **kwargs):
         raise AssertionError("the RNN decomposition was traced")
+
     monkeypatch.setattr(D, "one_layer_lstm", unrolled)
     monkeypatch.setattr(D, "one_layer_rnn", unrolled)
     cases = [
@@ -694,6 +851,7 @@ def test_conv_strides_are_recomputed_where_export_recorded_others():
     # faithful_conv_strides asks the fake conv again and re-propagates, so the
     # ops after it follow too. (Here the strides are made stale by hand.)
     from fuseforge.capture.conv_strides import faithful_conv_strides
+
     model = Fn(lambda m, x: torch.relu(m.conv(x)) * 2, conv=nn.Conv2d(4, 8, 3))
     x = _r(2, 4, 10, 10).to(memory_format=torch.channels_last)
     ep = torch.export.export(model, (x,), strict=False).run_decompositions(decomposition_table())
@@ -719,7 +877,9 @@ class _ManyCompositeOps(nn.Module):
         self.conv = nn.Conv2d(4, 4, 3, padding=1)
 
     def forward(self, x, y, z):
-        a = F.gelu(self.ln(self.lin(z.transpose(0, 1))), approximate="tanh").sum(0) + torch.logsumexp(x, -1, keepdim=True)
+        a = F.gelu(self.ln(self.lin(z.transpose(0, 1))), approximate="tanh").sum(0) + torch.logsumexp(
+            x, -1, keepdim=True
+        )
         b = F.interpolate(self.gn(self.conv(y)), scale_factor=2, mode="bilinear")
         c = F.adaptive_avg_pool2d(b, 1).flatten(1) + F.pixel_shuffle(torch.cat([y] * 4, 1), 2).mean((2, 3))
         d = torch.einsum("bi,bj->bij", x, x).sum(-1) + F.normalize(x, dim=-1) + x.std(-1, keepdim=True)
@@ -733,6 +893,7 @@ def test_narrowed_composite_overrides_give_the_same_graph(case, train, monkeypat
     # (kept whole, Python decompositions, those in the graph): the graph must
     # be the one export's full override gives.
     from fuseforge.capture import decompositions
+
     if case == "many_composite_ops":
         model, inputs = _ManyCompositeOps(), [_r(4, 8), _r(2, 4, 6, 6), _r(4, 2, 8)]
     else:
@@ -841,7 +1002,9 @@ def test_instance_norm_decomposes_on_its_input_shape(case):
     assert "opaque" not in cg.text and "= view(%x)" not in cg.text, cg.text  # no [1, N*C, ...] view
     if case in ("affine", "channels_last", "running_train", "half"):
         assert "dims=[2, 3], keepdim=true" in cg.text, cg.text
-    assert [b for b, _ in cg.mutations] == (["norm.running_mean", "norm.running_var"] if case == "running_train" else [])
+    assert [b for b, _ in cg.mutations] == (
+        ["norm.running_mean", "norm.running_var"] if case == "running_train" else []
+    )
 
 
 def test_buffer_mutation_by_hand():
@@ -865,7 +1028,10 @@ def test_scalar_inputs():
     model = Fn(lambda m, x, s, k: x * s + k)
     cg = check_against_eager(model, [_r(3, 4), 0.75, 3])
     assert [(n, t, k) for n, t, k in graph_inputs(cg.text)] == [
-        ("x", "f32[3,4]", "user"), ("s", "f64[]", "scalar"), ("k", "i64[]", "scalar")]
+        ("x", "f32[3,4]", "user"),
+        ("s", "f64[]", "scalar"),
+        ("k", "i64[]", "scalar"),
+    ]
     assert cg.specialized_scalars == {}
     # scalar arithmetic stays on scalars
     cg = check_against_eager(Fn(lambda m, x, s: x * (s * 2 + 1)), [_r(3, 4), 0.5])
@@ -927,7 +1093,11 @@ def test_capture_runs_no_full_garbage_collection():
     import gc
 
     full = []
-    callback = lambda phase, info: full.append(info) if phase == "start" and info["generation"] == 2 else None
+
+    def callback(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full.append(info)
+
     model = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8), nn.GELU())
     gc.callbacks.append(callback)
     try:
@@ -958,9 +1128,22 @@ def test_graph_name_is_sanitized():
 
 
 def test_ir_float_text():
-    cases = {2.0: "2.0", 0.5: "0.5", 1e-05: "1e-05", 100000.0: "1e+05", 123456.0: "123456.0",
-             0.1: "0.1", -0.25: "-0.25", 1.0 / 3: "0.3333333333333333", math.inf: "inf", -math.inf: "-inf",
-             math.nan: "nan", 3.14: "3.14", 1e300: "1e+300", -0.0: "-0.0"}
+    cases = {
+        2.0: "2.0",
+        0.5: "0.5",
+        1e-05: "1e-05",
+        100000.0: "1e+05",
+        123456.0: "123456.0",
+        0.1: "0.1",
+        -0.25: "-0.25",
+        1.0 / 3: "0.3333333333333333",
+        math.inf: "inf",
+        -math.inf: "-inf",
+        math.nan: "nan",
+        3.14: "3.14",
+        1e300: "1e+300",
+        -0.0: "-0.0",
+    }
     for v, s in cases.items():
         assert core.format_float(v) == s, v
         if not math.isnan(v):

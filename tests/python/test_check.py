@@ -2,6 +2,7 @@
 harness/compare.py), on the CPU: outputs are compared in chunks, and the
 checker holds no more than the eager and optimized outputs, one set of inputs
 and, for the fp64 reference, their float64 versions."""
+
 import textwrap
 import weakref
 
@@ -60,7 +61,7 @@ def test_chunked_compare_makes_no_temporary_larger_than_a_chunk(monkeypatch):
 
 
 N = 1 << 16
-PROBLEM = textwrap.dedent(f'''
+PROBLEM = textwrap.dedent(f"""
     import torch
     import torch.nn as nn
 
@@ -77,7 +78,7 @@ PROBLEM = textwrap.dedent(f'''
 
     def get_init_inputs():
         return []
-''')
+""")
 
 
 def test_checker_peak_is_within_three_times_the_problems_tensors(tmp_path, monkeypatch):
@@ -114,8 +115,12 @@ def test_fp64_conversion_is_in_place_and_exact():
 
 def test_a_forward_that_writes_its_parameters_is_refused(tmp_path):
     path = tmp_path / "writes.py"
-    path.write_text(PROBLEM.replace("return x * self.scale",
-                                    "with torch.no_grad():\n            self.scale.add_(1)\n        return x * self.scale"))
+    path.write_text(
+        PROBLEM.replace(
+            "return x * self.scale",
+            "with torch.no_grad():\n            self.scale.add_(1)\n        return x * self.scale",
+        )
+    )
     mod, model = build_model(str(path), None, "cpu")
     fast = torch.nn.Module()
     fast.forward = lambda x: model(x)
@@ -129,6 +134,7 @@ def test_run_captures_the_problem_once(tmp_path, monkeypatch):
     module: one capture, not one for the check and another for the timing."""
     from fuseforge.harness import cli
     from fuseforge.runtime import module
+
     calls = []
     real = module.capture
     monkeypatch.setattr(module, "capture", lambda *a, **k: calls.append(1) or real(*a, **k))

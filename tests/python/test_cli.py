@@ -1,6 +1,7 @@
 """`fuseforge run` without a GPU: the optimized plan runs on the CPU and is
 judged like the GPU path (within 1e-4 of eager, or no farther from fp64 than
 twice eager where eager itself is far from it)."""
+
 import json
 import textwrap
 
@@ -9,7 +10,7 @@ import torch
 
 from fuseforge.harness import cli
 
-PROBLEM = textwrap.dedent('''
+PROBLEM = textwrap.dedent("""
     import torch
     import torch.nn as nn
 
@@ -26,7 +27,7 @@ PROBLEM = textwrap.dedent('''
 
     def get_init_inputs():
         return [2048, 2048]
-''')
+""")
 
 
 def test_cpu_run_checks_a_rewritten_sum_against_fp64(tmp_path):
@@ -48,7 +49,7 @@ def test_compile_only_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     assert "--compile-only needs a CUDA GPU" in capsys.readouterr().err
 
 
-LINEAR = textwrap.dedent('''
+LINEAR = textwrap.dedent("""
     import torch
     import torch.nn as nn
 
@@ -65,7 +66,7 @@ LINEAR = textwrap.dedent('''
 
     def get_init_inputs():
         return []
-''')
+""")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, explain shows that GPU's kernels")
@@ -82,7 +83,7 @@ def test_explain_shows_the_passes_and_the_kernels_of_the_checked_arch(tmp_path, 
     assert "    %0: f32[1024,256]{1,1024} alias %fc.weight\n" in out
 
 
-BATCHED = textwrap.dedent('''
+BATCHED = textwrap.dedent("""
     import torch
     import torch.nn as nn
 
@@ -99,12 +100,13 @@ BATCHED = textwrap.dedent('''
 
     def get_init_inputs():
         return []
-''')
+""")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU check")
 def test_cpu_run_checks_the_same_kernels_at_a_reduced_batch(tmp_path):
     from fuseforge.harness import cpu_check
+
     path, out = tmp_path / "batched.py", tmp_path / "row.json"
     path.write_text(BATCHED)
     assert cli.main(["run", str(path), "--json", str(out)]) == 0
@@ -116,6 +118,7 @@ def test_cpu_run_checks_the_same_kernels_at_a_reduced_batch(tmp_path):
 
 def test_inputs_are_cut_only_along_their_shared_leading_dimension():
     from fuseforge.harness import cpu_check
+
     mod = type("M", (), {})()
     mod.get_inputs = lambda: [torch.randn(1000, 3), torch.randint(2, 7, (1000,)), torch.full((1000, 2), 4.0), 0.5]
     with torch.device("meta"):
@@ -146,7 +149,12 @@ def test_a_shared_length_that_is_not_a_batch_is_not_cut():
     class Rows(torch.nn.Module):
         def forward(self, x, col):
             return x + col[:, None]
-    square = [torch.empty(1000, 1000, device="meta"), torch.empty(1000, device="meta"), torch.empty(1000, device="meta")]
+
+    square = [
+        torch.empty(1000, 1000, device="meta"),
+        torch.empty(1000, device="meta"),
+        torch.empty(1000, device="meta"),
+    ]
     assert cpu_check.check_size(square, budget=6000) == cpu_check.CheckSize(1000, 5)  # without the model: cut
     assert cpu_check.check_size(square, budget=6000, model=RowsAndColumns()) is None
     rows = [torch.empty(1000, 8, device="meta"), torch.empty(1000, device="meta")]

@@ -4,6 +4,7 @@ generated kernel with their epilogue, and keep the fp32 contract: error
 against fp64 at most twice eager's, NaN and inf as eager. Skipped without a
 GPU; the CPU checks are the fusion goldens conv_direct_* (kernel emulator
 against the interpreter)."""
+
 import contextlib
 
 import pytest
@@ -38,8 +39,12 @@ CASES = {
 
 
 def _direct_kernels(fast):
-    return [k.name for s in fast.specializations() for k in s.compiled.plan.kernels
-            if k.kind == "conv" and "_direct_" in k.name]
+    return [
+        k.name
+        for s in fast.specializations()
+        for k in s.compiled.plan.kernels
+        if k.kind == "conv" and "_direct_" in k.name
+    ]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -84,6 +89,7 @@ def test_the_probe_times_the_direct_kernel_and_rejects_a_wrong_result(monkeypatc
     cuDNN's IEEE conv, none where the result strays."""
     from fuseforge._native import core
     from fuseforge.runtime import conv_probe
+
     text = """graph @g(%x: f32[4,8,10,24,24], %w: f32[16,8,3,3,3] param) {
   %0 = convolution(%x, %w) {dilation=[1, 1, 1], groups=1, output_padding=[0, 0, 0], padding=[1, 1, 1], stride=[1, 1, 1], transposed=false} : f32[4,16,10,24,24]
   return %0
@@ -115,8 +121,9 @@ class ChannelReduction(nn.Module):
         return torch.tanh(y) * 2.0
 
 
-@pytest.mark.parametrize("how,keepdim",
-                         [("amin", True), ("amax", False), ("sum", True), ("mean", False), ("logsumexp", True)])
+@pytest.mark.parametrize(
+    "how,keepdim", [("amin", True), ("amax", False), ("sum", True), ("mean", False), ("logsumexp", True)]
+)
 def test_a_reduction_over_the_channels_joins_the_direct_conv(how, keepdim):
     torch.manual_seed(0)
     model = ChannelReduction(how, keepdim).cuda()

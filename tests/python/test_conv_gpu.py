@@ -3,11 +3,13 @@ fp32 policy every conv problem (train and eval) stays within twice eager's
 error against fp64, and so does each conv as fuseforge runs it (its decided
 math, its layout, cuDNN or a generated kernel). Skipped without a GPU;
 tools/conv_probe.py prints the figures behind them."""
+
 import copy
 
 import pytest
 import torch
 
+from conftest import PROBLEMS, kernel_convs
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.harness.check import check_correctness
@@ -15,8 +17,6 @@ from fuseforge.harness.problem import build_model, problem_name
 from fuseforge.runtime import conv_probe
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import conv_fp32_precision
-
-from conftest import PROBLEMS, kernel_convs
 
 pytestmark = pytest.mark.gpu
 
@@ -32,8 +32,9 @@ def test_conv_problem_keeps_the_precision_contract(path, mode):
     mod, model = build_model(str(path), mode, "cuda")
     result = check_correctness(mod, model, seeds=1, device="cuda")
     assert result["correct"], result
-    assert result["max_err_vs_fp64"] <= 2 * result["eager_err_vs_fp64"] + 1e-6 or \
-        result["max_err_vs_eager"] <= 1e-4, result
+    assert result["max_err_vs_fp64"] <= 2 * result["eager_err_vs_fp64"] + 1e-6 or result["max_err_vs_eager"] <= 1e-4, (
+        result
+    )
     torch.cuda.empty_cache()
 
 
@@ -46,8 +47,9 @@ def _convs_as_run(path):
 
 
 def _call(c, x, w):
-    return torch.ops.aten.convolution.default(x, w, None, c["stride"], c["padding"], c["dilation"], c["transposed"],
-                                              c["output_padding"], c["groups"])
+    return torch.ops.aten.convolution.default(
+        x, w, None, c["stride"], c["padding"], c["dilation"], c["transposed"], c["output_padding"], c["groups"]
+    )
 
 
 @pytest.mark.parametrize("path", CONV_PROBLEMS, ids=problem_name)
@@ -81,6 +83,7 @@ def _every_conv_channels_last(monkeypatch):
         out = decide(text, precision, device, **kw)
         out["conv_channels_last"] = {c["signature"]: True for c in core.convolutions(text)}
         return out
+
     monkeypatch.setattr(conv_probe, "decide", all_channels_last)
 
 
@@ -91,6 +94,7 @@ def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
     _every_conv_channels_last(monkeypatch)
     import fuseforge
+
     for path in CONV_PROBLEMS:
         mod, model = build_model(str(path), "eval", "cuda")
         result = check_correctness(mod, model, seeds=1, device="cuda")
@@ -99,8 +103,12 @@ def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
         with torch.no_grad():
             fast(*[x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()])
         # Implicit GEMMs; a conv they do not cover (grouped) may be a direct kernel.
-        kernels = [k for s in fast.specializations() for k in s.compiled.plan.kernels
-                   if k.kind == "conv" and "_direct_" not in k.name]
+        kernels = [
+            k
+            for s in fast.specializations()
+            for k in s.compiled.plan.kernels
+            if k.kind == "conv" and "_direct_" not in k.name
+        ]
         covered = kernel_convs(core.convolutions(fast.specializations()[0].compiled.ir_after))
         assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
         torch.cuda.empty_cache()
@@ -114,7 +122,7 @@ def test_eager_flags_are_respected(monkeypatch):
     saved = torch.backends.cudnn.conv.fp32_precision
     torch.backends.cudnn.conv.fp32_precision = "ieee"
     try:
-        for captured, run in _convs_as_run(path):
+        for _captured, run in _convs_as_run(path):
             assert run["fp32_precision"] == "ieee", run["text"]
         result = check_correctness(mod, model, seeds=1, device="cuda")
         assert result["correct"], result
@@ -145,6 +153,7 @@ def test_channels_last_input_gives_eagers_output_strides(cin, tail):
     through a direct kernel (3 input channels) or cuDNN (64), alone or with a
     pointwise or pooling tail (torch.export alone records them contiguous)."""
     import fuseforge
+
     torch.manual_seed(0)
     model = _ConvThen(cin, tail).to(DEV)
     x = torch.randn(8, cin, 34, 34, device=DEV).to(memory_format=torch.channels_last)
@@ -194,6 +203,7 @@ def test_transposed_conv_kernel_computes_every_phase(monkeypatch, name):
     the operands rounded to tf32 (what its tensor cores multiply), and
     eager's output strides."""
     import fuseforge
+
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the transposed conv kernel is Hopper's")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
@@ -209,9 +219,17 @@ def test_transposed_conv_kernel_computes_every_phase(monkeypatch, name):
         fast = fuseforge.optimize(model)
         got = fast(x, skip)
         up = model.up
-        ref = torch.relu(torch.nn.functional.conv_transpose2d(
-            _round_tf32(x).double(), _round_tf32(up.weight).double(), up.bias.double(), up.stride, up.padding,
-            up.output_padding) + skip.double())
+        ref = torch.relu(
+            torch.nn.functional.conv_transpose2d(
+                _round_tf32(x).double(),
+                _round_tf32(up.weight).double(),
+                up.bias.double(),
+                up.stride,
+                up.padding,
+                up.output_padding,
+            )
+            + skip.double()
+        )
     kernels = [k.name for s in fast.specializations() for k in s.compiled.plan.kernels if k.kind == "conv"]
     assert len(kernels) == 1 and "_tf32_sm90_" in kernels[0], kernels
     assert got.stride() == want.stride()

@@ -2,17 +2,17 @@
 kernel whose ATen form (the CPU stand-in, and the fallback where the kernel
 cannot run) computes what eager computes. tests/python/test_conv_gpu.py runs
 the kernels themselves."""
+
 import re
 
 import pytest
 import torch
 
+import test_conv_direct_gpu as direct
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_options
-
-import test_conv_direct_gpu as direct
 
 
 class ConvEpilogue(torch.nn.Module):
@@ -112,8 +112,11 @@ def test_a_transposed_tf32_conv_is_one_hopper_kernel_with_its_epilogue(monkeypat
     out, _ = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, [x, skip]))
     with torch.no_grad():  # eager's conv on the operands rounded to tf32 as the plan's copies round them
         up = model.up
-        want = torch.relu(torch.nn.functional.conv_transpose2d(round_tf32(x), round_tf32(up.weight), up.bias, 2, 1) + skip)
+        want = torch.relu(
+            torch.nn.functional.conv_transpose2d(round_tf32(x), round_tf32(up.weight), up.bias, 2, 1) + skip
+        )
         torch.testing.assert_close(out[0], want, rtol=1e-5, atol=1e-5)
     ieee = {"conv_channels_last": {s: True for s in sig}, "conv_tf32": {s: False for s in sig}}
-    assert not [k for k in core.compile(captured.text, compile_options(arch=90, convs=ieee)).plan.kernels
-                if k.kind == "conv"]
+    assert not [
+        k for k in core.compile(captured.text, compile_options(arch=90, convs=ieee)).plan.kernels if k.kind == "conv"
+    ]

@@ -3,6 +3,7 @@ real (CPU) convolutions, its caching, how decisions reach the plan (the
 conv's fp32_precision), the library call that applies them, emitted files,
 guards and the roofline's ceilings. tests/python/test_conv_gpu.py checks the
 contract itself on a GPU."""
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -76,8 +77,10 @@ def _conv_steps(compiled):
 def test_a_conv_step_with_a_decision_runs_through_the_helper():
     first = core.convolutions(TWO_CONVS)[0]
     steps = _conv_steps(_compile(convs={"conv_tf32": {first["signature"]: True}}))
-    assert [s.torch_expr(["x", "w"])[:35] for s in steps] == ["_ff_convolution('tf32', x, w, None,",
-                                                               "_ff_convolution('ieee', x, w, None,"]
+    assert [s.torch_expr(["x", "w"])[:35] for s in steps] == [
+        "_ff_convolution('tf32', x, w, None,",
+        "_ff_convolution('ieee', x, w, None,",
+    ]
     # Without conv_precision (as for f16 convs) the conv carries no decision: a plain ATen call.
     (step, _) = _conv_steps(_compile(passes=["cse"]))
     assert step.torch_expr(["x", "w"]).startswith("torch.ops.aten.convolution.default(x, w,")
@@ -111,6 +114,7 @@ def test_the_probe_finds_fp32_convs_fp32_and_tf32_convs_tf32(monkeypatch):
         if x.dtype == torch.float32:
             x, w = conv_probe.round_tf32(x), conv_probe.round_tf32(w)
         return plain(c, x, w)
+
     monkeypatch.setattr(conv_probe, "_call", tf32_eager)
     tf32 = conv_probe.measure_precision(conv, CPU)
     assert tf32["tf32"] and tf32["tf32_error"] <= conv_probe.TF32_MARGIN * tf32["eager_error"], tf32
@@ -131,6 +135,7 @@ def fake_gpu(monkeypatch, tmp_path):
         calls.append(conv["signature"])
         tf32 = conv["input"][1][1] == 8
         return {"eager_error": 1e-4 if tf32 else 1e-7, "tf32_error": 1e-4, "tf32": tf32}
+
     monkeypatch.setattr(conv_probe, "measure_precision", measure)
     return calls
 
@@ -149,15 +154,20 @@ def test_decisions_reach_the_plan_and_are_cached(fake_gpu):
     conv_probe._memory.clear()
     assert conv_probe.decide(TWO_CONVS, "fp32", gpu) == decided  # disk: <cache dir>/conv_probe.json
     assert len(fake_gpu) == 2
-    assert [text for text, probe in conv_probe.evidence(TWO_CONVS, gpu) if probe and probe["tf32"]] == \
-        [core.convolutions(TWO_CONVS)[0]["text"]]
+    assert [text for text, probe in conv_probe.evidence(TWO_CONVS, gpu) if probe and probe["tf32"]] == [
+        core.convolutions(TWO_CONVS)[0]["text"]
+    ]
 
 
 def test_without_a_gpu_or_under_the_tf32_policy_nothing_is_probed(fake_gpu):
     assert conv_probe.decide(TWO_CONVS, "fp32", CPU) == {}
     assert _precisions(_compile()) == ["ieee", "ieee"]
-    assert conv_probe.decide(TWO_CONVS, "tf32", torch.device("cuda")) == {"conv_tf32": {}, "conv_channels_last": {},
-                                                                          "conv_cudnn_ms": {}, "conv_direct_ms": {}}
+    assert conv_probe.decide(TWO_CONVS, "tf32", torch.device("cuda")) == {
+        "conv_tf32": {},
+        "conv_channels_last": {},
+        "conv_cudnn_ms": {},
+        "conv_direct_ms": {},
+    }
     assert _precisions(_compile(precision="tf32")) == ["tf32", "tf32"]
     assert fake_gpu == []
 
@@ -165,6 +175,7 @@ def test_without_a_gpu_or_under_the_tf32_policy_nothing_is_probed(fake_gpu):
 def test_a_probe_that_cannot_run_leaves_the_conv_ieee(fake_gpu, monkeypatch):
     def out_of_memory(conv, device):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
     monkeypatch.setattr(conv_probe, "measure_precision", out_of_memory)
     with pytest.warns(UserWarning, match="could not probe the precision"):
         decided = conv_probe.decide(TWO_CONVS, "fp32", torch.device("cuda"))
@@ -185,8 +196,11 @@ def test_layout_timings_override_the_cost_model(fake_gpu, monkeypatch):
     """With FUSEFORGE_AUTOTUNE=1 both layouts are timed once per conv (here:
     channels-last faster for the first) and the layout pass follows."""
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
-    monkeypatch.setattr(conv_probe, "measure_layout", lambda conv, device, math: {
-        "contiguous_ms": 2.0, "channels_last_ms": 1.0 if conv["input"][1][1] == 8 else 3.0})
+    monkeypatch.setattr(
+        conv_probe,
+        "measure_layout",
+        lambda conv, device, math: {"contiguous_ms": 2.0, "channels_last_ms": 1.0 if conv["input"][1][1] == 8 else 3.0},
+    )
     decided = probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))
     assert sorted(decided["conv_channels_last"].values()) == [False, True]
     after = core.convolutions(_compile(convs=decided).ir_after)
@@ -198,8 +212,11 @@ def test_where_conv_kernels_may_replace_cudnn_its_times_go_on_the_conv(fake_gpu,
     layouts are measured once and recorded on the conv for the cost model;
     without autotuning they do not decide the layout by themselves."""
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "auto")
-    monkeypatch.setattr(conv_probe, "measure_layout", lambda conv, device, math: {
-        "contiguous_ms": 2.0, "channels_last_ms": 1.0 if conv["input"][1][1] == 8 else 3.0})
+    monkeypatch.setattr(
+        conv_probe,
+        "measure_layout",
+        lambda conv, device, math: {"contiguous_ms": 2.0, "channels_last_ms": 1.0 if conv["input"][1][1] == 8 else 3.0},
+    )
     decided = probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))
     assert decided["conv_channels_last"] == {}
     assert sorted(decided["conv_cudnn_ms"].values()) == [(2.0, 1.0), (2.0, 3.0)]
@@ -218,14 +235,21 @@ def test_the_direct_kernel_is_timed_where_the_model_cannot_tell_it_from_cudnn(fa
     first, second = core.convolutions(TWO_CONVS)
     assert first["direct_model_ms"] > 0 and second["direct_model_ms"] > 0
     cudnn_ms = {first["signature"]: first["direct_model_ms"], second["signature"]: second["direct_model_ms"] * 1.5}
-    monkeypatch.setattr(conv_probe, "measure_layout", lambda conv, device, math: {
-        "contiguous_ms": cudnn_ms[conv["signature"]], "channels_last_ms": cudnn_ms[conv["signature"]]})
+    monkeypatch.setattr(
+        conv_probe,
+        "measure_layout",
+        lambda conv, device, math: {
+            "contiguous_ms": cudnn_ms[conv["signature"]],
+            "channels_last_ms": cudnn_ms[conv["signature"]],
+        },
+    )
     monkeypatch.setattr(conv_probe, "_arch", lambda device: 90)
     timed = []
 
     def measure(conv, device, kernel, out_shape):
         timed.append((conv["signature"], "_direct_" in kernel.name, out_shape))
         return {"direct_ms": 0.125}
+
     monkeypatch.setattr(conv_probe, "measure_direct", measure)
     decided = probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))
     assert timed == [(second["signature"], True, [2, 4, 6, 6])]
@@ -258,6 +282,7 @@ def test_the_direct_probes_kernel_is_the_conv_alone_and_compiles():
 
 def test_specializations_are_guarded_on_the_users_conv_precision(user_flags):
     from fuseforge.runtime.module import _guard_key
+
     model, x = torch.nn.Conv2d(2, 3, 3), torch.randn(1, 2, 5, 5)
     torch.backends.cudnn.conv.fp32_precision = "tf32"
     tf32 = _guard_key(model, [x])
@@ -269,6 +294,7 @@ def test_the_cpu_plan_with_decisions_matches_eager():
     """A plan whose convs carry decisions (one TF32, one IEEE) runs on the CPU
     executor through the library helper and gives eager's result."""
     from fuseforge.runtime.executor import Executor
+
     first, second = core.convolutions(TWO_CONVS)
     plan = _compile(convs={"conv_tf32": {first["signature"]: True}}).plan
     torch.manual_seed(0)
@@ -282,6 +308,7 @@ def test_the_cpu_plan_with_decisions_matches_eager():
 
 def test_roofline_ceilings_follow_each_convs_math():
     from fuseforge.harness.roofline import PEAKS, op_peak
+
     p = PEAKS["H100 80GB HBM3"]
     assert op_peak("convolution", "f32", p, "fp32", "tf32") == p.tf32
     assert op_peak("convolution", "f32", p, "fp32", "ieee") == p.fp32  # cuDNN's SIMT kernels

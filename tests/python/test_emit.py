@@ -2,6 +2,7 @@
 CUDA part compiles with nvcc for sm_90; library steps written as text compute
 what the executor's calls compute; ModelNew keeps Model's state_dict keys and
 runs in a process that never imports fuseforge."""
+
 import importlib.util
 import inspect
 import json
@@ -16,14 +17,13 @@ import types
 import pytest
 import torch
 
+from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 from fuseforge import emit
 from fuseforge.dtypes import TORCH
 from fuseforge.emit.ops import EmitError, literal, step_expr
 from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime import library_calls
 from fuseforge.runtime.cutlass_headers import cutlass_include_dir
-
-from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 
 NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 SEEDS = [p for p in PROBLEMS if p.parent.name == "seeds"]
@@ -46,7 +46,9 @@ def _source(text, var):
 def _split_includes(source):
     """(#include lines, the rest) of an emitted file's CUDA source."""
     lines = source.splitlines()
-    return [ln for ln in lines if ln.startswith("#include")], "\n".join(ln for ln in lines if not ln.startswith("#include"))
+    return [ln for ln in lines if ln.startswith("#include")], "\n".join(
+        ln for ln in lines if not ln.startswith("#include")
+    )
 
 
 def test_emitted_kernels_have_cxx_linkage(emitted):
@@ -78,9 +80,13 @@ def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
     # The flags load_inline gives nvcc, and the CUTLASS include the emitted files add;
     # the target the files ask for on Hopper (TORCH_CUDA_ARCH_LIST=9.0a: wgmma).
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
     flags = [*COMMON_NVCC_FLAGS, "-std=c++17", f"-I{cutlass_include_dir()}"]
-    r = subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", *flags, "-cubin", "-o",
-                        str(tmp_path / "all.cubin"), str(src)], capture_output=True, text=True)
+    r = subprocess.run(
+        [NVCC, "-gencode=arch=compute_90a,code=sm_90a", *flags, "-cubin", "-o", str(tmp_path / "all.cubin"), str(src)],
+        capture_output=True,
+        text=True,
+    )
     errors = [ln for ln in r.stderr.splitlines() if " error" in ln or "error:" in ln]
     assert r.returncode == 0, "\n".join(errors[:20]) or r.stderr[-3000:]
 
@@ -88,8 +94,14 @@ def test_every_problem_emits_python_and_cuda_that_compiles(emitted, tmp_path):
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 def test_seed_host_wrappers_compile_against_torch_headers(emitted, tmp_path):
     from torch.utils.cpp_extension import include_paths
-    includes = ["#include <torch/extension.h>", "#include <ATen/cuda/CUDAContext.h>",
-                "#include <c10/cuda/CUDAGuard.h>", "#include <cuda_runtime.h>", "#include <vector>"]
+
+    includes = [
+        "#include <torch/extension.h>",
+        "#include <ATen/cuda/CUDAContext.h>",
+        "#include <c10/cuda/CUDAGuard.h>",
+        "#include <cuda_runtime.h>",
+        "#include <vector>",
+    ]
     parts = list(includes)
     for path in SEEDS:
         cpp = _source(emitted[problem_name(path)].read_text(), "_FF_CPP_SOURCE")
@@ -99,8 +111,11 @@ def test_seed_host_wrappers_compile_against_torch_headers(emitted, tmp_path):
     src = tmp_path / "hosts.cpp"
     src.write_text("\n".join(parts))
     import sysconfig
+
     flags = [f"-I{p}" for p in include_paths(device_type="cuda")] + [
-        "-I/usr/local/cuda/include", f"-I{sysconfig.get_paths()['include']}"]
+        "-I/usr/local/cuda/include",
+        f"-I{sysconfig.get_paths()['include']}",
+    ]
     r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", *flags, str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -119,6 +134,7 @@ def _random(b):
 def _cheap(plan, step):
     """Small enough to run on the CPU in CI (big GEMMs and convolutions are skipped)."""
     from fuseforge.harness.roofline import _step_flops
+
     ids = [o.buffer for o in step.operands if o.buffer >= 0] + list(step.results)
     return sum(math.prod(plan.buffers[b].shape) for b in ids) <= 1 << 23 and _step_flops(plan, step) <= 1 << 31
 
@@ -127,6 +143,7 @@ def _cheap(plan, step):
 def test_library_steps_as_text_match_the_executor(path):
     from fuseforge.capture import capture
     from fuseforge.runtime.options import compile_ir
+
     mod = load_problem(path)
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs())
@@ -155,6 +172,7 @@ def test_a_step_without_a_torch_form_fails_clearly():
     """An opaque node whose captured arguments fall outside capture's grammar
     has no Python form: a clear EmitError naming the step."""
     from fuseforge.runtime.options import compile_ir
+
     plan = compile_ir("""graph @g(%x: f32[4]) {
   %0 = opaque(%x) {args="[$0, os.system]", target="aten.relu.default"} : f32[4]
   return %0
@@ -173,6 +191,7 @@ def test_emitted_file_runs_the_executors_steps(emitted, name):
     from fuseforge.capture import capture
     from fuseforge.runtime.executor import Executor
     from fuseforge.runtime.options import compile_ir
+
     path = next(p for p in PROBLEMS if p.stem == name)
     mod = load_problem(path)
     torch.manual_seed(0)
@@ -216,8 +235,12 @@ print(json.dumps({{"keys": list(new.state_dict()) == list(model.state_dict()), "
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # fuseforge not importable there
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"keys": True, "same": True, "warned": True,
-                                                            "fuseforge": False}
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+        "keys": True,
+        "same": True,
+        "warned": True,
+        "fuseforge": False,
+    }
 
 
 def test_hopper_gemm_kernels_are_emitted_for_sm90a(emitted):
@@ -230,7 +253,9 @@ def test_hopper_gemm_kernels_are_emitted_for_sm90a(emitted):
 
 def test_hopper_kernels_build_for_sm90a_and_leave_the_arch_list_as_it_was(emitted, monkeypatch):
     import importlib.util
+
     import torch.utils.cpp_extension as ext
+
     seen = []
     monkeypatch.setattr(ext, "load_inline", lambda **kw: seen.append(os.environ.get("TORCH_CUDA_ARCH_LIST")) or "ext")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
@@ -244,6 +269,7 @@ def test_hopper_kernels_build_for_sm90a_and_leave_the_arch_list_as_it_was(emitte
 def test_gemm_kernels_are_emitted_and_need_cutlass(emitted, tmp_path):
     import importlib.util
     import warnings
+
     assert "_FF_NEEDS_CUTLASS = False" in emitted["matrix_scalar_multiplication"].read_text()
     seed = next(p for p in SEEDS if problem_name(p) == "gemm_sigmoid_scaling_residual_add")
     path = tmp_path / "gemm_sigmoid_sm80.py"  # for an Ampere GPU: CUTLASS's sm80 kernels
@@ -267,6 +293,7 @@ def test_gemm_kernels_are_emitted_and_need_cutlass(emitted, tmp_path):
 
 def test_cli_emit_writes_the_file(tmp_path):
     from fuseforge.harness import cli
+
     out = tmp_path / "model_new.py"
     assert cli.main(["emit", str(SEEDS[-1]), "-o", str(out)]) == 0
     assert "class ModelNew(Model)" in out.read_text()
@@ -296,6 +323,7 @@ def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, mo
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == row
 
     from fuseforge.harness.timing import time_cuda
+
     called = []
 
     def timer(*args, **kwargs):  # the real one's signature, without a GPU
@@ -304,6 +332,7 @@ def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, mo
             fn()
             called.append(name)
         return {name: 2.0 for name in called}
+
     monkeypatch.setattr(tool, "_timing_module", lambda: types.SimpleNamespace(time_cuda=timer))
     model = load_problem(problem).Model(8)
     assert tool._time(model, model, [torch.randn(4, 8)]) == {"emitted_ms": 2.0, "eager_ms": 2.0}
@@ -319,19 +348,34 @@ def test_conv_kernels_and_conv_precision_are_emitted(monkeypatch, tmp_path):
     seed = next(p for p in SEEDS if problem_name(p) == "conv2d_min_add_multiply")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
-    for arch, marker, target in [(90, "ff_sm90::gemm_tf32<true>(ConvA{x}", "arch=compute_90a,code=sm_90a"),
-                                 (80, "cutlass/conv/kernel/default_conv2d_fprop.h", "arch=compute_80,code=sm_80")]:
+
+    for arch, marker, target in [
+        (90, "ff_sm90::gemm_tf32<true>(ConvA{x}", "arch=compute_90a,code=sm_90a"),
+        (80, "cutlass/conv/kernel/default_conv2d_fprop.h", "arch=compute_80,code=sm_80"),
+    ]:
         text = emit.emit_problem(seed, arch=arch)
         cuda = _source(text, "_FF_CUDA_SOURCE")
         assert marker in cuda and "ff_conv2d_" in cuda, cuda[:2000]
         assert ("_FF_NEEDS_SM90A = True" in text) == (arch == 90)
-        forwards = text[text.index("def _ff_forward_"):]
+        forwards = text[text.index("def _ff_forward_") :]
         assert "_ff_convolution(" not in forwards and "ff_conv2d_" in text, forwards[:3000]
         src = tmp_path / f"conv{arch}.cu"
         src.write_text(cuda)
-        r = subprocess.run([NVCC, f"-gencode={target}", *COMMON_NVCC_FLAGS, "-std=c++17",
-                            f"-I{cutlass_include_dir()}", "-cubin", "-o", str(tmp_path / f"conv{arch}.cubin"), str(src)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                NVCC,
+                f"-gencode={target}",
+                *COMMON_NVCC_FLAGS,
+                "-std=c++17",
+                f"-I{cutlass_include_dir()}",
+                "-cubin",
+                "-o",
+                str(tmp_path / f"conv{arch}.cubin"),
+                str(src),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "off")
     library = emit.emit_problem(seed, arch=90)

@@ -2,16 +2,16 @@
 a fresh process that never imports fuseforge, matches eager (outputs and
 buffers, several seeds, the model's own mode) — tools/check_emitted.py does
 the check. Skipped without a GPU."""
+
 import json
 import subprocess
 import sys
 
 import pytest
 
+from conftest import PROBLEMS, ROOT
 from fuseforge import emit
 from fuseforge.harness.problem import problem_name
-
-from conftest import PROBLEMS, ROOT
 
 pytestmark = pytest.mark.gpu
 
@@ -22,8 +22,12 @@ SEEDS = [p for p in PROBLEMS if p.parent.name == "seeds"]
 def test_emitted_seed_matches_eager_in_a_fresh_process(path, tmp_path):
     out = tmp_path / f"{problem_name(path)}.py"
     out.write_text(emit.emit_problem(path))
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "check_emitted.py"), str(out), "--seeds", "2"],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "check_emitted.py"), str(out), "--seeds", "2"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.stdout.strip(), r.stderr[-3000:]
     row = json.loads(r.stdout.strip().splitlines()[-1])
     assert row["correct"] and not row["imported_fuseforge"] and not row["fallbacks"], row

@@ -2,6 +2,7 @@
 the user's code and what to do, and exits 2 (--verbose adds the traceback);
 fuseforge.optimize and the torch.compile backend warn once, with the reason,
 when they run a model eagerly."""
+
 import re
 import textwrap
 import warnings
@@ -12,7 +13,7 @@ import torch
 import fuseforge
 from fuseforge.harness import cli
 
-HEAD = textwrap.dedent('''
+HEAD = textwrap.dedent("""
     import torch
     import torch.nn as nn
 
@@ -24,7 +25,7 @@ HEAD = textwrap.dedent('''
 
     class Model(nn.Module):
         def forward(self, x):
-''')
+""")
 FORWARD_LINE = HEAD.count("\n") + 1  # the line of forward's body in the files below
 
 
@@ -70,13 +71,18 @@ def test_verbose_adds_the_traceback(tmp_path, capsys):
     assert err.strip().splitlines()[-1].startswith("fuseforge run: ")
 
 
-@pytest.mark.parametrize("content,words", [
-    (None, "no problem file at"),
-    ("x = 1\n", "is not a problem file: missing Model, get_inputs, get_init_inputs"),
-    ("def get_inputs(:\n", "SyntaxError: invalid syntax (at bad.py:1: def get_inputs(:)"),
-    (HEAD.replace("torch.randn(8, 16)", "torch.randn(8, 16) + undefined_name") + "        return x\n",
-     "NameError: name 'undefined_name' is not defined (at bad.py:"),
-])
+@pytest.mark.parametrize(
+    "content,words",
+    [
+        (None, "no problem file at"),
+        ("x = 1\n", "is not a problem file: missing Model, get_inputs, get_init_inputs"),
+        ("def get_inputs(:\n", "SyntaxError: invalid syntax (at bad.py:1: def get_inputs(:)"),
+        (
+            HEAD.replace("torch.randn(8, 16)", "torch.randn(8, 16) + undefined_name") + "        return x\n",
+            "NameError: name 'undefined_name' is not defined (at bad.py:",
+        ),
+    ],
+)
 def test_bad_problem_files_are_one_line_and_exit_2(tmp_path, capsys, content, words):
     path = tmp_path / "bad.py"
     if content is not None:
@@ -105,8 +111,9 @@ def test_optimize_warns_once_when_it_runs_cpu_inputs_eagerly():
         for _ in range(3):
             torch.testing.assert_close(fast(torch.ones(4)), torch.full((4,), 2.0))
     messages = [str(w.message) for w in caught if "fuseforge" in str(w.message)]
-    assert messages == ["fuseforge: running Scale eagerly: inputs on cpu, and fuseforge compiles for CUDA devices "
-                        "only"], messages
+    assert messages == [
+        "fuseforge: running Scale eagerly: inputs on cpu, and fuseforge compiles for CUDA devices only"
+    ], messages
 
 
 def test_the_backend_warns_once_too():
@@ -127,6 +134,7 @@ class DataDependent(torch.nn.Module):
 @pytest.mark.gpu
 def test_a_model_that_cannot_be_captured_warns_once_and_is_not_captured_again(monkeypatch):
     from fuseforge.runtime import module
+
     calls = []
     real = module.capture
     monkeypatch.setattr(module, "capture", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -155,6 +163,7 @@ def test_a_bench_row_carries_the_one_line_reason(tmp_path):
     import argparse
 
     from fuseforge.harness import bench
+
     path = _problem(tmp_path, "nonzero", "return torch.nonzero(x > 0).float()")
     args = argparse.Namespace(against="eager", seeds=1, precision="fp32", mode=None, timeout=120, eager_convs="default")
     row = bench.run_problem(path, args)

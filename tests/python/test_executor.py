@@ -2,6 +2,7 @@
 plan, keeps the prepare section's values between calls and computes them
 again exactly when a weight they read changes, and makes library calls that
 take numbers where torch needs tensors."""
+
 import pytest
 import torch
 from torch import nn
@@ -35,6 +36,7 @@ def _executor(model, x):
         with torch.no_grad():
             ins = [src([x]) if kind == "arg" else src if kind == "const" else getattr(*src) for kind, src in getters]
             return executor(ins)[0][0]
+
     executor = Executor(plan, torch.device("cpu"))
     return plan, executor, call
 
@@ -85,6 +87,7 @@ def test_cached_prepare_keys_on_identity_storage_and_version():
     def compute():
         computed.append(1)
         return [w.sum()]
+
     for _ in range(2):
         cached_prepare(cache, [w], compute)
     assert len(computed) == 1
@@ -99,9 +102,11 @@ def test_cached_prepare_keys_on_identity_storage_and_version():
 def test_aliases_reach_op_by_op_calls_as_views_of_their_memory():
     """A view only kernels read is an alias: no step makes it; run op by op on
     the CPU, the kernel's nodes see it as a view of its memory."""
+
     class M(nn.Module):
         def forward(self, x):
             return torch.sigmoid(x.reshape(1, 8, 4).permute(1, 0, 2)) * 2.0
+
     x = torch.randn(4, 8)
     cap = capture(M(), [x], name="m")
     plan = compile_ir(cap.text).plan
@@ -125,8 +130,9 @@ def test_library_calls_take_numbers_where_torch_needs_tensors():
     x = torch.tensor([0.0, 1.0, -2.0])
     cpu = torch.device("cpu")
     torch.testing.assert_close(library_calls.make_call(maximum, cpu)([x, 0.5]), torch.tensor([0.5, 1.0, 0.5]))
-    torch.testing.assert_close(library_calls.make_call(minimum, cpu)([0.75, torch.tensor([0.5, 1.0, 0.5])]),
-                               torch.tensor([0.5, 0.75, 0.5]))
+    torch.testing.assert_close(
+        library_calls.make_call(minimum, cpu)([0.75, torch.tensor([0.5, 1.0, 0.5])]), torch.tensor([0.5, 0.75, 0.5])
+    )
 
 
 def test_plan_elements_keep_the_compiled_plan_alive():
@@ -134,6 +140,7 @@ def test_plan_elements_keep_the_compiled_plan_alive():
     or iterated) stays valid after everything else is dropped: a call step
     reads its IR node, which the plan owns."""
     import gc
+
     text = """graph @g(%x: i64[4,8]) {
   %0 = cumsum(%x) {dim=1} : i64[4,8]
   %1 = neg(%0) : i64[4,8]

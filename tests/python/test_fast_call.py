@@ -5,6 +5,7 @@ prepare section's values only while the weights they read are unchanged,
 updates mutated buffers, and computes what the executor computes. On the CPU
 every kernel is an interpreter closure, so this checks the guard, gathering,
 prepare check and step walk; test_fast_call_gpu.py checks the native launches."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -38,17 +39,21 @@ class Armed:
         self.model = model
         self.captured = capture(model, list(args), name="m")
         self.executor = Executor(compile_ir(self.captured.text).plan, torch.device("cpu"))
-        self.spec = SimpleNamespace(executor=self.executor, captured=self.captured,
-                                    getters=self.captured.input_getters(model),
-                                    mutation_targets=[resolve_attribute(model, n) for n, _ in self.captured.mutations])
+        self.spec = SimpleNamespace(
+            executor=self.executor,
+            captured=self.captured,
+            getters=self.captured.input_getters(model),
+            mutation_targets=[resolve_attribute(model, n) for n, _ in self.captured.mutations],
+        )
         self.module = SimpleNamespace(training=model.training, precision="fp32")
         self.fast = None
         self.python(*args)
 
     def python(self, *args):
         """The Python path; (re)arms the FastCall from this call."""
-        inputs = [src(args) if kind == "arg" else src if kind == "const" else getattr(*src)
-                  for kind, src in self.spec.getters]
+        inputs = [
+            src(args) if kind == "arg" else src if kind == "const" else getattr(*src) for kind, src in self.spec.getters
+        ]
         with torch.no_grad():
             outputs, new_buffers = self.executor(inputs)
             for (mod, name), value in zip(self.spec.mutation_targets, new_buffers):
@@ -114,8 +119,13 @@ def test_prepared_values_are_kept_only_while_their_weights_are_unchanged():
     def storage():
         model.weight.data = torch.randn(16, 32)
 
-    for change in (in_place, optimizer_step, lambda: model.load_state_dict({"weight": torch.randn(16, 32)}),
-                   replaced, storage):
+    for change in (
+        in_place,
+        optimizer_step,
+        lambda: model.load_state_dict({"weight": torch.randn(16, 32)}),
+        replaced,
+        storage,
+    ):
         changed(change)
 
 
@@ -127,7 +137,7 @@ def test_mutated_buffers_follow_eager_over_several_calls():
     armed = Armed(model, (x,))
     with torch.no_grad():
         reference(x)  # the Python path's call
-        for step in range(3):
+        for _ in range(3):
             xs = torch.randn(16, 12)
             (out,) = armed.call(xs)
             torch.testing.assert_close(out, reference(xs), rtol=1e-5, atol=1e-5)
@@ -141,11 +151,16 @@ def test_arguments_it_cannot_guard_leave_the_python_path():
     class Listed(nn.Module):
         def forward(self, x, names):
             return torch.relu(x) * 2.0
+
     x = torch.randn(4, 4)
     model = Listed()
     cap = capture(model, [x, "a"], name="m")
-    spec = SimpleNamespace(executor=Executor(compile_ir(cap.text).plan, torch.device("cpu")), captured=cap,
-                           getters=cap.input_getters(model), mutation_targets=[])
+    spec = SimpleNamespace(
+        executor=Executor(compile_ir(cap.text).plan, torch.device("cpu")),
+        captured=cap,
+        getters=cap.input_getters(model),
+        mutation_targets=[],
+    )
     inputs = [src((x, "a")) if kind == "arg" else src for kind, src in spec.getters]
     spec.executor(inputs)
     assert fast_call.arm(SimpleNamespace(training=False, precision="fp32"), spec, (x, "a"), inputs) is None

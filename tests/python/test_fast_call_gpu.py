@@ -1,14 +1,14 @@
 """The native call path on the GPU: repeated calls of an OptimizedModule launch
 its kernels from C++ (runtime/fast_call.py), with the outputs, strides,
 streams, weight changes, gradients and specializations of the Python path."""
+
 import pytest
 import torch
 
 import fuseforge
 from fuseforge.runtime import fast_call
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(fast_call._fast_call is None, reason="_fast_call was not built")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(fast_call._fast_call is None, reason="_fast_call was not built")]
 
 
 class GemvSum(torch.nn.Module):
@@ -77,8 +77,12 @@ def test_weight_changes_between_native_calls_are_seen():
 
     check(native=False)
     check(native=True)
-    for change in (in_place, optimizer_step, lambda: model.load_state_dict({"weight": torch.randn(128, 256)}),
-                   replaced):
+    for change in (
+        in_place,
+        optimizer_step,
+        lambda: model.load_state_dict({"weight": torch.randn(128, 256)}),
+        replaced,
+    ):
         change()
         check(native=False)
         check(native=True)

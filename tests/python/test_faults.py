@@ -3,18 +3,17 @@ go through eager (same NaN positions, same infinities), and the checker
 calls an output wrong when it has a NaN where eager has none. The GPU side
 (wrong device, dtype, shape, strides; NaN/Inf through generated kernels) is
 test_faults_gpu.py."""
+
 import pytest
 import torch
 
 import fuseforge
-
+from fault_models import Pointwise, RowSoftmax
 from fuseforge._native import CPU_CHECK_ARCH
 from fuseforge.capture import CaptureError, capture
 from fuseforge.harness.compare import judge
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
-
-from fault_models import Pointwise, RowSoftmax
 
 
 class LinearGelu(torch.nn.Module):

@@ -2,13 +2,13 @@
 shape or strides re-specialize (same answer as eager) or raise eager's own
 error; NaN and Inf propagate through the generated kernels as in eager.
 Run: .venv/bin/python -m pytest -q -m gpu tests/python/test_faults_gpu.py"""
+
 import warnings
 
 import pytest
 import torch
 
 import fuseforge
-
 from fault_models import Pointwise, RowSoftmax
 
 pytestmark = pytest.mark.gpu
@@ -47,11 +47,16 @@ def _faulty(shape, device="cuda"):
 _SPLIT_INF = pytest.mark.xfail(strict=True, reason="3xTF32's big/small split turns an inf operand into NaN")
 
 
-@pytest.mark.parametrize("model, rows", [
-    (Pointwise(), 512), (RowSoftmax(), 512),
-    pytest.param(LinearGelu(), 512, marks=_SPLIT_INF, id="LinearGelu-cutlass-sm80"),
-    pytest.param(LinearGelu(1024, 1024), 4096, marks=_SPLIT_INF, id="LinearGelu-sm90-mainloop"),
-], ids=lambda m: type(m).__name__ if isinstance(m, torch.nn.Module) else None)
+@pytest.mark.parametrize(
+    "model, rows",
+    [
+        (Pointwise(), 512),
+        (RowSoftmax(), 512),
+        pytest.param(LinearGelu(), 512, marks=_SPLIT_INF, id="LinearGelu-cutlass-sm80"),
+        pytest.param(LinearGelu(1024, 1024), 4096, marks=_SPLIT_INF, id="LinearGelu-sm90-mainloop"),
+    ],
+    ids=lambda m: type(m).__name__ if isinstance(m, torch.nn.Module) else None,
+)
 def test_nan_and_inf_propagate_as_in_eager(model, rows):
     model = model.cuda()
     fast = fuseforge.optimize(model)
@@ -66,13 +71,13 @@ def test_other_shapes_dtypes_and_strides_respecialize_with_eagers_answer():
     fast = fuseforge.optimize(model)
     base = torch.randn(256, 512, device="cuda")
     _same_as_eager(fast, model, base)
-    _same_as_eager(fast, model, torch.randn(64, 33, device="cuda"))                 # another shape
-    _same_as_eager(fast, model, base.t())                                            # transposed strides
-    _same_as_eager(fast, model, base[:, ::3])                                        # a strided slice
-    _same_as_eager(fast, model, base[:1].expand(256, 512))                           # stride 0
-    _same_as_eager(fast, model, base.half(), rtol=1e-3, atol=1e-3)                   # f16
-    _same_as_eager(fast, model, base.double(), rtol=1e-12, atol=1e-12)               # f64
-    _same_as_eager(fast, model, _faulty((256, 512)).t())                             # NaN/Inf, transposed
+    _same_as_eager(fast, model, torch.randn(64, 33, device="cuda"))  # another shape
+    _same_as_eager(fast, model, base.t())  # transposed strides
+    _same_as_eager(fast, model, base[:, ::3])  # a strided slice
+    _same_as_eager(fast, model, base[:1].expand(256, 512))  # stride 0
+    _same_as_eager(fast, model, base.half(), rtol=1e-3, atol=1e-3)  # f16
+    _same_as_eager(fast, model, base.double(), rtol=1e-12, atol=1e-12)  # f64
+    _same_as_eager(fast, model, _faulty((256, 512)).t())  # NaN/Inf, transposed
     assert len(fast.specializations()) >= 6
 
 

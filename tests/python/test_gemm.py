@@ -1,6 +1,7 @@
 """GEMM kernel plans on the CPU: opt-in switch, epilogue fusion, and the ATen
 fallback a GEMM step takes on the GPU for misaligned views or a kernel that
 did not compile."""
+
 import pytest
 import torch
 
@@ -71,6 +72,7 @@ def test_op_by_op_views_aliases_and_matches_aten():
 
 def test_autotune_times_once_and_caches_the_choice(monkeypatch, tmp_path):
     from fuseforge.runtime import autotune
+
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
     timed = []
 
@@ -113,6 +115,7 @@ def test_tf32_precision_changes_only_f32_gemm_math(monkeypatch):
     is a clear error, and precision_context restores the global setting."""
     from fuseforge.runtime.module import optimize
     from fuseforge.runtime.precision import precision_context
+
     monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
     x = torch.randn(5, 12)
     text = capture(Linear(), [x], name="l").text

@@ -3,6 +3,7 @@ partials of a row or column reduction, a library call reduces those. On the
 CPU: the plans (Hopper's wgmma kernel and the CUTLASS one of other GPUs) and
 their meaning (the GEMM group op by op through ATen); on an H100: both
 kernels against eager and fp64."""
+
 import pytest
 import torch
 
@@ -68,8 +69,17 @@ CASES = [
     (LinearReduce(256, 192, "amax", 0), [(320, 256)], (5, 192)),
     (BmmReduce("mean", 2), [(3, 100, 64), (3, 96, 64)], (3, 100, 3)),
 ]
-IDS = ["rows_sum", "rows_mean_keepdim", "cols_amax", "cols_amin_keepdim", "bmm_rows_sum", "bmm_cols_amax",
-       "short_k_rows_sum", "short_k_cols_amax", "short_k_bmm_rows_mean"]
+IDS = [
+    "rows_sum",
+    "rows_mean_keepdim",
+    "cols_amax",
+    "cols_amin_keepdim",
+    "bmm_rows_sum",
+    "bmm_cols_amax",
+    "short_k_rows_sum",
+    "short_k_cols_amax",
+    "short_k_bmm_rows_mean",
+]
 
 
 def _inputs(shapes, device="cpu"):
@@ -115,12 +125,14 @@ def test_reduction_stays_whole_where_matmuls_are_library_calls(monkeypatch):
         assert compiled.ir_after.count("sum(") == 1 and "view" not in compiled.ir_after
 
 
-hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                            reason="wgmma kernels need sm_90")
+hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="wgmma kernels need sm_90"
+)
 
 
 def _fp64(model, xs):
     import copy
+
     with torch.no_grad():
         return copy.deepcopy(model).double()(*[x.double() for x in xs])
 
@@ -142,16 +154,19 @@ def test_reduction_epilogue_matches_eager_and_fp64(model, shapes, partials):
     with torch.no_grad():
         out, ref = fast(*xs), model(*xs)
         again = fast(*xs)
-        unfused = getattr(torch, model.reduce)(fuseforge.optimize(Features(model))(*xs), dim=model.dim,
-                                                keepdim=model.keepdim)
+        unfused = getattr(torch, model.reduce)(
+            fuseforge.optimize(Features(model))(*xs), dim=model.dim, keepdim=model.keepdim
+        )
     (k,) = [k for k in fast.specializations()[0].compiled.plan.kernels if k.kind == "gemm"]
     assert _reduces(k) and k.sm90a == (shapes[0][-1] >= 1024), k.name
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert torch.equal(out, again)
     ref64 = _fp64(model, xs)
     ours, eager, whole = (float((y.double() - ref64).abs().max()) for y in (out, ref, unfused))
-    print(f"{k.name}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}, "
-          f"the same GEMM kernel unfused {whole:.3g}")
+    print(
+        f"{k.name}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}, "
+        f"the same GEMM kernel unfused {whole:.3g}"
+    )
     assert ours <= 2 * eager + 1e-6 or (not k.sm90a and ours <= 1.25 * whole), (ours, eager, whole)
 
 

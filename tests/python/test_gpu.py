@@ -1,17 +1,17 @@
 """GPU tests: every problem's optimized outputs match eager within 1e-4 in the
 model's mode, and buffers are updated identically. Skipped without a GPU."""
+
 import copy
 
 import pytest
 import torch
 
 import fuseforge
+from conftest import PROBLEMS
 from fuseforge.harness.check import check_correctness, float64_outputs
 from fuseforge.harness.compare import flatten_tensors, judge
 from fuseforge.harness.cpu_check import cut_inputs
 from fuseforge.harness.problem import build_model, problem_name
-
-from conftest import PROBLEMS
 
 pytestmark = pytest.mark.gpu
 
@@ -54,6 +54,7 @@ def test_weight_derived_values_follow_every_kind_of_weight_change():
     rows, and eval BatchNorm's rsqrt of the running variance) runs once and
     again after an in-place update, an optimizer step, load_state_dict, a
     replaced parameter and .to(): the outputs follow eager every time."""
+
     class M(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -62,6 +63,7 @@ def test_weight_derived_values_follow_every_kind_of_weight_change():
 
         def forward(self, x):
             return self.bn((self.fc(x) / 2).sum(dim=1, keepdim=True)) * 1.5
+
     torch.manual_seed(0)
     model = M().cuda().eval()
     fast = fuseforge.optimize(model)
@@ -70,6 +72,7 @@ def test_weight_derived_values_follow_every_kind_of_weight_change():
     def check():
         with torch.no_grad():
             torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+
     check()
     executor = fast.specializations()[0].executor
     assert len(executor.plan.prepare) > 0, str(executor.plan)
@@ -148,6 +151,7 @@ def test_odd_sizes_and_views():
     class M(torch.nn.Module):
         def forward(self, x, y):
             return torch.sigmoid(x.transpose(0, 1)) * y + 1.5
+
     for shape in [(1, 1), (3, 5), (7, 1029), (33, 4096)]:
         x = torch.randn(*shape, device="cuda")
         y = torch.randn(shape[1], shape[0], device="cuda")
@@ -163,9 +167,11 @@ def test_transposing_kernels_match_eager():
     go through shared-memory tiles; edge tiles and odd sizes must be exact,
     and so must an input that starts off its vectors' alignment (a view one
     element into its storage: the kernel's element-wise fallback)."""
+
     class M(torch.nn.Module):
         def forward(self, x, b):
             return torch.minimum(x.transpose(1, 2).contiguous() + b, torch.tensor(0.25))
+
     for shape, offset in [((1, 1, 1), 0), ((3, 33, 65), 0), ((2, 128, 100), 0), ((2, 128, 100), 1), ((5, 7, 1030), 0)]:
         x = torch.randn(offset + shape[0] * shape[1] * shape[2], device="cuda")[offset:].view(shape)
         b = torch.randn(shape[1], device="cuda")
@@ -225,6 +231,7 @@ def test_linear_gemm_kernel_matches_eager(gemm_on, dtype, m, n, k):
 def test_gemm_epilogue_matches_eager(gemm_on, dtype, m, n, k):
     """linear -> sigmoid * 2 + residual of itself, and linear -> relu * 0.5 -> clamp:
     one kernel each, the epilogue fused."""
+
     class M(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -235,6 +242,7 @@ def test_gemm_epilogue_matches_eager(gemm_on, dtype, m, n, k):
             y = self.a(x)
             z = self.b(x)
             return torch.sigmoid(y) * 2.0 + y, torch.clamp(torch.relu(z) * 0.5, max=0.75)
+
     torch.manual_seed(0)
     model = M().to(dtype).cuda()
     x = torch.randn(m, k, device="cuda", dtype=dtype)
@@ -251,12 +259,16 @@ def test_gemm_epilogue_matches_eager(gemm_on, dtype, m, n, k):
 def test_gemm_epilogue_reading_a_residual_or_bias_vector(gemm_on, dtype):
     """The epilogue's one extra tensor (a residual, a per-column bias of a bmm)
     is read through the GEMM's source operand."""
+
     class M(torch.nn.Module):
         def forward(self, x, w, r, a, b, bias):
             return torch.relu(x @ w) + r, torch.bmm(a, b.transpose(1, 2)) + bias
+
     torch.manual_seed(0)
-    args = [torch.randn(*s, device="cuda", dtype=dtype) for s in
-            [(130, 36), (36, 66), (130, 66), (3, 33, 20), (3, 18, 20), (18,)]]
+    args = [
+        torch.randn(*s, device="cuda", dtype=dtype)
+        for s in [(130, 36), (36, 66), (130, 66), (3, 33, 20), (3, 18, 20), (18,)]
+    ]
     fast = fuseforge.optimize(M())
     with torch.no_grad():
         got, want = fast(*args), M()(*args)
@@ -269,6 +281,7 @@ def test_gemm_epilogue_reading_a_residual_or_bias_vector(gemm_on, dtype):
 
 def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch, tmp_path):
     from fuseforge.runtime import autotune
+
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
     torch.manual_seed(0)
@@ -286,7 +299,7 @@ def test_autotuned_gemm_matches_eager_and_caches_its_choice(gemm_on, monkeypatch
 def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
     """3xTF32 keeps fp32 accuracy: max abs error against an fp64 reference is
     at most twice eager fp32's (both printed)."""
-    for (m, n, k) in [(512, 1024, 4096), (1000, 999, 1001)]:
+    for m, n, k in [(512, 1024, 4096), (1000, 999, 1001)]:
         fast, out, ref, ref64 = _linear_vs_fp64(m, n, k)
         assert _gemm_kernels(fast)
         ours, eager = _err64(out, ref64), _err64(ref, ref64)
@@ -297,12 +310,14 @@ def test_gemm_error_vs_fp64_is_at_most_twice_eager(gemm_on):
 def test_bmm_transposed_broadcast_and_strided_operands(gemm_on):
     """Transposed operands, a batch-broadcast operand, a strided (non-unit inner
     stride) operand that must fall back, and a misaligned view."""
+
     class M(torch.nn.Module):
         def forward(self, a, b, w, v):
-            x = torch.bmm(a, b.transpose(1, 2))      # B column-major
-            y = torch.matmul(a.transpose(1, 2), w)   # A column-major, w [1, 7, 6] broadcast over the batch
-            z = torch.matmul(a[:, :, ::2], v)        # inner stride 2: stays an ATen call
+            x = torch.bmm(a, b.transpose(1, 2))  # B column-major
+            y = torch.matmul(a.transpose(1, 2), w)  # A column-major, w [1, 7, 6] broadcast over the batch
+            z = torch.matmul(a[:, :, ::2], v)  # inner stride 2: stays an ATen call
             return x, y, z
+
     torch.manual_seed(0)
     a = torch.randn(3, 7, 12, device="cuda")
     b = torch.randn(3, 9, 12, device="cuda")
@@ -320,8 +335,9 @@ def test_bmm_transposed_broadcast_and_strided_operands(gemm_on):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                            reason="wgmma kernels need sm_90")
+hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="wgmma kernels need sm_90"
+)
 
 
 @hopper
@@ -341,8 +357,11 @@ def test_hopper_gemm_kernel_matches_eager_and_fp64(m, n, k):
 
     def shrink(y):
         return float(((y.double() - ref64) * ref64.sign()).sum(1).abs().max())
-    print(f"sm90 linear {m}x{n}x{k}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}; "
-          f"bias toward zero fuseforge {shrink(out):.3g}, eager {shrink(ref):.3g}")
+
+    print(
+        f"sm90 linear {m}x{n}x{k}: max abs error vs fp64 fuseforge {ours:.3g}, eager {eager:.3g}; "
+        f"bias toward zero fuseforge {shrink(out):.3g}, eager {shrink(ref):.3g}"
+    )
     assert ours <= 2 * eager, (ours, eager)
     # Against eager's GEMM; eager runs a single row as a GEMV, all but unbiased (3.8e-07 where
     # this kernel's 9.4e-05 over 4100 columns is 2.3e-08 a column).
@@ -373,9 +392,11 @@ def test_split_k_gemm_matches_eager_and_fp64(m, n, k):
 def test_hopper_gemm_kernel_batches_views_and_epilogue_source():
     """q @ k.T over a batch with k broadcast (batch stride 0), q a strided view
     (row stride 1100), an odd N, and a residual read by the fused epilogue."""
+
     class M(torch.nn.Module):
         def forward(self, q, k, r):
             return torch.relu(torch.bmm(q, k.transpose(1, 2))) + r
+
     torch.manual_seed(0)
     q = torch.randn(3, 100, 1100, device="cuda")[:, :, :1024]
     k = torch.randn(1, 77, 1024, device="cuda").expand(3, 77, 1024)
@@ -387,9 +408,11 @@ def test_hopper_gemm_kernel_batches_views_and_epilogue_source():
     assert kernel.sm90a and len(kernel.nodes) == 3, kernel.name
 
 
-@pytest.mark.parametrize("path", [p for p in PROBLEMS if any(s in p.stem for s in ("gemm", "linear", "bmm", "mlp",
-                                                                                   "attention"))],
-                         ids=problem_name)
+@pytest.mark.parametrize(
+    "path",
+    [p for p in PROBLEMS if any(s in p.stem for s in ("gemm", "linear", "bmm", "mlp", "attention"))],
+    ids=problem_name,
+)
 def test_gemm_problems_with_gemm_kernels(gemm_on, path):
     """The matmul problems with GEMM kernels on: eager's 1e-4 (or at most twice
     eager's error against fp64, as check_correctness allows)."""
@@ -407,6 +430,7 @@ def test_tf32_precision_matches_eager_at_tf32(monkeypatch, gemm):
     most twice eager-with-TF32's, and TF32-sized (the fast path really runs).
     The global matmul precision is restored after each call."""
     from fuseforge.runtime.precision import precision_context
+
     if gemm is None:
         monkeypatch.delenv("FUSEFORGE_GEMM", raising=False)
     else:
@@ -425,8 +449,10 @@ def test_tf32_precision_matches_eager_at_tf32(monkeypatch, gemm):
     kernels = _gemm_kernels(fast)
     assert bool(kernels) == (gemm == "1") and all("_tf32_" in k.name for k in kernels), [k.name for k in kernels]
     ours, eager_tf32, eager_fp32 = _err64(out, ref64), _err64(tf32, ref64), _err64(fp32, ref64)
-    print(f"tf32 ({'kernels' if kernels else 'cuBLAS'}): error vs fp64 {ours:.3g}, eager tf32 {eager_tf32:.3g}, "
-          f"eager fp32 {eager_fp32:.3g}")
+    print(
+        f"tf32 ({'kernels' if kernels else 'cuBLAS'}): error vs fp64 {ours:.3g}, eager tf32 {eager_tf32:.3g}, "
+        f"eager fp32 {eager_fp32:.3g}"
+    )
     assert ours <= 2 * eager_tf32 and ours > 5 * eager_fp32, (ours, eager_tf32, eager_fp32)
 
 
@@ -443,10 +469,12 @@ def test_side_by_side_timing_interleaves_the_candidates():
     """Each round times every candidate once, in turn (a GPU still raising its
     clocks must not bias whichever would be timed first)."""
     from fuseforge.harness.timing import time_cuda
+
     calls = []
     x = torch.randn(1 << 20, device="cuda")
-    ms = time_cuda({"a": lambda: calls.append("a") or x.mul(2), "b": lambda: calls.append("b") or x.add(1)},
-                   warmup=1, trials=6)
+    ms = time_cuda(
+        {"a": lambda: calls.append("a") or x.mul(2), "b": lambda: calls.append("b") or x.add(1)}, warmup=1, trials=6
+    )
     assert set(ms) == {"a", "b"} and all(v > 0 for v in ms.values())
     assert calls == ["a", "b"] + ["a", "b"] * 6
 
@@ -494,9 +522,8 @@ def test_division_by_constants_is_correctly_rounded():
     scalar multiplies by the rounded reciprocal instead), over random bit
     patterns of every exponent (subnormals, infinities and NaNs among them)."""
     torch.manual_seed(0)
-    bits = torch.randint(-2**31, 2**31, (1 << 22,), dtype=torch.int64, device="cuda").to(torch.int32)
-    x = torch.cat([bits.view(torch.float32),
-                   torch.tensor([0.0, -0.0, 6.0, -3.0, 1e-45, 3.4028235e38], device="cuda")])
+    bits = torch.randint(-(2**31), 2**31, (1 << 22,), dtype=torch.int64, device="cuda").to(torch.int32)
+    x = torch.cat([bits.view(torch.float32), torch.tensor([0.0, -0.0, 6.0, -3.0, 1e-45, 3.4028235e38], device="cuda")])
     with torch.no_grad():
         got = fuseforge.optimize(_DivideByConstants())(x)
     for g, d in zip(got, _DivideByConstants.DIVISORS):

@@ -2,15 +2,15 @@
 GPU needed), GEMM kernels included (CUTLASS headers from the pinned wheel; the
 Hopper wgmma kernels for sm_90a), and the optimized plan agrees with the
 captured graph's meaning."""
+
 import pytest
 import torch
 
+from conftest import PROBLEMS, kernel_convs
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime.options import compile_ir, compile_options
-
-from conftest import PROBLEMS, kernel_convs
 
 
 def _capture(path):
@@ -51,8 +51,13 @@ def test_every_kernel_compiles_for_sm90(path):
 def test_hopper_gets_wgmma_kernels_for_k_contiguous_f32_matmuls():
     """On sm_90 the f32 linears and q @ k.T-style bmms with long sums run the
     wgmma 3xTF32 kernel; f16, N-contiguous B (p @ v) and short K keep CUTLASS's."""
-    hopper = {"gemm_sigmoid_scaling_residual_add", "mlp_residual", "linear_gelu_layernorm",
-              "linear_swish_sum", "bmm_transposed_bias"}
+    hopper = {
+        "gemm_sigmoid_scaling_residual_add",
+        "mlp_residual",
+        "linear_gelu_layernorm",
+        "linear_swish_sum",
+        "bmm_transposed_bias",
+    }
     for path in [p for p in PROBLEMS if p.stem in hopper | {"linear_relu_half", "attention_manual"}]:
         gemms = [k for k in _plan(_capture(path).text, arch=90, gemm="all").kernels if k.kind == "gemm"]
         assert gemms and all(k.sm90a == (path.stem in hopper) for k in gemms), (path.stem, [k.name for k in gemms])
@@ -63,8 +68,13 @@ def test_matmuls_become_gemm_kernels():
     (their operands are plain or transposed matrices). gemm_divide_sum_scaling
     is not among them: matmul_sum_to_gemv turns its GEMM into an f64 GEMV
     (a reduction kernel: gemv_as_reduction)."""
-    names = ["gemm_sigmoid_scaling_residual_add", "bmm_transposed_bias",
-             "attention_manual", "mlp_residual", "linear_relu_half"]
+    names = [
+        "gemm_sigmoid_scaling_residual_add",
+        "bmm_transposed_bias",
+        "attention_manual",
+        "mlp_residual",
+        "linear_relu_half",
+    ]
     for path in [p for p in PROBLEMS if p.stem in names]:
         plan = _plan(_capture(path).text, gemm="all")
         matmuls = [s for s in plan.run if s.kind == "call" and s.op in ("mm", "addmm", "bmm")]
@@ -126,8 +136,11 @@ def test_gemm_tiles_do_not_spill_registers(monkeypatch, math, m, n):
     assert is_cubin and " 0 bytes spill stores" in log, (k.name, log)
 
 
-@pytest.mark.parametrize("reduce", ["amax(%1) {dims=[0], keepdim=false} : f32[320]",
-                                    "sum(%2) {dims=[1], keepdim=false} : f32[256]"], ids=["columns", "rows"])
+@pytest.mark.parametrize(
+    "reduce",
+    ["amax(%1) {dims=[0], keepdim=false} : f32[320]", "sum(%2) {dims=[1], keepdim=false} : f32[256]"],
+    ids=["columns", "rows"],
+)
 def test_cutlass_gemm_kernels_with_a_block_reduction_build_for_every_tile(monkeypatch, reduce):
     """The CUTLASS kernels (other GPUs, and short sums on Hopper) that write
     block partials build with each candidate tile, without register spills;
@@ -149,9 +162,16 @@ def test_cutlass_gemm_kernels_with_a_block_reduction_build_for_every_tile(monkey
         assert is_cubin and " 0 bytes spill stores" in log, (name, log)
 
 
-@pytest.mark.parametrize("k,reduce", [(1024, None), (8192, None), (1024, "sum(%3) {dims=[1], keepdim=false} : f32[1536]"),
-                                      (1024, "amax(%3) {dims=[0], keepdim=false} : f32[512]")],
-                         ids=["k1024", "k8192", "row_sums", "column_maxima"])
+@pytest.mark.parametrize(
+    "k,reduce",
+    [
+        (1024, None),
+        (8192, None),
+        (1024, "sum(%3) {dims=[1], keepdim=false} : f32[1536]"),
+        (1024, "amax(%3) {dims=[0], keepdim=false} : f32[512]"),
+    ],
+    ids=["k1024", "k8192", "row_sums", "column_maxima"],
+)
 def test_hopper_gemm_kernel_neither_spills_nor_serializes_its_wgmmas(monkeypatch, k, reduce):
     """ptxas's report for the wgmma kernel: no register spills (the consumer
     warpgroups' registers come from the producer's through setmaxnreg) and no
@@ -202,8 +222,13 @@ def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path, math):
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
     text = _capture(path).text
     convs = core.convolutions(text)
-    plan = _conv_plan(text, {"conv_channels_last": {c["signature"]: True for c in convs},
-                             "conv_tf32": {c["signature"]: math == "tf32" for c in convs}})
+    plan = _conv_plan(
+        text,
+        {
+            "conv_channels_last": {c["signature"]: True for c in convs},
+            "conv_tf32": {c["signature"]: math == "tf32" for c in convs},
+        },
+    )
     kernels = [k for k in plan.kernels if k.kind == "conv"]
     covered = kernel_convs(convs, tf32=math == "tf32")
     assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
@@ -217,10 +242,10 @@ def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path, math):
     for k in kernels:
         assert k.shared_bytes > 0 and len(k.inputs) >= 2 and k.nodes[0].op == "convolution"
         assert k.sm90a != k.cutlass, k.name  # Hopper's wgmma kernel or CUTLASS's
-        is_cubin, size, log = core.nvrtc_compile(k.translation_unit, k.name, 90, cutlass=k.cutlass, sm90a=k.sm90a,
-                                                 options=["-Xptxas=-v"])
+        is_cubin, size, log = core.nvrtc_compile(
+            k.translation_unit, k.name, 90, cutlass=k.cutlass, sm90a=k.sm90a, options=["-Xptxas=-v"]
+        )
         assert is_cubin and " 0 bytes spill stores" in log and "Performance Loss" not in log, (k.name, log)
-
 
 
 def _conv_graph(channels, dtype="f32", math="ieee"):
@@ -233,9 +258,17 @@ def _conv_graph(channels, dtype="f32", math="ieee"):
 }}"""
 
 
-@pytest.mark.parametrize("channels,dtype,math,arch,hopper", [
-    (32, "f32", "ieee", 90, True), (32, "f32", "tf32", 90, True), (12, "f32", "ieee", 90, True),
-    (6, "f32", "ieee", 90, False), (32, "bf16", "ieee", 90, False), (32, "f32", "ieee", 80, False)])
+@pytest.mark.parametrize(
+    "channels,dtype,math,arch,hopper",
+    [
+        (32, "f32", "ieee", 90, True),
+        (32, "f32", "tf32", 90, True),
+        (12, "f32", "ieee", 90, True),
+        (6, "f32", "ieee", 90, False),
+        (32, "bf16", "ieee", 90, False),
+        (32, "f32", "ieee", 80, False),
+    ],
+)
 def test_hopper_conv_kernel_choice(monkeypatch, channels, dtype, math, arch, hopper):
     """On sm_90, f32 convs whose input channels come in 16-byte chunks (a
     multiple of 4) get the wgmma kernel, 3xTF32 or 1xTF32 by the conv's
@@ -243,7 +276,9 @@ def test_hopper_conv_kernel_choice(monkeypatch, channels, dtype, math, arch, hop
     CUTLASS's. The wgmma kernel neither spills nor serializes its wgmmas."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
-    (k,) = core.compile(_conv_graph(channels, dtype, math), compile_options(arch=arch, convs={}, passes=["cse"])).plan.kernels
+    (k,) = core.compile(
+        _conv_graph(channels, dtype, math), compile_options(arch=arch, convs={}, passes=["cse"])
+    ).plan.kernels
     assert k.kind == "conv" and k.sm90a == hopper and k.cutlass != hopper, k.name
     if hopper:
         assert ("_tf32_sm90" in k.name) == (math == "tf32") and ("_3xtf32_sm90" in k.name) == (math == "ieee")
@@ -260,8 +295,10 @@ def test_conv_kernel_tiles_all_build(monkeypatch):
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
     (k,) = _conv_plan(_conv_graph(32), {}, passes=["cse"]).kernels
     assert k.kind == "conv" and k.sm90a and len(k.variants) == 3
-    for name, unit, cutlass in [(k.name, k.translation_unit, False)] + [(v.name, v.translation_unit, True)
-                                                                         for v in k.variants]:
-        is_cubin, size, log = core.nvrtc_compile(unit, name, 90, cutlass=cutlass, sm90a=not cutlass,
-                                                 options=["-Xptxas=-v"])
+    for name, unit, cutlass in [(k.name, k.translation_unit, False)] + [
+        (v.name, v.translation_unit, True) for v in k.variants
+    ]:
+        is_cubin, size, log = core.nvrtc_compile(
+            unit, name, 90, cutlass=cutlass, sm90a=not cutlass, options=["-Xptxas=-v"]
+        )
         assert is_cubin and " 0 bytes spill stores" in log, (name, log)

@@ -2,7 +2,9 @@
 expression of every op (the core's library-call text) against the CPU
 reference interpreter, and each op's result-dtype rule against PyTorch's own
 type promotion."""
+
 import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -18,8 +20,16 @@ NOT_INTERPRETED = {"opaque"}
 
 def test_op_facts_come_from_the_table():
     assert len(OPS) == len(core.op_names())
-    assert {i.kind for i in OPS.values()} <= {"pointwise", "reduction", "window", "scan", "matmul", "conv", "layout",
-                                              "opaque"}
+    assert {i.kind for i in OPS.values()} <= {
+        "pointwise",
+        "reduction",
+        "window",
+        "scan",
+        "matmul",
+        "conv",
+        "layout",
+        "opaque",
+    }
     assert OPS["eq"].result_dtype == "compare" and OPS["logical_not"].result_dtype == "logical"
     assert OPS["where"].num_operands == 3 and not OPS["where"].promotes_operand(0)
     assert OPS["mul"].aten == ["mul.Tensor", "mul.Scalar"]
@@ -33,8 +43,15 @@ def test_op_facts_come_from_the_table():
 
 
 def test_one_dtype_table():
-    assert TORCH == {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
-                     "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
+    assert TORCH == {
+        "f32": torch.float32,
+        "f16": torch.float16,
+        "bf16": torch.bfloat16,
+        "f64": torch.float64,
+        "i64": torch.int64,
+        "i32": torch.int32,
+        "bool": torch.bool,
+    }
     assert all(IR_NAME[t] == n for n, t in TORCH.items())
     assert {d.name: d.size for d in core.dtype_table()} == {n: t.itemsize for n, t in TORCH.items()}
 
@@ -87,26 +104,82 @@ def _pool_cases():
     override; 1-, 2- and 3-d windows (the interpreter against ATen's ops)."""
     x2, x1, x3 = {"x": "f32[2,3,7,9]"}, {"x": "f32[2,3,11]"}, {"x": "f32[1,2,5,6,7]"}
     return (
-        ("max_pool", _graph(x2, "max_pool(%x) {ceil_mode=false, dilation=[1, 1], kernel=[2, 2], padding=[0, 0], "
-                                "stride=[2, 2]} : f32[2,3,3,4]")),
-        ("max_pool:padded_ceil_dilated", _graph(x2, "max_pool(%x) {ceil_mode=true, dilation=[2, 1], kernel=[3, 3], "
-                                                    "padding=[1, 1], stride=[2, 2]} : f32[2,3,3,5]")),
-        ("max_pool:1d", _graph(x1, "max_pool(%x) {ceil_mode=true, dilation=[1], kernel=[3], padding=[1], "
-                                   "stride=[2]} : f32[2,3,6]")),
-        ("max_pool:3d", _graph(x3, "max_pool(%x) {ceil_mode=false, dilation=[1, 1, 1], kernel=[2, 3, 2], "
-                                   "padding=[1, 0, 1], stride=[2, 2, 2]} : f32[1,2,3,2,4]")),
-        ("avg_pool", _graph(x2, "avg_pool(%x) {ceil_mode=false, count_include_pad=true, kernel=[2, 2], "
-                                "padding=[0, 0], stride=[2, 2]} : f32[2,3,3,4]")),
-        ("avg_pool:padded_included", _graph(x2, "avg_pool(%x) {ceil_mode=true, count_include_pad=true, "
-                                                "kernel=[3, 2], padding=[1, 1], stride=[2, 2]} : f32[2,3,4,5]")),
-        ("avg_pool:padded_excluded", _graph(x2, "avg_pool(%x) {ceil_mode=true, count_include_pad=false, "
-                                                "kernel=[3, 2], padding=[1, 1], stride=[2, 2]} : f32[2,3,4,5]")),
-        ("avg_pool:divisor", _graph(x2, "avg_pool(%x) {ceil_mode=false, count_include_pad=true, divisor_override=5, "
-                                        "kernel=[3, 3], padding=[1, 1], stride=[1, 1]} : f32[2,3,7,9]")),
-        ("avg_pool:1d", _graph(x1, "avg_pool(%x) {ceil_mode=false, count_include_pad=false, kernel=[4], "
-                                   "padding=[2], stride=[3]} : f32[2,3,4]")),
-        ("avg_pool:3d", _graph(x3, "avg_pool(%x) {ceil_mode=true, count_include_pad=false, kernel=[2, 2, 3], "
-                                   "padding=[1, 0, 1], stride=[2, 2, 2]} : f32[1,2,3,3,4]")),
+        (
+            "max_pool",
+            _graph(
+                x2,
+                "max_pool(%x) {ceil_mode=false, dilation=[1, 1], kernel=[2, 2], padding=[0, 0], "
+                "stride=[2, 2]} : f32[2,3,3,4]",
+            ),
+        ),
+        (
+            "max_pool:padded_ceil_dilated",
+            _graph(
+                x2,
+                "max_pool(%x) {ceil_mode=true, dilation=[2, 1], kernel=[3, 3], "
+                "padding=[1, 1], stride=[2, 2]} : f32[2,3,3,5]",
+            ),
+        ),
+        (
+            "max_pool:1d",
+            _graph(x1, "max_pool(%x) {ceil_mode=true, dilation=[1], kernel=[3], padding=[1], stride=[2]} : f32[2,3,6]"),
+        ),
+        (
+            "max_pool:3d",
+            _graph(
+                x3,
+                "max_pool(%x) {ceil_mode=false, dilation=[1, 1, 1], kernel=[2, 3, 2], "
+                "padding=[1, 0, 1], stride=[2, 2, 2]} : f32[1,2,3,2,4]",
+            ),
+        ),
+        (
+            "avg_pool",
+            _graph(
+                x2,
+                "avg_pool(%x) {ceil_mode=false, count_include_pad=true, kernel=[2, 2], "
+                "padding=[0, 0], stride=[2, 2]} : f32[2,3,3,4]",
+            ),
+        ),
+        (
+            "avg_pool:padded_included",
+            _graph(
+                x2,
+                "avg_pool(%x) {ceil_mode=true, count_include_pad=true, "
+                "kernel=[3, 2], padding=[1, 1], stride=[2, 2]} : f32[2,3,4,5]",
+            ),
+        ),
+        (
+            "avg_pool:padded_excluded",
+            _graph(
+                x2,
+                "avg_pool(%x) {ceil_mode=true, count_include_pad=false, "
+                "kernel=[3, 2], padding=[1, 1], stride=[2, 2]} : f32[2,3,4,5]",
+            ),
+        ),
+        (
+            "avg_pool:divisor",
+            _graph(
+                x2,
+                "avg_pool(%x) {ceil_mode=false, count_include_pad=true, divisor_override=5, "
+                "kernel=[3, 3], padding=[1, 1], stride=[1, 1]} : f32[2,3,7,9]",
+            ),
+        ),
+        (
+            "avg_pool:1d",
+            _graph(
+                x1,
+                "avg_pool(%x) {ceil_mode=false, count_include_pad=false, kernel=[4], "
+                "padding=[2], stride=[3]} : f32[2,3,4]",
+            ),
+        ),
+        (
+            "avg_pool:3d",
+            _graph(
+                x3,
+                "avg_pool(%x) {ceil_mode=true, count_include_pad=false, kernel=[2, 2, 3], "
+                "padding=[1, 0, 1], stride=[2, 2, 2]} : f32[1,2,3,3,4]",
+            ),
+        ),
     )
 
 
@@ -133,23 +206,47 @@ def _other_cases():
         ("softmax:f16", _graph({"x": "f16[3,4]"}, "softmax(%x) {dim=0} : f32[3,4]")),
         ("log_softmax", _graph(x, "log_softmax(%x) {dim=1} : f32[3,4]")),
         ("logsumexp", _graph(x, "logsumexp(%x) {dims=[1], keepdim=true} : f32[3,1]")),
-        ("layer_norm", _graph({"x": "f32[3,4]", "w": "f32[4]", "b": "f32[4]"},
-                              "layer_norm(%x, %w, %b) {eps=1e-05, ndims=1} : f32[3,4]")),
+        (
+            "layer_norm",
+            _graph(
+                {"x": "f32[3,4]", "w": "f32[4]", "b": "f32[4]"},
+                "layer_norm(%x, %w, %b) {eps=1e-05, ndims=1} : f32[3,4]",
+            ),
+        ),
         ("cumsum", _graph(x, "cumsum(%x) {dim=1} : f64[3,4]")),
         *_pool_cases(),
         ("mm", _graph({"a": "f32[3,4]", "b": "f32[4,5]"}, "mm(%a, %b) : f32[3,5]")),
         ("bmm", _graph({"a": "f32[2,3,4]", "b": "f32[2,4,5]"}, "bmm(%a, %b) : f32[2,3,5]")),
-        ("addmm", _graph({"c": "f32[5]", "a": "f32[3,4]", "b": "f32[4,5]"},
-                         "addmm(%c, %a, %b) {alpha=0.5, beta=2.0} : f32[3,5]")),
-        ("convolution", _graph({"x": "f64[2,4,7,8]", "w": "f64[6,2,3,2]", "b": "f64[6]"},
-                               "convolution(%x, %w, %b) {dilation=[2, 1], groups=2, output_padding=[0, 0], "
-                               "padding=[1, 2], stride=[1, 2], transposed=false} : f64[2,6,5,6]")),
-        ("convolution:1d", _graph({"x": "f64[2,3,9]", "w": "f64[4,3,3]"},
-                                  "convolution(%x, %w) {dilation=[1], groups=1, output_padding=[0], padding=[0], "
-                                  "stride=[2], transposed=false} : f64[2,4,4]")),
-        ("convolution:transposed", _graph({"x": "f64[2,4,5,5]", "w": "f64[4,3,3,3]", "b": "f64[6]"},
-                                          "convolution(%x, %w, %b) {dilation=[1, 1], groups=2, output_padding=[1, 0], "
-                                          "padding=[1, 1], stride=[2, 2], transposed=true} : f64[2,6,10,9]")),
+        (
+            "addmm",
+            _graph(
+                {"c": "f32[5]", "a": "f32[3,4]", "b": "f32[4,5]"}, "addmm(%c, %a, %b) {alpha=0.5, beta=2.0} : f32[3,5]"
+            ),
+        ),
+        (
+            "convolution",
+            _graph(
+                {"x": "f64[2,4,7,8]", "w": "f64[6,2,3,2]", "b": "f64[6]"},
+                "convolution(%x, %w, %b) {dilation=[2, 1], groups=2, output_padding=[0, 0], "
+                "padding=[1, 2], stride=[1, 2], transposed=false} : f64[2,6,5,6]",
+            ),
+        ),
+        (
+            "convolution:1d",
+            _graph(
+                {"x": "f64[2,3,9]", "w": "f64[4,3,3]"},
+                "convolution(%x, %w) {dilation=[1], groups=1, output_padding=[0], padding=[0], "
+                "stride=[2], transposed=false} : f64[2,4,4]",
+            ),
+        ),
+        (
+            "convolution:transposed",
+            _graph(
+                {"x": "f64[2,4,5,5]", "w": "f64[4,3,3,3]", "b": "f64[6]"},
+                "convolution(%x, %w, %b) {dilation=[1, 1], groups=2, output_padding=[1, 0], "
+                "padding=[1, 1], stride=[2, 2], transposed=true} : f64[2,6,10,9]",
+            ),
+        ),
         ("view", _graph(x, "view(%x) : f32[2,6]")),
         ("permute", _graph(x, "permute(%x) {dims=[1, 0]} : f32[4,3]{1,4}")),
         ("expand", _graph({"x": "f32[1,4]"}, "expand(%x) : f32[3,4]{0,1}")),
@@ -175,7 +272,7 @@ def _inputs(text: str, seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     header = text.split("\n", 1)[0]
     out = []
-    for decl in header[header.index("(") + 1:header.rindex(")")].split(", "):
+    for decl in header[header.index("(") + 1 : header.rindex(")")].split(", "):
         dt, dims = decl.split(": ")[1].split("[")
         shape = [int(d) for d in dims.rstrip("]").split(",") if d]
         if dt == "bool":
@@ -190,7 +287,7 @@ def _inputs(text: str, seed: int) -> list[torch.Tensor]:
 def _literal_texts(text: str) -> list[str]:
     """Operand texts of the graph's node: a[i] for values, the literal itself."""
     node = text.split("\n")[1]
-    operands = node[node.index("(") + 1:node.index(")")].split(", ")
+    operands = node[node.index("(") + 1 : node.index(")")].split(", ")
     k, texts = 0, []
     for o in operands:
         if o.startswith("%"):
@@ -214,14 +311,16 @@ def test_torch_expression_matches_the_interpreter(case):
             pytest.skip(f"torch has no integer kernel: {e}")  # capture casts such operands to float first
         raise
     declared = text.split("\n")[1].rsplit(" : ", 1)[1]
-    assert got.dtype == TORCH[declared[:declared.index("[")]], expr
+    assert got.dtype == TORCH[declared[: declared.index("[")]], expr
     np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=expr)
 
 
 def test_torch_expression_of_opaque_ops():
     y = torch.randn(3, 4)
-    text = ('graph @g(%x: f32[3,4]) {\n  %0, %1 = opaque(%x) {args="[$0, 1, True]", target="aten.max.dim"}'
-            " : f32[3,1], i64[3,1]\n  return %0, %1\n}\n")
+    text = (
+        'graph @g(%x: f32[3,4]) {\n  %0, %1 = opaque(%x) {args="[$0, 1, True]", target="aten.max.dim"}'
+        " : f32[3,1], i64[3,1]\n  return %0, %1\n}\n"
+    )
     got = eval(core.torch_expr(text, 0, ["y"]), {"torch": torch, "dev": torch.device("cpu"), "y": y})
     for g, e in zip(got, torch.max(y, 1, keepdim=True)):
         torch.testing.assert_close(g, e)

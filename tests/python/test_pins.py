@@ -4,6 +4,7 @@ scripts/setup.sh installs requirements.txt, while `pip install .` resolves
 pyproject's dependencies: if the two disagree, the second gets other versions
 than the ones the tests ran against.
 """
+
 import re
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def test_pyproject_pins_equal_requirements_txt():
     assert proj == req, (
         "pyproject.toml and requirements.txt disagree: "
         f"only in requirements.txt {sorted(set(req.items()) - set(proj.items()))}, "
-        f"only in pyproject.toml {sorted(set(proj.items()) - set(req.items()))}")
+        f"only in pyproject.toml {sorted(set(proj.items()) - set(req.items()))}"
+    )
 
 
 def test_run_dependencies_are_pinned_exactly(tmp_path):

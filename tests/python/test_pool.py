@@ -1,12 +1,12 @@
 """Pool kernels without a GPU: the GPU test's cases (smaller inputs: the plan
 does not depend on the values) each run their pooling as a generated kernel
 with the pointwise work around it, and those kernels build for sm_90."""
+
 import pytest
 
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.runtime.options import compile_ir
-
 from test_pool_gpu import CASES, build_case
 
 # The ops each case's pool kernel computes.

@@ -7,6 +7,7 @@ For each case: the plan runs the pool as a generated kernel, its outputs
 match eager, its error against fp64 is no worse than eager's, two runs give
 the same bits; NaN and inf in a window land where eager's do.
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,7 +18,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fuseforge
-
 from fn_model import Fn
 from test_reduction_gpu import _flat, _rel_error
 
@@ -30,31 +30,51 @@ def _r(*shape, dtype=torch.float32, channels_last=False):
         if channels_last:
             x = x.to(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
         return x
+
     return make
 
 
 # name: (forward, input makers (of a device), modules); test_pool.py checks on
 # the CPU that each plan has its pool kernel.
 CASES = {
-    "conv_relu_maxpool": (lambda m, x: F.max_pool2d(torch.relu(m.conv(x)), 2), [_r(16, 8, 66, 66)],
-                          {"conv": nn.Conv2d(8, 32, 3)}),
-    "conv3d_relu_maxpool_channels_last": (lambda m, x: F.max_pool3d(torch.relu(m.conv(x)), 2),
-                                          [_r(4, 8, 18, 34, 34, channels_last=True)], {"conv": nn.Conv3d(8, 32, 3)}),
-    "bias_maxpool_padded_dilated": (lambda m, x: torch.sigmoid(F.max_pool2d(x + m.b, 3, 2, 1, dilation=2,
-                                                                            ceil_mode=True)),
-                                    [_r(32, 64, 57, 57)], {"b": nn.Parameter(torch.randn(64, 1, 1))}),
+    "conv_relu_maxpool": (
+        lambda m, x: F.max_pool2d(torch.relu(m.conv(x)), 2),
+        [_r(16, 8, 66, 66)],
+        {"conv": nn.Conv2d(8, 32, 3)},
+    ),
+    "conv3d_relu_maxpool_channels_last": (
+        lambda m, x: F.max_pool3d(torch.relu(m.conv(x)), 2),
+        [_r(4, 8, 18, 34, 34, channels_last=True)],
+        {"conv": nn.Conv3d(8, 32, 3)},
+    ),
+    "bias_maxpool_padded_dilated": (
+        lambda m, x: torch.sigmoid(F.max_pool2d(x + m.b, 3, 2, 1, dilation=2, ceil_mode=True)),
+        [_r(32, 64, 57, 57)],
+        {"b": nn.Parameter(torch.randn(64, 1, 1))},
+    ),
     "avgpool_silu": (lambda m, x: F.silu(F.avg_pool3d(x, 2)), [_r(8, 48, 24, 48, 48)], {}),
-    "avgpool_padded_excluded": (lambda m, x: F.avg_pool2d(x * 2.0, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-                                [_r(32, 64, 55, 55, channels_last=True)], {}),
-    "avgpool_divisor_1d": (lambda m, x, r: F.avg_pool2d(x, (1, 4), (1, 3), (0, 2), divisor_override=3) + r,
-                           [_r(64, 32, 4, 1000), _r(64, 32, 4, 334)], {}),
+    "avgpool_padded_excluded": (
+        lambda m, x: F.avg_pool2d(x * 2.0, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        [_r(32, 64, 55, 55, channels_last=True)],
+        {},
+    ),
+    "avgpool_divisor_1d": (
+        lambda m, x, r: F.avg_pool2d(x, (1, 4), (1, 3), (0, 2), divisor_override=3) + r,
+        [_r(64, 32, 4, 1000), _r(64, 32, 4, 334)],
+        {},
+    ),
     "maxpool1d_half": (lambda m, x: F.max_pool1d(torch.tanh(x), 4, 3, 1), [_r(64, 256, 1001, dtype=torch.float16)], {}),
     # A softmax over the channels taken into the pool's kernel.
-    "conv3d_softmax_maxpool": (lambda m, x: F.max_pool3d(torch.softmax(m.conv(x), dim=1), 2), [_r(8, 8, 18, 34, 34)],
-                               {"conv": nn.Conv3d(8, 24, 3)}),
+    "conv3d_softmax_maxpool": (
+        lambda m, x: F.max_pool3d(torch.softmax(m.conv(x), dim=1), 2),
+        [_r(8, 8, 18, 34, 34)],
+        {"conv": nn.Conv3d(8, 24, 3)},
+    ),
     "log_softmax_scale_avgpool_channels_last": (
         lambda m, x: F.avg_pool2d(torch.log_softmax(x, dim=1) * m.w, 3, 2, 1, count_include_pad=False),
-        [_r(32, 20, 63, 65, channels_last=True)], {"w": nn.Parameter(torch.rand(20, 1, 1) + 0.5)}),
+        [_r(32, 20, 63, 65, channels_last=True)],
+        {"w": nn.Parameter(torch.rand(20, 1, 1) + 0.5)},
+    ),
 }
 
 
@@ -103,8 +123,9 @@ def test_nan_and_inf_in_windows_as_eager(channels_last):
     x[3, 4, 10:12, 10:12] = float("-inf")
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-    model = Fn(lambda m, x: (torch.relu(F.max_pool2d(x * 2, 2)) + 1, F.avg_pool2d(x, 3, 2, 1) * 3,
-                             F.max_pool2d(-x, 3, 1, 1)))
+    model = Fn(
+        lambda m, x: (torch.relu(F.max_pool2d(x * 2, 2)) + 1, F.avg_pool2d(x, 3, 2, 1) * 3, F.max_pool2d(-x, 3, 1, 1))
+    )
     fast = fuseforge.optimize(model)
     got, want = fast(x), model(x)
     assert len(_pool_kernels(fast)) == 3

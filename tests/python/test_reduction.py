@@ -1,19 +1,19 @@
 """Reduction kernels without a GPU: the dev problems' plans (which reductions
 became generated kernels), the plans of the GPU test's cases, and ptxas's
 report for their kernels (no register spills)."""
+
 import re
 
 import pytest
 import torch
 
+import test_scan_gpu
+from conftest import ROOT
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.harness.problem import load_problem
 from fuseforge.runtime.options import compile_ir
-
-from conftest import ROOT
 from test_reduction_gpu import CASES, build_case
-import test_scan_gpu
 
 DEV = ROOT / "benchmarks" / "problems" / "dev"
 
@@ -54,8 +54,21 @@ POOLS = {
 }
 # The ops of each scan kernel: the pointwise work that makes the scanned value.
 SCANS = {"cumsum_rows": [["mul", "cumsum"]]}
-_REDUCTIONS = {"sum", "mean", "amax", "amin", "prod", "var", "any", "argmax", "argmin", "logsumexp", "softmax",
-               "log_softmax", "layer_norm"}
+_REDUCTIONS = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "prod",
+    "var",
+    "any",
+    "argmax",
+    "argmin",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+}
 _FREE = {"view", "permute", "expand", "squeeze", "unsqueeze", "convolution"}
 
 
@@ -121,12 +134,17 @@ def test_longest_masked_scans_build_without_spills(monkeypatch, arch, length):
     elements a thread of two inputs: its register budget) build without
     spills; one element more and the product is a kernel of its own."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+
     def plan(n):
-        return compile_ir(f"""graph @g(%x: f32[4,{n}], %m: f32[4,{n}]) {{
+        return compile_ir(
+            f"""graph @g(%x: f32[4,{n}], %m: f32[4,{n}]) {{
   %0 = mul(%x, %m) : f32[4,{n}]
   %1 = cumsum(%0) {{dim=1}} : f32[4,{n}]
   return %1
-}}""", arch=arch).plan
+}}""",
+            arch=arch,
+        ).plan
+
     kernels = [k for k in plan(length).kernels if k.kind == "scan"]
     assert len(kernels) == 1 and [n.op for n in kernels[0].nodes] == ["mul", "cumsum"]
     is_cubin, _, log = core.nvrtc_compile(kernels[0].translation_unit, kernels[0].name, arch, options=["-Xptxas=-v"])
@@ -146,7 +164,8 @@ def test_channels_last_group_norm_rows_stay_in_registers_without_spills(monkeypa
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
     x = "%a" if bias else "%y"
     add = "  %a = add(%y, %cb) : f32[32,32,8,4096]\n" if bias else ""
-    plan = compile_ir(f"""graph @gn(%y: f32[32,32,8,4096]{{1048576,8,1,256}}, %cb: f32[1,32,8,1], %w: f32[1,32,8,1], %b: f32[1,32,8,1]) {{
+    plan = compile_ir(
+        f"""graph @gn(%y: f32[32,32,8,4096]{{1048576,8,1,256}}, %cb: f32[1,32,8,1], %w: f32[1,32,8,1], %b: f32[1,32,8,1]) {{
 {add}  %0 = var({x}) {{correction=0, dims=[2, 3], keepdim=true}} : f32[32,32,1,1]
   %1 = mean({x}) {{dims=[2, 3], keepdim=true}} : f32[32,32,1,1]
   %2 = add(%0, 1e-05) : f32[32,32,1,1]
@@ -157,7 +176,9 @@ def test_channels_last_group_norm_rows_stay_in_registers_without_spills(monkeypa
   %7 = add(%6, %b) : f32[32,32,8,4096]
   %8 = silu(%7) : f32[32,32,8,4096]
   return %8
-}}""", arch=90).plan
+}}""",
+        arch=90,
+    ).plan
     (k,) = plan.kernels
     assert "held in registers" in k.source and k.vector_width == 4, k.source[:400]
     assert "out0[base_out0 + e0 + e1 * 4096 + k * static_cast<index_t>(4096)]" in k.source

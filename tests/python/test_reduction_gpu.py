@@ -10,6 +10,7 @@ the same bits, NaNs land where eager's do, argmax/argmin ties pick eager's
 index, and train-mode batch norm leaves the running statistics eager leaves
 after 3 steps.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,7 +21,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fuseforge
-
 from fn_model import Fn
 
 pytestmark = pytest.mark.gpu
@@ -53,10 +53,12 @@ CASES = {
     # rows (reduced elements contiguous)
     "sum_rows": (lambda m, x: x.sum(-1), [_r(4096, 1000)], {}),
     "mean_keepdim_short_rows": (lambda m, x: x.mean((2, 3), keepdim=True), [_r(64, 512, 7, 7)], {}),
-    "amax_amin_prod_any": (lambda m, x: (x.amax(1), x.amin(1), (x * 0.01 + 1).prod(1), (x > 3.5).any(1)),
-                           [_r(333, 777)], {}),
-    "var_std_correction": (lambda m, x: (x.var(1), x.std(1, correction=0), *torch.var_mean(x, 1)),
-                           [_r(512, 3000)], {}),
+    "amax_amin_prod_any": (
+        lambda m, x: (x.amax(1), x.amin(1), (x * 0.01 + 1).prod(1), (x > 3.5).any(1)),
+        [_r(333, 777)],
+        {},
+    ),
+    "var_std_correction": (lambda m, x: (x.var(1), x.std(1, correction=0), *torch.var_mean(x, 1)), [_r(512, 3000)], {}),
     "long_rows_few": (lambda m, x: x.sum((1, 2, 3)), [_r(64, 32, 80, 80)], {}),
     # few long rows, split into partials (split_long_reduction)
     "var_mean_channels_split": (lambda m, x: torch.var_mean(x, (0, 2, 3)), [_r(32, 48, 64, 64)], {}),
@@ -66,23 +68,38 @@ CASES = {
     "softmax_long_rows": (lambda m, x: torch.softmax(x, -1), [_r(512, 32768)], {}),
     "log_softmax_rows": (lambda m, x: torch.log_softmax(x, -1), [_r(2048, 1000)], {}),
     "logsumexp_rows": (lambda m, x: torch.logsumexp(x, -1), [_r(2048, 4096)], {}),
-    "layer_norm_residual": (lambda m, x, r: m.ln(x + r), [_r(32, 256, 1024), _r(32, 256, 1024)],
-                            {"ln": nn.LayerNorm(1024)}),
+    "layer_norm_residual": (
+        lambda m, x, r: m.ln(x + r),
+        [_r(32, 256, 1024), _r(32, 256, 1024)],
+        {"ln": nn.LayerNorm(1024)},
+    ),
     "rmsnorm_manual": (_rms, [_r(16, 512, 4096)], {"w": nn.Parameter(torch.rand(4096) + 0.5)}),
     "manual_softmax_two_passes": (_manual_softmax, [_r(1024, 3000)], {}),
     "group_norm_silu": (lambda m, x: F.silu(m.gn(x)), [_r(16, 256, 32, 32)], {"gn": nn.GroupNorm(32, 256)}),
     # the mean reads the norm's [N, G, C/G, H*W] result (reduction_before_view): the apply is its prologue
-    "group_norm_then_mean": (lambda m, x: F.gelu(m.gn(x)).mean((2, 3)), [_r(16, 64, 32, 32)],
-                             {"gn": nn.GroupNorm(8, 64)}),
-    "instance_norm_relu": (lambda m, x: torch.relu(m.inorm(x) * 0.5), [_r(16, 96, 48, 48)],
-                           {"inorm": nn.InstanceNorm2d(96, affine=True)}),
+    "group_norm_then_mean": (
+        lambda m, x: F.gelu(m.gn(x)).mean((2, 3)),
+        [_r(16, 64, 32, 32)],
+        {"gn": nn.GroupNorm(8, 64)},
+    ),
+    "instance_norm_relu": (
+        lambda m, x: torch.relu(m.inorm(x) * 0.5),
+        [_r(16, 96, 48, 48)],
+        {"inorm": nn.InstanceNorm2d(96, affine=True)},
+    ),
     "channels_last_softmax": (lambda m, x: torch.softmax(x, 1), [_channels_last(32, 64, 28, 28)], {}),
     # along W of a channels-last input, written contiguous: through a tile of the block's columns
-    "layer_norm_w_channels_last": (lambda m, x: F.softplus(m.ln(x)), [_channels_last(64, 16, 64, 32)],
-                                   {"ln": nn.LayerNorm(32)}),
+    "layer_norm_w_channels_last": (
+        lambda m, x: F.softplus(m.ln(x)),
+        [_channels_last(64, 16, 64, 32)],
+        {"ln": nn.LayerNorm(32)},
+    ),
     # written contiguous: the result transposed through shared memory
-    "channels_last_softmax_to_contiguous": (lambda m, x: torch.softmax(x, 1).contiguous() * 2,
-                                            [_channels_last(32, 96, 27, 27)], {}),
+    "channels_last_softmax_to_contiguous": (
+        lambda m, x: torch.softmax(x, 1).contiguous() * 2,
+        [_channels_last(32, 96, 27, 27)],
+        {},
+    ),
     # columns (a kept dim unit-stride)
     "amax_channels": (lambda m, x: torch.sigmoid(x.amax(1, keepdim=True)) * 2, [_r(32, 48, 96, 96)], {}),
     "softmax_channels": (lambda m, x: torch.tanh(torch.softmax(x, 1) * 0.5), [_r(32, 96, 48, 48)], {}),
@@ -92,8 +109,11 @@ CASES = {
     # 16-bit inputs (fp32 accumulation)
     "softmax_half": (lambda m, x: torch.softmax(x, -1), [_r(2048, 4096, dtype=torch.float16)], {}),
     "softmax_half_long_rows": (lambda m, x: torch.softmax(x, -1), [_r(512, 32768, dtype=torch.float16)], {}),
-    "layer_norm_bf16": (lambda m, x: m.ln(x), [_r(4096, 768, dtype=torch.bfloat16)],
-                        {"ln": nn.LayerNorm(768).to(torch.bfloat16)}),
+    "layer_norm_bf16": (
+        lambda m, x: m.ln(x),
+        [_r(4096, 768, dtype=torch.bfloat16)],
+        {"ln": nn.LayerNorm(768).to(torch.bfloat16)},
+    ),
     "sum_half_columns": (lambda m, x: x.sum(0), [_r(2048, 32768, dtype=torch.float16)], {}),
 }
 
@@ -154,8 +174,9 @@ def test_reduction_kernel_matches_eager_and_fp64(name):
         assert e_ff <= 1.5 * e_eager + floor, f"{name}[{i}]: error {e_ff:.3e} vs eager's {e_eager:.3e}"
 
 
-@pytest.mark.parametrize("shape,dim", [((300, 2000), 1), ((64, 96, 40, 40), 1), ((2000, 300), 0)],
-                         ids=["rows", "channels", "columns"])
+@pytest.mark.parametrize(
+    "shape,dim", [((300, 2000), 1), ((64, 96, 40, 40), 1), ((2000, 300), 0)], ids=["rows", "channels", "columns"]
+)
 def test_argmax_ties_and_nan_as_eager(shape, dim):
     """Integer-valued data (many ties: eager picks the first index), and NaNs in
     some rows (they win, the first NaN's index)."""
@@ -185,8 +206,18 @@ def test_nan_and_inf_propagate_as_eager():
     x[4] = float("-inf")
     x[5, 3] = float("inf")
     x[5, 9] = float("-inf")
-    model = Fn(lambda m, x: (x.sum(1), torch.softmax(x, 1), torch.log_softmax(x, 1), torch.logsumexp(x, 1),
-                             x.var(1), x.amax(1), m.ln(x)), ln=nn.LayerNorm(1024)).cuda()
+    model = Fn(
+        lambda m, x: (
+            x.sum(1),
+            torch.softmax(x, 1),
+            torch.log_softmax(x, 1),
+            torch.logsumexp(x, 1),
+            x.var(1),
+            x.amax(1),
+            m.ln(x),
+        ),
+        ln=nn.LayerNorm(1024),
+    ).cuda()
     fast = fuseforge.optimize(model)
     got, want = fast(x), model(x)
     assert _reduction_kernels(fast)
@@ -203,7 +234,7 @@ def test_train_batch_norm_running_stats_after_three_steps(layout):
     model = nn.Sequential(nn.Conv2d(6, 48, 3), nn.BatchNorm2d(48, momentum=0.05)).cuda().train()
     eager = copy.deepcopy(model)
     fast = fuseforge.optimize(model)
-    for step in range(3):
+    for _ in range(3):
         x = torch.randn(32, 6, 66, 66, device="cuda")
         if layout == "channels_last":
             x = x.to(memory_format=torch.channels_last)

@@ -8,13 +8,13 @@ prologue), its output matches eager, its error against fp64 is no worse than
 eager's (1.5x plus a floor of a few ulps; -s prints both), two runs give the
 same bits; NaN and inf propagate as eager's.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 import fuseforge
-
 from fn_model import Fn
 
 pytestmark = pytest.mark.gpu
@@ -78,7 +78,7 @@ def test_scan_kernel_matches_eager_and_fp64(name):
     # own distance from fp64 plus ours.
     scale = want.double().abs().amax().item()
     eager_off = (want.double() - ref).abs().amax().item()
-    torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(1.0, scale ** 0.5) + 2 * eager_off)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(1.0, scale**0.5) + 2 * eager_off)
     e_ff, e_eager = _rel_error(got, ref), _rel_error(want, ref)
     floor = 4 * torch.finfo(got.dtype).eps
     print(f"{name}: error vs fp64 fuseforge {e_ff:.3e}, eager {e_eager:.3e}")

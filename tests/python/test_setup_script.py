@@ -1,5 +1,6 @@
 """scripts/prereqs.sh (sourced by setup.sh and test.sh): one line per missing
 prerequisite, saying what to install; silence and success when all are there."""
+
 import os
 import shutil
 import stat
@@ -45,8 +46,14 @@ def fake_command(path, name, script):
 def check(path, function="ff_check_prereqs", **env):
     run_env = {k: v for k, v in os.environ.items() if k not in ("CXX", "PYTHON")}
     run_env.update(PATH=path, **env)
-    return subprocess.run(["bash", "-c", f"source scripts/prereqs.sh && {function}"], cwd=ROOT,
-                          env=run_env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["bash", "-c", f"source scripts/prereqs.sh && {function}"],
+        cwd=ROOT,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def missing_lines(result):
@@ -93,5 +100,7 @@ def test_compiler_without_cxx17_is_reported(tmp_path):
     bin_dir = path_without(tmp_path)
     fake_command(bin_dir, "oldcxx", "exit 1")  # compiles nothing
     lines = missing_lines(check(bin_dir, "ff_check_cxx", CXX="oldcxx"))
-    assert lines == ["fuseforge: missing prerequisite: a C++17 compiler (oldcxx cannot compile C++17) -- "
-                     "install g++ (>= 8) or clang++ (>= 7), or set CXX"]
+    assert lines == [
+        "fuseforge: missing prerequisite: a C++17 compiler (oldcxx cannot compile C++17) -- "
+        "install g++ (>= 8) or clang++ (>= 7), or set CXX"
+    ]

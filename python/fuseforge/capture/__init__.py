@@ -21,11 +21,12 @@ overloads map 1:1 to IR ops, type promotion), dtype names and float text come
 from the core. An opaque node runs as the core's torch expression of it
 (``Step.torch_expr``).
 """
+
 from __future__ import annotations
 
 from fuseforge.capture.decompositions import decomposition_table
 from fuseforge.capture.export import capture
-from fuseforge.capture.graph import CaptureError, CapturedGraph, InputBinding, resolve_attribute
+from fuseforge.capture.graph import CapturedGraph, CaptureError, InputBinding, resolve_attribute
 
 __all__ = [
     "CaptureError",

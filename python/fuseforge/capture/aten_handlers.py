@@ -1,9 +1,11 @@
 """Per-ATen-op handlers: (lowerer, node, bound args) -> env entry. A handler
 raises _Unsupported to get an opaque node instead."""
+
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -11,12 +13,13 @@ import torch.fx as fx
 from fuseforge._native import core
 from fuseforge.capture.graph import CaptureError
 from fuseforge.capture.irtext import _T, _contiguous_strides
-from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
+from fuseforge.capture.values import _V, _Const, _Lit, _Unsupported
 
 if TYPE_CHECKING:
     from fuseforge.capture.lowering import _Lowerer
 
 aten = torch.ops.aten
+
 
 def _literal_for(value: Any, dtype: torch.dtype) -> Any:
     """A fill value as the literal kind that matches `dtype`."""
@@ -65,11 +68,14 @@ def _register(specs: Sequence[str], fn: Callable) -> None:
 def _one_to_one(irop: str, kind: str, arg_names: list[str]):
     """An ATen op whose schema arguments are the IR op's operands, in order."""
     if kind == "pointwise":
+
         def h(L: _Lowerer, node, a):
             return L.pointwise(irop, [L.operand(a[n]) for n in arg_names], L.rtype(node))
     else:
+
         def h(L: _Lowerer, node, a):
             return L.emit1(irop, [L.value(a[n]) for n in arg_names], L.rtype(node))
+
     return h
 
 
@@ -84,8 +90,10 @@ def _register_one_to_one() -> None:
                 continue  # not in this PyTorch
             names = [arg.name for arg in op._schema.arguments if not arg.kwarg_only]
             if len(names) != info.num_operands:
-                raise RuntimeError(f"ops.def: '{irop}' takes {info.num_operands} operands but maps from "
-                                   f"aten.{spec}, which takes {len(names)} arguments")
+                raise RuntimeError(
+                    f"ops.def: '{irop}' takes {info.num_operands} operands but maps from "
+                    f"aten.{spec}, which takes {len(names)} arguments"
+                )
             _HANDLERS[op] = _one_to_one(irop, info.kind, names)
 
 
@@ -146,6 +154,7 @@ def _add_sub(irop: str, reverse: bool = False):
         if reverse:  # rsub: other - alpha * self
             return L.pointwise(irop, [y, _scaled(L, x, a.get("alpha"))], L.rtype(node))
         return L.pointwise(irop, [x, _scaled(L, y, a.get("alpha"))], L.rtype(node))
+
     return h
 
 
@@ -159,10 +168,14 @@ def _bitwise_bool(irop: str, unary: bool = False):
         names = ["self"] if unary else ["self", "other"]
         ops = [L.operand(a[n]) for n in names]
         t = L.rtype(node)
-        if t.dtype != torch.bool or any(isinstance(o, _V) and o.type.dtype != torch.bool for o in ops) \
-                or any(isinstance(o, _Lit) and not isinstance(o.value, bool) for o in ops):
+        if (
+            t.dtype != torch.bool
+            or any(isinstance(o, _V) and o.type.dtype != torch.bool for o in ops)
+            or any(isinstance(o, _Lit) and not isinstance(o.value, bool) for o in ops)
+        ):
             raise _Unsupported("bitwise op on non-bool tensors")
         return L.pointwise(irop, ops, t)
+
     return h
 
 
@@ -207,6 +220,7 @@ _register(["clamp.default", "clamp.Tensor"], _clamp)
 def _clamp_side(irop: str, key: str):
     def h(L: _Lowerer, node, a):
         return L.pointwise(irop, [L.operand(a["self"]), L.operand(a[key])], L.rtype(node))
+
     return h
 
 
@@ -286,6 +300,7 @@ def _full(value_key: str | None, const: Any = None):
         if not isinstance(v, (bool, int, float)):
             raise _Unsupported(f"fill value {v!r}")
         return L.emit1("full", [_Lit(_literal_for(v, t.dtype))], t)
+
     return h
 
 
@@ -342,6 +357,7 @@ def _reduce(irop: str, dim_key: str | None, with_dtype: bool = False, all_dims: 
         dims = _norm_dims(None if all_dims or dim_key is None else a.get(dim_key), rank)
         keepdim = bool(a.get("keepdim") or False) if not all_dims else False
         return L.emit1(irop, [x], L.rtype(node), {"dims": dims, "keepdim": keepdim})
+
     return h
 
 
@@ -383,6 +399,7 @@ def _arg_reduce(irop: str):
         if a.get("dim") is not None:
             attrs["dim"] = _norm_dim(int(a["dim"]), len(x.type.shape))
         return L.emit1(irop, [x], L.rtype(node), attrs)
+
     return h
 
 
@@ -396,6 +413,7 @@ def _softmax(irop: str, with_dtype: bool = False):
         if with_dtype:
             x = _cast_to(L, x, a.get("dtype"))
         return L.emit1(irop, [x], L.rtype(node), {"dim": _norm_dim(int(a["dim"]), len(x.type.shape))})
+
     return h
 
 
@@ -419,8 +437,10 @@ def _layer_norm(L: _Lowerer, node, a):
             return L.value(a[key])
         t = _T(x.type.dtype, shape, _contiguous_strides(shape))
         return L.emit1("full", [_Lit(_literal_for(default, t.dtype))], t)
-    v = L.emit1("layer_norm", [x, affine("weight", 1), affine("bias", 0)], t0,
-                {"ndims": len(shape), "eps": float(a["eps"])})
+
+    v = L.emit1(
+        "layer_norm", [x, affine("weight", 1), affine("bias", 0)], t0, {"ndims": len(shape), "eps": float(a["eps"])}
+    )
     return [v, None, None]
 
 
@@ -449,6 +469,7 @@ def _per_dim(v: Any, dims: int, default: Any = None) -> list[int]:
 def _pool(irop: str, dims: int, with_indices: bool = False):
     """max_poolNd / avg_poolNd (ATen's default overloads and max_pool's
     with_indices form when only the values are used) as one IR op."""
+
     def h(L: _Lowerer, node, a):
         if with_indices:
             for u in node.users:
@@ -472,6 +493,7 @@ def _pool(irop: str, dims: int, with_indices: bool = False):
             raise _Unsupported(f"{irop} of a rank-{len(x.type.shape)} input")
         v = L.emit1(irop, [x], L.types(node)[0] if with_indices else L.rtype(node), attrs)
         return [v, None] if with_indices else v
+
     return h
 
 
@@ -485,25 +507,31 @@ def _adaptive_pool(irop: str, dims: int, with_indices: bool = False):
     """Adaptive pools whose output sizes divide the input's: equal windows, a
     plain pool, or to size 1 amax or mean over the pooled dims; others, whose
     windows differ in size, stay library calls."""
+
     def h(L: _Lowerer, node, a):
         if with_indices and any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
             raise _Unsupported("adaptive max pool indices are used")
         x = L.value(a["self"])
         rank = len(x.type.shape)
         out = _per_dim(a["output_size"], dims)
-        size = list(x.type.shape[rank - dims:])
+        size = list(x.type.shape[rank - dims :])
         if rank < dims + 1 or len(out) != dims or any(o <= 0 or i % o for i, o in zip(size, out)):
             raise _Unsupported(f"adaptive pool from {size} to {out}")
         t = L.types(node)[0] if with_indices else L.rtype(node)
         if all(o == 1 for o in out):  # a reduction, not one thread walking every pixel of a window
-            v = L.emit1("amax" if irop == "max_pool" else "mean", [x], t,
-                        {"dims": list(range(rank - dims, rank)), "keepdim": True})
+            v = L.emit1(
+                "amax" if irop == "max_pool" else "mean",
+                [x],
+                t,
+                {"dims": list(range(rank - dims, rank)), "keepdim": True},
+            )
         else:
             window = [i // o for i, o in zip(size, out)]
             attrs: dict[str, Any] = {"kernel": window, "stride": window, "padding": [0] * dims, "ceil_mode": False}
             attrs.update({"dilation": [1] * dims} if irop == "max_pool" else {"count_include_pad": True})
             v = L.emit1(irop, [x], t, attrs)
         return [v, None] if with_indices else v
+
     return h
 
 
@@ -513,8 +541,6 @@ for _d in (1, 2, 3):
 
 
 # ---- matmul and convolution
-
-
 
 
 def _addmm(L: _Lowerer, node, a):

@@ -1,6 +1,7 @@
 """Handlers of ATen's layout ops: views, permutes, squeezes, slices,
 selects, cat and split. Each is one IR layout op (or a few), whose strides
 follow its input's."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -30,8 +31,9 @@ def _repeat(L: _Lowerer, node, a):
     if x.type.strides != _contiguous_strides(x.type.shape):
         raise _Unsupported("repeat of a non-contiguous tensor")
     spread = L.emit1("view", [x], L.infer(lambda t: t.reshape([s for d in shape for s in (1, d)]), x))
-    tiled = L.emit1("expand", [spread],
-                    L.infer(lambda t: t.expand([s for r, d in zip(reps, shape) for s in (r, d)]), spread))
+    tiled = L.emit1(
+        "expand", [spread], L.infer(lambda t: t.expand([s for r, d in zip(reps, shape) for s in (r, d)]), spread)
+    )
     dense = L.emit1("copy", [tiled], L.infer(lambda t: t.contiguous(), tiled))
     return L.emit1("view", [dense], L.rtype(node))
 

@@ -3,6 +3,7 @@ reduction per result over the same input: the reduction scheduler computes
 them in one pass (var and mean share Welford's accumulator; values and
 indices of max/min share one), and each stays an IR op the rest of the
 compiler understands rather than an opaque call."""
+
 from __future__ import annotations
 
 import math
@@ -29,6 +30,7 @@ def _var_mean(L: _Lowerer, node, a):
 
 def _extreme_with_index(value_op: str, index_op: str):
     """torch.max(x, dim) / torch.min(x, dim) -> (values, indices): amax and argmax."""
+
     def h(L: _Lowerer, node, a):
         x = L.value(a["self"])
         dim = _norm_dim(int(a["dim"]), len(x.type.shape))
@@ -37,6 +39,7 @@ def _extreme_with_index(value_op: str, index_op: str):
         values = L.emit1(value_op, [x], values_t, {"dims": [dim], "keepdim": keepdim})
         indices = L.emit1(index_op, [x], indices_t, {"dim": dim, "keepdim": keepdim})
         return [values, indices]
+
     return h
 
 
@@ -63,6 +66,7 @@ def _vector_norm(L: _Lowerer, node, a):
 
     def over(op: str, v) -> object:
         return L.emit1(op, [v], reduced, attrs)
+
     if order == 2:
         out = L.pointwise("sqrt", [over("sum", L.pointwise("mul", [x, x], ft))], reduced)
     elif order == 0:

@@ -10,6 +10,7 @@ conv's result into a layout nothing asked for. `faithful_conv_strides` asks
 the backend for each conv's memory format and, where the recorded strides
 differ, propagates the corrected ones through the whole graph.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,8 +33,17 @@ def _eager_format(args: tuple) -> torch.memory_format | None:
     x, w, bias, stride, padding, dilation, transposed, output_padding, groups = args
     if w.dim() not in (4, 5):
         return None
-    backend = torch._C._select_conv_backend(x, w, bias=bias, stride=stride, padding=padding, dilation=dilation,
-                                            transposed=transposed, output_padding=output_padding, groups=groups)
+    backend = torch._C._select_conv_backend(
+        x,
+        w,
+        bias=bias,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        transposed=transposed,
+        output_padding=output_padding,
+        groups=groups,
+    )
     return torch._C._conv_determine_backend_memory_format(x, w, backend)
 
 

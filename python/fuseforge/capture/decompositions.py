@@ -1,10 +1,11 @@
 """The decomposition table capture lowers to core ATen with: torch.export's
 default one minus the ops fuseforge keeps whole, plus batch and group norm
 decompositions of ours."""
+
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.export.exported_program
@@ -22,20 +23,52 @@ aten = torch.ops.aten
 # the statistics and the math become one reduction kernel. logsumexp stays
 # one IR op: a kernel computes it in one pass (running max and sum of exp).
 _KEEP_WHOLE = {
-    "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
-    "max_pool3d_with_indices", "adaptive_max_pool1d",
-    "native_layer_norm", "_softmax", "_log_softmax", "convolution",
-    "native_batch_norm", "_native_batch_norm_legit", "cudnn_batch_norm",
-    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
-    "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
-    "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
-    "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa",
-    "reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
-    "replication_pad1d", "replication_pad2d", "replication_pad3d",
-    "im2col", "col2im", "embedding_bag",
+    "lstm",
+    "gru",
+    "rnn_tanh",
+    "rnn_relu",
+    "lstm_cell",
+    "gru_cell",
+    "rnn_tanh_cell",
+    "rnn_relu_cell",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "max_pool1d_with_indices",
+    "max_pool2d_with_indices",
+    "max_pool3d_with_indices",
+    "adaptive_max_pool1d",
+    "native_layer_norm",
+    "_softmax",
+    "_log_softmax",
+    "convolution",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "cudnn_batch_norm",
+    "upsample_nearest1d",
+    "upsample_nearest2d",
+    "upsample_nearest3d",
+    "upsample_linear1d",
+    "upsample_bilinear2d",
+    "upsample_bicubic2d",
+    "upsample_trilinear3d",
+    "_upsample_nearest_exact1d",
+    "_upsample_nearest_exact2d",
+    "_upsample_nearest_exact3d",
+    "_upsample_bilinear2d_aa",
+    "_upsample_bicubic2d_aa",
+    "reflection_pad1d",
+    "reflection_pad2d",
+    "reflection_pad3d",
+    "replication_pad1d",
+    "replication_pad2d",
+    "replication_pad3d",
+    "im2col",
+    "col2im",
+    "embedding_bag",
     "scaled_dot_product_attention",
-    "silu", "logsumexp",
+    "silu",
+    "logsumexp",
 }
 
 
@@ -44,8 +77,9 @@ def _compute_input(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32) if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
-def _normalize(x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None,
-               bias: torch.Tensor | None) -> torch.Tensor:
+def _normalize(
+    x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None
+) -> torch.Tensor:
     """(x - mean) * rstd * weight + bias with per-channel (dim 1) weight and
     bias, in x's compute dtype, rounded to x's dtype; mean and rstd broadcast."""
     channels = [1, x.shape[1]] + [1] * (x.dim() - 2)
@@ -57,9 +91,15 @@ def _normalize(x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor, weight: 
     return out.to(x.dtype)
 
 
-def _batch_norm_eval(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                     running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
-                     eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch_norm_eval(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eval-mode batch norm as per-channel pointwise math (torch's own
     decomposition calls the non-functional `_native_batch_norm_legit`, which
     export rejects)."""
@@ -69,9 +109,16 @@ def _batch_norm_eval(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.T
     return out, empty, empty
 
 
-def _batch_norm_train(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                      running_mean: torch.Tensor, running_var: torch.Tensor, training: bool, momentum: float,
-                      eps: float) -> tuple[torch.Tensor, ...]:
+def _batch_norm_train(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor,
+    running_var: torch.Tensor,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[torch.Tensor, ...]:
     """Train-mode batch norm as one statistics pass (var_mean over all dims but
     the channels), per-element math that fuses with its neighbours, and the
     running-statistics update (unbiased variance, as ATen)."""
@@ -88,8 +135,9 @@ def _batch_norm_train(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.
     return out, mean, rstd, new_mean, new_var
 
 
-def _batch_norm_no_stats(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                         training: bool, momentum: float, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch_norm_no_stats(
+    x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, training: bool, momentum: float, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Batch norm with the batch's statistics and no running ones: what
     instance norm becomes (on the [1, N*C, ...] view of its input)."""
     var, mean = torch.var_mean(_compute_input(x), dim=[0] + list(range(2, x.dim())), correction=0)
@@ -98,8 +146,16 @@ def _batch_norm_no_stats(x: torch.Tensor, weight: torch.Tensor | None, bias: tor
     return _normalize(x, mean.reshape(channels), rstd.reshape(channels), weight, bias), mean, rstd
 
 
-def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, n: int, c: int,
-                hw: int, groups: int, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _group_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    n: int,
+    c: int,
+    hw: int,
+    groups: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Group norm on the [N, groups, C / groups, HW] view of its input: the
     statistics per group and the per-element math there (per-channel weight
     and bias viewed alike), so that one reduction kernel computes both; the
@@ -116,9 +172,17 @@ def _group_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor
     return out.to(x.dtype).reshape(x.shape), mean.reshape(n, groups), rstd.reshape(n, groups)
 
 
-def _instance_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                   running_mean: torch.Tensor | None, running_var: torch.Tensor | None, use_input_stats: bool,
-                   momentum: float, eps: float, cudnn_enabled: bool) -> torch.Tensor:
+def _instance_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    use_input_stats: bool,
+    momentum: float,
+    eps: float,
+    cudnn_enabled: bool,
+) -> torch.Tensor:
     """Instance norm on its input's own shape: statistics over the spatial
     dims per sample and channel, per-channel weight and bias. ATen's
     composite views the input as [1, N*C, ...] for a batch norm, which a

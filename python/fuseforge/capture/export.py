@@ -6,6 +6,7 @@ can be traced as 0-d tensors with the types eager PyTorch gives them; otherwise
 their values are baked into the graph and listed in
 ``CapturedGraph.specialized_scalars`` so that callers can guard on them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +17,8 @@ import logging
 import re
 import sys
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -25,7 +27,7 @@ from torch.utils import _pytree as pytree
 
 from fuseforge.capture.conv_strides import faithful_conv_strides
 from fuseforge.capture.decompositions import run_decompositions
-from fuseforge.capture.graph import CaptureError, CapturedGraph
+from fuseforge.capture.graph import CapturedGraph, CaptureError
 from fuseforge.capture.lowering import _Lowerer
 from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
 
@@ -37,6 +39,7 @@ def _lstm_shape_fix():
     so h_n/c_n are traced as [L, 1, B, H] instead of [L, B, H])."""
     try:
         from torch._decomp import decompositions as D
+
         orig = D.one_layer_lstm
     except Exception:  # the private helper moved: nothing to patch
         yield
@@ -66,7 +69,7 @@ def _agreeing_cudnn_tf32_flags():
     come back after (the switch itself is then unreadable as before)."""
     cudnn = torch.backends.cudnn
     try:
-        cudnn.allow_tf32
+        _ = cudnn.allow_tf32  # raises where the legacy switch is unreadable
     except RuntimeError:
         pass
     else:
@@ -107,17 +110,19 @@ def _quiet_torch_logs():
     """Silences torch's logs and stderr (export prints the partial graph of a
     failed trace there) while a speculative export (scalars traced as tensors)
     may fail; the fallback export reports real problems."""
-    loggers = [logging.getLogger(n) for n in ("torch", "torch.fx.experimental.symbolic_shapes",
-                                              "torch._dynamo", "torch.export", "torch._export")]
-    levels = [l.level for l in loggers]
-    for l in loggers:
-        l.setLevel(logging.CRITICAL)
+    loggers = [
+        logging.getLogger(n)
+        for n in ("torch", "torch.fx.experimental.symbolic_shapes", "torch._dynamo", "torch.export", "torch._export")
+    ]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
-        for l, lv in zip(loggers, levels):
-            l.setLevel(lv)
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
 
 
 def _is_py_scalar(x: Any) -> bool:
@@ -200,8 +205,9 @@ def _scalar_types_match_eager(ep: torch.export.ExportedProgram, scalar_names: se
         if len(outs) != len(vals):
             return False
         for o, v in zip(outs, vals):
-            if isinstance(v, torch.Tensor) and (not isinstance(o, torch.Tensor) or o.dtype != v.dtype
-                                                or tuple(o.shape) != tuple(v.shape)):
+            if isinstance(v, torch.Tensor) and (
+                not isinstance(o, torch.Tensor) or o.dtype != v.dtype or tuple(o.shape) != tuple(v.shape)
+            ):
                 return False
     return True
 
@@ -256,7 +262,7 @@ def _attempt(model: nn.Module, args: list[Any], lift: set[int], graph_name: str)
 
 
 def _contains_tensor(x: Any) -> bool:
-    return any(isinstance(l, torch.Tensor) for l in pytree.tree_leaves(x))
+    return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(x))
 
 
 def _lifted_placeholder_names(ep, export_args: list[Any], lift: set[int]) -> set[str]:
@@ -328,4 +334,3 @@ def _capture(model: nn.Module, args: list[Any], name: str) -> CapturedGraph:
         # `best` came from the last successful attempt, which used all of `lifted`.
         return best
     return _attempt(model, args, set(), graph_name)
-

@@ -1,11 +1,13 @@
 """What capture returns: the IR text of one model and how to call it
 (CapturedGraph, with an InputBinding per graph input), and CaptureError."""
+
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,12 +54,12 @@ def resolve_attribute(module: nn.Module, dotted: str) -> tuple[nn.Module, str]:
 class CapturedGraph:
     """The IR of one model for one set of input types, and how to call it."""
 
-    text: str                            # IR text per docs/IR.md
-    input_bindings: list[InputBinding]   # one per IR graph input, in order
-    output_names: list[str]              # IR value names of the tensor outputs, in leaf order
-    output_tree: Any                     # pytree TreeSpec of forward's output
-    mutations: list[tuple[str, str]]     # (buffer state_dict name, IR value name)
-    constants: dict[str, torch.Tensor]   # IR input name -> lifted constant (kind "const")
+    text: str  # IR text per docs/IR.md
+    input_bindings: list[InputBinding]  # one per IR graph input, in order
+    output_names: list[str]  # IR value names of the tensor outputs, in leaf order
+    output_tree: Any  # pytree TreeSpec of forward's output
+    mutations: list[tuple[str, str]]  # (buffer state_dict name, IR value name)
+    constants: dict[str, torch.Tensor]  # IR input name -> lifted constant (kind "const")
     # forward positional index -> value of a non-tensor argument that was baked
     # into the graph (a Python number that could not become a scalar input, None,
     # a string, ...): the graph is only valid for calls with these values.
@@ -85,8 +87,10 @@ class CapturedGraph:
 
     def graph_inputs(self, model: nn.Module, args: Sequence[Any]) -> list[Any]:
         """The IR graph's inputs, in order, for a call of `model` with `args`."""
-        return [src(args) if kind == "arg" else src if kind == "const" else getattr(*src).detach()
-                for kind, src in self.input_getters(model)]
+        return [
+            src(args) if kind == "arg" else src if kind == "const" else getattr(*src).detach()
+            for kind, src in self.input_getters(model)
+        ]
 
     def unflatten_outputs(self, tensors: Sequence[Any]) -> Any:
         """Rebuilds forward's output structure from the values of output_names."""
@@ -98,4 +102,3 @@ class CapturedGraph:
             for i in range(self.output_tree.num_leaves)
         ]
         return pytree.tree_unflatten(leaves, self.output_tree)
-

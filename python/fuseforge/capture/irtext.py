@@ -1,11 +1,13 @@
 """IR text as the C++ printer writes it (docs/IR.md): types, literals,
 attributes and value names, so that capture's ``print(parse(text)) == text``.
 Dtype names and float literals come from the core (its dtype table and printer)."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -65,23 +67,26 @@ class _T:
     strides: tuple[int, ...]
 
     @staticmethod
-    def of(t: Any, what: str) -> "_T":
+    def of(t: Any, what: str) -> _T:
         if isinstance(t, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise CaptureError(f"{what}: a data-dependent scalar ({t}); fuseforge graphs cannot use "
-                               "values read from tensors (.item(), .tolist(), Python control flow on data)")
+            raise CaptureError(
+                f"{what}: a data-dependent scalar ({t}); fuseforge graphs cannot use "
+                "values read from tensors (.item(), .tolist(), Python control flow on data)"
+            )
         if not isinstance(t, torch.Tensor):
             raise CaptureError(f"{what}: expected a tensor value, got {type(t).__name__}")
         if t.dtype not in IR_NAME:
-            raise CaptureError(f"{what}: dtype {t.dtype} is not supported by the IR "
-                               f"(supported: {', '.join(IR_NAME.values())})")
+            raise CaptureError(
+                f"{what}: dtype {t.dtype} is not supported by the IR (supported: {', '.join(IR_NAME.values())})"
+            )
         shape = tuple(_static_int(s, what) for s in t.shape)
         try:
             strides = tuple(_static_int(s, what) for s in t.stride())
         except RuntimeError:  # tensors without strides (sparse, nested)
-            raise CaptureError(f"{what}: tensor without strides ({t.layout})")
+            raise CaptureError(f"{what}: tensor without strides ({t.layout})") from None
         return _T(t.dtype, shape, strides)
 
-    def with_dtype(self, dtype: torch.dtype) -> "_T":
+    def with_dtype(self, dtype: torch.dtype) -> _T:
         return _T(dtype, self.shape, self.strides)
 
     def text(self) -> str:

@@ -1,11 +1,13 @@
 """Lowering of an exported program to IR text: graph inputs, one IR node (or a
 few) per ATen node through the handlers of aten_handlers.py, ``opaque`` nodes
 for the rest, and the outputs and buffer write-backs."""
+
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -15,7 +17,7 @@ from fuseforge.capture import aten_handlers_layout, aten_handlers_reduce  # noqa
 from fuseforge.capture.aten_handlers import _HANDLERS
 from fuseforge.capture.graph import CaptureError, InputBinding
 from fuseforge.capture.irtext import _NAME_RE, _T, _format_attr, _format_literal
-from fuseforge.capture.values import _Const, _Lit, _Unsupported, _V
+from fuseforge.capture.values import _V, _Const, _Lit, _Unsupported
 from fuseforge.dtypes import IR_NAME, TORCH
 
 
@@ -45,11 +47,12 @@ def _bind(node: fx.Node) -> dict[str, Any]:
 
 
 class _Lowerer:
-    def __init__(self, ep: torch.export.ExportedProgram, graph_name: str,
-                 user_leaves: list[tuple[str, str, str | int] | None]):
+    def __init__(
+        self, ep: torch.export.ExportedProgram, graph_name: str, user_leaves: list[tuple[str, str, str | int] | None]
+    ):
         self.ep = ep
         self.graph_name = graph_name
-        self.user_leaves = user_leaves      # per USER_INPUT spec: (ir name, kind, source) or None
+        self.user_leaves = user_leaves  # per USER_INPUT spec: (ir name, kind, source) or None
         self.env: dict[fx.Node, Any] = {}
         self.lines: list[str] = []
         self.next_id = 0
@@ -88,8 +91,9 @@ class _Lowerer:
 
     # ---- emission
 
-    def emit(self, op: str, operands: Sequence[Any], types: Sequence[_T],
-             attrs: dict[str, Any] | None = None) -> list[_V]:
+    def emit(
+        self, op: str, operands: Sequence[Any], types: Sequence[_T], attrs: dict[str, Any] | None = None
+    ) -> list[_V]:
         results = []
         for t in types:
             results.append(_V(str(self.next_id), t))
@@ -159,6 +163,7 @@ class _Lowerer:
 
     def infer(self, fn: Callable, *args: Any) -> _T:
         """The type of fn(*args) computed on meta tensors."""
+
         def meta(o):
             if isinstance(o, _V):
                 return o.type.meta()
@@ -167,6 +172,7 @@ class _Lowerer:
                     return o.const.tensor.to("meta")
                 return o.value
             return o
+
         return _T.of(fn(*[meta(a) for a in args]), "intermediate")
 
     def pointwise(self, op: str, operands: list[Any], t: _T, attrs: dict | None = None) -> _V:
@@ -182,8 +188,9 @@ class _Lowerer:
         tensor operands have (an int tensor times a float literal, a bool tensor
         plus an int), the operands are cast to the result dtype first."""
         # the tensor operands' common dtype (the core's promotion, literals left out)
-        promoted = core.common_dtype(op, [(IR_NAME[o.type.dtype], len(o.type.shape)) if isinstance(o, _V) else None
-                                          for o in operands])
+        promoted = core.common_dtype(
+            op, [(IR_NAME[o.type.dtype], len(o.type.shape)) if isinstance(o, _V) else None for o in operands]
+        )
         if promoted is None or TORCH[promoted] == dtype:
             return operands
         info = core.op_info(op)
@@ -278,15 +285,17 @@ class _Lowerer:
                     raise CaptureError(f"internal: mutated buffer {spec.target} is not an input")
             elif kind == "USER_INPUT_MUTATION":
                 trace = arg.meta.get("stack_trace") if isinstance(arg, fx.Node) else None
-                raise CaptureError(f"forward mutates its input {spec.target!r} in place; fuseforge graphs "
-                                   "may only write back buffers" + (f"\n{trace}" if trace else ""))
+                raise CaptureError(
+                    f"forward mutates its input {spec.target!r} in place; fuseforge graphs "
+                    "may only write back buffers" + (f"\n{trace}" if trace else "")
+                )
             else:
                 raise CaptureError(f"unsupported graph output kind {kind} ({spec.target})")
 
         inputs = self.user_inputs + self.state_inputs + self.const_inputs
         head = ", ".join(f"%{v.name}: {v.type.text()}" + (f" {k}" if k else "") for v, k in inputs)
         lines = [f"graph @{self.graph_name}({head}) {{"]
-        lines += ["  " + l for l in self.lines]
+        lines += ["  " + line for line in self.lines]
         lines.append("  return" + (" " + ", ".join("%" + o for o in outputs) if outputs else ""))
         for buf, v in mutations:
             lines.append(f"  mutate %{buffer_inputs[buf]} = %{v}")
@@ -328,8 +337,10 @@ class _Lowerer:
                 got = tuple(val[i + 1].shape)
                 want = tuple(h.meta["val"].shape)
                 if got != want:
-                    raise CaptureError(f"{node.target}: traced hidden state {i} has shape {list(got)}, "
-                                       f"expected {list(want)} (a PyTorch decomposition bug)")
+                    raise CaptureError(
+                        f"{node.target}: traced hidden state {i} has shape {list(got)}, "
+                        f"expected {list(want)} (a PyTorch decomposition bug)"
+                    )
 
     # ---- per-node lowering
 
@@ -367,8 +378,9 @@ class _Lowerer:
 
         def render(v: Any) -> str:
             if isinstance(v, fx.Node):
-                operands.append(self.value(v) if not isinstance(self.env.get(v), _Const)
-                                else self._const_value(self.env[v]))
+                operands.append(
+                    self.value(v) if not isinstance(self.env.get(v), _Const) else self._const_value(self.env[v])
+                )
                 return f"${len(operands) - 1}"
             if isinstance(v, (list, tuple)):
                 return "[" + ", ".join(render(e) for e in v) + "]"

@@ -8,10 +8,12 @@ routes those calls to `fuseforge::<name>` custom ops of the same schema whose
 fake implementation only allocates the results; `restore_aten_targets` then
 points the graph's nodes back at the ATen ops, so the plan is unchanged.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -22,8 +24,10 @@ aten = torch.ops.aten
 #: The RNN ops taken whole (their `input` overloads): hidden states taken and returned.
 _RNNS = {"lstm": 2, "gru": 1, "rnn_tanh": 1, "rnn_relu": 1}
 
-_ARGS = ("Tensor input, {hx}, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, "
-         "bool bidirectional, bool batch_first")
+_ARGS = (
+    "Tensor input, {hx}, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, "
+    "bool bidirectional, bool batch_first"
+)
 
 
 def _results(inp: torch.Tensor, hx: list[torch.Tensor], bidirectional: bool, batch_first: bool) -> tuple:
@@ -49,6 +53,7 @@ def _define(name: str, states: int) -> None:
 
     def fake(inp, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
         return _results(inp, list(hx) if states > 1 else [hx], bidirectional, batch_first)
+
     torch.library.impl(f"fuseforge::{name}", "CompositeExplicitAutograd")(real)
     torch.library.register_fake(f"fuseforge::{name}")(fake)
 

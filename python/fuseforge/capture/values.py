@@ -1,5 +1,6 @@
 """The values the lowering passes around: IR values, literals, lifted
 constants, and the exception a handler raises to get an opaque node."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,7 +26,7 @@ class _Lit:
 
     __slots__ = ("value", "const")
 
-    def __init__(self, value: Any, const: "_Const | None" = None):
+    def __init__(self, value: Any, const: _Const | None = None):
         self.value = value
         self.const = const
 
@@ -43,7 +44,6 @@ class _Const:
     @property
     def is_scalar(self) -> bool:
         return self.tensor.dim() == 0 and self.tensor.dtype in IR_NAME and self.tensor.device.type != "meta"
-
 
 
 class _Unsupported(Exception):

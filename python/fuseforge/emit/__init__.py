@@ -1,6 +1,7 @@
 """`fuseforge emit`: standalone ModelNew files (writer) that walk a plan's
 steps: kernels with their launchers and host wrappers (cuda), the prepare and
 run sections as torch code (forward), library steps as torch source (ops)."""
+
 from __future__ import annotations
 
 from fuseforge.emit.ops import EmitError

@@ -7,9 +7,11 @@ torch's current stream and checks the launch. The wrappers take the memory a
 kernel reads: for an alias, the buffer it views (the kernel's index math has
 the alias's strides).
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fuseforge.dtypes import ATEN
 
@@ -45,10 +47,14 @@ def _kernel_cuda(fn: str, k: Any) -> str:
     FF_EXTERN_C empty, so kernels of equal names from two plans do not clash."""
     kernel = f"reinterpret_cast<const void*>(&{k.name})"
     shared = k.shared_bytes
-    opt_in = "" if shared <= _DEFAULT_SHARED_LIMIT else f"""
+    opt_in = (
+        ""
+        if shared <= _DEFAULT_SHARED_LIMIT
+        else f"""
   // More than 48 KiB of dynamic shared memory needs an opt-in (per device, so at every launch).
   const cudaError_t attr = cudaFuncSetAttribute({kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, {shared});
   if (attr != cudaSuccess) return attr;"""
+    )
     (gx, gy, gz), (bx, by, bz) = k.grid, k.block
     return f"""
 namespace {fn}_cuda {{
@@ -74,37 +80,45 @@ def _layout(tag: str, b: Any) -> str:
 def _kernel_host(fn: str, k: Any, plan: Any) -> str:
     """The C++ wrapper Python calls: (the memory of each input, scalars) -> outputs."""
     n_in, n_s = len(k.inputs), len(k.scalars)
-    lines = [f"namespace {fn}_cuda {{ cudaError_t launch(void** args, cudaStream_t stream); }}",
-             f"std::vector<at::Tensor> {fn}(const std::vector<at::Tensor>& ins, const std::vector<double>& scalars) {{",
-             f'  static const char* kName = "{k.name}";',
-             f"  TORCH_CHECK(ins.size() == {n_in} && scalars.size() == {n_s}, kName, \": expected {n_in} tensors and "
-             f"{n_s} scalars, got \", ins.size(), \" and \", scalars.size());",
-             "  const at::Device device = ins.empty() ? at::Device(at::kCUDA, c10::cuda::current_device()) "
-             ": ins[0].device();",
-             "  const c10::cuda::CUDAGuard guard(device);"]
+    lines = [
+        f"namespace {fn}_cuda {{ cudaError_t launch(void** args, cudaStream_t stream); }}",
+        f"std::vector<at::Tensor> {fn}(const std::vector<at::Tensor>& ins, const std::vector<double>& scalars) {{",
+        f'  static const char* kName = "{k.name}";',
+        f'  TORCH_CHECK(ins.size() == {n_in} && scalars.size() == {n_s}, kName, ": expected {n_in} tensors and '
+        f'{n_s} scalars, got ", ins.size(), " and ", scalars.size());',
+        "  const at::Device device = ins.empty() ? at::Device(at::kCUDA, c10::cuda::current_device()) "
+        ": ins[0].device();",
+        "  const c10::cuda::CUDAGuard guard(device);",
+    ]
     pointers = []
     for i, o in enumerate(k.outputs):
         b = plan.buffers[o]
         lines.append(_layout(f"Out{i}", b))
-        lines.append(f"  at::Tensor out{i} = at::empty_strided(kOut{i}Sizes, kOut{i}Strides, "
-                     f"at::TensorOptions().dtype({ATEN[b.dtype]}).device(device));")
+        lines.append(
+            f"  at::Tensor out{i} = at::empty_strided(kOut{i}Sizes, kOut{i}Strides, "
+            f"at::TensorOptions().dtype({ATEN[b.dtype]}).device(device));"
+        )
         pointers.append(f"out{i}.data_ptr()")
     for i, inp in enumerate(k.inputs):
         b = plan.buffers[inp.memory]
         lines.append(_layout(f"In{i}", b))
-        lines.append(f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {ATEN[b.dtype]}, "
-                     f"kName, {i}, {max(k.align_bytes, 1)});")
+        lines.append(
+            f"  const at::Tensor in{i} = ff_input(ins[{i}], kIn{i}Sizes, kIn{i}Strides, {ATEN[b.dtype]}, "
+            f"kName, {i}, {max(k.align_bytes, 1)});"
+        )
         pointers.append(f"in{i}.data_ptr()")
     args = [f"&p[{i}]" for i in range(len(pointers))]
     lines.append(f"  void* p[] = {{{', '.join(pointers)}}};")
     if n_s:
         lines.append(f"  double s[] = {{{', '.join(f'scalars[{i}]' for i in range(n_s))}}};")
         args += [f"&s[{i}]" for i in range(n_s)]
-    lines += [f"  void* args[] = {{{', '.join(args)}}};",
-              f"  const cudaError_t err = {fn}_cuda::launch(args, at::cuda::getCurrentCUDAStream(device.index()).stream());",
-              '  TORCH_CHECK(err == cudaSuccess, kName, ": launch failed: ", cudaGetErrorString(err));',
-              f"  return {{{', '.join(f'out{i}' for i in range(len(k.outputs)))}}};",
-              "}"]
+    lines += [
+        f"  void* args[] = {{{', '.join(args)}}};",
+        f"  const cudaError_t err = {fn}_cuda::launch(args, at::cuda::getCurrentCUDAStream(device.index()).stream());",
+        '  TORCH_CHECK(err == cudaSuccess, kName, ": launch failed: ", cudaGetErrorString(err));',
+        f"  return {{{', '.join(f'out{i}' for i in range(len(k.outputs)))}}};",
+        "}",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -8,6 +8,7 @@ torch calls, `del` at free steps — writes buffer updates back and returns the
 outputs. Each step's code follows a comment holding its plan text, in order,
 so a file and the plan it came from can be compared line by line.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,10 +25,11 @@ from fuseforge.emit.ops import EmitError, literal, step_expr
 @dataclass
 class ModePlan:
     """A plan and what it was captured from, for the modes it serves."""
+
     mode: str
-    captured: Any       # fuseforge.capture.CapturedGraph
-    compiled: Any       # core.Compiled
-    modes: list[str]    # the modes this plan serves (train and eval share one when identical)
+    captured: Any  # fuseforge.capture.CapturedGraph
+    compiled: Any  # core.Compiled
+    modes: list[str]  # the modes this plan serves (train and eval share one when identical)
 
     @property
     def plan(self) -> Any:
@@ -91,8 +93,10 @@ def _steps_code(plan: Any, steps: Any, kernel_fns: dict[int, str]) -> list[str]:
 def _outputs_code(mp: ModePlan) -> str:
     cap, plan = mp.captured, mp.plan
     outs = iter(_var(b) for b in plan.outputs)
-    leaves = [literal(cap.output_constants[i]) if i in cap.output_constants else next(outs)
-              for i in range(cap.output_tree.num_leaves)]
+    leaves = [
+        literal(cap.output_constants[i]) if i in cap.output_constants else next(outs)
+        for i in range(cap.output_tree.num_leaves)
+    ]
     if cap.output_tree.is_leaf():
         return f"return {leaves[0]}"
     spec = pytree.treespec_dumps(cap.output_tree)
@@ -105,8 +109,11 @@ def forward_code(mp: ModePlan, kernel_fns: dict[int, str]) -> str:
     ids = {b.name: i for i, b in enumerate(plan.buffers)}
     body: list[str] = []
     first_tensor = next((b for b in cap.input_bindings if b.kind == "user"), None)
-    dev_src = f"args{_arg(first_tensor)}" if first_tensor else access(next(
-        b.source for b in cap.input_bindings if b.kind in ("param", "buffer")))
+    dev_src = (
+        f"args{_arg(first_tensor)}"
+        if first_tensor
+        else access(next(b.source for b in cap.input_bindings if b.kind in ("param", "buffer")))
+    )
     body.append(f"dev = {dev_src}.device")
     for b in cap.input_bindings:
         v = _var(ids[b.ir_name])
@@ -120,10 +127,14 @@ def forward_code(mp: ModePlan, kernel_fns: dict[int, str]) -> str:
     prepare = []
     if len(plan.prepare):
         args = ", ".join(_var(b) for b in weights)
-        prepare = [f"def _ff_prepare_{mp.mode}(ext, dev{', ' if args else ''}{args}):",
-                   '    """The prepare section: what depends only on the weights it takes."""',
-                   *("    " + line for line in _steps_code(plan, plan.prepare, kernel_fns)),
-                   f"    return [{', '.join(_var(b) for b in kept)}]", "", ""]
+        prepare = [
+            f"def _ff_prepare_{mp.mode}(ext, dev{', ' if args else ''}{args}):",
+            '    """The prepare section: what depends only on the weights it takes."""',
+            *("    " + line for line in _steps_code(plan, plan.prepare, kernel_fns)),
+            f"    return [{', '.join(_var(b) for b in kept)}]",
+            "",
+            "",
+        ]
         cache = f"self.__dict__.setdefault('_ff_prepared_{mp.mode}', {{}})"
         compute = f"lambda: _ff_prepare_{mp.mode}(ext, dev{', ' if args else ''}{args})"
         call = f"cached_prepare({cache}, [{args}], {compute})"
@@ -134,12 +145,16 @@ def forward_code(mp: ModePlan, kernel_fns: dict[int, str]) -> str:
         body.append(f"{access(state[plan.buffers[b].name])}.copy_({_var(v)})")
     body.append(_outputs_code(mp))
     n_calls = sum(s.kind == "call" for s in plan.run)
-    head = [f"def _ff_forward_{mp.mode}(self, args):",
-            f'    """The {"/".join(mp.modes)}-mode plan ({len(plan.kernels)} kernels, {n_calls} library calls '
-            f'per call)."""',
-            "    ext = _ff_extension()"]
-    guard = [f"def _ff_guard_{mp.mode}(self, args):",
-             f"    return len(args) == {_n_args(cap)} and (" + "\n            and ".join(_guard_code(mp)) + ")"]
+    head = [
+        f"def _ff_forward_{mp.mode}(self, args):",
+        f'    """The {"/".join(mp.modes)}-mode plan ({len(plan.kernels)} kernels, {n_calls} library calls '
+        f'per call)."""',
+        "    ext = _ff_extension()",
+    ]
+    guard = [
+        f"def _ff_guard_{mp.mode}(self, args):",
+        f"    return len(args) == {_n_args(cap)} and (" + "\n            and ".join(_guard_code(mp)) + ")",
+    ]
     return "\n".join(prepare + head + ["    " + line for line in body]) + "\n\n\n" + "\n".join(guard) + "\n"
 
 
@@ -156,14 +171,19 @@ def _guard_code(mp: ModePlan) -> list[str]:
         if b.kind == "const":
             continue
         x = f"args{_arg(b)}" if b.kind == "user" else access(b.source)
-        conds.append(f"isinstance({x}, torch.Tensor) and {x}.is_cuda and {x}.dtype is {torch_text(buf.dtype)} "
-                     f"and {x}.shape == {tuple(buf.shape)}")
+        conds.append(
+            f"isinstance({x}, torch.Tensor) and {x}.is_cuda and {x}.dtype is {torch_text(buf.dtype)} "
+            f"and {x}.shape == {tuple(buf.shape)}"
+        )
     for i, v in cap.specialized_scalars.items():
         conds.append(f"args[{i}] == {literal(v)}")
     return conds or ["True"]
 
 
 def _n_args(cap: Any) -> int:
-    idx = [b.source if isinstance(b.source, int) else int(re.match(r"\[(\d+)\]", b.source).group(1))
-           for b in cap.input_bindings if b.kind in ("user", "scalar")]
+    idx = [
+        b.source if isinstance(b.source, int) else int(re.match(r"\[(\d+)\]", b.source).group(1))
+        for b in cap.input_bindings
+        if b.kind in ("user", "scalar")
+    ]
     return max([*idx, *cap.specialized_scalars.keys(), -1]) + 1

@@ -2,10 +2,12 @@
 core's torch expression of each step (`Step.torch_expr`, the very text the
 executor compiles, opaque nodes included). Operands arrive as source text
 (variable names or literals)."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fuseforge._native import core
 

@@ -29,6 +29,7 @@ problem file itself imports), never fuseforge. It holds, in this order:
   differ from the emitted ones, or when autograd needs a graph (grad mode on
   and a parameter or input requires grad), warning once per reason.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,8 @@ import hashlib
 import inspect
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -55,38 +56,56 @@ __all__ = ["EmitError", "emit_problem", "cmd_emit"]
 
 def _check_imports(source: str, path: str) -> None:
     for node in ast.walk(ast.parse(source)):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         for n in names:
             top = n.split(".")[0]
             if top != "torch" and top not in sys.stdlib_module_names:
-                raise EmitError(f"{path} imports {n!r}: the emitted file may import only torch and the standard library")
+                raise EmitError(
+                    f"{path} imports {n!r}: the emitted file may import only torch and the standard library"
+                )
 
 
 def _identifier(s: str) -> str:
     return re.sub(r"\W", "_", s)
 
 
-def _capture_modes(model: torch.nn.Module, inputs: list, modes: Sequence[str], name: str, arch: int,
-                   precision: str) -> list[ModePlan]:
+def _capture_modes(
+    model: torch.nn.Module, inputs: list, modes: Sequence[str], name: str, arch: int, precision: str
+) -> list[ModePlan]:
     from fuseforge.capture import CaptureError, capture
     from fuseforge.runtime.options import compile_ir
+
     plans: list[ModePlan] = []
     for mode in modes:
         model.train(mode == "train")
         try:
             captured = capture(model, inputs, name=name)
         except CaptureError as e:
-            print(f"fuseforge emit: {mode} mode cannot be captured ({e}); ModelNew runs Model.forward in it",
-                  file=sys.stderr)
+            print(
+                f"fuseforge emit: {mode} mode cannot be captured ({e}); ModelNew runs Model.forward in it",
+                file=sys.stderr,
+            )
             continue
         # The in-process plan: GEMM kernels as the FUSEFORGE_GEMM policy says,
         # each conv's precision as probed on this machine's GPU (none: IEEE).
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         compiled = compile_ir(captured.text, precision, arch, device=device)
-        same = next((p for p in plans if p.compiled.ir_after == compiled.ir_after
-                     and p.captured.input_bindings == captured.input_bindings
-                     and p.captured.mutations == captured.mutations), None)
+        same = next(
+            (
+                p
+                for p in plans
+                if p.compiled.ir_after == compiled.ir_after
+                and p.captured.input_bindings == captured.input_bindings
+                and p.captured.mutations == captured.mutations
+            ),
+            None,
+        )
         if same is not None:
             same.modes.append(mode)
         else:
@@ -178,12 +197,20 @@ def _cutlass_code(needed: bool) -> list[str]:
     """Where the file's GEMM kernels find CUTLASS's headers (found when the file is imported)."""
     if not needed:
         return ["_FF_NEEDS_CUTLASS = False", "_FF_CUTLASS_INCLUDE = None"]
-    return ["_FF_NEEDS_CUTLASS = True", "", "", inspect.getsource(cutlass_include_dir).rstrip(), "", "",
-            "_FF_CUTLASS_INCLUDE = cutlass_include_dir()"]
+    return [
+        "_FF_NEEDS_CUTLASS = True",
+        "",
+        "",
+        inspect.getsource(cutlass_include_dir).rstrip(),
+        "",
+        "",
+        "_FF_CUTLASS_INCLUDE = cutlass_include_dir()",
+    ]
 
 
-def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval"), arch: int | None = None,
-                 precision: str = "fp32") -> str:
+def emit_problem(
+    path: str | Path, modes: Sequence[str] = ("train", "eval"), arch: int | None = None, precision: str = "fp32"
+) -> str:
     """The emitted file's text for a problem file (see the module docstring).
     `arch`: the compute capability the kernels target (default: target_arch(),
     this machine's GPU's, else 90); `precision`: the numerics policy. Raises
@@ -196,6 +223,7 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval"), arc
     model = mod.Model(*mod.get_init_inputs())
     if arch is None:
         from fuseforge._native import target_arch
+
         arch = target_arch()
     plans = _capture_modes(model, list(mod.get_inputs()), modes, type(model).__name__, arch, precision)
     if not plans:
@@ -207,23 +235,36 @@ def emit_problem(path: str | Path, modes: Sequence[str] = ("train", "eval"), arc
     digest = hashlib.sha1((cu + cpp).encode()).hexdigest()[:12]
     table = ", ".join(f"{m!r}: (_ff_forward_{p.mode}, _ff_guard_{p.mode})" for p in plans for m in p.modes)
     fallback = [m for m in ("train", "eval") if not any(m in p.modes for p in plans)]
-    out = [f'"""ModelNew for {name}, written by `fuseforge emit` (do not edit: re-emit).',
-           "",
-           "Standalone: needs torch (with a CUDA toolkit for load_inline), not fuseforge.",
-           f"Fused plans for: {', '.join(m for p in plans for m in p.modes) or 'no mode'}"
-           + (f"; Model.forward in {', '.join(fallback)} mode." if fallback else "."),
-           'The problem file\'s source follows verbatim, then the generated code."""',
-           "import contextlib", "import inspect", "import os", "import warnings", "",
-           "import torch", "from torch.utils import _pytree as _ff_pytree", "",
-           f"# ---- {Path(path).name}, verbatim", source.rstrip(), "",
-           "# ---- generated by fuseforge",
-           f"_FF_EXT_NAME = {('ff_' + _identifier(name) + '_' + digest)!r}",
-           f"_FF_FUNCTIONS = {functions!r}",
-           f"_FF_CUDA_SOURCE = r'''{cu}'''",
-           f"_FF_CPP_SOURCE = r'''{cpp}'''",
-           *_cutlass_code(any(k.cutlass for p in plans for k in p.plan.kernels)),
-           f"_FF_NEEDS_SM90A = {any(k.sm90a for p in plans for k in p.plan.kernels)}",
-           _SUPPORT, "", inspect.getsource(cached_prepare).rstrip(), *_helper_code()]
+    out = [
+        f'"""ModelNew for {name}, written by `fuseforge emit` (do not edit: re-emit).',
+        "",
+        "Standalone: needs torch (with a CUDA toolkit for load_inline), not fuseforge.",
+        f"Fused plans for: {', '.join(m for p in plans for m in p.modes) or 'no mode'}"
+        + (f"; Model.forward in {', '.join(fallback)} mode." if fallback else "."),
+        'The problem file\'s source follows verbatim, then the generated code."""',
+        "import contextlib",
+        "import inspect",
+        "import os",
+        "import warnings",
+        "",
+        "import torch",
+        "from torch.utils import _pytree as _ff_pytree",
+        "",
+        f"# ---- {Path(path).name}, verbatim",
+        source.rstrip(),
+        "",
+        "# ---- generated by fuseforge",
+        f"_FF_EXT_NAME = {('ff_' + _identifier(name) + '_' + digest)!r}",
+        f"_FF_FUNCTIONS = {functions!r}",
+        f"_FF_CUDA_SOURCE = r'''{cu}'''",
+        f"_FF_CPP_SOURCE = r'''{cpp}'''",
+        *_cutlass_code(any(k.cutlass for p in plans for k in p.plan.kernels)),
+        f"_FF_NEEDS_SM90A = {any(k.sm90a for p in plans for k in p.plan.kernels)}",
+        _SUPPORT,
+        "",
+        inspect.getsource(cached_prepare).rstrip(),
+        *_helper_code(),
+    ]
     out += ["\n" + f for f in forwards]
     out.append(f"\n_FF_PLANS = {{{table}}}\n")
     out.append(_MODEL_NEW.format(modes=", ".join(m for p in plans for m in p.modes) or "no mode"))

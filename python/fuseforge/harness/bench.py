@@ -27,6 +27,7 @@ conv, which the conv scheduler weighs our kernels against) is timed in this
 run, alone on the GPU, never read from a cache another process filled while
 the GPU was busy (test runs in parallel, the compile jobs above).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,10 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from rich.progress import Progress
@@ -52,8 +54,18 @@ from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 from fuseforge.harness.worker import Worker
 
 #: Keys every problem's entry has in the JSON report (None where not measured).
-PROBLEM_KEYS = ("correct", "max_err_vs_eager", "max_err_vs_fp64", "eager_ms", "inductor_ms", "fuseforge_ms",
-                "speedup_vs_eager", "speedup_vs_inductor", "compile_s_cold", "compile_s_warm")
+PROBLEM_KEYS = (
+    "correct",
+    "max_err_vs_eager",
+    "max_err_vs_fp64",
+    "eager_ms",
+    "inductor_ms",
+    "fuseforge_ms",
+    "speedup_vs_eager",
+    "speedup_vs_inductor",
+    "compile_s_cold",
+    "compile_s_warm",
+)
 
 
 def find_problems(paths: Sequence[str]) -> list[Path]:
@@ -83,20 +95,35 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-times",
-                worker: Worker | None = None) -> dict[str, Any]:
+def run_problem(
+    path: Path, args: argparse.Namespace, phase: str = "--compile-times", worker: Worker | None = None
+) -> dict[str, Any]:
     """One problem's row from `fuseforge run PATH <phase>` (phase:
     --compile-times, --compile-only, or "" for check and timing only) in
     `worker`, or in a fresh worker process of its own when none is given, with
     the wall seconds it took in `wall_s`; on a crash or a timeout, a row with
     correct=False and the reason in `error`."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp, \
-            (contextlib.nullcontext(worker) if worker is not None else Worker()) as runner:
+    with (
+        tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp,
+        contextlib.nullcontext(worker) if worker is not None else Worker() as runner,
+    ):
         out = os.path.join(tmp, "row.json")
-        argv = ["run", str(path), "--json", out, *([phase] if phase else []),
-                "--against", args.against, "--seeds", str(args.seeds), "--precision", args.precision,
-                "--eager-convs", args.eager_convs]
+        argv = [
+            "run",
+            str(path),
+            "--json",
+            out,
+            *([phase] if phase else []),
+            "--against",
+            args.against,
+            "--seeds",
+            str(args.seeds),
+            "--precision",
+            args.precision,
+            "--eager-convs",
+            args.eager_convs,
+        ]
         if args.mode:
             argv += ["--mode", args.mode]
         result = runner.run(argv, args.timeout)
@@ -111,8 +138,11 @@ def run_problem(path: Path, args: argparse.Namespace, phase: str = "--compile-ti
             code = result.returncode
             how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             said = [line for line in result.stderr.splitlines() if line.startswith("fuseforge run: ")]
-            row["error"] = (said[-1][len("fuseforge run: "):].removesuffix(" (--verbose shows the traceback)")
-                            if said else f"{how}: {_tail(result.stderr)}")
+            row["error"] = (
+                said[-1][len("fuseforge run: ") :].removesuffix(" (--verbose shows the traceback)")
+                if said
+                else f"{how}: {_tail(result.stderr)}"
+            )
         row["wall_s"] = time.perf_counter() - started
         return row
 
@@ -125,7 +155,10 @@ def geomean(values: Sequence[float]) -> float | None:
 
 def summarize(problems: dict[str, dict]) -> dict[str, Any]:
     """Geomean speedups and fast_1 counts (correct and faster than the baseline)."""
-    summary: dict[str, Any] = {"problems": len(problems), "correct": sum(bool(r.get("correct")) for r in problems.values())}
+    summary: dict[str, Any] = {
+        "problems": len(problems),
+        "correct": sum(bool(r.get("correct")) for r in problems.values()),
+    }
     for ref in ("eager", "inductor"):
         key = f"speedup_vs_{ref}"
         timed = [r for r in problems.values() if r.get(key)]
@@ -144,25 +177,55 @@ def _f(row: dict, key: str, fmt: str) -> str:
 
 def render_table(report: dict[str, Any]) -> Table:
     """The suite as one table; the caption holds geomeans and fast_1 counts."""
-    table = Table(title=f"fuseforge bench — {report['device']}, torch {report['torch']}, "
-                        f"{report['precision']}, mode {report['mode']}"
-                        + (", eager convs IEEE" if report.get("eager_convs") == "ieee" else ""))
-    for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64", "eager ms", "inductor ms",
-                "fuseforge ms", "× eager", "× inductor", "compile s", "cached s", "TFLOP/s", "roofline"):
+    table = Table(
+        title=f"fuseforge bench — {report['device']}, torch {report['torch']}, "
+        f"{report['precision']}, mode {report['mode']}"
+        + (", eager convs IEEE" if report.get("eager_convs") == "ieee" else "")
+    )
+    for col in (
+        "problem",
+        "mode",
+        "correct",
+        "err vs eager",
+        "err vs fp64",
+        "eager ms",
+        "inductor ms",
+        "fuseforge ms",
+        "× eager",
+        "× inductor",
+        "compile s",
+        "cached s",
+        "TFLOP/s",
+        "roofline",
+    ):
         table.add_column(col, justify="left" if col in ("problem", "mode", "correct") else "right")
     for name, r in report["problems"].items():
         correct = "yes" if r.get("correct") else ("[red]NO[/red]" if "error" not in r else "[red]FAILED[/red]")
-        table.add_row(name, r.get("mode", "—"), correct, _f(r, "max_err_vs_eager", ".1e"), _f(r, "max_err_vs_fp64", ".1e"),
-                      _f(r, "eager_ms", ".3f"), _f(r, "inductor_ms", ".3f"), _f(r, "fuseforge_ms", ".3f"),
-                      _f(r, "speedup_vs_eager", ".2f"), _f(r, "speedup_vs_inductor", ".2f"),
-                      _f(r, "compile_s_cold", ".2f"), _f(r, "compile_s_warm", ".2f"), *roofline_cells(r))
+        table.add_row(
+            name,
+            r.get("mode", "—"),
+            correct,
+            _f(r, "max_err_vs_eager", ".1e"),
+            _f(r, "max_err_vs_fp64", ".1e"),
+            _f(r, "eager_ms", ".3f"),
+            _f(r, "inductor_ms", ".3f"),
+            _f(r, "fuseforge_ms", ".3f"),
+            _f(r, "speedup_vs_eager", ".2f"),
+            _f(r, "speedup_vs_inductor", ".2f"),
+            _f(r, "compile_s_cold", ".2f"),
+            _f(r, "compile_s_warm", ".2f"),
+            *roofline_cells(r),
+        )
     s = report["summary"]
     parts = [f"{s['correct']}/{s['problems']} correct"]
     for ref in ("eager", "inductor"):
         if f"timed_vs_{ref}" in s:
             g = s[f"geomean_speedup_vs_{ref}"]
-            parts.append(f"vs {ref}: geomean {g:.2f}× (correct ones), fast_1 {s[f'fast_1_vs_{ref}']}/{s[f'timed_vs_{ref}']}"
-                         if g else f"vs {ref}: no correct timing")
+            parts.append(
+                f"vs {ref}: geomean {g:.2f}× (correct ones), fast_1 {s[f'fast_1_vs_{ref}']}/{s[f'timed_vs_{ref}']}"
+                if g
+                else f"vs {ref}: no correct timing"
+            )
     table.caption = " · ".join(parts) + "\n" + ROOFLINE_LEGEND
     for name, r in report["problems"].items():
         if "error" in r:
@@ -173,11 +236,13 @@ def render_table(report: dict[str, Any]) -> Table:
 def _matplotlib() -> Any:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
-        raise ValueError("--plot needs matplotlib, which is not installed (pip install matplotlib); "
-                         "run without --plot or install it") from e
+        raise ValueError(
+            "--plot needs matplotlib, which is not installed (pip install matplotlib); run without --plot or install it"
+        ) from e
     return plt
 
 
@@ -222,8 +287,9 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
         for key in ("device", "torch", "precision", "mode", "eager_convs"):
             # (reports from before --eager-convs ran with the default)
             if part.get(key, "default") != merged.get(key, "default"):
-                raise ValueError(f"cannot merge {path}: {key} is {part.get(key, 'default')!r}, "
-                                 f"not {merged.get(key, 'default')!r}")
+                raise ValueError(
+                    f"cannot merge {path}: {key} is {part.get(key, 'default')!r}, not {merged.get(key, 'default')!r}"
+                )
         twice = merged["problems"].keys() & part["problems"].keys()
         if twice:
             raise ValueError(f"cannot merge {path}: {', '.join(sorted(twice))} already in an earlier part")
@@ -239,6 +305,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Runs the suite (or merges reports with --merge); exit code 0 only when
     every problem is correct."""
     from fuseforge.runtime.precision import check_precision
+
     if args.plot:
         _matplotlib()  # fail before the runs, not after
     if args.merge:
@@ -251,18 +318,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_precision(args.precision)
     problems = find_problems(args.paths)
     if not torch.cuda.is_available():
-        console.print("[yellow]fuseforge bench: no CUDA GPU here — each problem gets `fuseforge run`'s CPU check "
-                      "(NVRTC compile and the plan on the interpreter), with no timings[/yellow]")
+        console.print(
+            "[yellow]fuseforge bench: no CUDA GPU here — each problem gets `fuseforge run`'s CPU check "
+            "(NVRTC compile and the plan on the interpreter), with no timings[/yellow]"
+        )
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "torch": torch.__version__, "precision": args.precision, "mode": args.mode or "model default",
-        "eager_convs": args.eager_convs, "against": args.against,
+        "torch": torch.__version__,
+        "precision": args.precision,
+        "mode": args.mode or "model default",
+        "eager_convs": args.eager_convs,
+        "against": args.against,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(["fuseforge bench", *args.paths, "--against", args.against, "--precision", args.precision,
-                             *(["--mode", args.mode] if args.mode else []),
-                             *(["--eager-convs", args.eager_convs] if args.eager_convs != "default" else []),
-                             "--seeds", str(args.seeds),
-                             "--jobs", str(args.jobs)]),
+        "command": " ".join(
+            [
+                "fuseforge bench",
+                *args.paths,
+                "--against",
+                args.against,
+                "--precision",
+                args.precision,
+                *(["--mode", args.mode] if args.mode else []),
+                *(["--eager-convs", args.eager_convs] if args.eager_convs != "default" else []),
+                "--seeds",
+                str(args.seeds),
+                "--jobs",
+                str(args.jobs),
+            ]
+        ),
         "problems": {},
     }
     compiled: dict[Path, dict[str, Any]] = {}

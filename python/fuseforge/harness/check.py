@@ -10,11 +10,13 @@ each seed's inputs are dropped before the float64 ones are made, and outputs
 are compared in chunks (harness/compare.py). The fp64 reference runs for the
 first seed and for any seed where fuseforge and eager differ by more than
 1e-4, the only case where the verdict needs it."""
+
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -53,6 +55,7 @@ def in_float64(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
                     t.data = t.data.to(to)
                 else:
                     getattr(module, kind)[name] = t.to(to)
+
     convert(back=False)
     try:
         yield model
@@ -74,8 +77,14 @@ def fp64_outputs(mod: ModuleType, model: torch.nn.Module, seed: int, device: str
     return float64_outputs(model, problem_inputs(mod, seed, device, torch.float64))
 
 
-def check_correctness(mod: ModuleType, model: torch.nn.Module, seeds: int, device: str, precision: str = "fp32",
-                      fast: torch.nn.Module | None = None) -> dict:
+def check_correctness(
+    mod: ModuleType,
+    model: torch.nn.Module,
+    seeds: int,
+    device: str,
+    precision: str = "fp32",
+    fast: torch.nn.Module | None = None,
+) -> dict:
     """Compares `fast` (default: a new fuseforge.optimize(model)) with eager
     (outputs and updated buffers) and both with an fp64 reference, over
     `seeds` fresh random inputs, each from the same module state. Eager runs
@@ -83,13 +92,20 @@ def check_correctness(mod: ModuleType, model: torch.nn.Module, seeds: int, devic
     for a faster policy is eager's own error at that policy. The fp64 figures
     are over the seeds that computed the reference (see the module's doc)."""
     from fuseforge.runtime.precision import precision_context
+
     if fast is None:
         import fuseforge
+
         fast = fuseforge.optimize(model, precision=precision)
     start = {name: b.detach().clone() for name, b in model.named_buffers()}
     versions = {name: p._version for name, p in model.named_parameters()}
-    result: dict[str, Any] = {"correct": True, "max_err_vs_eager": 0.0, "max_err_vs_fp64": None,
-                              "eager_err_vs_fp64": None, "fp64_seeds": 0}
+    result: dict[str, Any] = {
+        "correct": True,
+        "max_err_vs_eager": 0.0,
+        "max_err_vs_fp64": None,
+        "eager_err_vs_fp64": None,
+        "fp64_seeds": 0,
+    }
     try:
         for seed in range(seeds):
             inputs = problem_inputs(mod, seed, device)
@@ -117,6 +133,7 @@ def check_correctness(mod: ModuleType, model: torch.nn.Module, seeds: int, devic
         _load_buffers(model, start)
     moved = [name for name, p in model.named_parameters() if p._version != versions[name]]
     if moved:
-        raise RuntimeError(f"forward wrote parameters in place ({', '.join(moved)}): runs from one state "
-                           "cannot be compared")
+        raise RuntimeError(
+            f"forward wrote parameters in place ({', '.join(moved)}): runs from one state cannot be compared"
+        )
     return result

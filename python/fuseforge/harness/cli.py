@@ -15,6 +15,7 @@ interpreter (harness/cpu_check.py).
 
 Every failure is one line on stderr and exit code 2 (--verbose: the traceback).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from rich.console import Console
@@ -55,10 +57,16 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     from fuseforge.harness.check import check_correctness
     from fuseforge.harness.measure import compile_inductor, compile_times, time_all, warm_imports
     from fuseforge.harness.problem import problem_name
+
     mod, model = build_model(args.problem, args.mode, "cuda")
     name = problem_name(args.problem)
-    row = {"problem": name, "mode": "train" if model.training else "eval", "device": torch.cuda.get_device_name(),
-           "torch": torch.__version__, "precision": args.precision}
+    row = {
+        "problem": name,
+        "mode": "train" if model.training else "eval",
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "precision": args.precision,
+    }
     against = args.against.split(",")
     phases = row["phase_s"] = {}  # wall seconds of each phase of this run (where a bench's time goes)
     clock = time.perf_counter()
@@ -68,6 +76,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         now = time.perf_counter()
         phases[phase] = now - clock
         clock = now
+
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"{name}: compiling", total=3)
         inputs = problem_inputs(mod, 1234, "cuda")
@@ -95,13 +104,35 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         phase_done("timing")
         progress.update(task, advance=1)
     table = Table(title=f"fuseforge run — {row['device']}")
-    for col in ("problem", "mode", "correct", "err vs eager", "err vs fp64 (eager's)", "eager ms",
-                "inductor ms", "fuseforge ms", "× eager", "× inductor", "TFLOP/s", "roofline"):
+    for col in (
+        "problem",
+        "mode",
+        "correct",
+        "err vs eager",
+        "err vs fp64 (eager's)",
+        "eager ms",
+        "inductor ms",
+        "fuseforge ms",
+        "× eager",
+        "× inductor",
+        "TFLOP/s",
+        "roofline",
+    ):
         table.add_column(col, justify="left" if col in ("problem", "mode", "correct") else "right")
     fmt = lambda k: f"{row[k]:.3f}" if row.get(k) is not None else "—"  # noqa: E731
-    table.add_row(name, row["mode"], "yes" if row["correct"] else "[red]NO[/red]", f"{row['max_err_vs_eager']:.2e}",
-                  f"{row['max_err_vs_fp64']:.2e} ({row['eager_err_vs_fp64']:.2e})", fmt("eager_ms"), fmt("inductor_ms"),
-                  fmt("fuseforge_ms"), fmt("speedup_vs_eager"), fmt("speedup_vs_inductor"), *roofline_cells(row))
+    table.add_row(
+        name,
+        row["mode"],
+        "yes" if row["correct"] else "[red]NO[/red]",
+        f"{row['max_err_vs_eager']:.2e}",
+        f"{row['max_err_vs_fp64']:.2e} ({row['eager_err_vs_fp64']:.2e})",
+        fmt("eager_ms"),
+        fmt("inductor_ms"),
+        fmt("fuseforge_ms"),
+        fmt("speedup_vs_eager"),
+        fmt("speedup_vs_inductor"),
+        *roofline_cells(row),
+    )
     table.caption = ROOFLINE_LEGEND
     print_full_width(table)
     return row
@@ -111,10 +142,13 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     from fuseforge._native import CPU_CHECK_ARCH, core
     from fuseforge.harness.cpu_check import check_inputs, check_on_cpu, full_plan
     from fuseforge.harness.problem import load_problem, problem_name
+
     name = problem_name(args.problem)
     mod = load_problem(args.problem)
-    console.print(f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
-                  "and checking the optimized plan on the CPU")
+    console.print(
+        f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
+        "and checking the optimized plan on the CPU"
+    )
     compiled = full_plan(mod, args.mode, args.precision, CPU_CHECK_ARCH)
     plan = compiled.plan
     console.rule("IR as captured")
@@ -125,8 +159,9 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("NVRTC", total=len(plan.kernels))
         for k in plan.kernels:
-            is_cubin, size, _ = core.nvrtc_compile(k.translation_unit, k.name, CPU_CHECK_ARCH, cutlass=k.cutlass,
-                                                   sm90a=k.sm90a)
+            is_cubin, size, _ = core.nvrtc_compile(
+                k.translation_unit, k.name, CPU_CHECK_ARCH, cutlass=k.cutlass, sm90a=k.sm90a
+            )
             row["kernels"].append({"name": k.name, "cubin_bytes": size, "vector_width": k.vector_width})
             progress.advance(task)
     table = Table(title="kernels")
@@ -143,19 +178,23 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     same = [k.name for k in checked.kernels] == [k.name for k in plan.kernels]
     row["checked_kernels_same"] = same
     verdict = "[green]is correct[/green]" if row["correct"] else "[red]is WRONG[/red]"
-    console.print(f"optimized plan on the CPU at {size.describe()} {verdict} (max abs err "
-                  f"{row['max_err_vs_eager']:.2e}; vs fp64 {row['max_err_vs_fp64']:.2e}, eager's "
-                  f"{row['eager_err_vs_fp64']:.2e}; {len(checked.kernels)} kernels"
-                  f"{', the same as at full size' if same else ' (full size: ' + str(len(plan.kernels)) + ')'}, "
-                  f"{sum(s.kind == 'call' for s in checked.run)} library calls)")
+    console.print(
+        f"optimized plan on the CPU at {size.describe()} {verdict} (max abs err "
+        f"{row['max_err_vs_eager']:.2e}; vs fp64 {row['max_err_vs_fp64']:.2e}, eager's "
+        f"{row['eager_err_vs_fp64']:.2e}; {len(checked.kernels)} kernels"
+        f"{', the same as at full size' if same else ' (full size: ' + str(len(plan.kernels)) + ')'}, "
+        f"{sum(s.kind == 'call' for s in checked.run)} library calls)"
+    )
     return row
 
 
 #: `--eager-convs`: cuDNN's f32 conv math for the whole run.
 EAGER_CONVS = ("default", "ieee")
-EAGER_CONVS_HELP = ("cuDNN's f32 conv math for eager, torch.compile and fuseforge's probe of eager: default "
-                    "(torch's flags: TF32 allowed) or ieee (torch.backends.cudnn.conv.fp32_precision = 'ieee', "
-                    "as some public suites run eager; fuseforge's convs then keep IEEE f32 accuracy too)")
+EAGER_CONVS_HELP = (
+    "cuDNN's f32 conv math for eager, torch.compile and fuseforge's probe of eager: default "
+    "(torch's flags: TF32 allowed) or ieee (torch.backends.cudnn.conv.fp32_precision = 'ieee', "
+    "as some public suites run eager; fuseforge's convs then keep IEEE f32 accuracy too)"
+)
 
 
 def set_eager_convs(value: str) -> None:
@@ -171,6 +210,7 @@ def set_eager_convs(value: str) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fuseforge.runtime.precision import check_precision
+
     check_precision(args.precision)
     set_eager_convs(args.eager_convs)
     if args.compile_only and not torch.cuda.is_available():
@@ -187,6 +227,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from fuseforge._native import target_arch
     from fuseforge.capture import capture
     from fuseforge.runtime.options import compile_ir
+
     mod, model = build_model(args.problem, args.mode, "cpu")
     captured = capture(model, problem_inputs(mod, 0, "cpu"), name=type(model).__name__)
     # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH),
@@ -213,8 +254,13 @@ def _explain_convs(text: str, ir_after: str, device: torch.device) -> None:
     """Each f32 conv's fp32_precision and layout, and the probe behind the precision."""
     from fuseforge._native import core
     from fuseforge.runtime import conv_probe
-    rows = [(c, after, probe) for (c, after), (_, probe) in
-            zip(zip(core.convolutions(text), core.convolutions(ir_after)), conv_probe.evidence(text, device))]
+
+    rows = [
+        (c, after, probe)
+        for (c, after), (_, probe) in zip(
+            zip(core.convolutions(text), core.convolutions(ir_after)), conv_probe.evidence(text, device)
+        )
+    ]
     if not rows:
         return
     console.rule("convolutions")
@@ -225,24 +271,33 @@ def _explain_convs(text: str, ir_after: str, device: torch.device) -> None:
         elif probe is None:
             why = "not probed (no GPU here, or a forced or tf32 policy): IEEE unless told otherwise"
         else:
-            why = (f"eager's conv error vs fp64 {probe['eager_error']:.1e} (rms), TF32's {probe['tf32_error']:.1e}: "
-                   f"eager {'uses' if probe['tf32'] else 'does not use'} TF32")
+            why = (
+                f"eager's conv error vs fp64 {probe['eager_error']:.1e} (rms), TF32's {probe['tf32_error']:.1e}: "
+                f"eager {'uses' if probe['tf32'] else 'does not use'} TF32"
+            )
         _print_text(f"{c['text']}\n  -> fp32_precision={after['fp32_precision'] or '-'}, {layout}; {why}")
 
 
 def _lazy(module: str, name: str) -> Any:
     """A command function imported only when its command runs."""
+
     def run(args: argparse.Namespace) -> int:
         import importlib
+
         return getattr(importlib.import_module(module), name)(args)
+
     return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from fuseforge.runtime.precision import PRECISIONS
-    precision_help = ("numerics policy: fp32 (default; fp32 accuracy, f32 matmuls in 3xTF32) or tf32 (opt-in, "
-                      "faster: TF32 matmuls, for eager and inductor too)")
+
+    precision_help = (
+        "numerics policy: fp32 (default; fp32 accuracy, f32 matmuls in 3xTF32) or tf32 (opt-in, "
+        "faster: TF32 matmuls, for eager and inductor too)"
+    )
     from fuseforge import __version__
+
     parser = argparse.ArgumentParser(prog="fuseforge", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"fuseforge {__version__} (torch {torch.__version__})")
     common = argparse.ArgumentParser(add_help=False)
@@ -255,14 +310,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
     run.add_argument("--precision", default="fp32", choices=PRECISIONS, help=precision_help)
     run.add_argument("--eager-convs", default="default", choices=EAGER_CONVS, help=EAGER_CONVS_HELP)
-    run.add_argument("--compile-times", action="store_true",
-                     help="also measure the first call's seconds with an empty and with a filled kernel cache (GPU)")
-    run.add_argument("--compile-only", action="store_true",
-                     help="only measure compile times, keep the kernels in the disk cache and, with inductor among "
-                          "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)")
+    run.add_argument(
+        "--compile-times",
+        action="store_true",
+        help="also measure the first call's seconds with an empty and with a filled kernel cache (GPU)",
+    )
+    run.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="only measure compile times, keep the kernels in the disk cache and, with inductor among "
+        "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)",
+    )
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
-    bench = sub.add_parser("bench", parents=[common], help="run many problem files in a worker process (a fresh one after a failure) and tabulate them")
+    bench = sub.add_parser(
+        "bench",
+        parents=[common],
+        help="run many problem files in a worker process (a fresh one after a failure) and tabulate them",
+    )
     bench.add_argument("paths", nargs="*", metavar="DIR_OR_FILES", help="problem files, or folders searched for *.py")
     bench.add_argument("--against", default="eager,inductor", help="baselines to time: eager,inductor")
     bench.add_argument("--mode", choices=["train", "eval"], help="default: each model's own mode")
@@ -270,21 +335,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--eager-convs", default="default", choices=EAGER_CONVS, help="cuDNN's f32 conv math (see run)")
     bench.add_argument("--seeds", type=int, default=3, help="random inputs to check per problem")
     bench.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it is killed")
-    bench.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
-                       help="problems compiled at a time before the one-by-one check and timing (GPU; 1: one "
-                            "process per problem does both)")
+    bench.add_argument(
+        "--jobs",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="problems compiled at a time before the one-by-one check and timing (GPU; 1: one "
+        "process per problem does both)",
+    )
     bench.add_argument("--json", help="write every figure to this file")
     bench.add_argument("--plot", help="write a speedup plot (PNG; needs matplotlib)")
-    bench.add_argument("--merge", nargs="+", metavar="JSON",
-                       help="instead of running: combine --json reports of parts of a suite into one")
+    bench.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="instead of running: combine --json reports of parts of a suite into one",
+    )
     bench.set_defaults(fn=_lazy("fuseforge.harness.bench", "cmd_bench"))
     emit = sub.add_parser("emit", parents=[common], help="write a standalone ModelNew file (torch only, CUDA inline)")
     emit.add_argument("problem")
     emit.add_argument("-o", "--output", required=True, help="the Python file to write")
     emit.add_argument("--modes", default="train,eval", help="modes to compile plans for (others run eagerly)")
-    emit.add_argument("--arch", type=int, default=None,
-                      help="compute capability the kernels target, e.g. 80 (default: this machine's GPU, else 90; "
-                           "a file with Hopper kernels runs Model.forward on other GPUs)")
+    emit.add_argument(
+        "--arch",
+        type=int,
+        default=None,
+        help="compute capability the kernels target, e.g. 80 (default: this machine's GPU, else 90; "
+        "a file with Hopper kernels runs Model.forward on other GPUs)",
+    )
     emit.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     emit.set_defaults(fn=_lazy("fuseforge.emit", "cmd_emit"))
     explain = sub.add_parser("explain", parents=[common], help="print the IR after each pass and the kernel plan")
@@ -307,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         more = "" if args.verbose else " (--verbose shows the traceback)"
         print(f"fuseforge {args.command}: {one_line(e, getattr(args, 'problem', None))}{more}", file=sys.stderr)
         return 2
+
 
 if __name__ == "__main__":
     sys.exit(main())

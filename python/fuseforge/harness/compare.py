@@ -2,9 +2,11 @@
 figures `fuseforge run` judges by, computed in float64 over chunks of at most
 CHUNK_ELEMENTS elements, so checking a 6 GB output needs a few hundred MB
 more, not several times its size."""
+
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -18,6 +20,7 @@ TOLERANCE = 1e-4
 def flatten_tensors(x: Any) -> list[torch.Tensor]:
     """The tensors among `x`'s pytree leaves, in order."""
     from torch.utils import _pytree as pytree
+
     return [t for t in pytree.tree_leaves(x) if isinstance(t, torch.Tensor)]
 
 
@@ -71,8 +74,13 @@ def close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], tol: float = TOL
     return True
 
 
-def judge(out: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], ref64: Sequence[torch.Tensor] | None,
-          out_buf: Sequence[torch.Tensor], ref_buf: Sequence[torch.Tensor]) -> tuple[bool, float, float | None, float | None]:
+def judge(
+    out: Sequence[torch.Tensor],
+    ref: Sequence[torch.Tensor],
+    ref64: Sequence[torch.Tensor] | None,
+    out_buf: Sequence[torch.Tensor],
+    ref_buf: Sequence[torch.Tensor],
+) -> tuple[bool, float, float | None, float | None]:
     """(correct, error vs eager, error vs fp64, eager's error vs fp64). Correct:
     outputs and updated buffers within 1e-4 of eager; where eager itself is far
     from fp64 (fp16 models, TF32 convs, long fp32 sums) the output bar is being
@@ -83,6 +91,7 @@ def judge(out: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], ref64: Seque
     if ref64 is None:
         return buffers_ok and close(out, ref), err, None, None
     err64, eager64 = max_err(out, ref64), max_err(ref, ref64)
-    ok = buffers_ok and (close(out, ref) or (all(o.dtype == r.dtype for o, r in zip(out, ref))
-                                             and err64 <= 2 * eager64 + 1e-6))
+    ok = buffers_ok and (
+        close(out, ref) or (all(o.dtype == r.dtype for o, r in zip(out, ref)) and err64 <= 2 * eager64 + 1e-6)
+    )
     return ok, err, err64, eager64

@@ -10,11 +10,13 @@ calls through ATen, kernels on the reference interpreter) against eager and
 an fp64 reference. Only the batch differs: same graph, same passes, and the
 report says whether the kernels came out the same as at full size.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -65,6 +67,7 @@ class _LeadingDimCut(TorchFunctionMode):
 @dataclass
 class CheckSize:
     """The batch the CPU check runs at: `rows` of the inputs' leading `full`."""
+
     full: int
     rows: int
 
@@ -72,8 +75,9 @@ class CheckSize:
         return "full size" if self.rows == self.full else f"batch {self.rows} of {self.full}"
 
 
-def check_size(meta_inputs: Sequence[Any], budget: int = CHECK_ELEMENTS,
-               model: torch.nn.Module | None = None) -> CheckSize | None:
+def check_size(
+    meta_inputs: Sequence[Any], budget: int = CHECK_ELEMENTS, model: torch.nn.Module | None = None
+) -> CheckSize | None:
     """The reduced batch for inputs whose tensors all share a leading
     dimension (None when they do not: then they are checked at full size).
     Given the `model` on the meta device, also None when a shared length is
@@ -86,8 +90,12 @@ def check_size(meta_inputs: Sequence[Any], budget: int = CHECK_ELEMENTS,
     per_row = sum(t.numel() // full for t in tensors) if full else 1
     size = CheckSize(full, max(1, min(full, budget // max(per_row, 1))))
     if model is not None and size.rows != size.full and _runs(model, meta_inputs):
-        cut = [torch.empty((size.rows, *x.shape[1:]), dtype=x.dtype, device="meta")
-               if isinstance(x, torch.Tensor) and x.dim() > 0 else x for x in meta_inputs]
+        cut = [
+            torch.empty((size.rows, *x.shape[1:]), dtype=x.dtype, device="meta")
+            if isinstance(x, torch.Tensor) and x.dim() > 0
+            else x
+            for x in meta_inputs
+        ]
         if not _runs(model, cut):
             return None
     return size
@@ -156,6 +164,7 @@ def full_plan(mod: ModuleType, mode: str | None, precision: str, arch: int) -> A
     the meta device."""
     from fuseforge.capture import capture
     from fuseforge.runtime.options import compile_ir
+
     model, inputs = meta_model(mod, mode)
     return compile_ir(capture(model, inputs, name=type(model).__name__).text, precision, arch)
 
@@ -169,6 +178,7 @@ def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch
     from fuseforge.harness.compare import flatten_tensors, judge
     from fuseforge.runtime.executor import Executor
     from fuseforge.runtime.options import compile_ir
+
     captured = capture(model, inputs, name=type(model).__name__)
     plan = compile_ir(captured.text, precision, arch).plan
     start = {name: b.detach().clone() for name, b in model.named_buffers()}
@@ -176,6 +186,7 @@ def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch
     def restore() -> None:
         for name, b in model.named_buffers():
             b.copy_(start[name])
+
     with torch.no_grad():
         outs, new_buffers = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, inputs))
         ref = flatten_tensors(model(*inputs))

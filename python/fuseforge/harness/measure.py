@@ -3,6 +3,7 @@ first-call seconds with an empty and with a filled kernel cache
 (compile_times), and eager, inductor and fuseforge timed interleaved
 (time_all). Both use the model itself: optimized modules and torch.compile
 share its parameters, nothing is deep-copied."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -23,6 +25,7 @@ def warm_imports() -> float:
     t0 = time.perf_counter()
     import torch._dynamo  # noqa: F401
     import torch.export._trace  # noqa: F401
+
     return time.perf_counter() - t0
 
 
@@ -47,8 +50,9 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32",
-                  keep: bool = False) -> tuple[dict, Any]:
+def compile_times(
+    model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32", keep: bool = False
+) -> tuple[dict, Any]:
     """Seconds of the first optimized call (capture, passes, NVRTC, module
     load, one run), once with an empty kernel cache (compile_s_cold) and once
     more in a new OptimizedModule with the disk cache that the first filled
@@ -59,6 +63,7 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
     import fuseforge
     from fuseforge._native import core
     from fuseforge.runtime import autotune, conv_probe
+
     out: dict[str, Any] = {}
     fast = None
     real_cache = core.cache_dir() if keep else ""
@@ -77,13 +82,18 @@ def compile_times(model: torch.nn.Module, inputs: Sequence[Any], precision: str 
             # Kernels only: the timed choices (GEMM tiles, cuDNN's conv times) were
             # made beside other jobs (bench --jobs) and are timed again where kept.
             if real_cache:
-                shutil.copytree(cache, real_cache, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns(autotune.CHOICES, conv_probe.MEASUREMENTS))
+                shutil.copytree(
+                    cache,
+                    real_cache,
+                    dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(autotune.CHOICES, conv_probe.MEASUREMENTS),
+                )
     return out, fast
 
 
-def compile_inductor(model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32",
-                     cache_tuning: bool = True) -> tuple[Any, float]:
+def compile_inductor(
+    model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32", cache_tuning: bool = True
+) -> tuple[Any, float]:
     """torch.compile(model) (sharing its parameters) and the seconds of its
     first call, which compiles (or loads from inductor's caches).
     `cache_tuning` False: what inductor's Triton kernels time at their first
@@ -92,18 +102,20 @@ def compile_inductor(model: torch.nn.Module, inputs: Sequence[Any], precision: s
     them tunes them again at its own first call. bench's compile jobs run
     eight at a time: tuned there, the choices were made on a shared GPU."""
     import torch._inductor.config
+
     from fuseforge.runtime.precision import precision_context
+
     compiled = torch.compile(model)
-    with torch.no_grad(), precision_context(precision), \
-            torch._inductor.config.patch(autotune_local_cache=cache_tuning):
+    with torch.no_grad(), precision_context(precision), torch._inductor.config.patch(autotune_local_cache=cache_tuning):
         t0 = time.perf_counter()
         compiled(*inputs)
         _synchronize()
     return compiled, time.perf_counter() - t0
 
 
-def time_all(model: torch.nn.Module, fast: Any, inputs: Sequence[Any], against: Sequence[str],
-             precision: str = "fp32") -> dict:
+def time_all(
+    model: torch.nn.Module, fast: Any, inputs: Sequence[Any], against: Sequence[str], precision: str = "fp32"
+) -> dict:
     """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
     fuseforge, timed interleaved (fuseforge.harness.timing), and fuseforge's
     roofline estimate (fuseforge.harness.roofline); all three under the same
@@ -111,6 +123,7 @@ def time_all(model: torch.nn.Module, fast: Any, inputs: Sequence[Any], against: 
     from fuseforge.harness.roofline import roofline
     from fuseforge.harness.timing import time_cuda
     from fuseforge.runtime.precision import precision_context
+
     out: dict[str, Any] = {}
     fns = {"fuseforge": lambda: fast(*inputs)}
     if "eager" in against:

@@ -3,6 +3,7 @@
 A problem file defines ``class Model(nn.Module)``, ``get_inputs()`` and
 ``get_init_inputs()`` (see benchmarks/problems and /work/shared/problems/README.md).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -10,6 +11,10 @@ import importlib.util
 import os
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["build_model", "load_problem", "problem_inputs", "problem_name"]
 
@@ -50,11 +55,12 @@ def load_problem(path: str | os.PathLike) -> ModuleType:
     return module
 
 
-def build_model(problem_path: str | os.PathLike, mode: str | None, device: str) -> tuple[ModuleType, "torch.nn.Module"]:
+def build_model(problem_path: str | os.PathLike, mode: str | None, device: str) -> tuple[ModuleType, torch.nn.Module]:
     """A problem file's module and its Model, built after seeding 0 directly on
     `device` (parameters are initialized there: no host copy of a large
     model), in `mode` if given."""
     import torch
+
     mod = load_problem(problem_path)
     torch.manual_seed(0)
     with torch.device(device):
@@ -64,11 +70,12 @@ def build_model(problem_path: str | os.PathLike, mode: str | None, device: str) 
     return mod, model.to(device)
 
 
-def problem_inputs(mod: ModuleType, seed: int, device: str, dtype: "torch.dtype | None" = None) -> list:
+def problem_inputs(mod: ModuleType, seed: int, device: str, dtype: torch.dtype | None = None) -> list:
     """The problem's get_inputs() drawn after seeding `seed`, created on
     `device` (a 4 GiB input is drawn on the GPU, not on the host and copied),
     floating tensors cast to `dtype` if given."""
     import torch
+
     torch.manual_seed(seed)
     with torch.device(device):
         raw = mod.get_inputs()

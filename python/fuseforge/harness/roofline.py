@@ -27,6 +27,7 @@ The estimate, stated so that nobody mistakes it for more:
 Peaks are the vendor's datasheet figures for the devices listed in PEAKS;
 for any other device the fractions are not reported (None).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,18 +38,20 @@ from fuseforge.dtypes import SIZE
 
 class Peaks(NamedTuple):
     """Datasheet figures of one device: DRAM bytes/s and dense FLOP/s."""
+
     dram: float
-    fp32: float   # without tensor cores
-    tf32: float   # tensor cores
-    fp16: float   # tensor cores, f16 and bf16
+    fp32: float  # without tensor cores
+    tf32: float  # tensor cores
+    fp16: float  # tensor cores, f16 and bf16
 
 
 #: device-name substring -> its datasheet peaks.
 PEAKS: dict[str, Peaks] = {
-    "H100 80GB HBM3": Peaks(3.35e12, 67e12, 495e12, 989e12),   # H100 SXM5
+    "H100 80GB HBM3": Peaks(3.35e12, 67e12, 495e12, 989e12),  # H100 SXM5
     "H100 PCIe": Peaks(2.0e12, 51e12, 378e12, 756e12),
     "H200": Peaks(4.8e12, 67e12, 495e12, 989e12),
 }
+
 
 def _numel(shape: Any) -> int:
     return math.prod(int(d) for d in shape)
@@ -100,8 +103,9 @@ def peaks(device_name: str) -> Peaks | None:
     return None
 
 
-def op_peak(op: str, dtype: str, p: Peaks, precision: str = "fp32", fp32_precision: str | None = None,
-            in_kernel: bool = False) -> float:
+def op_peak(
+    op: str, dtype: str, p: Peaks, precision: str = "fp32", fp32_precision: str | None = None, in_kernel: bool = False
+) -> float:
     """FLOP/s ceiling of a matmul or convolution computed in `dtype` under the
     `precision` policy; a conv's `fp32_precision` attribute and whether a
     generated kernel (`in_kernel`) computes it (see the module docstring)."""
@@ -142,12 +146,20 @@ def roofline(plan: Any, device_name: str, ms: float, precision: str = "fp32") ->
     nbytes = plan_bytes(plan)
     counted = [(n, k, _step_flops(plan, n)) for n, k in _nodes_where(plan) if n.op in _FLOP_OPS]
     flops = sum(f for _, _, f in counted)
-    result: dict[str, Any] = {"bytes": nbytes, "flops": flops, "tflops": flops / ms / 1e9 if flops and ms > 0 else None,
-                              "ideal_ms": None, "roofline_fraction": None, "tensor_peak_fraction": None}
+    result: dict[str, Any] = {
+        "bytes": nbytes,
+        "flops": flops,
+        "tflops": flops / ms / 1e9 if flops and ms > 0 else None,
+        "ideal_ms": None,
+        "roofline_fraction": None,
+        "tensor_peak_fraction": None,
+    }
     p = peaks(device_name)
     if p is not None and ms > 0:
-        compute_s = sum(f / op_peak(n.op, plan.buffers[n.results[0]].dtype, p, precision,
-                                    n.attrs.get("fp32_precision"), in_kernel) for n, in_kernel, f in counted)
+        compute_s = sum(
+            f / op_peak(n.op, plan.buffers[n.results[0]].dtype, p, precision, n.attrs.get("fp32_precision"), in_kernel)
+            for n, in_kernel, f in counted
+        )
         ideal_s = max(nbytes / p.dram, compute_s)
         result["ideal_ms"] = ideal_s * 1e3
         result["roofline_fraction"] = ideal_s * 1e3 / ms
@@ -156,8 +168,10 @@ def roofline(plan: Any, device_name: str, ms: float, precision: str = "fp32") ->
 
 
 #: What the TFLOP/s and roofline columns of `run` and `bench` mean.
-ROOFLINE_LEGEND = ("TFLOP/s: matmul/conv FLOPs ÷ fuseforge time · roofline: ideal time (plan bytes at the DRAM peak, "
-                   "FLOPs at their precision's tensor-core peak) ÷ fuseforge time (fuseforge/harness/roofline.py)")
+ROOFLINE_LEGEND = (
+    "TFLOP/s: matmul/conv FLOPs ÷ fuseforge time · roofline: ideal time (plan bytes at the DRAM peak, "
+    "FLOPs at their precision's tensor-core peak) ÷ fuseforge time (fuseforge/harness/roofline.py)"
+)
 
 
 def roofline_cells(row: dict[str, Any]) -> tuple[str, str]:

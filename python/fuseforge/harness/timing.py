@@ -5,19 +5,22 @@ Side-by-side figures are timed interleaved: each round times every candidate
 once, in turn, so a drift during the run (clocks, memory state) falls on all
 of them alike instead of on whichever would have been timed first.
 """
+
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
 _FLUSH_BYTES = 256 << 20
 
 
-def time_cuda(fns: Mapping[str, Callable[[], Any]], *, warmup: int = 3, trials: int = 20,
-              max_seconds: float = 30.0) -> dict[str, float]:
+def time_cuda(
+    fns: Mapping[str, Callable[[], Any]], *, warmup: int = 3, trials: int = 20, max_seconds: float = 30.0
+) -> dict[str, float]:
     """Median milliseconds of each `fns[name]()` over `trials` cold-L2 rounds
     (fewer if they would take longer than `max_seconds`, at least 5); every
     round times each function once, in the mapping's order."""

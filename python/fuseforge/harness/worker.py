@@ -12,6 +12,7 @@ environment a problem file may have changed and drops torch.compile's state.
 Everything the commands print goes to a log file, which the bench reads for
 the failure message of each command.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 #: torch.compile's compile worker pool: each process would start one per CPU
 #: and wait for it at exit (about 9 s per problem on a 16-core machine), while
@@ -34,6 +35,7 @@ _ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 class Result:
     """How one command ended: its exit code (negative: the signal that killed
     the worker; None: timed out) and what it printed to stderr."""
+
     returncode: int | None
     stderr: str
 
@@ -47,9 +49,15 @@ class Worker:
         self.log = tempfile.TemporaryFile(mode="w+", prefix="fuseforge-worker-")
 
     def _start(self) -> subprocess.Popen:
-        self.proc = subprocess.Popen([sys.executable, "-m", "fuseforge.harness.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=self.env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fuseforge.harness.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=self.env,
+            start_new_session=True,
+        )
         return self.proc
 
     def run(self, argv: Sequence[str], timeout: float) -> Result:
@@ -83,7 +91,7 @@ class Worker:
             self.proc.wait()
             self.proc = None
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -94,13 +102,22 @@ class Worker:
 #: The settings a problem file may change that decide other problems'
 #: numerics or speed: (object under torch.backends, attribute).
 #: torch.set_float32_matmul_precision's setting is put back first, and then these.
-_FLAGS = (("", "fp32_precision"), ("cuda.matmul", "fp32_precision"), ("mkldnn", "fp32_precision"),
-          ("mkldnn.matmul", "fp32_precision"), ("cudnn", "fp32_precision"), ("cudnn.conv", "fp32_precision"),
-          ("cudnn.rnn", "fp32_precision"), ("cudnn", "benchmark"), ("cudnn", "deterministic"))
+_FLAGS = (
+    ("", "fp32_precision"),
+    ("cuda.matmul", "fp32_precision"),
+    ("mkldnn", "fp32_precision"),
+    ("mkldnn.matmul", "fp32_precision"),
+    ("cudnn", "fp32_precision"),
+    ("cudnn.conv", "fp32_precision"),
+    ("cudnn.rnn", "fp32_precision"),
+    ("cudnn", "benchmark"),
+    ("cudnn", "deterministic"),
+)
 
 
 def _flag_owner(path: str) -> object:
     import torch
+
     owner: object = torch.backends
     for part in filter(None, path.split(".")):
         owner = getattr(owner, part)
@@ -109,11 +126,13 @@ def _flag_owner(path: str) -> object:
 
 def _flags() -> list:
     import torch
+
     return [torch.get_float32_matmul_precision(), *(getattr(_flag_owner(path), name) for path, name in _FLAGS)]
 
 
 def _restore(flags: list, environ: dict[str, str]) -> None:
     import torch
+
     torch.set_float32_matmul_precision(flags[0])
     for (path, name), value in zip(_FLAGS, flags[1:]):
         setattr(_flag_owner(path), name, value)
@@ -131,6 +150,7 @@ def serve() -> None:
     import torch
 
     from fuseforge.harness import cli
+
     flags, environ = _flags(), dict(os.environ)
     for line in sys.stdin:
         try:

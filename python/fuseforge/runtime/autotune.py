@@ -7,6 +7,7 @@ on the real operands and keeps the fastest. The choice is cached on disk per
 kernel source (which fixes shape, dtype, layouts and epilogue) and GPU
 architecture, in <cache dir>/autotune.json, so later processes skip the timing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +15,9 @@ import json
 import os
 import statistics
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fuseforge._native import core
 
@@ -67,6 +69,7 @@ def cuda_time(fn: Callable[[], None], reps: int = 5, warm_ms: float = 2.0, total
     runs, a 36 us cuDNN conv once measured slower than our kernel's modelled
     98 us, and its plan took that kernel, which runs 83 us."""
     import torch
+
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     fn()
     torch.cuda.synchronize()
@@ -90,8 +93,12 @@ def cuda_time(fn: Callable[[], None], reps: int = 5, warm_ms: float = 2.0, total
     return statistics.median(times)
 
 
-def choose(k: str, names: Sequence[str], runs: Sequence[Callable[[], None]],
-           timer: Callable[[Callable[[], None]], float] = cuda_time) -> int:
+def choose(
+    k: str,
+    names: Sequence[str],
+    runs: Sequence[Callable[[], None]],
+    timer: Callable[[Callable[[], None]], float] = cuda_time,
+) -> int:
     """Index of the candidate to use: the cached choice for `k` if it names one
     of `names`, else the fastest under `timer` (then cached)."""
     cached = load().get(k)

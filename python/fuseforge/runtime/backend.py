@@ -6,21 +6,23 @@ be FakeTensors: they are not used here). The module is wrapped in an
 OptimizedModule, which captures and compiles at its first real call and
 re-specializes on new shapes like any fuseforge module.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from fuseforge.runtime.module import OptimizedModule
 
-
 #: The options `torch.compile(..., options=...)` may pass.
 OPTIONS = ("precision",)
 
 
-def fuseforge_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, options: dict | None = None,
-                      mode: str | None = None) -> Callable[..., Any]:
+def fuseforge_backend(
+    gm: torch.fx.GraphModule, example_inputs: list[Any], *, options: dict | None = None, mode: str | None = None
+) -> Callable[..., Any]:
     """The module dynamo captured, run by fuseforge. `options`: {"precision":
     one of fuseforge.runtime.precision.PRECISIONS} (default "fp32"); `mode`
     (torch.compile's) changes nothing here. Raises ValueError naming an
@@ -28,8 +30,9 @@ def fuseforge_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, op
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise ValueError(f"fuseforge backend: unknown option(s) {', '.join(map(repr, unknown))}; "
-                         f"it takes {', '.join(OPTIONS)}")
+        raise ValueError(
+            f"fuseforge backend: unknown option(s) {', '.join(map(repr, unknown))}; it takes {', '.join(OPTIONS)}"
+        )
     return OptimizedModule(gm, precision=options.get("precision", "fp32"))
 
 

@@ -29,17 +29,19 @@ kernels do (a 3-D conv's direct kernel ran 0.65 ms where cuDNN took 0.76,
 modelled at 0.74 and weighed with its 1.25x margin). The scheduler then
 weighs the two as timed.
 """
+
 from __future__ import annotations
 
 import hashlib
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from fuseforge._native import core
-from fuseforge.runtime import autotune
 from fuseforge.dtypes import TORCH
+from fuseforge.runtime import autotune
 from fuseforge.runtime.precision import conv_fp32_precision, eager_conv_precision
 
 #: TF32 is allowed where the TF32 rounding error is at most this times eager's.
@@ -54,9 +56,11 @@ _memory: dict[str, dict] = {}
 def _environment(device: torch.device) -> str:
     """What the answers depend on besides the conv: GPU, torch and cuDNN
     versions, and the flags eager's convs run under."""
-    return (f"{torch.cuda.get_device_name(device)}|torch {torch.__version__}|cudnn "
-            f"{torch.backends.cudnn.version()}|conv {eager_conv_precision()}|benchmark "
-            f"{torch.backends.cudnn.benchmark}|deterministic {torch.backends.cudnn.deterministic}")
+    return (
+        f"{torch.cuda.get_device_name(device)}|torch {torch.__version__}|cudnn "
+        f"{torch.backends.cudnn.version()}|conv {eager_conv_precision()}|benchmark "
+        f"{torch.backends.cudnn.benchmark}|deterministic {torch.backends.cudnn.deterministic}"
+    )
 
 
 def _cached(key: str, measure: Callable[[], dict]) -> dict:
@@ -77,8 +81,17 @@ def _tensor(t: tuple, device: torch.device, generator: torch.Generator) -> torch
 
 
 def _call(conv: dict, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.ops.aten.convolution.default(x, w, None, conv["stride"], conv["padding"], conv["dilation"],
-                                              conv["transposed"], conv["output_padding"], conv["groups"])
+    return torch.ops.aten.convolution.default(
+        x,
+        w,
+        None,
+        conv["stride"],
+        conv["padding"],
+        conv["dilation"],
+        conv["transposed"],
+        conv["output_padding"],
+        conv["groups"],
+    )
 
 
 def round_tf32(x: torch.Tensor) -> torch.Tensor:
@@ -115,6 +128,7 @@ def measure_layout(conv: dict, device: torch.device, fp32_precision: str) -> dic
     """Milliseconds of the conv on contiguous and on channels-last operands,
     under the math it will use."""
     from fuseforge.runtime.autotune import cuda_time
+
     with torch.no_grad(), conv_fp32_precision(fp32_precision):
         x, w = operands(conv, device)
         fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
@@ -132,16 +146,26 @@ def _ints(v: list[int]) -> str:
 def output_shape(conv: dict) -> list[int]:
     """The output shape of a conv as core.convolutions() describes it."""
     meta = torch.ops.aten.convolution.default(
-        torch.empty(conv["input"][1], device="meta"), torch.empty(conv["weight"][1], device="meta"), None,
-        conv["stride"], conv["padding"], conv["dilation"], conv["transposed"], conv["output_padding"], conv["groups"])
+        torch.empty(conv["input"][1], device="meta"),
+        torch.empty(conv["weight"][1], device="meta"),
+        None,
+        conv["stride"],
+        conv["padding"],
+        conv["dilation"],
+        conv["transposed"],
+        conv["output_padding"],
+        conv["groups"],
+    )
     return list(meta.shape)
 
 
 def conv_attrs(conv: dict, fp32_precision: str) -> str:
     """The IR attributes of a conv as core.convolutions() describes it, under `fp32_precision`."""
-    return (f"dilation={_ints(conv['dilation'])}, fp32_precision=\"{fp32_precision}\", groups={conv['groups']}, "
-            f"output_padding={_ints(conv['output_padding'])}, padding={_ints(conv['padding'])}, "
-            f"stride={_ints(conv['stride'])}, transposed={str(bool(conv['transposed'])).lower()}")
+    return (
+        f'dilation={_ints(conv["dilation"])}, fp32_precision="{fp32_precision}", groups={conv["groups"]}, '
+        f"output_padding={_ints(conv['output_padding'])}, padding={_ints(conv['padding'])}, "
+        f"stride={_ints(conv['stride'])}, transposed={str(bool(conv['transposed'])).lower()}"
+    )
 
 
 def direct_probe_graph(conv: dict) -> tuple[str, list[int]]:
@@ -151,9 +175,12 @@ def direct_probe_graph(conv: dict) -> tuple[str, list[int]]:
 
     def typed(t: tuple) -> str:
         return f"{t[0]}[{','.join(map(str, t[1]))}]{{{','.join(map(str, t[2]))}}}"
-    text = (f"graph @direct_probe(%x: {typed(conv['input'])}, %w: {typed(conv['weight'])} param) {{\n"
-            f"  %0 = convolution(%x, %w) {{{conv_attrs(conv, 'ieee')}}} : {conv['dtype']}[{','.join(map(str, out))}]\n"
-            "  return %0\n}\n")
+
+    text = (
+        f"graph @direct_probe(%x: {typed(conv['input'])}, %w: {typed(conv['weight'])} param) {{\n"
+        f"  %0 = convolution(%x, %w) {{{conv_attrs(conv, 'ieee')}}} : {conv['dtype']}[{','.join(map(str, out))}]\n"
+        "  return %0\n}\n"
+    )
     return text, out
 
 
@@ -163,8 +190,9 @@ def _direct_kernel(conv: dict, arch: int) -> tuple[Any, list[int]] | None:
     text, out = direct_probe_graph(conv)
     # cuDNN's times given as infinite: the scheduler takes the direct kernel wherever one covers the conv.
     inf = float("inf")
-    options = core.CompileOptions(precision="fp32", gemm="off", arch=arch, conv="direct",
-                                  conv_cudnn_ms={conv["signature"]: (inf, inf)})
+    options = core.CompileOptions(
+        precision="fp32", gemm="off", arch=arch, conv="direct", conv_cudnn_ms={conv["signature"]: (inf, inf)}
+    )
     plan = core.compile(text, options).plan
     if len(plan.kernels) != 1 or len(plan.prepare) > 0:
         return None
@@ -180,6 +208,7 @@ def measure_direct(conv: dict, device: torch.device, kernel: Any, out_shape: lis
     random operands of `conv`'s types; None where its result strays from
     cuDNN's IEEE conv (so that a wrong kernel never wins by being fast)."""
     from fuseforge.runtime.autotune import cuda_time
+
     loaded = core.load_kernels([kernel], _arch(device))[0]
     if isinstance(loaded, str):
         raise RuntimeError(f"the direct kernel did not compile: {loaded[:200]}")
@@ -191,6 +220,7 @@ def measure_direct(conv: dict, device: torch.device, kernel: Any, out_shape: lis
 
         def run() -> None:
             loaded.launch(index, [y.data_ptr(), x.data_ptr(), w.data_ptr()], [], stream)
+
         run()
         with conv_fp32_precision("ieee"):
             ref = _call(conv, x, w)
@@ -216,11 +246,15 @@ def _timed_direct(env: str, conv: dict, device: torch.device) -> float | None:
             return None
         kernel, out = found
         digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:16]
-        return _cached(f"{env}|{conv['signature']}|direct {digest}",
-                       lambda: measure_direct(conv, device, kernel, out))["direct_ms"]
+        return _cached(f"{env}|{conv['signature']}|direct {digest}", lambda: measure_direct(conv, device, kernel, out))[
+            "direct_ms"
+        ]
     except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
-        warnings.warn(f"fuseforge: could not time `{conv['text']}` on the direct kernel ({str(e)[:200]}); the "
-                      "cost model weighs it")
+        warnings.warn(
+            f"fuseforge: could not time `{conv['text']}` on the direct kernel ({str(e)[:200]}); the "
+            "cost model weighs it",
+            stacklevel=2,
+        )
         return None
 
 
@@ -230,13 +264,23 @@ def _probed_tf32(key: str, conv: dict, device: torch.device) -> bool:
     try:
         return bool(_cached(key, lambda: measure_precision(conv, device))["tf32"])
     except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
-        warnings.warn(f"fuseforge: could not probe the precision of `{conv['text']}` ({str(e)[:200]}); "
-                      "it runs in IEEE fp32")
+        warnings.warn(
+            f"fuseforge: could not probe the precision of `{conv['text']}` ({str(e)[:200]}); it runs in IEEE fp32",
+            stacklevel=2,
+        )
         return False
 
 
-def decide(text: str, precision: str, device: torch.device, *, forced: str = "probe",
-           tune_layout: bool = False, time_cudnn: bool = False, time_direct: bool = False) -> dict[str, dict]:
+def decide(
+    text: str,
+    precision: str,
+    device: torch.device,
+    *,
+    forced: str = "probe",
+    tune_layout: bool = False,
+    time_cudnn: bool = False,
+    time_direct: bool = False,
+) -> dict[str, dict]:
     """CompileOptions' conv arguments for an IR graph: `conv_tf32` (per f32
     conv signature: eager's conv uses TF32, as probed; unneeded under the tf32
     policy), `conv_channels_last` (per signature, timed, with `tune_layout`)
@@ -275,13 +319,22 @@ def decide(text: str, precision: str, device: torch.device, *, forced: str = "pr
                 conv_cudnn_ms[sig] = (t["contiguous_ms"], t["channels_last_ms"])
             model = conv.get("direct_model_ms")
             cudnn = min(t["contiguous_ms"], t["channels_last_ms"])
-            if time_cudnn and time_direct and math == "ieee" and model is not None and \
-                    cudnn / DIRECT_BAND < model < cudnn * DIRECT_BAND:
+            if (
+                time_cudnn
+                and time_direct
+                and math == "ieee"
+                and model is not None
+                and cudnn / DIRECT_BAND < model < cudnn * DIRECT_BAND
+            ):
                 direct = _timed_direct(env, conv, device)
                 if direct is not None:
                     conv_direct_ms[sig] = direct
-    return {"conv_tf32": conv_tf32, "conv_channels_last": conv_channels_last, "conv_cudnn_ms": conv_cudnn_ms,
-            "conv_direct_ms": conv_direct_ms}
+    return {
+        "conv_tf32": conv_tf32,
+        "conv_channels_last": conv_channels_last,
+        "conv_cudnn_ms": conv_cudnn_ms,
+        "conv_direct_ms": conv_direct_ms,
+    }
 
 
 def _timed_layouts(key: str, conv: dict, device: torch.device, math: str) -> dict | None:
@@ -290,8 +343,11 @@ def _timed_layouts(key: str, conv: dict, device: torch.device, math: str) -> dic
     try:
         return _cached(key, lambda: measure_layout(conv, device, math))
     except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
-        warnings.warn(f"fuseforge: could not time `{conv['text']}` on cuDNN ({str(e)[:200]}); the cost model "
-                      "decides its layout and engine")
+        warnings.warn(
+            f"fuseforge: could not time `{conv['text']}` on cuDNN ({str(e)[:200]}); the cost model "
+            "decides its layout and engine",
+            stacklevel=2,
+        )
         return None
 
 

@@ -2,6 +2,7 @@
 wheel (requirements-headers.txt). `fuseforge emit` copies `cutlass_include_dir`
 verbatim into emitted files that carry GEMM kernels, so it uses only the
 standard library and imports inside its body."""
+
 from __future__ import annotations
 
 

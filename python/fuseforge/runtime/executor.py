@@ -12,11 +12,13 @@ compiled with NVRTC for the device (in parallel, disk-cached) and launched on
 torch's current stream. On the CPU, kernels run on the reference interpreter
 instead: that is how `fuseforge run` checks a plan on machines without a GPU.
 """
+
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -95,8 +97,10 @@ class Executor:
             if not isinstance(loaded, str):
                 self.kernels[i] = loaded
             elif k.kind in _LIBRARY_BACKED:
-                warnings.warn(f"fuseforge: {k.kind} kernel {k.name} did not compile; running it through ATen:\n"
-                              f"{loaded[:2000]}")
+                warnings.warn(
+                    f"fuseforge: {k.kind} kernel {k.name} did not compile; running it through ATen:\n{loaded[:2000]}",
+                    stacklevel=2,
+                )
             else:
                 raise RuntimeError(loaded)
 
@@ -109,6 +113,7 @@ class Executor:
             def free(env: Env) -> None:
                 for s in slots:
                     env[s] = None
+
             return free
         if step.kind == "launch":
             if self.device.type == "cuda":
@@ -134,6 +139,7 @@ class Executor:
             else:
                 for s, o in zip(results, out):
                     env[s] = o
+
         return run
 
     def _op_by_op(self, index: int) -> Run:
@@ -152,6 +158,7 @@ class Executor:
                 c(env)
             for b in [*interior, *(b for b, _, _ in aliases)]:
                 env[b] = None
+
         return run
 
     def _view_of_memory(self, x: torch.Tensor, memory: int, alias: int) -> torch.Tensor:
@@ -206,6 +213,7 @@ class Executor:
             kernel.launch(dev_index, pointers, [float(env[s]) for s in scalars], _raw_stream(dev_index))
             for (o, _), t in zip(outs, out_tensors):
                 env[o] = t
+
         return run
 
     def _tuned(self, k: Any, default: Any, pointers: list[int], library: Callable[[], Any] | None = None) -> Any:
@@ -218,7 +226,9 @@ class Executor:
             try:
                 candidates.append((v.name, core.load_variant(v, self.arch)))
             except RuntimeError as e:
-                warnings.warn(f"fuseforge: {k.kind} candidate {v.name} did not compile; not timed: {str(e)[:500]}")
+                warnings.warn(
+                    f"fuseforge: {k.kind} candidate {v.name} did not compile; not timed: {str(e)[:500]}", stacklevel=2
+                )
         stream = _raw_stream(dev_index)
         runs: list[Callable[[], Any]] = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
         if library is not None:
@@ -268,14 +278,17 @@ class Executor:
 
             def sample(x: Any) -> np.ndarray:
                 return _as_array(x.expand(shape)[coords]) if isinstance(x, torch.Tensor) else _as_array(x)
+
             results = core.interpret(sampled, [sample(x) for x in ins])
             for (o, _), r in zip(outs, results):
                 got = env[o][coords].to(torch.float64)
                 want = torch.from_numpy(np.asarray(r))
                 if not torch.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True):
                     err = (got - want).abs().max().item()
-                    raise AssertionError(f"kernel {k.name}: interpreter disagrees on sampled elements "
-                                         f"(max abs diff {err:.3g})")
+                    raise AssertionError(
+                        f"kernel {k.name}: interpreter disagrees on sampled elements (max abs diff {err:.3g})"
+                    )
+
         return run
 
     # ---- the native call path (runtime/fast_call.py)
@@ -310,18 +323,19 @@ class Executor:
         if self._prepare and "values" not in self._prepared:
             return None
         by_slot = dict(zip(self.input_slots, inputs))
-        return ([(b, by_slot[b]) for b in self._weights],
-                list(zip(self._kept, self._prepared.get("values", []))))
+        return ([(b, by_slot[b]) for b in self._weights], list(zip(self._kept, self._prepared.get("values", []))))
 
     # ---- call
 
     def _prepare_section(self, env: Env) -> None:
         """Puts the prepare section's values into `env`: kept from an earlier
         call unless a weight they read changed (cached_prepare)."""
+
         def compute() -> list:
             for run in self._prepare:
                 run(env)
             return [env[b] for b in self._kept]
+
         for b, v in zip(self._kept, cached_prepare(self._prepared, [env[b] for b in self._weights], compute)):
             env[b] = v
 

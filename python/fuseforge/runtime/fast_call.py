@@ -18,10 +18,12 @@ FUSEFORGE_FAST_CALL=0 turns it off (runtime/options.py). It needs the
 _fast_call extension, which is built where torch is importable at build time
 (it links libtorch); without it every call takes the Python path.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fuseforge._native import core
 from fuseforge.runtime.options import fast_call_enabled
@@ -68,10 +70,20 @@ def arm(module: Any, spec: Any, args: Sequence[Any], inputs: Sequence[Any]) -> A
         mutations.append((slot, mod._buffers, name))
     weights, kept = prepared
     try:
-        return _fast_call.FastCall(len(executor.types), module.training, tuple(args),
-                                   list(spec.captured.specialized_scalars.items()), sources, weights, kept,
-                                   executor.fast_steps(), list(executor.output_slots), mutations,
-                                   executor.device.index or 0, core.launch_entry)
+        return _fast_call.FastCall(
+            len(executor.types),
+            module.training,
+            tuple(args),
+            list(spec.captured.specialized_scalars.items()),
+            sources,
+            weights,
+            kept,
+            executor.fast_steps(),
+            list(executor.output_slots),
+            mutations,
+            executor.device.index or 0,
+            core.launch_entry,
+        )
     except ValueError:  # an argument or state FastCall does not take
         return None
 

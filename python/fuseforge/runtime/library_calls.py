@@ -7,10 +7,12 @@ so both run the very same calls.
 A convolution carrying the fp32_precision its conv_precision pass decided
 runs through `_ff_convolution`, which emitted files carry verbatim (hence the
 prefix)."""
+
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

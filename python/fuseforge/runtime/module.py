@@ -1,18 +1,20 @@
 """OptimizedModule: the drop-in replacement that `fuseforge.optimize` returns."""
+
 from __future__ import annotations
 
 import contextlib
 import inspect
 import logging
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from fuseforge._native import core
-from fuseforge.capture import CaptureError, CapturedGraph, capture, resolve_attribute
+from fuseforge.capture import CapturedGraph, CaptureError, capture, resolve_attribute
 from fuseforge.diagnostics import one_line
 from fuseforge.runtime import fast_call
 from fuseforge.runtime.executor import Executor
@@ -30,6 +32,7 @@ MAX_SPECIALIZATIONS = 8
 @dataclass
 class Specialization:
     """One compiled version of the model, for one guard key."""
+
     captured: CapturedGraph
     compiled: Any  # core.Compiled: the IR before and after passes, and the plan
     executor: Executor
@@ -78,12 +81,14 @@ def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
     argument's shape, dtype, device and strides (Python numbers by type only:
     they are kernel arguments). Parameters and buffers are checked by
     `Specialization.gather`."""
+
     def describe(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             return ("T", x.shape, x.dtype, x.device, x.stride())
         if isinstance(x, (bool, int, float)):
             return ("S", type(x))
         return ("O", repr(x))
+
     return (module.training, eager_conv_precision(), tuple(describe(a) for a in args))
 
 
@@ -97,8 +102,10 @@ class _NoBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):  # type: ignore[override]
-        raise RuntimeError("fuseforge: backward through an optimized module is not supported yet; "
-                           "call the original model (or run the optimized one under torch.no_grad()).")
+        raise RuntimeError(
+            "fuseforge: backward through an optimized module is not supported yet; "
+            "call the original model (or run the optimized one under torch.no_grad())."
+        )
 
 
 class OptimizedModule(nn.Module):
@@ -181,8 +188,10 @@ class OptimizedModule(nn.Module):
         if len(self.specializations()) >= MAX_SPECIALIZATIONS:
             object.__setattr__(self, "_ff_gave_up", True)
             object.__setattr__(self, "_ff_hot", None)
-            warnings.warn(f"fuseforge: {MAX_SPECIALIZATIONS} specializations reached; "
-                          "running this module eagerly from now on", stacklevel=2)
+            warnings.warn(
+                f"fuseforge: {MAX_SPECIALIZATIONS} specializations reached; running this module eagerly from now on",
+                stacklevel=2,
+            )
             return self._eager(*args)
         log.info("fuseforge: compiling a specialization for %s", [tuple(t.shape) for t in tensors])
         try:
@@ -237,7 +246,7 @@ class OptimizedModule(nn.Module):
         if it has none, or if it declined a call this specialization takes
         (a weight the prepare section reads changed, say)."""
         grad = torch.is_grad_enabled()
-        with (torch.no_grad() if grad else _NOTHING), precision_context(self.precision):
+        with torch.no_grad() if grad else _NOTHING, precision_context(self.precision):
             outputs, new_buffers = spec.executor(inputs)
             for (mod, name), value in zip(spec.mutation_targets, new_buffers):
                 getattr(mod, name).copy_(value)
@@ -257,8 +266,9 @@ class OptimizedModule(nn.Module):
         return spec.captured.unflatten_outputs(outputs)
 
 
-def optimize(model: nn.Module, example_inputs: Sequence[Any] | None = None, *,
-             precision: str = "fp32") -> OptimizedModule:
+def optimize(
+    model: nn.Module, example_inputs: Sequence[Any] | None = None, *, precision: str = "fp32"
+) -> OptimizedModule:
     """Returns a drop-in replacement of `model` whose forward runs fused kernels.
 
     `example_inputs`, if given, are used to compile right away (on CUDA
@@ -271,6 +281,5 @@ def optimize(model: nn.Module, example_inputs: Sequence[Any] | None = None, *,
         example = list(example_inputs)
         if any(isinstance(a, torch.Tensor) and a.device.type == "cuda" for a in example):
             device = next(a.device for a in example if isinstance(a, torch.Tensor))
-            opt._ff_specializations.setdefault(_guard_key(opt, example), []).append(
-                opt._specialize(example, device))
+            opt._ff_specializations.setdefault(_guard_key(opt, example), []).append(opt._specialize(example, device))
     return opt

@@ -20,6 +20,7 @@ read here and nowhere else:
 With a CUDA device, `compile_ir` first probes what eager's convolutions do on
 it (conv_probe.decide) and hands the answers to the compiler.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,9 +45,15 @@ def conv_policy() -> str:
     return os.environ.get("FUSEFORGE_CONV_KERNELS", "auto")
 
 
-def compile_options(precision: str = "fp32", arch: int = 0, *, gemm: str | None = None,
-                    trace: bool = False, passes: list[str] | None = None,
-                    convs: dict[str, dict[str, bool]] | None = None) -> Any:
+def compile_options(
+    precision: str = "fp32",
+    arch: int = 0,
+    *,
+    gemm: str | None = None,
+    trace: bool = False,
+    passes: list[str] | None = None,
+    convs: dict[str, dict[str, bool]] | None = None,
+) -> Any:
     """A core.CompileOptions. `gemm` overrides FUSEFORGE_GEMM; `arch` is the
     target GPU's compute capability (0: unknown); `trace` records the IR after
     each pass; `convs` is conv_probe.decide's answer. Raises ValueError naming
@@ -55,10 +62,17 @@ def compile_options(precision: str = "fp32", arch: int = 0, *, gemm: str | None 
     policy = gemm if gemm is not None else os.environ.get("FUSEFORGE_GEMM", "auto")
     conv = conv_policy()
     try:
-        return core.CompileOptions(precision=precision, gemm=policy, autotune=autotune_enabled(), arch=arch,
-                                   passes=passes or [], trace=trace,
-                                   reductions=os.environ.get("FUSEFORGE_REDUCTIONS") != "0", conv=conv,
-                                   **(convs or {}))
+        return core.CompileOptions(
+            precision=precision,
+            gemm=policy,
+            autotune=autotune_enabled(),
+            arch=arch,
+            passes=passes or [],
+            trace=trace,
+            reductions=os.environ.get("FUSEFORGE_REDUCTIONS") != "0",
+            conv=conv,
+            **(convs or {}),
+        )
     except ValueError as e:
         where = "" if gemm is not None else f"FUSEFORGE_GEMM is {policy!r}, FUSEFORGE_CONV_KERNELS is {conv!r}: "
         raise ValueError(f"fuseforge: {where}{e}") from None
@@ -70,13 +84,27 @@ def probe_convs(text: str, precision: str, device: torch.device) -> dict[str, di
     if forced not in ("probe", "ieee", "tf32"):
         raise ValueError(f"fuseforge: FUSEFORGE_CONV_PRECISION is {forced!r}; expected probe, ieee or tf32")
     implicit = conv_policy() in ("auto", "1", "always")
-    return conv_probe.decide(text, precision, device, forced=forced, tune_layout=autotune_enabled(),
-                             time_cudnn=implicit, time_direct=conv_policy() in ("auto", "1"))
+    return conv_probe.decide(
+        text,
+        precision,
+        device,
+        forced=forced,
+        tune_layout=autotune_enabled(),
+        time_cudnn=implicit,
+        time_direct=conv_policy() in ("auto", "1"),
+    )
 
 
-def compile_ir(text: str, precision: str = "fp32", arch: int = 0, *, gemm: str | None = None,
-               trace: bool = False, passes: list[str] | None = None,
-               device: torch.device | None = None) -> Any:
+def compile_ir(
+    text: str,
+    precision: str = "fp32",
+    arch: int = 0,
+    *,
+    gemm: str | None = None,
+    trace: bool = False,
+    passes: list[str] | None = None,
+    device: torch.device | None = None,
+) -> Any:
     """Compiles IR text (passes, fusion, CUDA, the plan): a core.Compiled with
     ir_before, ir_after, pass_trace and plan. With a CUDA `device`, each f32
     conv's math and layout follow what eager's conv does there (probed)."""

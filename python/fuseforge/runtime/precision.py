@@ -1,10 +1,11 @@
 """Precision policies: which ones exist, the context that makes library
 f32 matmuls follow one, and cuDNN's conv precision: what eager's convs may
 use under the user's flags, and a context that sets it for a call."""
+
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
@@ -47,7 +48,7 @@ def _tf32_matmuls() -> Iterator[None]:
 
 
 def eager_conv_precision() -> str:
-    """"tf32" or "ieee": the math cuDNN convolutions may use under the current
+    """ "tf32" or "ieee": the math cuDNN convolutions may use under the current
     flags: torch.backends.cudnn.conv.fp32_precision, where "none" inherits
     cuDNN's, then the generic setting (the legacy allow_tf32 switch sets them)."""
     value = torch.backends.cudnn.conv.fp32_precision  # read per call: the rest only when it inherits

@@ -1,7 +1,8 @@
 """Keeping a plan's prepare-section values between calls. `fuseforge emit`
 copies `cached_prepare` verbatim into emitted files, which import only torch
 and the standard library: its annotations name builtins, or are strings."""
-from typing import Callable
+
+from collections.abc import Callable
 
 
 def cached_prepare(cache: dict, weights: list, compute: "Callable[[], list]") -> list:
