@@ -1,4 +1,4 @@
-"""GPU facts about the suite's convolutions (issue 18), printed as three tables.
+"""GPU facts about the suite's convolutions, printed as three tables.
 
     python tools/conv_probe.py [--problems DIR_OR_FILES...] [--sections ABC] [--json OUT.json]
 

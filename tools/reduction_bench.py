@@ -10,7 +10,7 @@ What it prints:
      fuseforge ms, fuseforge's speedups, and the problem's minimum traffic (its
      inputs, outputs and buffer updates, each once: fuseforge.harness.roofline)
      over fuseforge's time as GB/s and as a fraction of the copy bandwidth. For
-     the memory-bound problems that fraction is the target (issue 17: >= 80%);
+     the memory-bound problems that fraction is the target (>= 80%);
      the conv problems spend most of their time in the convolution.
   3. Per generated reduction kernel (torch.profiler, 5 warm calls, mean): its
      time, the bytes it reads and writes (its tensors, broadcast dims once) and

@@ -1,5 +1,5 @@
 // Standalone prototypes that chose the reduction and scan kernels' strategies
-// (session 15; numbers in benchmarks/results/2026-11-25_h100_session15.md).
+// (run on an H100; what they chose: csrc/fusion/reduction_strategy.cc).
 // Not part of fuseforge: hand-written variants of a 4096x32768 softmax, a
 // [128,512,1024] logsumexp over dim 1 then a mean, and a 1024x32768
 // cumsum(x * mask), timed with a cold L2 (256 MiB memset) and CUDA events,

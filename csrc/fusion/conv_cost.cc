@@ -20,8 +20,8 @@ namespace {
 constexpr double kSimtF32 = 55e12;  // IEEE f32: no tensor cores in cuDNN
 constexpr double kTf32 = 230e12;    // cuDNN TF32 tensor cores, channels-last
 constexpr double kHalf = 450e12;    // cuDNN f16/bf16 tensor cores, channels-last
-// Our implicit GEMM, f32 as 3xTF32. H200, session 27 (the Hopper kernel +
-// relu): 96-98 TFLOP/s on the seed's conv, 68 on a 48 -> 96 channel one (91
+// Our implicit GEMM, f32 as 3xTF32. H200, the Hopper kernel + relu:
+// 96-98 TFLOP/s on the seed's conv, 68 on a 48 -> 96 channel one (91
 // a full tile). Not re-fit: the figure weighs it against cuDNN's IEEE convs,
 // whose choices the suite with eager's convs in IEEE should check first.
 constexpr double kKernel3xTf32 = 65e12;
@@ -50,26 +50,26 @@ constexpr double kSsTf32 = 400e12;  // its wgmmas, where the gather keeps up
 // Ping-pong tiles (Sm90SsTile::pingpong()), with A's loads through L1 and
 // readied by the copies themselves: each warpgroup's stores hide behind the
 // other's wgmmas (staged), but for the first tile's loads and the last one's
-// stores. H200, 8 convs + relu written NCHW (tools/conv_probe.py section C,
-// session 26): 0.4 to 9.4 GB gathered in 0.075 to 1.19 ms, modelled as 7.5
+// stores. H200, 8 convs + relu written NCHW (tools/conv_probe.py section
+// C): 0.4 to 9.4 GB gathered in 0.075 to 1.19 ms, modelled as 7.5
 // TB/s + 0.02 ms within -12 % (the 3-D conv ran slower than modelled) and +7
 // %; the seed's conv with its own epilogue ran 6 % over its relu.
 // Wide tiles (Sm90SsTile::wide) gather at that rate too, but store between
-// tiles, at kSsStagedStore: H200, session 34, the seed's conv + relu 0.934
+// tiles, at kSsStagedStore: H200, the seed's conv + relu 0.934
 // ms with its stores switched off (modelled 0.936), 1.198 with them (1.19);
 // a 64 -> 128 channel one, 112x112, 0.458 (0.456).
 constexpr double kSsPingPongGather = 7.5e12;
 // A transposed conv's packed phases (ConvSpec::phases_packed) gather at that
 // rate too, but their epilogue, between tiles, computes each value in the
-// threads that store it along the output's rows: H100, session 40, a 128 ->
-// 64 channel stride-2 4x4 one with a residual and hardswish (0.134 GB out)
-// took 0.258 ms, 0.111 modelled for its gather (session 37: 0.311, before
-// the channel runs of sm90_ss_wide.cc's store_tile).
+// threads that store it along the output's rows: H100, a 128 -> 64 channel
+// stride-2 4x4 one with a residual and hardswish (0.134 GB out) took 0.258
+// ms, 0.111 modelled for its gather (0.311 without the channel runs of
+// sm90_ss_wide.cc's store_tile).
 constexpr double kSsPackedStore = 0.91e12;
 constexpr double kSsPingPongEndsMs = 0.02;
 constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
 // Our direct kernel, IEEE f32 FMAs (its FMAs wait on shared-memory loads of
-// the window and weights). H200, session 28, the kernel + relu: 27-34
+// the window and weights). H200, the kernel + relu: 27-34
 // TFLOP/s where a block stages every input channel once for several blocks
 // of output channels (6, 8, 12 -> 48, 32, 48 channels, 3x3), but 21 for 3
 // -> 16 (27 FMAs an output); 22-24 where the channels come in several
@@ -116,7 +116,7 @@ double ss_kernel_ms(const ConvSpec& s) {
   int64_t pixels = 1;
   for (int64_t d : s.output_size) pixels *= d;
   // A transposed conv's tile rows are pixels a stride apart: never staged.
-  // H200, session 29: a 32 -> 96 channel stride-2 4x4 one alone ran 0.214 ms
+  // H200: a 32 -> 96 channel stride-2 4x4 one alone ran 0.214 ms
   // (modelled 0.213; cuDNN 0.144); a 128 -> 64 one with a residual and
   // hardswish 0.675 (modelled 0.30): its strided stores and residual loads
   // fill half of each sector. (The conv scheduler makes them kernels only on
@@ -192,7 +192,7 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
   } else {
     // Tensor cores read channels-last tiles: cuDNN's contiguous-layout
     // calls pay for that twice, in transposes of the input and result around
-    // a channels-last kernel and in a slower kernel (H200, session 18: a
+    // a channels-last kernel and in a slower kernel (H200: a
     // 48 -> 96 channel 3x3 conv 0.293 ms inside the NCHW call, plus 0.187 of
     // transposes, against 0.228 for the NHWC call's kernel; the seed's and a
     // 3 -> 64 conv's NCHW-output kernels 1.8x their NHWC ones). Modelled as

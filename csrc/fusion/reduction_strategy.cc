@@ -297,8 +297,8 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& agai
   }
   // Columns too long for a block's registers stream again in each pass.
   // Splitting them across a cluster of blocks (sm_90) measured slower on the
-  // instance norm of a channels-last conv output (6144 columns of 8836, H100,
-  // session 39): statistics and apply in one kernel, each block of 8 holding
+  // instance norm of a channels-last conv output (6144 columns of 8836,
+  // H100): statistics and apply in one kernel, each block of 8 holding
   // its chunk in registers and merging through distributed shared memory,
   // took 254 us at best (64 registers, two blocks per SM, one thread per
   // column reading the peers), against 90 + 145 for the statistics' kernel

@@ -4,7 +4,7 @@
 //
 // Tensor cores read an f32 as tf32 by dropping its low 13 bits. Truncation
 // biases every product toward zero (1.5-3.2x eager's error against fp64 on the
-// suite's convs, session 13); rounded operands give eager's (cuDNN rounds).
+// suite's convs on an H100); rounded operands give eager's (cuDNN rounds).
 // Rounding inside the conv kernel costs a pass over every shared-memory tile
 // (about 25 % of the kernel); rounding where the operand is written costs
 // nothing: the input's channels-last copy, a pointwise op that makes it, the

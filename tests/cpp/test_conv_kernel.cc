@@ -318,7 +318,7 @@ TEST(ConvKernel, WideTilesPutThePixelsOnTheWgmmasNSide) {
 }
 
 TEST(ConvKernel, TheModelOfTheWideKernelFollowsItsMeasuredTimes) {
-  // H200, session 34, conv + relu alone on rounded operands, NCHW results:
+  // H200, conv + relu alone on rounded operands, NCHW results:
   // the seed's conv 1.19 ms, a 64 -> 128 channel one at 112x112 0.457 (both
   // wide); a 48 -> 96 channel one (ping-pong tiles) 0.292.
   const auto spec = [](int64_t batch, int64_t cin, int64_t size, int64_t cout, int64_t pad) {

@@ -37,7 +37,7 @@ struct Sm90SsTile {
   // (64 a consumer warpgroup, both sharing it) by bn = 256 pixels, the
   // widest wgmma (m64n256k8), whose operand reads per multiply-add are the
   // fewest: on an H200 the gathers and the wgmmas' reads of the 128 x 128
-  // ping-pong tiles contend for each SM's shared memory (session 33). The
+  // ping-pong tiles contend for each SM's shared memory. The
   // result leaves through shared memory in bulk copies, one per channel's
   // run of pixels (the result's channels hold contiguous runs of pixels).
   bool wide = false;
