@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs fuseforge on a lent GPU machine (docs/DEVELOPING.md, "GPU runs on a
-# lent machine"). A default $CXX that links libstdc++ statically builds an
-# extension that crashes inside a torch process (two libstdc++ copies share
+# Installs fuseforge on a fresh GPU machine without network access
+# (docs/DEVELOPING.md, "GPU runs on a fresh machine"). A default $CXX that
+# links libstdc++ statically builds an extension that crashes inside a torch process (two libstdc++ copies share
 # iostream locale state): build with the system g++ instead. Pinned nanobind/scikit-build-core and nvidia-cutlass (the
 # GEMM kernels' headers, requirements-headers.txt) come as wheels in .whl/.
 set -euo pipefail

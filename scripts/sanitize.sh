@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 [ -x "$SAN" ] || { echo "sanitize.sh: compute-sanitizer not found (install the CUDA toolkit or set CUDA_HOME)" >&2; exit 1; }
-PY=${PYTHON:-.venv/bin/python}  # PYTHON=python3 where fuseforge is installed outside .venv (a lent GPU machine)
+PY=${PYTHON:-.venv/bin/python}  # PYTHON=python3 where fuseforge is installed outside .venv (a GPU machine set up by benchmarks/device_setup.sh)
 command -v "$PY" >/dev/null || { echo "sanitize.sh: no $PY here; run bash scripts/setup.sh first (or set PYTHON)" >&2; exit 1; }
 TESTS=("$@")
 [ ${#TESTS[@]} -gt 0 ] || TESTS=(tests/python/test_faults_gpu.py tests/python/test_gpu.py -k "faults or reduced_batch")
