@@ -1,24 +1,18 @@
-"""Per-ATen-op handlers: (lowerer, node, bound args) -> env entry. A handler
-raises _Unsupported to get an opaque node instead."""
+"""Per-ATen-op handlers (registry.py says what a handler is). A handler
+raises Unsupported to get an opaque node instead."""
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx as fx
 
 from fuseforge._native import core
-from fuseforge.capture.graph import CaptureError
-from fuseforge.capture.irtext import _T, _contiguous_strides
-from fuseforge.capture.values import _V, _Const, _Lit, _Unsupported
-
-if TYPE_CHECKING:
-    from fuseforge.capture.lowering import _Lowerer
-
-aten = torch.ops.aten
+from fuseforge.capture.irtext import IRType, contiguous_strides
+from fuseforge.capture.registry import Lowering, aten_op, norm_dim, norm_dims, opmath, register, register_op, var_attrs
+from fuseforge.capture.values import Const, Lit, Unsupported, Value
 
 
 def _literal_for(value: Any, dtype: torch.dtype) -> Any:
@@ -32,48 +26,15 @@ def _literal_for(value: Any, dtype: torch.dtype) -> Any:
     return int(value)
 
 
-def _norm_dim(d: int, rank: int) -> int:
-    r = max(rank, 1)
-    if not -r <= d < r:
-        raise CaptureError(f"dim {d} out of range for rank {rank}")
-    return d + r if d < 0 else d
-
-
-def _norm_dims(dims: Any, rank: int) -> list[int]:
-    if dims is None:
-        return list(range(rank))
-    if isinstance(dims, int):
-        dims = [dims]
-    if len(dims) == 0:
-        return list(range(rank))
-    return sorted({_norm_dim(int(d), rank) for d in dims})
-
-
-_HANDLERS: dict[Any, Callable[[_Lowerer, fx.Node, dict], Any]] = {}
-
-
-def _op(name: str, overload: str):
-    packet = getattr(aten, name, None)
-    return getattr(packet, overload, None) if packet is not None else None
-
-
-def _register(specs: Sequence[str], fn: Callable) -> None:
-    for spec in specs:
-        name, overload = spec.split(".")
-        op = _op(name, overload)
-        if op is not None:
-            _HANDLERS[op] = fn
-
-
 def _one_to_one(irop: str, kind: str, arg_names: list[str]):
     """An ATen op whose schema arguments are the IR op's operands, in order."""
     if kind == "pointwise":
 
-        def h(L: _Lowerer, node, a):
+        def h(L: Lowering, node, a):
             return L.pointwise(irop, [L.operand(a[n]) for n in arg_names], L.rtype(node))
     else:
 
-        def h(L: _Lowerer, node, a):
+        def h(L: Lowering, node, a):
             return L.emit1(irop, [L.value(a[n]) for n in arg_names], L.rtype(node))
 
     return h
@@ -85,7 +46,7 @@ def _register_one_to_one() -> None:
     for irop in core.op_names():
         info = core.op_info(irop)
         for spec in info.aten:
-            op = _op(*spec.split("."))
+            op = aten_op(*spec.split("."))
             if op is None:
                 continue  # not in this PyTorch
             names = [arg.name for arg in op._schema.arguments if not arg.kwarg_only]
@@ -94,62 +55,55 @@ def _register_one_to_one() -> None:
                     f"ops.def: '{irop}' takes {info.num_operands} operands but maps from "
                     f"aten.{spec}, which takes {len(names)} arguments"
                 )
-            _HANDLERS[op] = _one_to_one(irop, info.kind, names)
+            register_op(op, _one_to_one(irop, info.kind, names))
 
 
 _register_one_to_one()
 
 
-def _gelu(L: _Lowerer, node, a):
+def _gelu(L: Lowering, node, a):
     approx = a.get("approximate") or "none"
     if approx not in ("none", "tanh"):
-        raise _Unsupported(approx)
+        raise Unsupported(approx)
     return L.pointwise("gelu", [L.operand(a["self"])], L.rtype(node), {"approximate": approx})
 
 
-_register(["gelu.default"], _gelu)
+register(["gelu.default"], _gelu)
 
 
-def _opmath(L: _Lowerer, x: _V) -> _V:
-    """x as the dtype ATen's kernels compute it in: f32 for f16 and bf16."""
-    if x.type.dtype in (torch.float16, torch.bfloat16):
-        return L.emit1("cast", [x], x.type.with_dtype(torch.float32))
-    return x
-
-
-def _elu(L: _Lowerer, node, a):
+def _elu(L: Lowering, node, a):
     """elu/selu/celu as ATen computes them (in f32 for f16 and bf16):
     x * scale where x > 0 (or NaN), else expm1(x * input_scale) * alpha * scale."""
     t = L.rtype(node)
     if not t.dtype.is_floating_point:
-        raise _Unsupported("elu of a non-floating tensor")
-    x = _opmath(L, L.value(a["self"]))
+        raise Unsupported("elu of a non-floating tensor")
+    x = opmath(L, L.value(a["self"]))
     ft = x.type
     alpha, scale, input_scale = (float(1.0 if a.get(k) is None else a[k]) for k in ("alpha", "scale", "input_scale"))
-    inner = x if input_scale == 1 else L.pointwise("mul", [x, _Lit(input_scale)], ft)
+    inner = x if input_scale == 1 else L.pointwise("mul", [x, Lit(input_scale)], ft)
     negative = L.pointwise("expm1", [inner], ft)
     if alpha * scale != 1:
-        negative = L.pointwise("mul", [negative, _Lit(alpha * scale)], ft)
-    positive = x if scale == 1 else L.pointwise("mul", [x, _Lit(scale)], ft)
-    at_most_zero = L.pointwise("le", [x, _Lit(0.0)], ft.with_dtype(torch.bool))
+        negative = L.pointwise("mul", [negative, Lit(alpha * scale)], ft)
+    positive = x if scale == 1 else L.pointwise("mul", [x, Lit(scale)], ft)
+    at_most_zero = L.pointwise("le", [x, Lit(0.0)], ft.with_dtype(torch.bool))
     out = L.pointwise("where", [at_most_zero, negative, positive], ft)
     return out if ft.dtype == t.dtype else L.emit1("cast", [out], t)
 
 
-_register(["elu.default"], _elu)
+register(["elu.default"], _elu)
 
 
-def _scaled(L: _Lowerer, y: Any, alpha: Any) -> Any:
+def _scaled(L: Lowering, y: Any, alpha: Any) -> Any:
     """alpha * y for add/sub's alpha: folded into a literal, else a mul node."""
     if alpha is None or (not isinstance(alpha, bool) and alpha == 1):
         return y
-    if isinstance(y, _Lit) and y.const is None:
-        return _Lit(y.value * alpha)
-    return L.emit1("mul", [y, _Lit(alpha)], L.infer(torch.mul, y, alpha))
+    if isinstance(y, Lit) and y.const is None:
+        return Lit(y.value * alpha)
+    return L.emit1("mul", [y, Lit(alpha)], L.infer(torch.mul, y, alpha))
 
 
 def _add_sub(irop: str, reverse: bool = False):
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         x, y = L.operand(a["self"]), L.operand(a["other"])
         if reverse:  # rsub: other - alpha * self
             return L.pointwise(irop, [y, _scaled(L, x, a.get("alpha"))], L.rtype(node))
@@ -158,53 +112,53 @@ def _add_sub(irop: str, reverse: bool = False):
     return h
 
 
-_register(["add.Tensor", "add.Scalar"], _add_sub("add"))
-_register(["sub.Tensor", "sub.Scalar"], _add_sub("sub"))
-_register(["rsub.Tensor", "rsub.Scalar"], _add_sub("sub", reverse=True))
+register(["add.Tensor", "add.Scalar"], _add_sub("add"))
+register(["sub.Tensor", "sub.Scalar"], _add_sub("sub"))
+register(["rsub.Tensor", "rsub.Scalar"], _add_sub("sub", reverse=True))
 
 
 def _bitwise_bool(irop: str, unary: bool = False):
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         names = ["self"] if unary else ["self", "other"]
         ops = [L.operand(a[n]) for n in names]
         t = L.rtype(node)
         if (
             t.dtype != torch.bool
-            or any(isinstance(o, _V) and o.type.dtype != torch.bool for o in ops)
-            or any(isinstance(o, _Lit) and not isinstance(o.value, bool) for o in ops)
+            or any(isinstance(o, Value) and o.type.dtype != torch.bool for o in ops)
+            or any(isinstance(o, Lit) and not isinstance(o.value, bool) for o in ops)
         ):
-            raise _Unsupported("bitwise op on non-bool tensors")
+            raise Unsupported("bitwise op on non-bool tensors")
         return L.pointwise(irop, ops, t)
 
     return h
 
 
-_register(["bitwise_and.Tensor", "bitwise_and.Scalar"], _bitwise_bool("logical_and"))
-_register(["bitwise_or.Tensor", "bitwise_or.Scalar"], _bitwise_bool("logical_or"))
-_register(["bitwise_not.default"], _bitwise_bool("logical_not", unary=True))
+register(["bitwise_and.Tensor", "bitwise_and.Scalar"], _bitwise_bool("logical_and"))
+register(["bitwise_or.Tensor", "bitwise_or.Scalar"], _bitwise_bool("logical_or"))
+register(["bitwise_not.default"], _bitwise_bool("logical_not", unary=True))
 
 
-def _div_mode(L: _Lowerer, node, a):
+def _div_mode(L: Lowering, node, a):
     x, y = L.operand(a["self"]), L.operand(a["other"])
     mode = a.get("rounding_mode")
     t = L.rtype(node)
     if mode is None:
         return L.pointwise("div", [x, y], t)
     if not t.dtype.is_floating_point or mode not in ("floor", "trunc"):
-        raise _Unsupported("integer division with rounding")
+        raise Unsupported("integer division with rounding")
     q = L.pointwise("div", [x, y], L.infer(torch.div, x, y))
     return L.emit1(mode, [q], t)
 
 
-_register(["div.Tensor_mode", "div.Scalar_mode"], _div_mode)
+register(["div.Tensor_mode", "div.Scalar_mode"], _div_mode)
 
 
-def _clamp(L: _Lowerer, node, a):
+def _clamp(L: Lowering, node, a):
     x = L.operand(a["self"])
     lo, hi = a.get("min"), a.get("max")
     t = L.rtype(node)
     if lo is None and hi is None:
-        raise _Unsupported("clamp without bounds")
+        raise Unsupported("clamp without bounds")
     if lo is not None and hi is not None:
         lo_o = L.operand(lo)
         mid = L.pointwise("maximum", [x, lo_o], L.infer(lambda u, v: torch.clamp(u, min=v), x, lo_o))
@@ -214,229 +168,220 @@ def _clamp(L: _Lowerer, node, a):
     return L.pointwise("minimum", [x, L.operand(hi)], t)
 
 
-_register(["clamp.default", "clamp.Tensor"], _clamp)
+register(["clamp.default", "clamp.Tensor"], _clamp)
 
 
 def _clamp_side(irop: str, key: str):
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         return L.pointwise(irop, [L.operand(a["self"]), L.operand(a[key])], L.rtype(node))
 
     return h
 
 
-def _hardtanh(L: _Lowerer, node, a):
+def _hardtanh(L: Lowering, node, a):
     x = L.operand(a["self"])
     lo, hi = a.get("min_val"), a.get("max_val")
     mid = L.pointwise("maximum", [x, L.operand(lo)], L.infer(lambda u: torch.clamp(u, min=lo), x))
     return L.pointwise("minimum", [mid, L.operand(hi)], L.rtype(node))
 
 
-def _leaky_relu(L: _Lowerer, node, a):
+def _leaky_relu(L: Lowering, node, a):
     # x > 0 ? x : x * slope, as ATen computes it
     x = L.value(a["self"])
     slope = a.get("negative_slope")
     slope = 0.01 if slope is None else slope
-    cond = L.emit1("gt", [x, _Lit(0)], L.infer(lambda u: u > 0, x))
-    neg = L.emit1("mul", [x, _Lit(slope)], L.infer(lambda u: u * slope, x))
+    cond = L.emit1("gt", [x, Lit(0)], L.infer(lambda u: u > 0, x))
+    neg = L.emit1("mul", [x, Lit(slope)], L.infer(lambda u: u * slope, x))
     return L.emit1("where", [cond, x, neg], L.rtype(node))
 
 
-_register(["hardtanh.default"], _hardtanh)
-_register(["leaky_relu.default"], _leaky_relu)
-_register(["clamp_min.default", "clamp_min.Tensor"], _clamp_side("maximum", "min"))
-_register(["clamp_max.default", "clamp_max.Tensor"], _clamp_side("minimum", "max"))
+register(["hardtanh.default"], _hardtanh)
+register(["leaky_relu.default"], _leaky_relu)
+register(["clamp_min.default", "clamp_min.Tensor"], _clamp_side("maximum", "min"))
+register(["clamp_max.default", "clamp_max.Tensor"], _clamp_side("minimum", "max"))
 
 
 # ---- copies, casts, aliases
 
 
-def _passthrough(L: _Lowerer, node, a):
+def _passthrough(L: Lowering, node, a):
     v = L.env.get(node.args[0])
     if v is None:
-        raise _Unsupported("alias of a non-value")
+        raise Unsupported("alias of a non-value")
     return v
 
 
-def _copy(L: _Lowerer, node, a):
+def _copy(L: Lowering, node, a):
     src = L.env.get(node.args[0])
-    if isinstance(src, _Const) and src.is_scalar:
+    if isinstance(src, Const) and src.is_scalar:
         return src  # a copy of a 0-d constant is the constant: a literal at its uses
     x = L.value(node.args[0])
     t = L.rtype(node)
     return L.emit1("cast" if t.dtype != x.type.dtype else "copy", [x], t)
 
 
-def _to_copy(L: _Lowerer, node, a):
+def _to_copy(L: Lowering, node, a):
     device = a.get("device")
     src = node.args[0]
     src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
     if device is not None and isinstance(src_val, torch.Tensor) and torch.device(device) != src_val.device:
-        raise _Unsupported("device change")
+        raise Unsupported("device change")
     return _copy(L, node, a)
 
 
-_register(["alias.default", "detach.default", "lift_fresh.default"], _passthrough)
-_register(["clone.default", "lift_fresh_copy.default"], _copy)
-_register(["_to_copy.default"], _to_copy)
+register(["alias.default", "detach.default", "lift_fresh.default"], _passthrough)
+register(["clone.default", "lift_fresh_copy.default"], _copy)
+register(["_to_copy.default"], _to_copy)
 _convert = getattr(getattr(torch.ops, "prims", None), "convert_element_type", None)
 if _convert is not None:
-    _HANDLERS[_convert.default] = _copy
+    register_op(_convert.default, _copy)
 
 
 # ---- tensor factories
 
 
 def _full(value_key: str | None, const: Any = None):
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         t = L.rtype(node)
         v = const if value_key is None else a[value_key]
         if isinstance(v, fx.Node):
             o = L.operand(v)
-            if isinstance(o, _V) and o.type.shape != ():
-                raise _Unsupported("non-scalar fill")
-            if isinstance(o, _Lit):
-                o = _Lit(_literal_for(o.value, t.dtype))
+            if isinstance(o, Value) and o.type.shape != ():
+                raise Unsupported("non-scalar fill")
+            if isinstance(o, Lit):
+                o = Lit(_literal_for(o.value, t.dtype))
             return L.emit1("full", [o], t)
         if not isinstance(v, (bool, int, float)):
-            raise _Unsupported(f"fill value {v!r}")
-        return L.emit1("full", [_Lit(_literal_for(v, t.dtype))], t)
+            raise Unsupported(f"fill value {v!r}")
+        return L.emit1("full", [Lit(_literal_for(v, t.dtype))], t)
 
     return h
 
 
-_register(["full.default", "full_like.default", "new_full.default"], _full("fill_value"))
-_register(["scalar_tensor.default"], _full("s"))
-_register(["zeros.default", "zeros_like.default", "new_zeros.default"], _full(None, 0))
-_register(["ones.default", "ones_like.default", "new_ones.default"], _full(None, 1))
+register(["full.default", "full_like.default", "new_full.default"], _full("fill_value"))
+register(["scalar_tensor.default"], _full("s"))
+register(["zeros.default", "zeros_like.default", "new_zeros.default"], _full(None, 0))
+register(["ones.default", "ones_like.default", "new_ones.default"], _full(None, 1))
 
 #: The most elements of an arange computed at capture (a constant of the graph).
 ARANGE_MOST = 1 << 16
 
 
-def _arange(L: _Lowerer, node, a):
+def _arange(L: Lowering, node, a):
     """An arange of literal bounds (the indices of a triu/tril mask, a
     position table) is a constant of the graph, computed here once (equal ones
     are one constant): kernels then read it where every call would launch
     ATen's arange."""
     bounds = {k: a.get(k) for k in ("start", "end", "step")}
     if any(isinstance(v, fx.Node) for v in bounds.values()):
-        raise _Unsupported("arange of run-time bounds")
+        raise Unsupported("arange of run-time bounds")
     val = node.meta.get("val")
     # Integers only: a float arange's rounding may differ between CPU and GPU.
     if not isinstance(val, torch.Tensor) or val.is_floating_point() or val.numel() > ARANGE_MOST:
-        raise _Unsupported("arange not kept as a constant (floats, or too long)")
+        raise Unsupported("arange not kept as a constant (floats, or too long)")
     start = 0 if bounds["start"] is None else bounds["start"]
     step = 1 if bounds["step"] is None else bounds["step"]
     key = (start, bounds["end"], step, val.dtype)
     if key not in L.aranges:
         value = torch.arange(start, bounds["end"], step, dtype=val.dtype)
         if value.shape != val.shape:
-            raise _Unsupported("arange of another length than traced")
-        L.aranges[key] = _Const("arange", value)
+            raise Unsupported("arange of another length than traced")
+        L.aranges[key] = Const("arange", value)
     return L.aranges[key]
 
 
-_register(["arange.default", "arange.start", "arange.start_step"], _arange)
+register(["arange.default", "arange.start", "arange.start_step"], _arange)
 
 
 # ---- reductions
 
 
-def _cast_to(L: _Lowerer, x: _V, dtype: Any) -> _V:
+def _cast_to(L: Lowering, x: Value, dtype: Any) -> Value:
     if dtype is None or dtype == x.type.dtype:
         return x
     return L.emit1("cast", [x], L.infer(lambda u: u.to(dtype), x))
 
 
 def _reduce(irop: str, dim_key: str | None, with_dtype: bool = False, all_dims: bool = False):
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         x = L.value(a["self"])
         if with_dtype:
             x = _cast_to(L, x, a.get("dtype"))
         rank = len(x.type.shape)
-        dims = _norm_dims(None if all_dims or dim_key is None else a.get(dim_key), rank)
+        dims = norm_dims(None if all_dims or dim_key is None else a.get(dim_key), rank)
         keepdim = bool(a.get("keepdim") or False) if not all_dims else False
         return L.emit1(irop, [x], L.rtype(node), {"dims": dims, "keepdim": keepdim})
 
     return h
 
 
-_register(["sum.dim_IntList"], _reduce("sum", "dim", with_dtype=True))
-_register(["sum.default"], _reduce("sum", None, with_dtype=True, all_dims=True))
-_register(["mean.dim"], _reduce("mean", "dim", with_dtype=True))
-_register(["mean.default"], _reduce("mean", None, with_dtype=True, all_dims=True))
-_register(["amax.default"], _reduce("amax", "dim"))
-_register(["amin.default"], _reduce("amin", "dim"))
-_register(["max.default"], _reduce("amax", None, all_dims=True))
-_register(["min.default"], _reduce("amin", None, all_dims=True))
-_register(["prod.dim_int"], _reduce("prod", "dim", with_dtype=True))
-_register(["prod.default"], _reduce("prod", None, with_dtype=True, all_dims=True))
-_register(["any.dim", "any.dims"], _reduce("any", "dim"))
-_register(["any.default"], _reduce("any", None, all_dims=True))
+register(["sum.dim_IntList"], _reduce("sum", "dim", with_dtype=True))
+register(["sum.default"], _reduce("sum", None, with_dtype=True, all_dims=True))
+register(["mean.dim"], _reduce("mean", "dim", with_dtype=True))
+register(["mean.default"], _reduce("mean", None, with_dtype=True, all_dims=True))
+register(["amax.default"], _reduce("amax", "dim"))
+register(["amin.default"], _reduce("amin", "dim"))
+register(["max.default"], _reduce("amax", None, all_dims=True))
+register(["min.default"], _reduce("amin", None, all_dims=True))
+register(["prod.dim_int"], _reduce("prod", "dim", with_dtype=True))
+register(["prod.default"], _reduce("prod", None, with_dtype=True, all_dims=True))
+register(["any.dim", "any.dims"], _reduce("any", "dim"))
+register(["any.default"], _reduce("any", None, all_dims=True))
 
 
-def _var_attrs(a: dict, rank: int) -> dict:
-    """var's attributes from var/var_mean's arguments (correction 1 unless given)."""
-    corr = a.get("correction")
-    corr = 1 if corr is None else corr
-    if float(corr) != int(corr):
-        raise _Unsupported("fractional correction")
-    return {"dims": _norm_dims(a.get("dim"), rank), "keepdim": bool(a.get("keepdim") or False), "correction": int(corr)}
-
-
-def _var(L: _Lowerer, node, a):
+def _var(L: Lowering, node, a):
     x = L.value(a["self"])
-    return L.emit1("var", [x], L.rtype(node), _var_attrs(a, len(x.type.shape)))
+    return L.emit1("var", [x], L.rtype(node), var_attrs(a, len(x.type.shape)))
 
 
-_register(["var.correction"], _var)
+register(["var.correction"], _var)
 
 
 def _arg_reduce(irop: str):
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         x = L.value(a["self"])
         attrs: dict[str, Any] = {"keepdim": bool(a.get("keepdim") or False)}
         if a.get("dim") is not None:
-            attrs["dim"] = _norm_dim(int(a["dim"]), len(x.type.shape))
+            attrs["dim"] = norm_dim(int(a["dim"]), len(x.type.shape))
         return L.emit1(irop, [x], L.rtype(node), attrs)
 
     return h
 
 
-_register(["argmax.default"], _arg_reduce("argmax"))
-_register(["argmin.default"], _arg_reduce("argmin"))
+register(["argmax.default"], _arg_reduce("argmax"))
+register(["argmin.default"], _arg_reduce("argmin"))
 
 
 def _softmax(irop: str, with_dtype: bool = False):
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         x = L.value(a["self"])
         if with_dtype:
             x = _cast_to(L, x, a.get("dtype"))
-        return L.emit1(irop, [x], L.rtype(node), {"dim": _norm_dim(int(a["dim"]), len(x.type.shape))})
+        return L.emit1(irop, [x], L.rtype(node), {"dim": norm_dim(int(a["dim"]), len(x.type.shape))})
 
     return h
 
 
-_register(["_softmax.default"], _softmax("softmax"))
-_register(["_log_softmax.default"], _softmax("log_softmax"))
-_register(["softmax.int"], _softmax("softmax", with_dtype=True))
-_register(["log_softmax.int"], _softmax("log_softmax", with_dtype=True))
+register(["_softmax.default"], _softmax("softmax"))
+register(["_log_softmax.default"], _softmax("log_softmax"))
+register(["softmax.int"], _softmax("softmax", with_dtype=True))
+register(["log_softmax.int"], _softmax("log_softmax", with_dtype=True))
 
 
-def _layer_norm(L: _Lowerer, node, a):
+def _layer_norm(L: Lowering, node, a):
     for u in node.users:
         if u.target is not operator.getitem or u.args[1] != 0:
-            raise _Unsupported("mean/rstd results are used")
+            raise Unsupported("mean/rstd results are used")
     x = L.value(a["input"])
     t0 = L.types(node)[0]
     shape = tuple(int(d) for d in a["normalized_shape"])
 
-    def affine(key: str, default: int) -> _V:
+    def affine(key: str, default: int) -> Value:
         """The weight or bias, or (F.layer_norm without it) ones or zeros of the normalized shape."""
         if a.get(key) is not None:
             return L.value(a[key])
-        t = _T(x.type.dtype, shape, _contiguous_strides(shape))
-        return L.emit1("full", [_Lit(_literal_for(default, t.dtype))], t)
+        t = IRType(x.type.dtype, shape, contiguous_strides(shape))
+        return L.emit1("full", [Lit(_literal_for(default, t.dtype))], t)
 
     v = L.emit1(
         "layer_norm", [x, affine("weight", 1), affine("bias", 0)], t0, {"ndims": len(shape), "eps": float(a["eps"])}
@@ -444,15 +389,15 @@ def _layer_norm(L: _Lowerer, node, a):
     return [v, None, None]
 
 
-_register(["native_layer_norm.default"], _layer_norm)
+register(["native_layer_norm.default"], _layer_norm)
 
 
-def _cumsum(L: _Lowerer, node, a):
+def _cumsum(L: Lowering, node, a):
     x = _cast_to(L, L.value(a["self"]), a.get("dtype"))
-    return L.emit1("cumsum", [x], L.rtype(node), {"dim": _norm_dim(int(a["dim"]), len(x.type.shape))})
+    return L.emit1("cumsum", [x], L.rtype(node), {"dim": norm_dim(int(a["dim"]), len(x.type.shape))})
 
 
-_register(["cumsum.default"], _cumsum)
+register(["cumsum.default"], _cumsum)
 
 
 # ---- pooling
@@ -470,11 +415,11 @@ def _pool(irop: str, dims: int, with_indices: bool = False):
     """max_poolNd / avg_poolNd (ATen's default overloads and max_pool's
     with_indices form when only the values are used) as one IR op."""
 
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         if with_indices:
             for u in node.users:
                 if u.target is not operator.getitem or u.args[1] != 0:
-                    raise _Unsupported("max_pool indices are used")
+                    raise Unsupported("max_pool indices are used")
         kernel = _per_dim(a["kernel_size"], dims)
         attrs: dict[str, Any] = {
             "kernel": kernel,
@@ -490,7 +435,7 @@ def _pool(irop: str, dims: int, with_indices: bool = False):
                 attrs["divisor_override"] = int(a["divisor_override"])
         x = L.value(a["self"])
         if len(kernel) != dims or len(x.type.shape) < dims + 1:
-            raise _Unsupported(f"{irop} of a rank-{len(x.type.shape)} input")
+            raise Unsupported(f"{irop} of a rank-{len(x.type.shape)} input")
         v = L.emit1(irop, [x], L.types(node)[0] if with_indices else L.rtype(node), attrs)
         return [v, None] if with_indices else v
 
@@ -498,9 +443,9 @@ def _pool(irop: str, dims: int, with_indices: bool = False):
 
 
 for _d in (1, 2, 3):
-    _register([f"max_pool{_d}d.default"], _pool("max_pool", _d))
-    _register([f"max_pool{_d}d_with_indices.default"], _pool("max_pool", _d, with_indices=True))
-    _register([f"avg_pool{_d}d.default"], _pool("avg_pool", _d))
+    register([f"max_pool{_d}d.default"], _pool("max_pool", _d))
+    register([f"max_pool{_d}d_with_indices.default"], _pool("max_pool", _d, with_indices=True))
+    register([f"avg_pool{_d}d.default"], _pool("avg_pool", _d))
 
 
 def _adaptive_pool(irop: str, dims: int, with_indices: bool = False):
@@ -508,15 +453,15 @@ def _adaptive_pool(irop: str, dims: int, with_indices: bool = False):
     plain pool, or to size 1 amax or mean over the pooled dims; others, whose
     windows differ in size, stay library calls."""
 
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         if with_indices and any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
-            raise _Unsupported("adaptive max pool indices are used")
+            raise Unsupported("adaptive max pool indices are used")
         x = L.value(a["self"])
         rank = len(x.type.shape)
         out = _per_dim(a["output_size"], dims)
         size = list(x.type.shape[rank - dims :])
         if rank < dims + 1 or len(out) != dims or any(o <= 0 or i % o for i, o in zip(size, out)):
-            raise _Unsupported(f"adaptive pool from {size} to {out}")
+            raise Unsupported(f"adaptive pool from {size} to {out}")
         t = L.types(node)[0] if with_indices else L.rtype(node)
         if all(o == 1 for o in out):  # a reduction, not one thread walking every pixel of a window
             v = L.emit1(
@@ -536,28 +481,28 @@ def _adaptive_pool(irop: str, dims: int, with_indices: bool = False):
 
 
 for _d in (1, 2, 3):
-    _register([f"adaptive_max_pool{_d}d.default"], _adaptive_pool("max_pool", _d, with_indices=True))
-    _register([f"_adaptive_avg_pool{_d}d.default", f"adaptive_avg_pool{_d}d.default"], _adaptive_pool("avg_pool", _d))
+    register([f"adaptive_max_pool{_d}d.default"], _adaptive_pool("max_pool", _d, with_indices=True))
+    register([f"_adaptive_avg_pool{_d}d.default", f"adaptive_avg_pool{_d}d.default"], _adaptive_pool("avg_pool", _d))
 
 
 # ---- matmul and convolution
 
 
-def _addmm(L: _Lowerer, node, a):
+def _addmm(L: Lowering, node, a):
     attrs = {}
     for k in ("beta", "alpha"):
         v = a.get(k)
         if v is not None and not (v == 1 and not isinstance(v, bool)):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise _Unsupported(f"{k}={v!r}")
+                raise Unsupported(f"{k}={v!r}")
             attrs[k] = v
     return L.emit1("addmm", [L.value(a["self"]), L.value(a["mat1"]), L.value(a["mat2"])], L.rtype(node), attrs)
 
 
-_register(["addmm.default"], _addmm)
+register(["addmm.default"], _addmm)
 
 
-def _convolution(L: _Lowerer, node, a):
+def _convolution(L: Lowering, node, a):
     ops = [L.value(a["input"]), L.value(a["weight"])]
     if a.get("bias") is not None:
         ops.append(L.value(a["bias"]))
@@ -572,4 +517,4 @@ def _convolution(L: _Lowerer, node, a):
     return L.emit1("convolution", ops, L.rtype(node), attrs)
 
 
-_register(["convolution.default"], _convolution)
+register(["convolution.default"], _convolution)

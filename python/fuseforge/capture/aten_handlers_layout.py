@@ -4,32 +4,29 @@ follow its input's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fuseforge.capture.aten_handlers import _norm_dim, _register
-from fuseforge.capture.irtext import _contiguous_strides
-from fuseforge.capture.values import _Unsupported
-
-if TYPE_CHECKING:
-    from fuseforge.capture.lowering import _Lowerer
+from fuseforge.capture.irtext import contiguous_strides
+from fuseforge.capture.registry import Lowering, norm_dim, register
+from fuseforge.capture.values import Unsupported
 
 
-def _view(L: _Lowerer, node, a):
+def _view(L: Lowering, node, a):
     return L.emit1("view", [L.value(a["self"])], L.rtype(node))
 
 
-def _expand(L: _Lowerer, node, a):
+def _expand(L: Lowering, node, a):
     return L.emit1("expand", [L.value(a["self"])], L.rtype(node))
 
 
-def _repeat(L: _Lowerer, node, a):
+def _repeat(L: Lowering, node, a):
     """x.repeat(r): a size-r dim before each of x's, expanded, copied, merged
     into x's (a contiguous tile), so that a repeated weight is a prepare step."""
     x = L.value(a["self"])
     reps = [int(r) for r in a["repeats"]]
     shape = [1] * (len(reps) - len(x.type.shape)) + list(x.type.shape)
-    if x.type.strides != _contiguous_strides(x.type.shape):
-        raise _Unsupported("repeat of a non-contiguous tensor")
+    if x.type.strides != contiguous_strides(x.type.shape):
+        raise Unsupported("repeat of a non-contiguous tensor")
     spread = L.emit1("view", [x], L.infer(lambda t: t.reshape([s for d in shape for s in (1, d)]), x))
     tiled = L.emit1(
         "expand", [spread], L.infer(lambda t: t.expand([s for r, d in zip(reps, shape) for s in (r, d)]), spread)
@@ -38,43 +35,43 @@ def _repeat(L: _Lowerer, node, a):
     return L.emit1("view", [dense], L.rtype(node))
 
 
-def _permute(L: _Lowerer, node, a):
+def _permute(L: Lowering, node, a):
     x = L.value(a["self"])
     rank = len(x.type.shape)
-    return L.emit1("permute", [x], L.rtype(node), {"dims": [_norm_dim(int(d), rank) for d in a["dims"]]})
+    return L.emit1("permute", [x], L.rtype(node), {"dims": [norm_dim(int(d), rank) for d in a["dims"]]})
 
 
-def _transpose(L: _Lowerer, node, a):
+def _transpose(L: Lowering, node, a):
     x = L.value(a["self"])
     rank = len(x.type.shape)
     if rank == 0:
         return x
-    d0, d1 = _norm_dim(int(a["dim0"]), rank), _norm_dim(int(a["dim1"]), rank)
+    d0, d1 = norm_dim(int(a["dim0"]), rank), norm_dim(int(a["dim1"]), rank)
     dims = list(range(rank))
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return L.emit1("permute", [x], L.rtype(node), {"dims": dims})
 
 
-def _t(L: _Lowerer, node, a):
+def _t(L: Lowering, node, a):
     x = L.value(a["self"])
     if len(x.type.shape) < 2:
         return x
     return L.emit1("permute", [x], L.rtype(node), {"dims": [1, 0]})
 
 
-def _unsqueeze(L: _Lowerer, node, a):
+def _unsqueeze(L: Lowering, node, a):
     x = L.value(a["self"])
-    return L.emit1("unsqueeze", [x], L.rtype(node), {"dim": _norm_dim(int(a["dim"]), len(x.type.shape) + 1)})
+    return L.emit1("unsqueeze", [x], L.rtype(node), {"dim": norm_dim(int(a["dim"]), len(x.type.shape) + 1)})
 
 
-def _squeeze(L: _Lowerer, node, a):
+def _squeeze(L: Lowering, node, a):
     x = L.value(a["self"])
     rank = len(x.type.shape)
     d = a.get("dim", a.get("dims"))
     if isinstance(d, (list, tuple)):
-        dims = [_norm_dim(int(x), rank) for x in d]
+        dims = [norm_dim(int(x), rank) for x in d]
     elif d is not None:
-        dims = [_norm_dim(int(d), rank)]
+        dims = [norm_dim(int(d), rank)]
     else:
         dims = list(range(rank))
     return L.emit1("squeeze", [x], L.rtype(node), {"dims": sorted(set(dims))})
@@ -92,30 +89,30 @@ def _slice_bounds(size: int, start: Any, end: Any) -> tuple[int, int]:
     return start, end
 
 
-def _slice(L: _Lowerer, node, a):
+def _slice(L: Lowering, node, a):
     x = L.value(a["self"])
     rank = len(x.type.shape)
     if rank == 0:
-        raise _Unsupported("slice of a 0-d tensor")
-    dim = _norm_dim(int(a["dim"]), rank)
+        raise Unsupported("slice of a 0-d tensor")
+    dim = norm_dim(int(a["dim"]), rank)
     step = int(a.get("step") or 1)
     if step <= 0:
-        raise _Unsupported("non-positive step")
+        raise Unsupported("non-positive step")
     start, end = _slice_bounds(x.type.shape[dim], a.get("start"), a.get("end"))
     return L.emit1("slice", [x], L.rtype(node), {"dim": dim, "start": start, "end": end, "step": step})
 
 
-def _select(L: _Lowerer, node, a):
+def _select(L: Lowering, node, a):
     x = L.value(a["self"])
     rank = len(x.type.shape)
-    dim = _norm_dim(int(a["dim"]), rank)
+    dim = norm_dim(int(a["dim"]), rank)
     idx = int(a["index"])
     if idx < 0:
         idx += x.type.shape[dim]
     return L.emit1("select", [x], L.rtype(node), {"dim": dim, "index": idx})
 
 
-def _cat(L: _Lowerer, node, a):
+def _cat(L: Lowering, node, a):
     t = L.rtype(node)
     ops = []
     for x in a["tensors"]:
@@ -126,14 +123,14 @@ def _cat(L: _Lowerer, node, a):
             v = L.emit1("cast", [v], v.type.with_dtype(t.dtype))
         ops.append(v)
     if not ops:
-        raise _Unsupported("cat of nothing")
-    return L.emit1("cat", ops, t, {"dim": _norm_dim(int(a["dim"]), len(t.shape))})
+        raise Unsupported("cat of nothing")
+    return L.emit1("cat", ops, t, {"dim": norm_dim(int(a["dim"]), len(t.shape))})
 
 
-def _split(L: _Lowerer, node, a):
+def _split(L: Lowering, node, a):
     x = L.value(a["self"])
     rank = len(x.type.shape)
-    dim = _norm_dim(int(a.get("dim") or 0), rank)
+    dim = norm_dim(int(a.get("dim") or 0), rank)
     types = L.types(node)
     out, start = [], 0
     for t in types:
@@ -143,22 +140,22 @@ def _split(L: _Lowerer, node, a):
     return out
 
 
-def _unbind(L: _Lowerer, node, a):
+def _unbind(L: Lowering, node, a):
     x = L.value(a["self"])
-    dim = _norm_dim(int(a.get("dim") or 0), len(x.type.shape))
+    dim = norm_dim(int(a.get("dim") or 0), len(x.type.shape))
     return [L.emit1("select", [x], t, {"dim": dim, "index": i}) for i, t in enumerate(L.types(node))]
 
 
-_register(["view.default", "_unsafe_view.default"], _view)
-_register(["expand.default"], _expand)
-_register(["repeat.default"], _repeat)
-_register(["permute.default"], _permute)
-_register(["transpose.int"], _transpose)
-_register(["t.default"], _t)
-_register(["unsqueeze.default"], _unsqueeze)
-_register(["squeeze.dim", "squeeze.dims", "squeeze.default"], _squeeze)
-_register(["slice.Tensor"], _slice)
-_register(["select.int"], _select)
-_register(["cat.default"], _cat)
-_register(["split.Tensor", "split_with_sizes.default"], _split)
-_register(["unbind.int"], _unbind)
+register(["view.default", "_unsafe_view.default"], _view)
+register(["expand.default"], _expand)
+register(["repeat.default"], _repeat)
+register(["permute.default"], _permute)
+register(["transpose.int"], _transpose)
+register(["t.default"], _t)
+register(["unsqueeze.default"], _unsqueeze)
+register(["squeeze.dim", "squeeze.dims", "squeeze.default"], _squeeze)
+register(["slice.Tensor"], _slice)
+register(["select.int"], _select)
+register(["cat.default"], _cat)
+register(["split.Tensor", "split_with_sizes.default"], _split)
+register(["unbind.int"], _unbind)

@@ -7,21 +7,17 @@ compiler understands rather than an opaque call."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 
-from fuseforge.capture.aten_handlers import _norm_dim, _norm_dims, _opmath, _register, _var_attrs
-from fuseforge.capture.values import _Lit, _Unsupported
-
-if TYPE_CHECKING:
-    from fuseforge.capture.lowering import _Lowerer
+from fuseforge.capture.registry import Lowering, norm_dim, norm_dims, opmath, register, var_attrs
+from fuseforge.capture.values import Lit, Unsupported
 
 
-def _var_mean(L: _Lowerer, node, a):
+def _var_mean(L: Lowering, node, a):
     """torch.var_mean(x, dims, correction, keepdim) -> (var, mean)."""
     x = L.value(a["self"])
-    attrs = _var_attrs(a, len(x.type.shape))
+    attrs = var_attrs(a, len(x.type.shape))
     var_t, mean_t = L.types(node)
     var = L.emit1("var", [x], var_t, attrs)
     mean = L.emit1("mean", [x], mean_t, {"dims": attrs["dims"], "keepdim": attrs["keepdim"]})
@@ -31,9 +27,9 @@ def _var_mean(L: _Lowerer, node, a):
 def _extreme_with_index(value_op: str, index_op: str):
     """torch.max(x, dim) / torch.min(x, dim) -> (values, indices): amax and argmax."""
 
-    def h(L: _Lowerer, node, a):
+    def h(L: Lowering, node, a):
         x = L.value(a["self"])
-        dim = _norm_dim(int(a["dim"]), len(x.type.shape))
+        dim = norm_dim(int(a["dim"]), len(x.type.shape))
         keepdim = bool(a.get("keepdim") or False)
         values_t, indices_t = L.types(node)
         values = L.emit1(value_op, [x], values_t, {"dims": [dim], "keepdim": keepdim})
@@ -43,13 +39,13 @@ def _extreme_with_index(value_op: str, index_op: str):
     return h
 
 
-def _logsumexp(L: _Lowerer, node, a):
+def _logsumexp(L: Lowering, node, a):
     x = L.value(a["self"])
-    dims = _norm_dims(a.get("dim"), len(x.type.shape))
+    dims = norm_dims(a.get("dim"), len(x.type.shape))
     return L.emit1("logsumexp", [x], L.rtype(node), {"dims": dims, "keepdim": bool(a.get("keepdim") or False)})
 
 
-def _vector_norm(L: _Lowerer, node, a):
+def _vector_norm(L: Lowering, node, a):
     """torch.linalg.vector_norm (torch.norm, F.normalize, cosine similarity)
     as pointwise ops and one reduction, in f32 for f16 and bf16 inputs as
     ATen computes it: ord 2 sqrt(sum(x * x)), 1 sum(|x|), inf amax(|x|),
@@ -57,11 +53,11 @@ def _vector_norm(L: _Lowerer, node, a):
     t = L.rtype(node)
     x = L.value(a["self"])
     if not x.type.dtype.is_floating_point or a.get("dtype") is not None:
-        raise _Unsupported("vector norm of a non-floating tensor or with a dtype")
-    x = _opmath(L, x)
+        raise Unsupported("vector norm of a non-floating tensor or with a dtype")
+    x = opmath(L, x)
     ft = x.type
     order = float(2 if a.get("ord") is None else a["ord"])
-    attrs = {"dims": _norm_dims(a.get("dim"), len(ft.shape)), "keepdim": bool(a.get("keepdim") or False)}
+    attrs = {"dims": norm_dims(a.get("dim"), len(ft.shape)), "keepdim": bool(a.get("keepdim") or False)}
     reduced = t.with_dtype(ft.dtype)
 
     def over(op: str, v) -> object:
@@ -70,7 +66,7 @@ def _vector_norm(L: _Lowerer, node, a):
     if order == 2:
         out = L.pointwise("sqrt", [over("sum", L.pointwise("mul", [x, x], ft))], reduced)
     elif order == 0:
-        nonzero = L.pointwise("ne", [x, _Lit(0.0)], ft.with_dtype(torch.bool))
+        nonzero = L.pointwise("ne", [x, Lit(0.0)], ft.with_dtype(torch.bool))
         out = over("sum", L.pointwise("cast", [nonzero], ft))
     else:
         magnitude = L.pointwise("abs", [x], ft)
@@ -81,13 +77,13 @@ def _vector_norm(L: _Lowerer, node, a):
         elif order == 1:
             out = over("sum", magnitude)
         else:
-            powered = over("sum", L.pointwise("pow", [magnitude, _Lit(order)], ft))
-            out = L.pointwise("pow", [powered, _Lit(1.0 / order)], reduced)
+            powered = over("sum", L.pointwise("pow", [magnitude, Lit(order)], ft))
+            out = L.pointwise("pow", [powered, Lit(1.0 / order)], reduced)
     return out if reduced.dtype == t.dtype else L.emit1("cast", [out], t)
 
 
-_register(["var_mean.correction"], _var_mean)
-_register(["linalg_vector_norm.default"], _vector_norm)
-_register(["max.dim"], _extreme_with_index("amax", "argmax"))
-_register(["min.dim"], _extreme_with_index("amin", "argmin"))
-_register(["logsumexp.default"], _logsumexp)
+register(["var_mean.correction"], _var_mean)
+register(["linalg_vector_norm.default"], _vector_norm)
+register(["max.dim"], _extreme_with_index("amax", "argmax"))
+register(["min.dim"], _extreme_with_index("amin", "argmin"))
+register(["logsumexp.default"], _logsumexp)

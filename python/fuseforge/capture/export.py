@@ -28,7 +28,7 @@ from torch.utils import _pytree as pytree
 from fuseforge.capture.conv_strides import faithful_conv_strides
 from fuseforge.capture.decompositions import run_decompositions
 from fuseforge.capture.graph import CapturedGraph, CaptureError
-from fuseforge.capture.lowering import _Lowerer
+from fuseforge.capture.lowering import Lowerer
 from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
 
 
@@ -247,7 +247,7 @@ def _attempt(model: nn.Module, args: list[Any], lift: set[int], graph_name: str)
         if i not in lift and not isinstance(a, torch.Tensor) and not _contains_tensor(a):
             specialized[i] = a
 
-    lowered = _Lowerer(ep, graph_name, user_leaves).run()
+    lowered = Lowerer(ep, graph_name, user_leaves).run()
     return CapturedGraph(
         text=lowered["text"],
         input_bindings=lowered["input_bindings"],

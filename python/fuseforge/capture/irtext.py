@@ -15,10 +15,10 @@ from fuseforge._native import core
 from fuseforge.capture.graph import CaptureError
 from fuseforge.dtypes import IR_NAME
 
-_NAME_RE = re.compile(r"[^A-Za-z0-9_.]")
+NAME_RE = re.compile(r"[^A-Za-z0-9_.]")
 
 
-def _format_literal(v: Any) -> str:
+def format_literal(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -30,7 +30,7 @@ def _quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _format_attr(v: Any) -> str:
+def format_attr(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -44,7 +44,7 @@ def _format_attr(v: Any) -> str:
     raise CaptureError(f"cannot print attribute value {v!r}")
 
 
-def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     out = [0] * len(shape)
     acc = 1
     for i in range(len(shape) - 1, -1, -1):
@@ -61,13 +61,13 @@ def _static_int(x: Any, what: str) -> int:
 
 
 @dataclass(frozen=True)
-class _T:
+class IRType:
     dtype: torch.dtype
     shape: tuple[int, ...]
     strides: tuple[int, ...]
 
     @staticmethod
-    def of(t: Any, what: str) -> _T:
+    def of(t: Any, what: str) -> IRType:
         if isinstance(t, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise CaptureError(
                 f"{what}: a data-dependent scalar ({t}); fuseforge graphs cannot use "
@@ -84,14 +84,14 @@ class _T:
             strides = tuple(_static_int(s, what) for s in t.stride())
         except RuntimeError:  # tensors without strides (sparse, nested)
             raise CaptureError(f"{what}: tensor without strides ({t.layout})") from None
-        return _T(t.dtype, shape, strides)
+        return IRType(t.dtype, shape, strides)
 
-    def with_dtype(self, dtype: torch.dtype) -> _T:
-        return _T(dtype, self.shape, self.strides)
+    def with_dtype(self, dtype: torch.dtype) -> IRType:
+        return IRType(dtype, self.shape, self.strides)
 
     def text(self) -> str:
         s = f"{IR_NAME[self.dtype]}[{','.join(str(d) for d in self.shape)}]"
-        if self.strides != _contiguous_strides(self.shape):
+        if self.strides != contiguous_strides(self.shape):
             s += "{" + ",".join(str(d) for d in self.strides) + "}"
         return s
 

@@ -1,6 +1,7 @@
 """Lowering of an exported program to IR text: graph inputs, one IR node (or a
-few) per ATen node through the handlers of aten_handlers.py, ``opaque`` nodes
-for the rest, and the outputs and buffer write-backs."""
+few) per ATen node through the handlers registered in registry.py (by the
+aten_handlers*.py modules, imported here to fill it), ``opaque`` nodes for the
+rest, and the outputs and buffer write-backs."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import torch
 import torch.fx as fx
 
 from fuseforge._native import core
-from fuseforge.capture import aten_handlers_layout, aten_handlers_reduce  # noqa: F401 (register their handlers)
-from fuseforge.capture.aten_handlers import _HANDLERS
+from fuseforge.capture import aten_handlers, aten_handlers_layout, aten_handlers_reduce  # noqa: F401 (register handlers)
 from fuseforge.capture.graph import CaptureError, InputBinding
-from fuseforge.capture.irtext import _NAME_RE, _T, _format_attr, _format_literal
-from fuseforge.capture.values import _V, _Const, _Lit, _Unsupported
+from fuseforge.capture.irtext import NAME_RE, IRType, format_attr, format_literal
+from fuseforge.capture.registry import lookup
+from fuseforge.capture.values import Const, Lit, Unsupported, Value
 from fuseforge.dtypes import IR_NAME, TORCH
 
 
@@ -46,7 +47,9 @@ def _bind(node: fx.Node) -> dict[str, Any]:
     return out
 
 
-class _Lowerer:
+class Lowerer:
+    """One exported program's lowering; the handlers see it as a registry.Lowering."""
+
     def __init__(
         self, ep: torch.export.ExportedProgram, graph_name: str, user_leaves: list[tuple[str, str, str | int] | None]
     ):
@@ -56,21 +59,21 @@ class _Lowerer:
         self.env: dict[fx.Node, Any] = {}
         self.lines: list[str] = []
         self.next_id = 0
-        self.user_inputs: list[tuple[_V, str]] = []
-        self.state_inputs: list[tuple[_V, str]] = []
-        self.const_inputs: list[tuple[_V, str]] = []
+        self.user_inputs: list[tuple[Value, str]] = []
+        self.state_inputs: list[tuple[Value, str]] = []
+        self.const_inputs: list[tuple[Value, str]] = []
         self.bindings_user: list[InputBinding] = []
         self.bindings_state: list[InputBinding] = []
         self.bindings_const: list[InputBinding] = []
         self.constants: dict[str, torch.Tensor] = {}
-        self.aranges: dict[tuple, _Const] = {}  # (start, end, step, dtype) -> one constant for equal aranges
+        self.aranges: dict[tuple, Const] = {}  # (start, end, step, dtype) -> one constant for equal aranges
         self.names: set[str] = set()
         self.opaque_targets: list[str] = []
 
     # ---- names and inputs
 
     def _unique(self, name: str) -> str:
-        name = _NAME_RE.sub("_", name) or "input"
+        name = NAME_RE.sub("_", name) or "input"
         if name.isdigit():
             name = "_" + name
         base, k = name, 1
@@ -80,10 +83,10 @@ class _Lowerer:
         self.names.add(name)
         return name
 
-    def _const_value(self, c: _Const) -> _V:
+    def _const_value(self, c: Const) -> Value:
         if c.value is None:
             name = self._unique(c.key)
-            c.value = _V(name, _T.of(c.tensor, f"constant {c.key}"))
+            c.value = Value(name, IRType.of(c.tensor, f"constant {c.key}"))
             self.const_inputs.append((c.value, "const"))
             self.bindings_const.append(InputBinding(name, "const", name))
             self.constants[name] = c.tensor
@@ -92,28 +95,28 @@ class _Lowerer:
     # ---- emission
 
     def emit(
-        self, op: str, operands: Sequence[Any], types: Sequence[_T], attrs: dict[str, Any] | None = None
-    ) -> list[_V]:
+        self, op: str, operands: Sequence[Any], types: Sequence[IRType], attrs: dict[str, Any] | None = None
+    ) -> list[Value]:
         results = []
         for t in types:
-            results.append(_V(str(self.next_id), t))
+            results.append(Value(str(self.next_id), t))
             self.next_id += 1
         ops = []
         for o in operands:
-            if isinstance(o, _V):
+            if isinstance(o, Value):
                 ops.append("%" + o.name)
-            elif isinstance(o, _Lit):
-                ops.append(_format_literal(o.value))
+            elif isinstance(o, Lit):
+                ops.append(format_literal(o.value))
             else:
                 raise CaptureError(f"internal: bad operand {o!r} for {op}")
         line = ", ".join("%" + r.name for r in results) + f" = {op}(" + ", ".join(ops) + ")"
         if attrs:
-            line += " {" + ", ".join(f"{k}={_format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
+            line += " {" + ", ".join(f"{k}={format_attr(attrs[k])}" for k in sorted(attrs)) + "}"
         line += " : " + ", ".join(t.text() for t in types)
         self.lines.append(line)
         return results
 
-    def emit1(self, op: str, operands: Sequence[Any], t: _T, attrs: dict[str, Any] | None = None) -> _V:
+    def emit1(self, op: str, operands: Sequence[Any], t: IRType, attrs: dict[str, Any] | None = None) -> Value:
         return self.emit(op, operands, [t], attrs)[0]
 
     # ---- operands
@@ -122,61 +125,61 @@ class _Lowerer:
         """A tensor argument or Python number as a value or a literal."""
         if isinstance(x, fx.Node):
             v = self.env.get(x)
-            if isinstance(v, _V):
+            if isinstance(v, Value):
                 return v
-            if isinstance(v, _Const):
-                return _Lit(_py_value(v.tensor), v) if v.is_scalar else self._const_value(v)
-            if isinstance(v, _Lit):
+            if isinstance(v, Const):
+                return Lit(_py_value(v.tensor), v) if v.is_scalar else self._const_value(v)
+            if isinstance(v, Lit):
                 return v
             raise CaptureError(f"node {x.name} has no tensor value here ({type(v).__name__})")
         if isinstance(x, (bool, int, float)):
-            return _Lit(x)
-        raise _Unsupported(f"operand {x!r}")
+            return Lit(x)
+        raise Unsupported(f"operand {x!r}")
 
-    def value(self, x: Any) -> _V:
+    def value(self, x: Any) -> Value:
         """A tensor argument as an IR value (literals from constants become inputs)."""
-        o = self.operand(x) if not isinstance(x, (_V, _Lit)) else x
-        if isinstance(o, _V):
+        o = self.operand(x) if not isinstance(x, (Value, Lit)) else x
+        if isinstance(o, Value):
             return o
         if o.const is not None:
             return self._const_value(o.const)
-        raise _Unsupported("a Python number where a tensor is needed")
+        raise Unsupported("a Python number where a tensor is needed")
 
-    def types(self, node: fx.Node) -> list[_T]:
+    def types(self, node: fx.Node) -> list[IRType]:
         val = node.meta.get("val")
         what = f"node {node.name} ({node.target})"
         try:
             if isinstance(val, (list, tuple)):
-                return [_T.of(v, f"{what} result {i}") for i, v in enumerate(val)]
-            return [_T.of(val, what)]
+                return [IRType.of(v, f"{what} result {i}") for i, v in enumerate(val)]
+            return [IRType.of(val, what)]
         except CaptureError as e:  # add where the user's code made the node (after the first line)
             trace = node.meta.get("stack_trace")
             if not trace:
                 raise
             raise CaptureError(f"{e}\n{trace}") from e.__cause__
 
-    def rtype(self, node: fx.Node) -> _T:
+    def rtype(self, node: fx.Node) -> IRType:
         ts = self.types(node)
         if len(ts) != 1:
-            raise _Unsupported("multiple results")
+            raise Unsupported("multiple results")
         return ts[0]
 
-    def infer(self, fn: Callable, *args: Any) -> _T:
+    def infer(self, fn: Callable, *args: Any) -> IRType:
         """The type of fn(*args) computed on meta tensors."""
 
         def meta(o):
-            if isinstance(o, _V):
+            if isinstance(o, Value):
                 return o.type.meta()
-            if isinstance(o, _Lit):
+            if isinstance(o, Lit):
                 if o.const is not None:
                     return o.const.tensor.to("meta")
                 return o.value
             return o
 
-        return _T.of(fn(*[meta(a) for a in args]), "intermediate")
+        return IRType.of(fn(*[meta(a) for a in args]), "intermediate")
 
-    def pointwise(self, op: str, operands: list[Any], t: _T, attrs: dict | None = None) -> _V:
-        if operands and all(isinstance(o, _Lit) for o in operands):
+    def pointwise(self, op: str, operands: list[Any], t: IRType, attrs: dict | None = None) -> Value:
+        if operands and all(isinstance(o, Lit) for o in operands):
             operands = [self.value(operands[0])] + list(operands[1:])
         # ops whose result is bool whatever their operands (comparisons, logical ops) need no casts
         if core.result_dtype(op, []) != "bool" and t.dtype != torch.bool:
@@ -189,14 +192,14 @@ class _Lowerer:
         plus an int), the operands are cast to the result dtype first."""
         # the tensor operands' common dtype (the core's promotion, literals left out)
         promoted = core.common_dtype(
-            op, [(IR_NAME[o.type.dtype], len(o.type.shape)) if isinstance(o, _V) else None for o in operands]
+            op, [(IR_NAME[o.type.dtype], len(o.type.shape)) if isinstance(o, Value) else None for o in operands]
         )
         if promoted is None or TORCH[promoted] == dtype:
             return operands
         info = core.op_info(op)
         out = list(operands)
         for i, o in enumerate(out):
-            if isinstance(o, _V) and o.type.dtype != dtype and info.promotes_operand(i):
+            if isinstance(o, Value) and o.type.dtype != dtype and info.promotes_operand(i):
                 out[i] = self.emit1("cast", [o], o.type.with_dtype(dtype))
         return out
 
@@ -223,7 +226,7 @@ class _Lowerer:
                     raise CaptureError(f"internal: no binding for user input {node.name}")
                 name, ikind, source = leaf
                 name = self._unique(name)
-                v = _V(name, _T.of(node.meta.get("val"), f"input {name}"))
+                v = Value(name, IRType.of(node.meta.get("val"), f"input {name}"))
                 self.env[node] = v
                 self.user_inputs.append((v, "scalar" if ikind == "scalar" else ""))
                 self.bindings_user.append(InputBinding(name, ikind, source))
@@ -232,7 +235,7 @@ class _Lowerer:
                     self.env[node] = None
                     continue
                 name = self._unique(spec.target)
-                v = _V(name, _T.of(node.meta.get("val"), f"{kind.lower()} {spec.target}"))
+                v = Value(name, IRType.of(node.meta.get("val"), f"{kind.lower()} {spec.target}"))
                 self.env[node] = v
                 k = "param" if kind == "PARAMETER" else "buffer"
                 self.state_inputs.append((v, k))
@@ -241,7 +244,7 @@ class _Lowerer:
                 t = ep.constants.get(spec.target)
                 if not isinstance(t, torch.Tensor):
                     raise CaptureError(f"constant {spec.target} is not a tensor")
-                self.env[node] = _Const(spec.target, t)
+                self.env[node] = Const(spec.target, t)
             else:
                 raise CaptureError(f"unsupported graph input kind {kind} ({spec.target})")
 
@@ -310,13 +313,13 @@ class _Lowerer:
             opaque_targets=self.opaque_targets,
         )
 
-    def _output_value(self, node: fx.Node) -> _V:
+    def _output_value(self, node: fx.Node) -> Value:
         v = self.env.get(node)
-        if isinstance(v, _V):
+        if isinstance(v, Value):
             return v
-        if isinstance(v, _Const):
+        if isinstance(v, Const):
             return self._const_value(v)
-        if isinstance(v, _Lit) and v.const is not None:
+        if isinstance(v, Lit) and v.const is not None:
             return self._const_value(v.const)
         raise CaptureError(f"output {node.name} is not a tensor value")
 
@@ -359,12 +362,12 @@ class _Lowerer:
             raise CaptureError(f"unsupported graph node {node.format_node()} (target {target})")
         if not target._schema.returns and not node.users:
             return None  # a run-time check such as aten._assert_tensor_metadata: nothing to compute
-        handler = _HANDLERS.get(target)
+        handler = lookup(target)
         try:
             if handler is not None:
                 try:
                     return handler(self, node, _bind(node))
-                except _Unsupported:
+                except Unsupported:
                     pass
             return self.opaque(node)
         except CaptureError:
@@ -374,12 +377,12 @@ class _Lowerer:
 
     def opaque(self, node: fx.Node) -> Any:
         schema = node.target._schema
-        operands: list[_V] = []
+        operands: list[Value] = []
 
         def render(v: Any) -> str:
             if isinstance(v, fx.Node):
                 operands.append(
-                    self.value(v) if not isinstance(self.env.get(v), _Const) else self._const_value(self.env[v])
+                    self.value(v) if not isinstance(self.env.get(v), Const) else self._const_value(self.env[v])
                 )
                 return f"${len(operands) - 1}"
             if isinstance(v, (list, tuple)):

@@ -7,31 +7,31 @@ from typing import Any
 
 import torch
 
-from fuseforge.capture.irtext import _T
+from fuseforge.capture.irtext import IRType
 from fuseforge.dtypes import IR_NAME
 
 
-class _V:
+class Value:
     """An IR value (graph input or node result)."""
 
     __slots__ = ("name", "type")
 
-    def __init__(self, name: str, type: _T):
+    def __init__(self, name: str, type: IRType):
         self.name = name
         self.type = type
 
 
-class _Lit:
+class Lit:
     """A scalar literal operand; `const` is the 0-d lifted constant it came from."""
 
     __slots__ = ("value", "const")
 
-    def __init__(self, value: Any, const: _Const | None = None):
+    def __init__(self, value: Any, const: Const | None = None):
         self.value = value
         self.const = const
 
 
-class _Const:
+class Const:
     """A lifted constant tensor, added as a `const` graph input only when needed."""
 
     __slots__ = ("key", "tensor", "value")
@@ -39,12 +39,12 @@ class _Const:
     def __init__(self, key: str, tensor: torch.Tensor):
         self.key = key
         self.tensor = tensor
-        self.value: _V | None = None
+        self.value: Value | None = None
 
     @property
     def is_scalar(self) -> bool:
         return self.tensor.dim() == 0 and self.tensor.dtype in IR_NAME and self.tensor.device.type != "meta"
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     """Raised by a handler to fall back to an opaque node."""
