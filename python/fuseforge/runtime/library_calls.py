@@ -52,6 +52,10 @@ def _ff_convolution(fp32_precision: str, *args) -> torch.Tensor:
 #: The names step expressions may use besides torch and dev (emitted files define them too).
 HELPERS = (_ff_conv_fp32, _ff_convolution)
 
+#: Within `conv_fp32_precision(value)`, cuDNN convolutions compute f32 as
+#: `value` ("ieee" or "tf32"); the user's setting comes back after.
+conv_fp32_precision = _ff_conv_fp32
+
 
 def make_call(step: core.Step, device: torch.device) -> Call:
     """The library call of a call step (or a kernel's node) as a function of

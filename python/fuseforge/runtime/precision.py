@@ -1,6 +1,7 @@
 """Precision policies: which ones exist, the context that makes library
 f32 matmuls follow one, and cuDNN's conv precision: what eager's convs may
-use under the user's flags, and a context that sets it for a call."""
+use under the user's flags, and a context that sets it for a call
+(conv_fp32_precision, library_calls' helper re-exported)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from fuseforge._native import core
-from fuseforge.runtime.library_calls import _ff_conv_fp32
+from fuseforge.runtime.library_calls import conv_fp32_precision  # noqa: F401 (re-exported)
 
 #: The precision policies (the core's list): "fp32" (the default) keeps fp32
 #: accuracy: f32 matmuls run as 3xTF32 GEMM kernels. "tf32" (opt-in, faster,
@@ -57,8 +58,3 @@ def eager_conv_precision() -> str:
     if value == "none":
         value = torch.backends.fp32_precision
     return "ieee" if value == "none" else value
-
-
-#: Within `conv_fp32_precision(value)`, cuDNN convolutions compute f32 as
-#: `value` ("ieee" or "tf32"); the user's setting comes back after.
-conv_fp32_precision = _ff_conv_fp32
