@@ -128,3 +128,8 @@ def quiet_torch() -> Iterator[None]:
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 kernel', '2 kernels', '1 library call', '0 library calls'."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -3,6 +3,7 @@ judged like the GPU path (within 1e-4 of eager, or no farther from fp64 than
 twice eager where eager itself is far from it)."""
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -159,3 +160,71 @@ def test_a_shared_length_that_is_not_a_batch_is_not_cut():
     assert cpu_check.check_size(square, budget=6000, model=RowsAndColumns()) is None
     rows = [torch.empty(1000, 8, device="meta"), torch.empty(1000, device="meta")]
     assert cpu_check.check_size(rows, budget=90, model=Rows()) == cpu_check.CheckSize(1000, 10)
+
+
+TWO_OUTPUTS = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 32)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return torch.relu(y), torch.sigmoid(y).sum(dim=0)
+
+    def get_inputs():
+        return [torch.randn(16, 64)]
+
+    def get_init_inputs():
+        return []
+""")
+
+
+def _verdict(out):
+    """The CPU check's verdict: its lines from 'optimized plan' to the closing parenthesis."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("optimized plan on the CPU"))
+    end = next(i for i in range(start, len(lines)) if lines[i].rstrip().endswith(")"))
+    return lines[start : end + 1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU check's summary")
+def test_cpu_run_prints_a_summary_without_the_ir_unwrapped_with_counted_nouns(tmp_path, capsys):
+    path = tmp_path / "two_outputs.py"
+    path.write_text(TWO_OUTPUTS)
+    assert cli.main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "IR as captured" not in out and "addmm(" not in out, out
+    # The GEMM kernel (relu fused) and the reduction with sigmoid as its prologue.
+    assert "2 kernels, 0 library calls" in out, out
+    verdict = _verdict(out)
+    # Piped output is never wrapped: the verdict is one line, longer than a terminal's 80 columns.
+    assert len(verdict) == 1 and len(verdict[0]) > 80, verdict
+    assert "is correct (max abs err vs eager " in verdict[0] and "; vs fp64 " in verdict[0]
+    assert "2 kernels, the same as at full size; 0 library calls)" in verdict[0], verdict
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU check's summary")
+def test_cpu_run_with_ir_prints_it_and_counts_one_of_each_in_the_singular(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "two_outputs.py"
+    path.write_text(TWO_OUTPUTS)
+    monkeypatch.setenv("FUSEFORGE_GEMM", "off")  # the matmul becomes the one library call
+    assert cli.main(["run", str(path), "--ir"]) == 0
+    out = capsys.readouterr().out
+    assert "IR as captured" in out and "IR after passes" in out
+    # IR lines as they are: whole, not wrapped at 80 columns.
+    assert "  %1 = addmm(%fc.bias, %x, %0) : f32[16,32]\n" in out, out
+    assert "1 kernel, 1 library call\n" in out, out
+    assert _verdict(out)[0].endswith("; 1 kernel, the same as at full size; 1 library call)"), out
+    assert not re.search(r"\b1 (kernels|library calls)\b", out), out
+
+
+def test_counted_nouns():
+    from fuseforge.diagnostics import counted
+
+    assert [counted(n, "kernel") for n in (0, 1, 2)] == ["0 kernels", "1 kernel", "2 kernels"]
+    assert counted(1, "library call") == "1 library call" and counted(3, "library call") == "3 library calls"
+    assert counted(2, "matrix", "matrices") == "2 matrices"

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from fuseforge.diagnostics import counted
 from fuseforge.dtypes import torch_text
 from fuseforge.emit.ops import EmitError, literal, step_expr
 
@@ -147,8 +148,8 @@ def forward_code(mp: ModePlan, kernel_fns: dict[int, str]) -> str:
     n_calls = sum(s.kind == "call" for s in plan.run)
     head = [
         f"def _ff_forward_{mp.mode}(self, args):",
-        f'    """The {"/".join(mp.modes)}-mode plan ({len(plan.kernels)} kernels, {n_calls} library calls '
-        f'per call)."""',
+        f'    """The {"/".join(mp.modes)}-mode plan ({counted(len(plan.kernels), "kernel")}, '
+        f'{counted(n_calls, "library call")} per call)."""',
         "    ext = _ff_extension()",
     ]
     guard = [

@@ -1,6 +1,6 @@
 """The `fuseforge` command line.
 
-  fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N] [--eager-convs default|ieee]
+  fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N] [--eager-convs default|ieee] [--ir]
   fuseforge bench DIR_OR_FILES... [--against eager,inductor] [--json OUT] [--plot OUT.png] [--eager-convs ...]
   fuseforge emit PROBLEM.py -o model_new.py
   fuseforge explain PROBLEM.py
@@ -8,10 +8,11 @@
 On a machine with a CUDA GPU, `run` optimizes the problem's model, checks it
 against eager (and an fp64 reference) on several random inputs and times
 eager, torch.compile and fuseforge side by side. Without a GPU it captures and
-optimizes, prints the IR before and after the passes, compiles every kernel
-with NVRTC for sm_90 and checks the same graph and kernels at a reduced batch
-against eager on the CPU, with generated kernels executed by the reference
-interpreter (harness/cpu_check.py).
+optimizes, compiles every kernel with NVRTC for sm_90 and checks the same graph
+and kernels at a reduced batch against eager on the CPU, with generated kernels
+executed by the reference interpreter (harness/cpu_check.py). Either way it
+prints a summary: the verdict with its errors, the times and speedups (GPU),
+and the kernels; `--ir` adds the IR as captured and after the passes.
 
 Every failure is one line on stderr and exit code 2 (--verbose: the traceback).
 """
@@ -32,11 +33,21 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from fuseforge.diagnostics import one_line, quiet_torch
+from fuseforge.diagnostics import counted, one_line, quiet_torch
 from fuseforge.harness.problem import build_model, problem_inputs
 from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
 
-console = Console()
+
+class _Console(Console):
+    """rich's Console, except that without a terminal (a pipe, CI logs, the GPU
+    machine) text is never wrapped: rich would break lines at 80 columns there,
+    in the middle of a verdict or an IR line."""
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **kwargs: Any) -> None:
+        super().print(*objects, soft_wrap=soft_wrap if soft_wrap is not None else not self.is_terminal, **kwargs)
+
+
+console = _Console()
 
 
 def print_full_width(table: Table) -> None:
@@ -90,6 +101,9 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         else:
             fast = fuseforge.optimize(model, inputs, precision=args.precision)  # raises if it cannot capture
         phase_done("compile")
+        specs = fast.specializations() if fast is not None else []
+        if args.ir and specs:
+            _print_ir(specs[0].compiled)
         if args.compile_only:
             if "inductor" in against:  # fills inductor's own disk caches, but for its kernels' tuning
                 row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision, cache_tuning=False)[1]
@@ -135,6 +149,12 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     )
     table.caption = ROOFLINE_LEGEND
     print_full_width(table)
+    if specs:
+        plan = specs[0].compiled.plan
+        _print_kernels(
+            plan,
+            {"kernel": [k.name for k in plan.kernels], "vector width": [str(k.vector_width) for k in plan.kernels]},
+        )
     return row
 
 
@@ -151,10 +171,8 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     )
     compiled = full_plan(mod, args.mode, args.precision, CPU_CHECK_ARCH)
     plan = compiled.plan
-    console.rule("IR as captured")
-    _print_text(compiled.ir_before)
-    console.rule("IR after passes")
-    _print_text(compiled.ir_after)
+    if args.ir:
+        _print_ir(compiled)
     row: dict[str, Any] = {"problem": name, "device": "cpu", "kernels": []}
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("NVRTC", total=len(plan.kernels))
@@ -164,12 +182,14 @@ def _run_cpu(args: argparse.Namespace) -> dict:
             )
             row["kernels"].append({"name": k.name, "cubin_bytes": size, "vector_width": k.vector_width})
             progress.advance(task)
-    table = Table(title="kernels")
-    for col in ("kernel", "vector width", "cubin bytes"):
-        table.add_column(col)
-    for k in row["kernels"]:
-        table.add_row(k["name"], str(k["vector_width"]), str(k["cubin_bytes"]))
-    print_full_width(table)
+    _print_kernels(
+        plan,
+        {
+            "kernel": [k["name"] for k in row["kernels"]],
+            "vector width": [str(k["vector_width"]) for k in row["kernels"]],
+            "cubin bytes": [str(k["cubin_bytes"]) for k in row["kernels"]],
+        },
+    )
     mod, model, inputs, size = check_inputs(args.problem, args.mode)
     row["mode"] = "train" if model.training else "eval"
     figures, checked = check_on_cpu(model, inputs, args.precision, CPU_CHECK_ARCH)
@@ -178,14 +198,35 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     same = [k.name for k in checked.kernels] == [k.name for k in plan.kernels]
     row["checked_kernels_same"] = same
     verdict = "[green]is correct[/green]" if row["correct"] else "[red]is WRONG[/red]"
+    kernels = counted(len(checked.kernels), "kernel")
+    kernels += ", the same as at full size" if same else f" (full size: {len(plan.kernels)})"
     console.print(
-        f"optimized plan on the CPU at {size.describe()} {verdict} (max abs err "
+        f"optimized plan on the CPU at {size.describe()} {verdict} (max abs err vs eager "
         f"{row['max_err_vs_eager']:.2e}; vs fp64 {row['max_err_vs_fp64']:.2e}, eager's "
-        f"{row['eager_err_vs_fp64']:.2e}; {len(checked.kernels)} kernels"
-        f"{', the same as at full size' if same else ' (full size: ' + str(len(plan.kernels)) + ')'}, "
-        f"{sum(s.kind == 'call' for s in checked.run)} library calls)"
+        f"{row['eager_err_vs_fp64']:.2e}; {kernels}; "
+        f"{counted(sum(s.kind == 'call' for s in checked.run), 'library call')})"
     )
     return row
+
+
+def _print_ir(compiled: Any) -> None:
+    """`run --ir`: the graph as captured and after the passes."""
+    console.rule("IR as captured")
+    _print_text(compiled.ir_before)
+    console.rule("IR after passes")
+    _print_text(compiled.ir_after)
+
+
+def _print_kernels(plan: Any, columns: dict[str, list[str]]) -> None:
+    """The plan's kernels, one row each, titled with their count and the
+    plan's library calls."""
+    calls = sum(s.kind == "call" for s in plan.run)
+    table = Table(title=f"{counted(len(plan.kernels), 'kernel')}, {counted(calls, 'library call')}")
+    for col in columns:
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    for cells in zip(*columns.values()):
+        table.add_row(*cells)
+    print_full_width(table)
 
 
 #: `--eager-convs`: cuDNN's f32 conv math for the whole run.
@@ -321,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only measure compile times, keep the kernels in the disk cache and, with inductor among "
         "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)",
     )
+    run.add_argument("--ir", action="store_true", help="also print the IR as captured and after the passes")
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
     bench = sub.add_parser(
