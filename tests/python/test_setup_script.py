@@ -2,6 +2,7 @@
 prerequisite, saying what to install; silence and success when all are there."""
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -104,3 +105,72 @@ def test_compiler_without_cxx17_is_reported(tmp_path):
         "fuseforge: missing prerequisite: a C++17 compiler (oldcxx cannot compile C++17) -- "
         "install g++ (>= 8) or clang++ (>= 7), or set CXX"
     ]
+
+
+def fake_checkout(tmp_path, python_script):
+    """A copy of setup.sh and prereqs.sh in an empty tree whose .venv/bin/python
+    is `python_script` (sh): the script's steps run without installing anything."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    for name in ("setup.sh", "prereqs.sh"):
+        (root / "scripts" / name).write_text((ROOT / "scripts" / name).read_text())
+    (root / ".venv" / "bin").mkdir(parents=True)
+    fake_command(str(root / ".venv" / "bin"), "python", python_script)
+    return root
+
+
+def run_setup(root):
+    env = {k: v for k, v in os.environ.items() if k not in ("CXX", "PYTHON")}
+    return subprocess.run(
+        ["bash", str(root / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+FAKE_PIP = """
+echo "$*" >> "$(dirname "$0")/../../calls.log"
+case "$*" in
+  *"--upgrade pip"*) sleep 1 ;;
+  *requirements.txt*) [ -n "$FAIL" ] && { echo "Collecting torch"; echo "ERROR: No matching distribution found for torch==0.0"; exit 1; } ;;
+  *"import fuseforge"*) echo 0.1.0 ;;
+esac
+exit 0
+"""
+
+
+def test_setup_prints_each_step_and_its_seconds(tmp_path):
+    if shutil.which("cmake") is None:
+        pytest.skip("this machine lacks a prerequisite itself")
+    root = fake_checkout(tmp_path, FAKE_PIP.replace("$FAIL", ""))
+    r = run_setup(root)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    steps = [re.fullmatch(r"fuseforge setup: (.+) \.\.\. (\d+) s", ln) for ln in lines[:-1]]
+    assert all(steps), lines
+    assert [m.group(1) for m in steps] == [
+        "checking the prerequisites",
+        "upgrading pip",
+        "installing the pinned dependencies (requirements.txt)",
+        "installing CUTLASS's headers (requirements-headers.txt)",
+        "building the C++ core and the extension",
+    ]
+    assert int(steps[1].group(2)) >= 1  # the step's own duration (the fake pip sleeps 1 s)
+    assert lines[-1] == "fuseforge installed in .venv (0.1.0)"
+    assert r.stderr == ""
+
+
+def test_a_failed_step_says_so_with_its_first_error_and_the_log(tmp_path):
+    if shutil.which("cmake") is None:
+        pytest.skip("this machine lacks a prerequisite itself")
+    root = fake_checkout(tmp_path, FAKE_PIP.replace("$FAIL", "yes"))
+    r = run_setup(root)
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[-1] == (
+        "fuseforge setup: installing the pinned dependencies (requirements.txt) ... failed after 0 s"
+    )
+    assert r.stderr.splitlines() == [
+        "fuseforge: installing the pinned dependencies (requirements.txt) failed: "
+        "ERROR: No matching distribution found for torch==0.0",
+        "fuseforge: the full log is build/setup.log",
+    ]
+    assert "Collecting torch" in (root / "build" / "setup.log").read_text()
+    assert "--no-build-isolation" not in (root / "calls.log").read_text()  # nothing ran after the failure
