@@ -47,7 +47,6 @@ step() {
 [ -x .venv/bin/python ] || step "creating .venv" "$PY" -m venv .venv
 step "upgrading pip" .venv/bin/python -m pip install --upgrade pip
 step "installing the pinned dependencies (requirements.txt)" .venv/bin/python -m pip install -r requirements.txt
-step "installing CUTLASS's headers (requirements-headers.txt)" .venv/bin/python -m pip install --no-deps -r requirements-headers.txt
 # scikit-build-core builds the C++ core + nanobind extension (build dir: build/).
 step "building the C++ core and the extension" .venv/bin/python -m pip install --no-build-isolation --no-deps .
 echo "fuseforge installed in .venv ($(.venv/bin/python -c 'import fuseforge; print(fuseforge.__version__)'))"

@@ -174,7 +174,7 @@ std::vector<std::string> kernel_options(bool cutlass) {
   if (!runtime::cutlass_available())
     throw runtime::CudaError(
         "fuseforge: a GEMM kernel needs CUTLASS's headers, and none were found "
-        "(install nvidia-cutlass, see requirements-headers.txt)");
+        "(pip install nvidia-cutlass==4.2.0.0)");
   return runtime::cutlass_options();
 }
 

@@ -1,5 +1,5 @@
-"""Where CUTLASS's headers are: the include/ folder of the pinned nvidia-cutlass
-wheel (requirements-headers.txt). `fuseforge emit` copies `cutlass_include_dir`
+"""Where CUTLASS's headers are: the include/ folder of the nvidia-cutlass wheel
+(a pinned dependency). `fuseforge emit` copies `cutlass_include_dir`
 verbatim into emitted files that carry GEMM kernels, so it uses only the
 standard library and imports inside its body."""
 
