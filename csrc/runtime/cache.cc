@@ -17,6 +17,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "runtime/env.h"
+
 namespace ff::runtime {
 namespace fs = std::filesystem;
 namespace {
@@ -149,15 +151,10 @@ void warn_unwritable_once(const std::string& dir, const std::string& why) {
                dir.c_str(), why.c_str());
 }
 
-bool disk_cache_disabled() {
-  const char* v = std::getenv("FUSEFORGE_DISABLE_CACHE");
-  return v != nullptr && std::string_view(v) == "1";
-}
-
 }  // namespace
 
 std::string cache_dir() {
-  if (const char* d = std::getenv("FUSEFORGE_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  if (std::string d = env::cache_dir(); !d.empty()) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
     return std::string(x) + "/fuseforge";
   }
@@ -188,7 +185,7 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
     if (auto it = g_memory.find(file); it != g_memory.end()) return it->second;
   }
 
-  const std::string dir = disk_cache_disabled() ? "" : cache_dir();
+  const std::string dir = env::cache_disabled() ? "" : cache_dir();
   std::optional<CompiledKernel> result;
   if (!dir.empty()) {
     const std::string path = dir + "/" + file;

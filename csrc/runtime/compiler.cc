@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <fstream>
 #include <mutex>
 
 #include "runtime/check.h"
 #include "runtime/cuda_libs.h"
+#include "runtime/env.h"
 
 namespace ff::runtime {
 namespace {
@@ -58,9 +58,9 @@ std::string program_log(nvrtcProgram prog, const std::string& kernel_name) {
 
 // Writes the failing source to $FUSEFORGE_DUMP_DIR; returns the message suffix.
 std::string dump_source(const std::string& source, const std::string& kernel_name) {
-  const char* dir = std::getenv("FUSEFORGE_DUMP_DIR");
-  if (dir == nullptr || *dir == '\0') return "";
-  const std::string path = std::string(dir) + "/" + kernel_name + ".cu";
+  const std::string dir = env::dump_dir();
+  if (dir.empty()) return "";
+  const std::string path = dir + "/" + kernel_name + ".cu";
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << source;
   out.close();

@@ -3,10 +3,11 @@
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "runtime/check.h"
+#include "runtime/env.h"
 
 namespace ff::runtime {
 namespace {
@@ -82,9 +83,7 @@ std::vector<std::string>& search_dirs() {  // guarded by nvrtc_mutex()
 
 std::vector<std::string> nvrtc_candidates_locked() {
   std::vector<std::string> out;
-  if (const char* env = std::getenv("FUSEFORGE_NVRTC"); env != nullptr && *env != '\0') {
-    out.emplace_back(env);
-  }
+  if (std::string library = env::nvrtc_library(); !library.empty()) out.push_back(std::move(library));
   for (const std::string& dir : search_dirs()) {
     for (const char* soname : kNvrtcSonames) out.push_back(dir + "/" + soname);
   }
