@@ -3,10 +3,10 @@
 The core opens NVRTC and the driver with dlopen at first use, so it imports on
 machines without a GPU. PyTorch's CUDA wheels ship NVRTC under
 site-packages/nvidia/...; those folders are registered before anything compiles.
-GEMM kernels include CUTLASS's headers (from the pinned nvidia-cutlass wheel,
-requirements-headers.txt) and libcu++'s cuda/std ones (CUDA toolkit or wheel);
-without both, matmuls run as library calls. By default only f32 matmuls become
-GEMM kernels (FUSEFORGE_GEMM=1: every dtype; =0: none).
+GEMM kernels include CUTLASS's headers (from the nvidia-cutlass wheel, a pinned
+dependency) and libcu++'s cuda/std ones (CUDA toolkit or wheel); without both,
+matmuls run as library calls (gemm_headers_missing says why). By default only
+f32 matmuls become GEMM kernels (FUSEFORGE_GEMM=1: every dtype; =0: none).
 """
 
 from __future__ import annotations
@@ -60,6 +60,19 @@ def _cutlass_include_dirs() -> list[str]:
         if len(dirs) > 1:
             return list(dict.fromkeys(dirs))
     return []
+
+
+def gemm_headers_missing() -> tuple[str, str] | None:
+    """(why GEMM kernels cannot be compiled here, what to do); None when
+    CUTLASS's and libcu++'s headers were both found."""
+    if cutlass_include_dir() is None:
+        return "CUTLASS headers not found (nvidia-cutlass not installed)", "pip install nvidia-cutlass==4.2.0.0"
+    if not _cutlass_include_dirs():
+        return (
+            "libcu++'s cuda/std headers not found (no CUDA toolkit include/ under CUDA_HOME or /usr/local/cuda)",
+            "install the CUDA toolkit's headers or set CUDA_HOME",
+        )
+    return None
 
 
 for _d in _library_dirs():

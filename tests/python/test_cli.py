@@ -228,3 +228,27 @@ def test_counted_nouns():
     assert [counted(n, "kernel") for n in (0, 1, 2)] == ["0 kernels", "1 kernel", "2 kernels"]
     assert counted(1, "library call") == "1 library call" and counted(3, "library call") == "3 library calls"
     assert counted(2, "matrix", "matrices") == "2 matrices"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="without a GPU, explain shows the kernels of CPU_CHECK_ARCH")
+def test_missing_cutlass_headers_are_one_warning_and_explain_lists_the_matmuls(tmp_path, capsys, caplog, monkeypatch):
+    from fuseforge import _native
+    from fuseforge.runtime import options
+
+    monkeypatch.setattr(_native, "cutlass_include_dir", lambda: None)  # as without nvidia-cutlass
+    monkeypatch.setattr(options, "_warned_gemm_headers", False)
+    path = tmp_path / "linear_relu.py"
+    path.write_text(LINEAR)
+    with caplog.at_level("WARNING", logger="fuseforge"):
+        assert cli.main(["explain", str(path)]) == 0
+        assert cli.main(["explain", str(path)]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "fuseforge"]
+    assert warnings == [
+        "fuseforge: CUTLASS headers not found (nvidia-cutlass not installed): f32 matmuls run as library calls; "
+        "pip install nvidia-cutlass==4.2.0.0"
+    ], warnings
+    out = capsys.readouterr().out
+    assert "ff_gemm" not in out  # the matmul is a library call in the plan
+    section = out[out.index("matmuls without GEMM kernels") :]
+    assert "CUTLASS headers not found (nvidia-cutlass not installed); pip install nvidia-cutlass==4.2.0.0" in section
+    assert "(1 matmul):\n  %1 = addmm(%fc.bias, %x, %0) : f32[8192,256]\n" in section, section

@@ -283,6 +283,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     console.rule(f"plan ({args.precision})")
     _print_text(str(compiled.plan))
     _explain_convs(captured.text, compiled.ir_after, device)
+    _explain_gemm_fallbacks(compiled.ir_after, args.precision)
     return 0
 
 
@@ -317,6 +318,21 @@ def _explain_convs(text: str, ir_after: str, device: torch.device) -> None:
                 f"eager {'uses' if probe['tf32'] else 'does not use'} TF32"
             )
         _print_text(f"{c['text']}\n  -> fp32_precision={after['fp32_precision'] or '-'}, {layout}; {why}")
+
+
+def _explain_gemm_fallbacks(ir_after: str, precision: str) -> None:
+    """The matmuls that run as library calls because GEMM kernels cannot be
+    compiled here, with the cause and what to install."""
+    from fuseforge._native import gemm_headers_missing
+    from fuseforge.runtime.options import gemm_fallbacks
+
+    matmuls = gemm_fallbacks(ir_after, precision)
+    if not matmuls:
+        return
+    cause, fix = gemm_headers_missing() or ("", "")
+    console.rule("matmuls without GEMM kernels")
+    _print_text(f"{cause}; {fix}. Library calls instead of GEMM kernels ({counted(len(matmuls), 'matmul')}):")
+    _print_text("\n".join("  " + m for m in matmuls))
 
 
 def _lazy(module: str, name: str) -> Any:

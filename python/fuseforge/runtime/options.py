@@ -19,18 +19,34 @@ read here and nowhere else:
 
 With a CUDA device, `compile_ir` first probes what eager's convolutions do on
 it (conv_probe.decide) and hands the answers to the compiler.
+
+Without CUTLASS's headers (_native.gemm_headers_missing) no matmul becomes a
+GEMM kernel and no conv an implicit-GEMM one; the first compile whose graph
+has matmuls that would have been GEMM kernels logs one warning on the
+`fuseforge` logger saying why and what to install (gemm_fallbacks lists them).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from typing import Any
 
 import torch
 
+from fuseforge import _native
 from fuseforge._native import core
 from fuseforge.runtime import conv_probe
 from fuseforge.runtime.precision import check_precision
+
+log = logging.getLogger("fuseforge")
+_warned_gemm_headers = False
+
+#: The GEMM kernel policies the core knows (compile.cc's parse_gemm_policy).
+_GEMM_POLICIES = ("", "auto", "f32", "all", "1", "off", "0")
+#: A matmul node of IR text and its result's dtype.
+_MATMUL = re.compile(r"^\s*%\S+ = (?:mm|bmm|addmm)\(.* : (\w+)\[")
 
 
 def fast_call_enabled() -> bool:
@@ -39,6 +55,11 @@ def fast_call_enabled() -> bool:
 
 def autotune_enabled() -> bool:
     return os.environ.get("FUSEFORGE_AUTOTUNE") == "1"
+
+
+def gemm_policy(gemm: str | None = None) -> str:
+    """`gemm` if given, else FUSEFORGE_GEMM (default auto)."""
+    return gemm if gemm is not None else os.environ.get("FUSEFORGE_GEMM", "auto")
 
 
 def conv_policy() -> str:
@@ -59,23 +80,57 @@ def compile_options(
     each pass; `convs` is conv_probe.decide's answer. Raises ValueError naming
     a bad precision or policy."""
     check_precision(precision)
-    policy = gemm if gemm is not None else os.environ.get("FUSEFORGE_GEMM", "auto")
+    policy = gemm_policy(gemm)
     conv = conv_policy()
+    # The core drops GEMM kernels itself when no headers were registered; saying
+    # so here too keeps the two in step when the lookup is all that failed.
+    missing = _native.gemm_headers_missing() is not None
     try:
         return core.CompileOptions(
             precision=precision,
-            gemm=policy,
+            gemm="off" if missing and policy in _GEMM_POLICIES else policy,
             autotune=autotune_enabled(),
             arch=arch,
             passes=passes or [],
             trace=trace,
             reductions=os.environ.get("FUSEFORGE_REDUCTIONS") != "0",
-            conv=conv,
+            conv="direct" if missing and conv in ("auto", "1", "always") else conv,
             **(convs or {}),
         )
     except ValueError as e:
         where = "" if gemm is not None else f"FUSEFORGE_GEMM is {policy!r}, FUSEFORGE_CONV_KERNELS is {conv!r}: "
         raise ValueError(f"fuseforge: {where}{e}") from None
+
+
+def gemm_dtypes(policy: str, precision: str) -> tuple[str, ...]:
+    """The dtypes whose matmuls `policy` makes GEMM kernels at `precision`,
+    headers permitting (compile.cc's gemm_dtypes)."""
+    if policy in ("all", "1"):
+        return ("f32", "f16", "bf16")
+    if policy in ("off", "0"):
+        return ()
+    return ("f32",) if precision == "fp32" else ()
+
+
+def gemm_fallbacks(ir_after: str, precision: str, gemm: str | None = None) -> list[str]:
+    """The matmuls of `ir_after` (IR text) that run as library calls only
+    because CUTLASS's headers are missing, as IR lines; [] where they are there."""
+    if _native.gemm_headers_missing() is None:
+        return []
+    dtypes = gemm_dtypes(gemm_policy(gemm), precision)
+    return [ln.strip() for ln in ir_after.splitlines() if (m := _MATMUL.match(ln)) and m.group(1) in dtypes]
+
+
+def warn_gemm_fallbacks(ir_after: str, precision: str, gemm: str | None = None) -> None:
+    """Once per process, at the first graph with matmuls that gemm_fallbacks
+    lists: a warning naming the cause and what to install."""
+    global _warned_gemm_headers
+    if _warned_gemm_headers or not gemm_fallbacks(ir_after, precision, gemm):
+        return
+    _warned_gemm_headers = True
+    cause, fix = _native.gemm_headers_missing() or ("", "")
+    kinds = "/".join(gemm_dtypes(gemm_policy(gemm), precision))
+    log.warning("fuseforge: %s: %s matmuls run as library calls; %s", cause, kinds, fix)
 
 
 def probe_convs(text: str, precision: str, device: torch.device) -> dict[str, dict[str, bool]]:
@@ -109,4 +164,6 @@ def compile_ir(
     ir_before, ir_after, pass_trace and plan. With a CUDA `device`, each f32
     conv's math and layout follow what eager's conv does there (probed)."""
     convs = probe_convs(text, precision, device) if device is not None and device.type == "cuda" else None
-    return core.compile(text, compile_options(precision, arch, gemm=gemm, trace=trace, passes=passes, convs=convs))
+    compiled = core.compile(text, compile_options(precision, arch, gemm=gemm, trace=trace, passes=passes, convs=convs))
+    warn_gemm_fallbacks(compiled.ir_after, precision, gemm)
+    return compiled
