@@ -1,6 +1,7 @@
 """Compile options: the precision policy, which matmuls become GEMM kernels,
 autotuning and the target GPU. The environment variables that change them are
-read here and nowhere else:
+read here and nowhere else in Python (the C++ core's own in csrc/runtime/env.cc;
+docs/ENVIRONMENT.md lists both sides'):
 
 - FUSEFORGE_GEMM: auto (default: f32 matmuls at the fp32 precision), all (or
   1: f32, f16 and bf16) or off (or 0);
@@ -49,21 +50,45 @@ _GEMM_POLICIES = ("", "auto", "f32", "all", "1", "off", "0")
 _MATMUL = re.compile(r"^\s*%\S+ = (?:mm|bmm|addmm)\(.* : (\w+)\[")
 
 
+#: The variables' names, for code that names one (the harness sets ENV_CACHE_DIR for its child processes).
+ENV_GEMM = "FUSEFORGE_GEMM"
+ENV_AUTOTUNE = "FUSEFORGE_AUTOTUNE"
+ENV_REDUCTIONS = "FUSEFORGE_REDUCTIONS"
+ENV_CONV_KERNELS = "FUSEFORGE_CONV_KERNELS"
+ENV_CONV_PRECISION = "FUSEFORGE_CONV_PRECISION"
+ENV_FAST_CALL = "FUSEFORGE_FAST_CALL"
+#: The kernel cache's directory: read by the core (csrc/runtime/env.cc), never here.
+ENV_CACHE_DIR = "FUSEFORGE_CACHE_DIR"
+
+
 def fast_call_enabled() -> bool:
-    return os.environ.get("FUSEFORGE_FAST_CALL") != "0"
+    return os.environ.get(ENV_FAST_CALL) != "0"
 
 
 def autotune_enabled() -> bool:
-    return os.environ.get("FUSEFORGE_AUTOTUNE") == "1"
+    return os.environ.get(ENV_AUTOTUNE) == "1"
+
+
+def reductions_enabled() -> bool:
+    return os.environ.get(ENV_REDUCTIONS) != "0"
 
 
 def gemm_policy(gemm: str | None = None) -> str:
     """`gemm` if given, else FUSEFORGE_GEMM (default auto)."""
-    return gemm if gemm is not None else os.environ.get("FUSEFORGE_GEMM", "auto")
+    return gemm if gemm is not None else os.environ.get(ENV_GEMM, "auto")
 
 
 def conv_policy() -> str:
-    return os.environ.get("FUSEFORGE_CONV_KERNELS", "auto")
+    return os.environ.get(ENV_CONV_KERNELS, "auto")
+
+
+def conv_precision_forced() -> str:
+    """FUSEFORGE_CONV_PRECISION: probe (default), ieee or tf32; raises
+    ValueError naming another value."""
+    forced = os.environ.get(ENV_CONV_PRECISION, "probe")
+    if forced not in ("probe", "ieee", "tf32"):
+        raise ValueError(f"fuseforge: {ENV_CONV_PRECISION} is {forced!r}; expected probe, ieee or tf32")
+    return forced
 
 
 def compile_options(
@@ -93,7 +118,7 @@ def compile_options(
             arch=arch,
             passes=passes or [],
             trace=trace,
-            reductions=os.environ.get("FUSEFORGE_REDUCTIONS") != "0",
+            reductions=reductions_enabled(),
             conv="direct" if missing and conv in ("auto", "1", "always") else conv,
             **(convs or {}),
         )
@@ -135,9 +160,7 @@ def warn_gemm_fallbacks(ir_after: str, precision: str, gemm: str | None = None) 
 
 def probe_convs(text: str, precision: str, device: torch.device) -> dict[str, dict[str, bool]]:
     """What eager's convolutions in `text` do on `device` (conv_probe.decide)."""
-    forced = os.environ.get("FUSEFORGE_CONV_PRECISION", "probe")
-    if forced not in ("probe", "ieee", "tf32"):
-        raise ValueError(f"fuseforge: FUSEFORGE_CONV_PRECISION is {forced!r}; expected probe, ieee or tf32")
+    forced = conv_precision_forced()
     implicit = conv_policy() in ("auto", "1", "always")
     return conv_probe.decide(
         text,
