@@ -30,19 +30,29 @@ def warm_imports() -> float:
 
 
 @contextlib.contextmanager
+def _environ_set(name: str, value: str) -> Iterator[None]:
+    """os.environ[name] is `value` within it (processes started meanwhile
+    inherit it), and what it was after."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+@contextlib.contextmanager
 def temporary_cache_dir(prefix: str) -> Iterator[str]:
-    """FUSEFORGE_CACHE_DIR set to a new temporary directory (which processes
-    started meanwhile inherit), removed and the variable restored afterwards."""
-    saved = os.environ.get("FUSEFORGE_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix=prefix) as cache:
-        os.environ["FUSEFORGE_CACHE_DIR"] = cache
-        try:
-            yield cache
-        finally:
-            if saved is None:
-                os.environ.pop("FUSEFORGE_CACHE_DIR", None)
-            else:
-                os.environ["FUSEFORGE_CACHE_DIR"] = saved
+    """The core's kernel cache directory (FUSEFORGE_CACHE_DIR, which the core
+    reads) set to a new temporary directory, for this process and the ones it
+    starts meanwhile; removed and the variable restored afterwards."""
+    from fuseforge.runtime.options import ENV_CACHE_DIR
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as cache, _environ_set(ENV_CACHE_DIR, cache):
+        yield cache
 
 
 def _synchronize() -> None:
