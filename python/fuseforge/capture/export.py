@@ -83,8 +83,28 @@ def _agreeing_cudnn_tf32_flags():
         cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision = saved
 
 
+@contextlib.contextmanager
+def _no_hooks_left_on_failure():
+    """Removes the global buffer-registration hooks a failed trace left behind.
+    Non-strict export (and run_decompositions' re-trace) installs one that
+    closes over the module being traced and removes it only when tracing
+    succeeds (pytorch#172213). Left in place, it keeps the model (and the
+    plans it reaches) alive for the rest of the process, and the model's next
+    buffer assignment in eager, the fallback for inputs capture rejects,
+    fails its tracing-only check ("expected FakeTensor")."""
+    hooks = getattr(torch.nn.modules.module, "_global_buffer_registration_hooks", None)
+    before = set(hooks) if hooks is not None else set()
+    try:
+        yield
+    except BaseException:
+        if hooks is not None:
+            for key in [k for k in hooks if k not in before]:
+                del hooks[key]
+        raise
+
+
 def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
-    with warnings.catch_warnings(), _lstm_shape_fix(), _agreeing_cudnn_tf32_flags():
+    with warnings.catch_warnings(), _lstm_shape_fix(), _agreeing_cudnn_tf32_flags(), _no_hooks_left_on_failure():
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
         warnings.filterwarnings("ignore", message=r".*were assigned during export.*")
         printed = io.StringIO()  # a failing export prints the partial graph to stderr
