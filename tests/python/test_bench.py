@@ -11,6 +11,7 @@ import pytest
 
 from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 from fuseforge.harness import bench, cli
+from fuseforge.harness.report import render_markdown
 from fuseforge.harness.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
 
@@ -29,7 +30,7 @@ def _args(**kw):
 def test_find_problems_covers_the_suite(tmp_path):
     found = bench.find_problems([str(ROOT / "benchmarks" / "problems")])
     assert [p.resolve() for p in found] == [p.resolve() for p in PROBLEMS]
-    assert len(found) == 46
+    assert len(found) == 61
     with pytest.raises(FileNotFoundError):
         bench.find_problems([str(tmp_path / "nope")])
     (tmp_path / "a").mkdir()
@@ -108,6 +109,75 @@ def test_bench_writes_the_report(tmp_path):
         assert set(bench.PROBLEM_KEYS) <= set(row)
     assert report["problems"]["tiny"]["correct"] is True
     assert report["problems"]["broken"]["correct"] is False and "boom" in report["problems"]["broken"]["error"]
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch):
+    monkeypatch.setattr(bench.torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3,5,7,9")  # torch sees the first four it can open
+    assert bench.visible_gpus(None) == ["2", "3", "5", "7"]
+    assert bench.visible_gpus(2) == ["2", "3"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert bench.visible_gpus(None) == ["0", "1", "2", "3"]
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match=f"--gpus {bad}: 4 GPUs visible here"):
+            bench.visible_gpus(bad)
+
+
+def test_bench_shares_problems_over_gpus(tmp_path, monkeypatch):
+    """With --gpus 2 each problem runs in one of two timing workers, each
+    pinned to its GPU through CUDA_VISIBLE_DEVICES; the report keeps the
+    suite's order and says where each row ran. (CUDA is faked in the bench
+    process only: the workers see no GPU and run the CPU check.)"""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    prelude = (
+        "import os, pathlib\n"
+        f"pathlib.Path({str(seen)!r}, pathlib.Path(__file__).stem).write_text("
+        "os.environ.get('CUDA_VISIBLE_DEVICES', ''))"
+    )
+    paths = [_problem(tmp_path, name, prelude=prelude) for name in ("p1", "p2", "p3", "p4")]
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(bench.torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out, md = tmp_path / "report.json", tmp_path / "report.md"
+    argv = ["bench", *map(str, paths), "--gpus", "2", "--jobs", "1", "--seeds", "1", "--json", str(out)]
+    assert cli.main([*argv, "--md", str(md)]) == 0
+    report = json.loads(out.read_text())
+    assert list(report["problems"]) == ["p1", "p2", "p3", "p4"]
+    assert report["gpus"] == 2 and report["command"].endswith("--gpus 2")
+    for name, row in report["problems"].items():
+        assert row["correct"] is True
+        assert row["gpu"] == (seen / name).read_text() and row["gpu"] in ("0", "1")
+    text = md.read_text()
+    assert text.startswith("# fuseforge bench — Fake GPU ×2, torch ")
+    assert "| problem | mode | correct |" in text
+    assert [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| p")][1:] == [
+        "| p1",
+        "| p2",
+        "| p3",
+        "| p4",
+    ]
+    assert "4/4 correct" in text
+
+
+def test_markdown_report_lists_every_problem_and_failure():
+    problems = {
+        "fast": {"correct": True, "mode": "eval", "eager_ms": 2.0, "fuseforge_ms": 1.0, "speedup_vs_eager": 2.0},
+        "hung": {"correct": False, "error": "timed out after 300 s"},
+    }
+    report = {"device": "X", "torch": "t", "precision": "fp32", "mode": "m", "command": "fuseforge bench a b"}
+    report |= {"date": "2026-01-01", "problems": problems, "summary": bench.summarize(problems)}
+    lines = render_markdown(report).splitlines()
+    assert lines[0] == "# fuseforge bench — X, torch t, fp32, mode m"
+    assert (
+        "- `fuseforge bench a b`" in lines
+        and "- 1/2 correct · vs eager: geomean 2.00× (correct ones), fast_1 1/1" in lines
+    )
+    header = next(i for i, line in enumerate(lines) if line.startswith("| problem |"))
+    assert lines[header + 2].startswith("| fast | eval | yes | — | — | 2.000 | — | 1.000 | 2.00 |")
+    assert lines[header + 3].startswith("| hung | — | FAILED |")
+    assert lines[-1] == "- hung: timed out after 300 s"
 
 
 def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, monkeypatch, capsys):

@@ -18,8 +18,14 @@ its own, which measures the compile times (each with its own empty cache, so
 cold is cold), keeps the kernels in the disk cache and compiles inductor
 once, filling its caches (but for its Triton kernels' tuning: the worker
 tunes them at their first call, alone); then each problem is checked and
-timed alone, one after another in the shared worker, so no two timings
-overlap.
+timed alone on its GPU, so no two timings share a GPU.
+
+With `--gpus N` (default: every visible GPU) the problems are shared out over
+N GPUs: the compile jobs go round the GPUs, and each GPU has one timing
+worker (CUDA_VISIBLE_DEVICES set to that GPU) that takes the next problem
+from a common queue, longest compile first (the compile phase's wall time
+stands for a problem's whole cost), so the GPUs finish close together. Each
+row records the GPU it ran on; the report is one table, as from one GPU.
 
 The whole run uses a cache directory of its own (FUSEFORGE_CACHE_DIR, a new
 temporary one), so what the plans decide from timings (cuDNN's times per
@@ -34,9 +40,10 @@ import argparse
 import contextlib
 import datetime
 import json
-import math
 import os
+import queue
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,12 +52,11 @@ from typing import Any
 
 import torch
 from rich.progress import Progress
-from rich.table import Table
 
 from fuseforge.harness.cli import console, print_full_width
 from fuseforge.harness.measure import temporary_cache_dir
 from fuseforge.harness.problem import problem_name
-from fuseforge.harness.roofline import ROOFLINE_LEGEND, roofline_cells
+from fuseforge.harness.report import check_plotting, merge_reports, render_markdown, render_table, summarize, write_plot
 from fuseforge.harness.worker import Worker
 
 #: Keys every problem's entry has in the JSON report (None where not measured).
@@ -95,18 +101,37 @@ def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def visible_gpus(count: int | None) -> list[str]:
+    """The CUDA_VISIBLE_DEVICES names of the first `count` GPUs this process
+    sees (None: every one); raises ValueError saying how many are visible
+    when fewer are, or when count < 1."""
+    n = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [d.strip() for d in listed.split(",")][:n] if listed else [str(i) for i in range(n)]
+    if count is None:
+        return names
+    if not 1 <= count <= len(names):
+        raise ValueError(f"--gpus {count}: {len(names)} GPU{'' if len(names) == 1 else 's'} visible here")
+    return names[:count]
+
+
 def run_problem(
-    path: Path, args: argparse.Namespace, phase: str = "--compile-times", worker: Worker | None = None
+    path: Path,
+    args: argparse.Namespace,
+    phase: str = "--compile-times",
+    worker: Worker | None = None,
+    gpu: str | None = None,
 ) -> dict[str, Any]:
     """One problem's row from `fuseforge run PATH <phase>` (phase:
     --compile-times, --compile-only, or "" for check and timing only) in
-    `worker`, or in a fresh worker process of its own when none is given, with
-    the wall seconds it took in `wall_s`; on a crash or a timeout, a row with
+    `worker`, or in a fresh worker process of its own (on GPU `gpu`, a
+    CUDA_VISIBLE_DEVICES name, if given) when none is given, with the wall
+    seconds it took in `wall_s`; on a crash or a timeout, a row with
     correct=False and the reason in `error`."""
     started = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp,
-        contextlib.nullcontext(worker) if worker is not None else Worker() as runner,
+        contextlib.nullcontext(worker) if worker is not None else Worker(_gpu_env(gpu)) as runner,
     ):
         out = os.path.join(tmp, "row.json")
         argv = [
@@ -147,158 +172,8 @@ def run_problem(
         return row
 
 
-def geomean(values: Sequence[float]) -> float | None:
-    """Geometric mean of positive values; None for none."""
-    vals = [v for v in values if v and v > 0]
-    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
-
-
-def summarize(problems: dict[str, dict]) -> dict[str, Any]:
-    """Geomean speedups and fast_1 counts (correct and faster than the baseline)."""
-    summary: dict[str, Any] = {
-        "problems": len(problems),
-        "correct": sum(bool(r.get("correct")) for r in problems.values()),
-    }
-    for ref in ("eager", "inductor"):
-        key = f"speedup_vs_{ref}"
-        timed = [r for r in problems.values() if r.get(key)]
-        if not timed:
-            continue
-        summary[f"geomean_{key}"] = geomean([r[key] for r in timed if r.get("correct")])
-        summary[f"fast_1_vs_{ref}"] = sum(bool(r.get("correct")) and r[key] > 1.0 for r in timed)
-        summary[f"timed_vs_{ref}"] = len(timed)
-    return summary
-
-
-def _f(row: dict, key: str, fmt: str) -> str:
-    v = row.get(key)
-    return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) else "—"
-
-
-def render_table(report: dict[str, Any]) -> Table:
-    """The suite as one table; the caption holds geomeans and fast_1 counts."""
-    table = Table(
-        title=f"fuseforge bench — {report['device']}, torch {report['torch']}, "
-        f"{report['precision']}, mode {report['mode']}"
-        + (", eager convs IEEE" if report.get("eager_convs") == "ieee" else "")
-    )
-    for col in (
-        "problem",
-        "mode",
-        "correct",
-        "err vs eager",
-        "err vs fp64",
-        "eager ms",
-        "inductor ms",
-        "fuseforge ms",
-        "× eager",
-        "× inductor",
-        "compile s",
-        "cached s",
-        "TFLOP/s",
-        "roofline",
-    ):
-        table.add_column(col, justify="left" if col in ("problem", "mode", "correct") else "right")
-    for name, r in report["problems"].items():
-        correct = "yes" if r.get("correct") else ("[red]NO[/red]" if "error" not in r else "[red]FAILED[/red]")
-        table.add_row(
-            name,
-            r.get("mode", "—"),
-            correct,
-            _f(r, "max_err_vs_eager", ".1e"),
-            _f(r, "max_err_vs_fp64", ".1e"),
-            _f(r, "eager_ms", ".3f"),
-            _f(r, "inductor_ms", ".3f"),
-            _f(r, "fuseforge_ms", ".3f"),
-            _f(r, "speedup_vs_eager", ".2f"),
-            _f(r, "speedup_vs_inductor", ".2f"),
-            _f(r, "compile_s_cold", ".2f"),
-            _f(r, "compile_s_warm", ".2f"),
-            *roofline_cells(r),
-        )
-    s = report["summary"]
-    parts = [f"{s['correct']}/{s['problems']} correct"]
-    for ref in ("eager", "inductor"):
-        if f"timed_vs_{ref}" in s:
-            g = s[f"geomean_speedup_vs_{ref}"]
-            parts.append(
-                f"vs {ref}: geomean {g:.2f}× (correct ones), fast_1 {s[f'fast_1_vs_{ref}']}/{s[f'timed_vs_{ref}']}"
-                if g
-                else f"vs {ref}: no correct timing"
-            )
-    table.caption = " · ".join(parts) + "\n" + ROOFLINE_LEGEND
-    for name, r in report["problems"].items():
-        if "error" in r:
-            table.caption += f"\n[red]{name}: {r['error']}[/red]"
-    return table
-
-
-def _matplotlib() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ValueError(
-            "--plot needs matplotlib, which is not installed (pip install matplotlib); run without --plot or install it"
-        ) from e
-    return plt
-
-
-def write_plot(report: dict[str, Any], path: str) -> None:
-    """Bar chart of speedup vs each baseline per problem (log scale), sorted
-    by the speedup vs the first baseline; incorrect problems are hatched."""
-    plt = _matplotlib()
-    refs = [r for r in ("eager", "inductor") if any(p.get(f"speedup_vs_{r}") for p in report["problems"].values())]
-    if not refs:
-        raise ValueError("nothing to plot: no problem has a speedup")
-    rows = sorted(report["problems"].items(), key=lambda kv: kv[1].get(f"speedup_vs_{refs[0]}") or 0.0)
-    fig, ax = plt.subplots(figsize=(max(8.0, 0.42 * len(rows) + 2), 5.5))
-    width = 0.8 / len(refs)
-    for i, ref in enumerate(refs):
-        xs = [j + (i - (len(refs) - 1) / 2) * width for j in range(len(rows))]
-        ys = [r.get(f"speedup_vs_{ref}") or 0.0 for _, r in rows]
-        bars = ax.bar(xs, ys, width, label=f"× {ref}")
-        for bar, (_, r) in zip(bars, rows):
-            if not r.get("correct"):
-                bar.set_hatch("//")
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(rows)), [n for n, _ in rows], rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("speedup (baseline ms / fuseforge ms)")
-    ax.set_title(f"fuseforge speedup — {report['device']}, {report['precision']} (hatched: incorrect)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
-    """One report from several `--json` reports of the same device, torch,
-    precision, mode and eager conv math (a suite run in parts); raises
-    ValueError if they differ or name a problem twice."""
-    merged: dict[str, Any] | None = None
-    for path in paths:
-        with open(path) as f:
-            part = json.load(f)
-        if merged is None:
-            merged = {**part, "problems": {}, "command": [], "date": []}
-        for key in ("device", "torch", "precision", "mode", "eager_convs"):
-            # (reports from before --eager-convs ran with the default)
-            if part.get(key, "default") != merged.get(key, "default"):
-                raise ValueError(
-                    f"cannot merge {path}: {key} is {part.get(key, 'default')!r}, not {merged.get(key, 'default')!r}"
-                )
-        twice = merged["problems"].keys() & part["problems"].keys()
-        if twice:
-            raise ValueError(f"cannot merge {path}: {', '.join(sorted(twice))} already in an earlier part")
-        merged["problems"].update(part["problems"])
-        merged["command"].append(part["command"])
-        merged["date"].append(part["date"])
-    if merged is None:
-        raise ValueError("--merge needs at least one JSON report")
-    return merged
+def _gpu_env(gpu: str | None) -> dict[str, str] | None:
+    return {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -307,7 +182,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fuseforge.runtime.precision import check_precision
 
     if args.plot:
-        _matplotlib()  # fail before the runs, not after
+        check_plotting()  # fail before the runs, not after
     if args.merge:
         if args.paths:
             raise ValueError("give either problem files or --merge, not both")
@@ -348,37 +223,69 @@ def cmd_bench(args: argparse.Namespace) -> int:
         ),
         "problems": {},
     }
+    # None: no GPU here, the CPU check runs in one worker.
+    gpus: list[str | None] = [*visible_gpus(args.gpus)] if torch.cuda.is_available() else [None]
+    if torch.cuda.is_available():
+        report["gpus"] = len(gpus)
+        report["command"] += f" --gpus {len(gpus)}"
     compiled: dict[Path, dict[str, Any]] = {}
+    rows: dict[Path, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def record(path: Path, row: dict[str, Any], gpu: str | None) -> None:
+        row.pop("problem", None)
+        row["file"] = str(path)
+        if gpu is not None:
+            row["gpu"] = gpu
+        for key in PROBLEM_KEYS:
+            row.setdefault(key, None)
+        with lock:
+            rows[path] = row
+            # The suite's order, and written after every problem, so a suite cut short keeps what it measured.
+            report["problems"] = {problem_name(p): rows[p] for p in problems if p in rows}
+            if args.json:
+                _write_json({**report, "summary": summarize(report["problems"])}, args.json)
+
     with contextlib.ExitStack() as stack:
-        stack.enter_context(temporary_cache_dir("fuseforge-bench-"))  # inherited by the compile jobs and the worker
+        stack.enter_context(temporary_cache_dir("fuseforge-bench-"))  # inherited by the compile jobs and the workers
         progress = stack.enter_context(Progress(console=console, transient=True))
         if args.jobs > 1 and torch.cuda.is_available():
-            task = progress.add_task(f"compiling, {args.jobs} at a time", total=len(problems))
+            task = progress.add_task(f"compiling, {args.jobs} at a time on {len(gpus)} GPU(s)", total=len(problems))
             with ThreadPoolExecutor(args.jobs) as pool:
-                for path, row in zip(problems, pool.map(lambda p: run_problem(p, args, "--compile-only"), problems)):
+                jobs = pool.map(
+                    lambda ip: run_problem(ip[1], args, "--compile-only", gpu=gpus[ip[0] % len(gpus)]),
+                    enumerate(problems),
+                )
+                for path, row in zip(problems, jobs):
                     compiled[path] = row
                     progress.advance(task)
         task = progress.add_task("bench", total=len(problems))
-        worker = stack.enter_context(Worker())  # one process for every problem that runs well
-        for path in problems:
-            name = problem_name(path)
-            progress.update(task, description=f"{name}")
-            first = compiled.get(path)
-            if first is not None and "error" in first:
-                row = first  # it did not compile: nothing to check or time
-            else:
-                row = run_problem(path, args, "" if first is not None else "--compile-times", worker)
-                if first is not None:
-                    row.update({k: first[k] for k in ("compile_s_cold", "compile_s_warm") if k in first})
-                    row["compile_phase_wall_s"] = first.get("wall_s")
-            row.pop("problem", None)
-            row["file"] = str(path)
-            for key in PROBLEM_KEYS:
-                row.setdefault(key, None)
-            report["problems"][name] = row
-            if args.json:  # after every problem, so a suite cut short keeps what it measured
-                _write_json({**report, "summary": summarize(report["problems"])}, args.json)
-            progress.advance(task)
+        todo: queue.Queue[Path] = queue.Queue()
+        for path in sorted(problems, key=lambda p: -(compiled.get(p, {}).get("wall_s") or 0.0)):
+            todo.put(path)
+
+        def time_on(gpu: str | None) -> None:
+            with Worker(_gpu_env(gpu)) as worker:  # one process for every problem that runs well
+                while True:
+                    try:
+                        path = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    progress.update(task, description=problem_name(path))
+                    first = compiled.get(path)
+                    if first is not None and "error" in first:
+                        row = first  # it did not compile: nothing to check or time
+                    else:
+                        row = run_problem(path, args, "" if first is not None else "--compile-times", worker)
+                        if first is not None:
+                            row.update({k: first[k] for k in ("compile_s_cold", "compile_s_warm") if k in first})
+                            row["compile_phase_wall_s"] = first.get("wall_s")
+                    record(path, row, gpu)
+                    progress.advance(task)
+
+        with ThreadPoolExecutor(len(gpus)) as pool:
+            for done in [pool.submit(time_on, gpu) for gpu in gpus]:
+                done.result()
     return _finish(report, args)
 
 
@@ -393,6 +300,10 @@ def _finish(report: dict[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         _write_json(report, args.json)
         console.print(f"wrote {args.json}")
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(render_markdown(report))
+        console.print(f"wrote {args.md}")
     if args.plot:
         write_plot(report, args.plot)
         console.print(f"wrote {args.plot}")

@@ -400,7 +400,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="problems compiled at a time before the one-by-one check and timing (GPU; 1: one "
         "process per problem does both)",
     )
+    bench.add_argument(
+        "--gpus",
+        type=int,
+        help="GPUs to share the problems over, one timing worker each (default: every visible GPU)",
+    )
     bench.add_argument("--json", help="write every figure to this file")
+    bench.add_argument("--md", help="write the report as a Markdown table")
     bench.add_argument("--plot", help="write a speedup plot (PNG; needs matplotlib)")
     bench.add_argument(
         "--merge",
