@@ -695,7 +695,7 @@ class LaunchableKernel:
 
 launch_entry: int
 
-def load_kernels(kernels: KernelList, arch: int) -> list[object]:
+def load_kernels(kernels: KernelList | Sequence[Kernel], arch: int) -> list[LaunchableKernel | str]:
     """
     Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel a LaunchableKernel, or the error message of a kernel that did not compile.
     """

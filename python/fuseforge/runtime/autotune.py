@@ -62,7 +62,7 @@ def store(k: str, value: Any, file: str = CHOICES) -> None:
         pass
 
 
-def cuda_time(fn: Callable[[], None], reps: int = 5, warm_ms: float = 2.0, total_ms: float = 10.0) -> float:
+def cuda_time(fn: Callable[[], object], reps: int = 5, warm_ms: float = 2.0, total_ms: float = 10.0) -> float:
     """Median milliseconds of `fn` (CUDA events) after warming up for at
     least `warm_ms`, over `reps` runs or as many more (up to 50) as take about
     `total_ms`. Short functions need both: timed over one warm-up and five
@@ -96,13 +96,13 @@ def cuda_time(fn: Callable[[], None], reps: int = 5, warm_ms: float = 2.0, total
 def choose(
     k: str,
     names: Sequence[str],
-    runs: Sequence[Callable[[], None]],
-    timer: Callable[[Callable[[], None]], float] = cuda_time,
+    runs: Sequence[Callable[[], object]],
+    timer: Callable[[Callable[[], object]], float] = cuda_time,
 ) -> int:
     """Index of the candidate to use: the cached choice for `k` if it names one
     of `names`, else the fastest under `timer` (then cached)."""
     cached = load().get(k)
-    if cached in names:
+    if cached is not None and cached in names:
         return list(names).index(cached)
     times = [timer(fn) for fn in runs]
     best = min(range(len(runs)), key=times.__getitem__)

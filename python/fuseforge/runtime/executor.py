@@ -194,6 +194,7 @@ class Executor:
         def run(env: Env) -> None:
             nonlocal kernel
             if kernel is None:
+                assert by_ops is not None  # made above for every kernel that can be None here
                 by_ops(env)
                 return
             ins = [env[m] for m in memory]
@@ -204,10 +205,11 @@ class Executor:
             out_tensors = [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
             if index in tuning:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
-                library = (lambda: by_ops(env)) if k.kind == "conv" else None
+                library = (lambda: by_ops(env)) if by_ops is not None and k.kind == "conv" else None
                 kernel = self.kernels[index] = self._tuned(k, kernel, pointers, library)
                 tuning.discard(index)
                 if kernel is None:  # cuDNN won
+                    assert by_ops is not None  # a conv's, which only _tuned's library wins over
                     by_ops(env)
                     return
             kernel.launch(dev_index, pointers, [float(env[s]) for s in scalars], _raw_stream(dev_index))
@@ -230,7 +232,9 @@ class Executor:
                     f"fuseforge: {k.kind} candidate {v.name} did not compile; not timed: {str(e)[:500]}", stacklevel=2
                 )
         stream = _raw_stream(dev_index)
-        runs: list[Callable[[], Any]] = [lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates]
+        runs: list[Callable[..., object]] = [
+            lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates
+        ]
         if library is not None:
             candidates.append(("library", None))
             runs.append(library)

@@ -11,7 +11,7 @@ prefix)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ Call = Callable[[list[Any]], Any]
 # _ff_conv_fp32 and _ff_convolution are copied verbatim into emitted files:
 # they use only contextlib and torch, and annotations that need no import.
 @contextlib.contextmanager
-def _ff_conv_fp32(value: str):
+def _ff_conv_fp32(value: str) -> "Iterator[None]":  # noqa: UP037 - quoted: emitted copies import no Iterator
     """Within it, cuDNN convolutions compute f32 as `value` ("ieee" or "tf32");
     the user's setting comes back after (torch < 2.9: the allow_tf32 switch)."""
     cudnn = torch.backends.cudnn
@@ -43,7 +43,7 @@ def _ff_conv_fp32(value: str):
             cudnn.allow_tf32 = saved
 
 
-def _ff_convolution(fp32_precision: str, *args) -> torch.Tensor:
+def _ff_convolution(fp32_precision: str, *args: object) -> torch.Tensor:
     """aten.convolution with cuDNN's f32 math as the conv's fp32_precision says."""
     with _ff_conv_fp32(fp32_precision):
         return torch.ops.aten.convolution.default(*args)

@@ -8,7 +8,7 @@ import logging
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -97,11 +97,11 @@ class _NoBackward(torch.autograd.Function):
     dropping gradients (fuseforge optimizes forward passes only, for now)."""
 
     @staticmethod
-    def forward(ctx, anchor: torch.Tensor, *outputs: torch.Tensor):  # type: ignore[override]
+    def forward(ctx: Any, anchor: torch.Tensor, *outputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(o.detach() for o in outputs)
 
     @staticmethod
-    def backward(ctx, *grads):  # type: ignore[override]
+    def backward(ctx: Any, *grads: torch.Tensor) -> NoReturn:
         raise RuntimeError(
             "fuseforge: backward through an optimized module is not supported yet; "
             "call the original model (or run the optimized one under torch.no_grad())."
@@ -120,7 +120,17 @@ class OptimizedModule(nn.Module):
     arguments it cannot capture, run eagerly, with one warning saying why.
     """
 
-    def __init__(self, model: nn.Module, precision: str = "fp32"):
+    # Set with object.__setattr__ in __init__ (kept out of nn.Module's
+    # registries); declared so that they type as what they are, not as
+    # nn.Module.__getattr__'s Tensor | Module.
+    _ff_model: nn.Module
+    _ff_specializations: dict[tuple, list[Specialization]]
+    _ff_gave_up: bool
+    _ff_eager_keys: set[tuple]
+    _ff_warned: bool
+    _ff_hot: tuple[tuple, Specialization] | None
+
+    def __init__(self, model: nn.Module, precision: str = "fp32") -> None:
         super().__init__()
         check_precision(precision)
         # Share the model's state dicts so keys and tensors are the same objects.
@@ -153,7 +163,7 @@ class OptimizedModule(nn.Module):
         self._ff_model.training = self.training
         return self._ff_model(*args, **kwargs)
 
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
             args = self._bind_kwargs(args, kwargs)
         hot = self._ff_hot  # the last specialization run, and its guard key: most calls repeat it

@@ -52,9 +52,11 @@ def eager_conv_precision() -> str:
     """ "tf32" or "ieee": the math cuDNN convolutions may use under the current
     flags: torch.backends.cudnn.conv.fp32_precision, where "none" inherits
     cuDNN's, then the generic setting (the legacy allow_tf32 switch sets them)."""
-    value = torch.backends.cudnn.conv.fp32_precision  # read per call: the rest only when it inherits
+    # conv and fp32_precision are properties of the module classes torch swaps
+    # in at import (PropModule), which its stubs do not show.
+    value = torch.backends.cudnn.conv.fp32_precision  # type: ignore[attr-defined]  # read per call: the rest only when it inherits
     if value == "none":
         value = torch.backends.cudnn.fp32_precision
     if value == "none":
-        value = torch.backends.fp32_precision
+        value = torch.backends.fp32_precision  # type: ignore[attr-defined]
     return "ieee" if value == "none" else value
