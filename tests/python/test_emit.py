@@ -379,5 +379,5 @@ def test_conv_kernels_and_conv_precision_are_emitted(monkeypatch, tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "off")
     library = emit.emit_problem(seed, arch=90)
-    assert "def _ff_conv_fp32(value: str):" in library and "_ff_convolution('ieee', " in library
+    assert "def _ff_conv_fp32(value: str)" in library and "_ff_convolution('ieee', " in library
     compile(library, "library.py", "exec")
