@@ -264,7 +264,7 @@ def _problem(name: str) -> str:
 
 
 def test_problem_count():
-    assert len(PROBLEMS) == 46
+    assert len(PROBLEMS) == 61
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
