@@ -181,10 +181,17 @@ def _guard_code(mp: ModePlan) -> list[str]:
     return conds or ["True"]
 
 
+def _arg_index(source: str | int) -> int:
+    """The forward argument a user or scalar input comes from: `source`, or the
+    first key of its pytree key path ("[1][0]": 1)."""
+    if isinstance(source, int):
+        return source
+    m = re.match(r"\[(\d+)\]", source)
+    if m is None:
+        raise ValueError(f"not a forward argument's key path: {source!r}")
+    return int(m.group(1))
+
+
 def _n_args(cap: Any) -> int:
-    idx = [
-        b.source if isinstance(b.source, int) else int(re.match(r"\[(\d+)\]", b.source).group(1))
-        for b in cap.input_bindings
-        if b.kind in ("user", "scalar")
-    ]
+    idx = [_arg_index(b.source) for b in cap.input_bindings if b.kind in ("user", "scalar")]
     return max([*idx, *cap.specialized_scalars.keys(), -1]) + 1

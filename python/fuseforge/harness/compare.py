@@ -6,7 +6,7 @@ more, not several times its size."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -74,6 +74,22 @@ def close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], tol: float = TOL
     return True
 
 
+@overload
+def judge(
+    out: Sequence[torch.Tensor],
+    ref: Sequence[torch.Tensor],
+    ref64: Sequence[torch.Tensor],
+    out_buf: Sequence[torch.Tensor],
+    ref_buf: Sequence[torch.Tensor],
+) -> tuple[bool, float, float, float]: ...
+@overload
+def judge(
+    out: Sequence[torch.Tensor],
+    ref: Sequence[torch.Tensor],
+    ref64: None,
+    out_buf: Sequence[torch.Tensor],
+    ref_buf: Sequence[torch.Tensor],
+) -> tuple[bool, float, None, None]: ...
 def judge(
     out: Sequence[torch.Tensor],
     ref: Sequence[torch.Tensor],

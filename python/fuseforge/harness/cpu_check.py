@@ -13,7 +13,7 @@ report says whether the kernels came out the same as at full size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -48,19 +48,25 @@ class _LeadingDimCut(TorchFunctionMode):
         size = tuple(size)
         return (self.rows, *size[1:]) if size[0] == self.full else size
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = dict(kwargs or {})
         if func in _FACTORIES:
             if _is_size(kwargs.get("size")):
                 kwargs["size"] = self._cut(kwargs["size"])
             else:
-                args = list(args)
-                where = next((i for i, a in enumerate(args) if _is_size(a)), None)
+                listed = list(args)
+                where = next((i for i, a in enumerate(listed) if _is_size(a)), None)
                 if where is not None:
-                    args[where] = self._cut(args[where])
-                elif func in _VARARG_SIZE and args and all(isinstance(a, int) for a in args):
-                    args = list(self._cut(args))
-                args = tuple(args)
+                    listed[where] = self._cut(listed[where])
+                elif func in _VARARG_SIZE and listed and all(isinstance(a, int) for a in listed):
+                    listed = list(self._cut(listed))
+                args = tuple(listed)
         return func(*args, **kwargs)
 
 
@@ -141,7 +147,9 @@ def cut_inputs(mod: ModuleType, mode: str | None, budget: int = CHECK_ELEMENTS) 
     reduced_inputs)."""
     meta, meta_inputs = meta_model(mod, mode)
     size = check_size(meta_inputs, budget, model=meta)
-    inputs = reduced_inputs(mod, 0, size, meta_inputs) if size is not None else None
+    if size is None:
+        return None
+    inputs = reduced_inputs(mod, 0, size, meta_inputs)
     return (size, inputs) if inputs is not None else None
 
 

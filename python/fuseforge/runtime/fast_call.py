@@ -30,7 +30,7 @@ from fuseforge.runtime.options import fast_call_enabled
 from fuseforge.runtime.precision import precision_context
 
 try:
-    from fuseforge import _fast_call
+    import fuseforge._fast_call as _fast_call
 except ImportError:  # built without torch at hand
     _fast_call = None
 
