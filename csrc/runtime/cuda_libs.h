@@ -14,17 +14,37 @@ namespace ff::runtime {
 // (cuCtxCreate -> cuCtxCreate_v4, ...); the X-macro argument is macro-expanded
 // both in the member declaration and in the dlsym'd name (see cuda_libs.cc),
 // so we always resolve exactly the symbol the header's prototype describes.
-#define FF_DRIVER_FUNCTIONS(X)                                                                                       \
-  X(cuInit)                                                                                                          \
-  X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)                     \
-      X(cuDevicePrimaryCtxRetain) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuFuncSetAttribute) \
-          X(cuGetErrorName) X(cuGetErrorString)
+// clang-format off: it reflows these lists differently on every run (no fixed point).
+#define FF_DRIVER_FUNCTIONS(X) \
+  X(cuInit)                    \
+  X(cuDeviceGet)               \
+  X(cuDeviceGetAttribute)      \
+  X(cuCtxGetCurrent)           \
+  X(cuCtxSetCurrent)           \
+  X(cuCtxGetDevice)            \
+  X(cuDevicePrimaryCtxRetain)  \
+  X(cuModuleLoadData)          \
+  X(cuModuleGetFunction)       \
+  X(cuLaunchKernel)            \
+  X(cuFuncSetAttribute)        \
+  X(cuGetErrorName)            \
+  X(cuGetErrorString)
 
-#define FF_NVRTC_FUNCTIONS(X)                                                                                  \
-  X(nvrtcVersion)                                                                                              \
-  X(nvrtcGetNumSupportedArchs) X(nvrtcGetSupportedArchs) X(nvrtcCreateProgram) X(nvrtcCompileProgram)          \
-      X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcGetPTXSize) \
-          X(nvrtcGetPTX) X(nvrtcDestroyProgram) X(nvrtcGetErrorString)
+#define FF_NVRTC_FUNCTIONS(X)  \
+  X(nvrtcVersion)              \
+  X(nvrtcGetNumSupportedArchs) \
+  X(nvrtcGetSupportedArchs)    \
+  X(nvrtcCreateProgram)        \
+  X(nvrtcCompileProgram)       \
+  X(nvrtcGetProgramLogSize)    \
+  X(nvrtcGetProgramLog)        \
+  X(nvrtcGetCUBINSize)         \
+  X(nvrtcGetCUBIN)             \
+  X(nvrtcGetPTXSize)           \
+  X(nvrtcGetPTX)               \
+  X(nvrtcDestroyProgram)       \
+  X(nvrtcGetErrorString)
+// clang-format on
 
 #define FF_DECLARE_FUNCTION_POINTER(name) decltype(&::name) name = nullptr;
 struct DriverApi {
