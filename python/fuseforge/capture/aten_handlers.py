@@ -4,14 +4,24 @@ raises Unsupported to get an opaque node instead."""
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
 
 from fuseforge._native import core
 from fuseforge.capture.irtext import IRType, contiguous_strides
-from fuseforge.capture.registry import Lowering, aten_op, norm_dim, norm_dims, opmath, register, register_op, var_attrs
+from fuseforge.capture.registry import (
+    Handler,
+    Lowering,
+    aten_op,
+    norm_dim,
+    norm_dims,
+    opmath,
+    register,
+    register_op,
+    var_attrs,
+)
 from fuseforge.capture.values import Const, Lit, Unsupported, Value
 
 
@@ -26,15 +36,15 @@ def _literal_for(value: Any, dtype: torch.dtype) -> Any:
     return int(value)
 
 
-def _one_to_one(irop: str, kind: str, arg_names: list[str]):
+def _one_to_one(irop: str, kind: str, arg_names: list[str]) -> Handler:
     """An ATen op whose schema arguments are the IR op's operands, in order."""
     if kind == "pointwise":
 
-        def h(L: Lowering, node, a):
+        def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
             return L.pointwise(irop, [L.operand(a[n]) for n in arg_names], L.rtype(node))
     else:
 
-        def h(L: Lowering, node, a):
+        def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
             return L.emit1(irop, [L.value(a[n]) for n in arg_names], L.rtype(node))
 
     return h
@@ -61,7 +71,7 @@ def _register_one_to_one() -> None:
 _register_one_to_one()
 
 
-def _gelu(L: Lowering, node, a):
+def _gelu(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     approx = a.get("approximate") or "none"
     if approx not in ("none", "tanh"):
         raise Unsupported(approx)
@@ -71,7 +81,7 @@ def _gelu(L: Lowering, node, a):
 register(["gelu.default"], _gelu)
 
 
-def _elu(L: Lowering, node, a):
+def _elu(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     """elu/selu/celu as ATen computes them (in f32 for f16 and bf16):
     x * scale where x > 0 (or NaN), else expm1(x * input_scale) * alpha * scale."""
     t = L.rtype(node)
@@ -102,8 +112,8 @@ def _scaled(L: Lowering, y: Any, alpha: Any) -> Any:
     return L.emit1("mul", [y, Lit(alpha)], L.infer(torch.mul, y, alpha))
 
 
-def _add_sub(irop: str, reverse: bool = False):
-    def h(L: Lowering, node, a):
+def _add_sub(irop: str, reverse: bool = False) -> Handler:
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         x, y = L.operand(a["self"]), L.operand(a["other"])
         if reverse:  # rsub: other - alpha * self
             return L.pointwise(irop, [y, _scaled(L, x, a.get("alpha"))], L.rtype(node))
@@ -117,8 +127,8 @@ register(["sub.Tensor", "sub.Scalar"], _add_sub("sub"))
 register(["rsub.Tensor", "rsub.Scalar"], _add_sub("sub", reverse=True))
 
 
-def _bitwise_bool(irop: str, unary: bool = False):
-    def h(L: Lowering, node, a):
+def _bitwise_bool(irop: str, unary: bool = False) -> Handler:
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         names = ["self"] if unary else ["self", "other"]
         ops = [L.operand(a[n]) for n in names]
         t = L.rtype(node)
@@ -138,7 +148,7 @@ register(["bitwise_or.Tensor", "bitwise_or.Scalar"], _bitwise_bool("logical_or")
 register(["bitwise_not.default"], _bitwise_bool("logical_not", unary=True))
 
 
-def _div_mode(L: Lowering, node, a):
+def _div_mode(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x, y = L.operand(a["self"]), L.operand(a["other"])
     mode = a.get("rounding_mode")
     t = L.rtype(node)
@@ -153,7 +163,7 @@ def _div_mode(L: Lowering, node, a):
 register(["div.Tensor_mode", "div.Scalar_mode"], _div_mode)
 
 
-def _clamp(L: Lowering, node, a):
+def _clamp(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.operand(a["self"])
     lo, hi = a.get("min"), a.get("max")
     t = L.rtype(node)
@@ -171,21 +181,21 @@ def _clamp(L: Lowering, node, a):
 register(["clamp.default", "clamp.Tensor"], _clamp)
 
 
-def _clamp_side(irop: str, key: str):
-    def h(L: Lowering, node, a):
+def _clamp_side(irop: str, key: str) -> Handler:
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         return L.pointwise(irop, [L.operand(a["self"]), L.operand(a[key])], L.rtype(node))
 
     return h
 
 
-def _hardtanh(L: Lowering, node, a):
+def _hardtanh(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.operand(a["self"])
     lo, hi = a.get("min_val"), a.get("max_val")
     mid = L.pointwise("maximum", [x, L.operand(lo)], L.infer(lambda u: torch.clamp(u, min=lo), x))
     return L.pointwise("minimum", [mid, L.operand(hi)], L.rtype(node))
 
 
-def _leaky_relu(L: Lowering, node, a):
+def _leaky_relu(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     # x > 0 ? x : x * slope, as ATen computes it
     x = L.value(a["self"])
     slope = a.get("negative_slope")
@@ -204,15 +214,15 @@ register(["clamp_max.default", "clamp_max.Tensor"], _clamp_side("minimum", "max"
 # ---- copies, casts, aliases
 
 
-def _passthrough(L: Lowering, node, a):
-    v = L.env.get(node.args[0])
+def _passthrough(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
+    v = L.env.get(cast(fx.Node, node.args[0]))  # self: a tensor, so a node
     if v is None:
         raise Unsupported("alias of a non-value")
     return v
 
 
-def _copy(L: Lowering, node, a):
-    src = L.env.get(node.args[0])
+def _copy(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
+    src = L.env.get(cast(fx.Node, node.args[0]))  # self: a tensor, so a node
     if isinstance(src, Const) and src.is_scalar:
         return src  # a copy of a 0-d constant is the constant: a literal at its uses
     x = L.value(node.args[0])
@@ -220,7 +230,7 @@ def _copy(L: Lowering, node, a):
     return L.emit1("cast" if t.dtype != x.type.dtype else "copy", [x], t)
 
 
-def _to_copy(L: Lowering, node, a):
+def _to_copy(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     device = a.get("device")
     src = node.args[0]
     src_val = src.meta.get("val") if isinstance(src, fx.Node) else None
@@ -240,8 +250,8 @@ if _convert is not None:
 # ---- tensor factories
 
 
-def _full(value_key: str | None, const: Any = None):
-    def h(L: Lowering, node, a):
+def _full(value_key: str | None, const: Any = None) -> Handler:
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         t = L.rtype(node)
         v = const if value_key is None else a[value_key]
         if isinstance(v, fx.Node):
@@ -267,12 +277,12 @@ register(["ones.default", "ones_like.default", "new_ones.default"], _full(None, 
 ARANGE_MOST = 1 << 16
 
 
-def _arange(L: Lowering, node, a):
+def _arange(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     """An arange of literal bounds (the indices of a triu/tril mask, a
     position table) is a constant of the graph, computed here once (equal ones
     are one constant): kernels then read it where every call would launch
     ATen's arange."""
-    bounds = {k: a.get(k) for k in ("start", "end", "step")}
+    bounds: dict[str, Any] = {k: a.get(k) for k in ("start", "end", "step")}
     if any(isinstance(v, fx.Node) for v in bounds.values()):
         raise Unsupported("arange of run-time bounds")
     val = node.meta.get("val")
@@ -302,8 +312,8 @@ def _cast_to(L: Lowering, x: Value, dtype: Any) -> Value:
     return L.emit1("cast", [x], L.infer(lambda u: u.to(dtype), x))
 
 
-def _reduce(irop: str, dim_key: str | None, with_dtype: bool = False, all_dims: bool = False):
-    def h(L: Lowering, node, a):
+def _reduce(irop: str, dim_key: str | None, with_dtype: bool = False, all_dims: bool = False) -> Handler:
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         x = L.value(a["self"])
         if with_dtype:
             x = _cast_to(L, x, a.get("dtype"))
@@ -329,7 +339,7 @@ register(["any.dim", "any.dims"], _reduce("any", "dim"))
 register(["any.default"], _reduce("any", None, all_dims=True))
 
 
-def _var(L: Lowering, node, a):
+def _var(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     return L.emit1("var", [x], L.rtype(node), var_attrs(a, len(x.type.shape)))
 
@@ -337,8 +347,8 @@ def _var(L: Lowering, node, a):
 register(["var.correction"], _var)
 
 
-def _arg_reduce(irop: str):
-    def h(L: Lowering, node, a):
+def _arg_reduce(irop: str) -> Handler:
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         x = L.value(a["self"])
         attrs: dict[str, Any] = {"keepdim": bool(a.get("keepdim") or False)}
         if a.get("dim") is not None:
@@ -352,8 +362,8 @@ register(["argmax.default"], _arg_reduce("argmax"))
 register(["argmin.default"], _arg_reduce("argmin"))
 
 
-def _softmax(irop: str, with_dtype: bool = False):
-    def h(L: Lowering, node, a):
+def _softmax(irop: str, with_dtype: bool = False) -> Handler:
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         x = L.value(a["self"])
         if with_dtype:
             x = _cast_to(L, x, a.get("dtype"))
@@ -368,7 +378,7 @@ register(["softmax.int"], _softmax("softmax", with_dtype=True))
 register(["log_softmax.int"], _softmax("log_softmax", with_dtype=True))
 
 
-def _layer_norm(L: Lowering, node, a):
+def _layer_norm(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     for u in node.users:
         if u.target is not operator.getitem or u.args[1] != 0:
             raise Unsupported("mean/rstd results are used")
@@ -392,7 +402,7 @@ def _layer_norm(L: Lowering, node, a):
 register(["native_layer_norm.default"], _layer_norm)
 
 
-def _cumsum(L: Lowering, node, a):
+def _cumsum(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = _cast_to(L, L.value(a["self"]), a.get("dtype"))
     return L.emit1("cumsum", [x], L.rtype(node), {"dim": norm_dim(int(a["dim"]), len(x.type.shape))})
 
@@ -411,11 +421,11 @@ def _per_dim(v: Any, dims: int, default: Any = None) -> list[int]:
     return v * dims if len(v) == 1 else v
 
 
-def _pool(irop: str, dims: int, with_indices: bool = False):
+def _pool(irop: str, dims: int, with_indices: bool = False) -> Handler:
     """max_poolNd / avg_poolNd (ATen's default overloads and max_pool's
     with_indices form when only the values are used) as one IR op."""
 
-    def h(L: Lowering, node, a):
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         if with_indices:
             for u in node.users:
                 if u.target is not operator.getitem or u.args[1] != 0:
@@ -448,12 +458,12 @@ for _d in (1, 2, 3):
     register([f"avg_pool{_d}d.default"], _pool("avg_pool", _d))
 
 
-def _adaptive_pool(irop: str, dims: int, with_indices: bool = False):
+def _adaptive_pool(irop: str, dims: int, with_indices: bool = False) -> Handler:
     """Adaptive pools whose output sizes divide the input's: equal windows, a
     plain pool, or to size 1 amax or mean over the pooled dims; others, whose
     windows differ in size, stay library calls."""
 
-    def h(L: Lowering, node, a):
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         if with_indices and any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
             raise Unsupported("adaptive max pool indices are used")
         x = L.value(a["self"])
@@ -488,7 +498,7 @@ for _d in (1, 2, 3):
 # ---- matmul and convolution
 
 
-def _addmm(L: Lowering, node, a):
+def _addmm(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     attrs = {}
     for k in ("beta", "alpha"):
         v = a.get(k)
@@ -502,7 +512,7 @@ def _addmm(L: Lowering, node, a):
 register(["addmm.default"], _addmm)
 
 
-def _convolution(L: Lowering, node, a):
+def _convolution(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     ops = [L.value(a["input"]), L.value(a["weight"])]
     if a.get("bias") is not None:
         ops.append(L.value(a["bias"]))

@@ -6,20 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch.fx as fx
+
 from fuseforge.capture.irtext import contiguous_strides
 from fuseforge.capture.registry import Lowering, norm_dim, register
 from fuseforge.capture.values import Unsupported
 
 
-def _view(L: Lowering, node, a):
+def _view(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     return L.emit1("view", [L.value(a["self"])], L.rtype(node))
 
 
-def _expand(L: Lowering, node, a):
+def _expand(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     return L.emit1("expand", [L.value(a["self"])], L.rtype(node))
 
 
-def _repeat(L: Lowering, node, a):
+def _repeat(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     """x.repeat(r): a size-r dim before each of x's, expanded, copied, merged
     into x's (a contiguous tile), so that a repeated weight is a prepare step."""
     x = L.value(a["self"])
@@ -35,13 +37,13 @@ def _repeat(L: Lowering, node, a):
     return L.emit1("view", [dense], L.rtype(node))
 
 
-def _permute(L: Lowering, node, a):
+def _permute(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     rank = len(x.type.shape)
     return L.emit1("permute", [x], L.rtype(node), {"dims": [norm_dim(int(d), rank) for d in a["dims"]]})
 
 
-def _transpose(L: Lowering, node, a):
+def _transpose(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     rank = len(x.type.shape)
     if rank == 0:
@@ -52,19 +54,19 @@ def _transpose(L: Lowering, node, a):
     return L.emit1("permute", [x], L.rtype(node), {"dims": dims})
 
 
-def _t(L: Lowering, node, a):
+def _t(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     if len(x.type.shape) < 2:
         return x
     return L.emit1("permute", [x], L.rtype(node), {"dims": [1, 0]})
 
 
-def _unsqueeze(L: Lowering, node, a):
+def _unsqueeze(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     return L.emit1("unsqueeze", [x], L.rtype(node), {"dim": norm_dim(int(a["dim"]), len(x.type.shape) + 1)})
 
 
-def _squeeze(L: Lowering, node, a):
+def _squeeze(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     rank = len(x.type.shape)
     d = a.get("dim", a.get("dims"))
@@ -89,7 +91,7 @@ def _slice_bounds(size: int, start: Any, end: Any) -> tuple[int, int]:
     return start, end
 
 
-def _slice(L: Lowering, node, a):
+def _slice(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     rank = len(x.type.shape)
     if rank == 0:
@@ -102,7 +104,7 @@ def _slice(L: Lowering, node, a):
     return L.emit1("slice", [x], L.rtype(node), {"dim": dim, "start": start, "end": end, "step": step})
 
 
-def _select(L: Lowering, node, a):
+def _select(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     rank = len(x.type.shape)
     dim = norm_dim(int(a["dim"]), rank)
@@ -112,7 +114,7 @@ def _select(L: Lowering, node, a):
     return L.emit1("select", [x], L.rtype(node), {"dim": dim, "index": idx})
 
 
-def _cat(L: Lowering, node, a):
+def _cat(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     t = L.rtype(node)
     ops = []
     for x in a["tensors"]:
@@ -127,7 +129,7 @@ def _cat(L: Lowering, node, a):
     return L.emit1("cat", ops, t, {"dim": norm_dim(int(a["dim"]), len(t.shape))})
 
 
-def _split(L: Lowering, node, a):
+def _split(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     rank = len(x.type.shape)
     dim = norm_dim(int(a.get("dim") or 0), rank)
@@ -140,7 +142,7 @@ def _split(L: Lowering, node, a):
     return out
 
 
-def _unbind(L: Lowering, node, a):
+def _unbind(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     dim = norm_dim(int(a.get("dim") or 0), len(x.type.shape))
     return [L.emit1("select", [x], t, {"dim": dim, "index": i}) for i, t in enumerate(L.types(node))]

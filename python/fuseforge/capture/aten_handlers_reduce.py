@@ -7,14 +7,16 @@ compiler understands rather than an opaque call."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+import torch.fx as fx
 
-from fuseforge.capture.registry import Lowering, norm_dim, norm_dims, opmath, register, var_attrs
-from fuseforge.capture.values import Lit, Unsupported
+from fuseforge.capture.registry import Handler, Lowering, norm_dim, norm_dims, opmath, register, var_attrs
+from fuseforge.capture.values import Lit, Unsupported, Value
 
 
-def _var_mean(L: Lowering, node, a):
+def _var_mean(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     """torch.var_mean(x, dims, correction, keepdim) -> (var, mean)."""
     x = L.value(a["self"])
     attrs = var_attrs(a, len(x.type.shape))
@@ -24,10 +26,10 @@ def _var_mean(L: Lowering, node, a):
     return [var, mean]
 
 
-def _extreme_with_index(value_op: str, index_op: str):
+def _extreme_with_index(value_op: str, index_op: str) -> Handler:
     """torch.max(x, dim) / torch.min(x, dim) -> (values, indices): amax and argmax."""
 
-    def h(L: Lowering, node, a):
+    def h(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         x = L.value(a["self"])
         dim = norm_dim(int(a["dim"]), len(x.type.shape))
         keepdim = bool(a.get("keepdim") or False)
@@ -39,13 +41,13 @@ def _extreme_with_index(value_op: str, index_op: str):
     return h
 
 
-def _logsumexp(L: Lowering, node, a):
+def _logsumexp(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     dims = norm_dims(a.get("dim"), len(x.type.shape))
     return L.emit1("logsumexp", [x], L.rtype(node), {"dims": dims, "keepdim": bool(a.get("keepdim") or False)})
 
 
-def _vector_norm(L: Lowering, node, a):
+def _vector_norm(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     """torch.linalg.vector_norm (torch.norm, F.normalize, cosine similarity)
     as pointwise ops and one reduction, in f32 for f16 and bf16 inputs as
     ATen computes it: ord 2 sqrt(sum(x * x)), 1 sum(|x|), inf amax(|x|),
@@ -60,7 +62,7 @@ def _vector_norm(L: Lowering, node, a):
     attrs = {"dims": norm_dims(a.get("dim"), len(ft.shape)), "keepdim": bool(a.get("keepdim") or False)}
     reduced = t.with_dtype(ft.dtype)
 
-    def over(op: str, v) -> object:
+    def over(op: str, v: Value) -> Value:
         return L.emit1(op, [v], reduced, attrs)
 
     if order == 2:

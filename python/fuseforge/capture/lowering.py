@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -31,9 +31,9 @@ def _py_value(t: torch.Tensor) -> Any:
     return int(v)
 
 
-def _bind(node: fx.Node) -> dict[str, Any]:
-    """The node's arguments by schema name, defaults filled in."""
-    schema = node.target._schema
+def _bind(node: fx.Node, op: torch._ops.OpOverload) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in (`op`: its target)."""
+    schema = op._schema
     out: dict[str, Any] = {}
     for i, a in enumerate(schema.arguments):
         if i < len(node.args) and not a.kwarg_only:
@@ -167,7 +167,7 @@ class Lowerer:
     def infer(self, fn: Callable, *args: Any) -> IRType:
         """The type of fn(*args) computed on meta tensors."""
 
-        def meta(o):
+        def meta(o: Any) -> Any:
             if isinstance(o, Value):
                 return o.type.meta()
             if isinstance(o, Lit):
@@ -300,8 +300,8 @@ class Lowerer:
         lines = [f"graph @{self.graph_name}({head}) {{"]
         lines += ["  " + line for line in self.lines]
         lines.append("  return" + (" " + ", ".join("%" + o for o in outputs) if outputs else ""))
-        for buf, v in mutations:
-            lines.append(f"  mutate %{buffer_inputs[buf]} = %{v}")
+        for buf, name in mutations:
+            lines.append(f"  mutate %{buffer_inputs[buf]} = %{name}")
         lines.append("}")
         return dict(
             text="\n".join(lines) + "\n",
@@ -350,7 +350,7 @@ class Lowerer:
     def lower(self, node: fx.Node) -> Any:
         target = node.target
         if target is operator.getitem:
-            src, idx = node.args
+            src, idx = cast(tuple[fx.Node, int], node.args)  # (the multi-result node, which result)
             vals = self.env.get(src)
             if not isinstance(vals, list):
                 raise CaptureError(f"getitem on a single value ({node.format_node()})")
@@ -366,17 +366,17 @@ class Lowerer:
         try:
             if handler is not None:
                 try:
-                    return handler(self, node, _bind(node))
+                    return handler(self, node, _bind(node, target))
                 except Unsupported:
                     pass
-            return self.opaque(node)
+            return self.opaque(node, target)
         except CaptureError:
             raise
         except Exception as e:
             raise CaptureError(f"cannot lower {node.format_node()}: {type(e).__name__}: {e}") from e
 
-    def opaque(self, node: fx.Node) -> Any:
-        schema = node.target._schema
+    def opaque(self, node: fx.Node, op: torch._ops.OpOverload) -> Any:
+        schema = op._schema
         operands: list[Value] = []
 
         def render(v: Any) -> str:
