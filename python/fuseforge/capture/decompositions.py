@@ -191,6 +191,8 @@ def _instance_norm(
     follow ATen's: each sample's batch-norm update (unbiased variance),
     averaged over the samples."""
     if not use_input_stats:
+        if running_mean is None or running_var is None:  # ATen's check, in its words
+            raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
         return _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps)[0]
     var, mean = torch.var_mean(_compute_input(x), dim=list(range(2, x.dim())), correction=0, keepdim=True)
     out = _normalize(x, mean, torch.rsqrt(var + eps), weight, bias)
@@ -246,7 +248,7 @@ def _cia_split() -> tuple[set, set] | None:
     return _CIA
 
 
-def _is_own_cia_kernel(fn) -> bool:
+def _is_own_cia_kernel(fn: object) -> bool:
     """Whether a table entry decomposes its op by the op's own CIA kernel
     (export's default entry for most CIA ops; a few have Python
     decompositions instead, matmul's among them)."""

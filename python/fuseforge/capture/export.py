@@ -17,8 +17,8 @@ import logging
 import re
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -33,7 +33,7 @@ from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
 
 
 @contextlib.contextmanager
-def _lstm_shape_fix():
+def _lstm_shape_fix() -> Iterator[None]:
     """Fixes the hidden-state shapes that PyTorch's LSTM decomposition reports
     while tracing (pytorch#151200: `one_layer_lstm` returns [1, B, H] per layer,
     so h_n/c_n are traced as [L, 1, B, H] instead of [L, B, H])."""
@@ -45,7 +45,7 @@ def _lstm_shape_fix():
         yield
         return
 
-    def fixed(*args, **kwargs):
+    def fixed(*args: Any, **kwargs: Any) -> Any:
         out, (h, c) = orig(*args, **kwargs)
         if h.dim() == 3:
             h = h.squeeze(0)
@@ -61,7 +61,7 @@ def _lstm_shape_fix():
 
 
 @contextlib.contextmanager
-def _agreeing_cudnn_tf32_flags():
+def _agreeing_cudnn_tf32_flags() -> Iterator[None]:
     """torch.export reads the legacy cudnn.allow_tf32 switch, which raises once
     the new per-op flags disagree with it (a user who set only
     cudnn.conv.fp32_precision = "ieee"). Tracing runs no cuDNN kernel: the
@@ -75,16 +75,18 @@ def _agreeing_cudnn_tf32_flags():
     else:
         yield
         return
-    saved = cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision
+    # conv and rnn are attributes of the module class torch swaps in at import
+    # (PropModule), which its stubs do not show.
+    saved = cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision  # type: ignore[attr-defined]
     cudnn.allow_tf32 = saved[0] == "tf32"
     try:
         yield
     finally:
-        cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision = saved
+        cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision = saved  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
-def _no_hooks_left_on_failure():
+def _no_hooks_left_on_failure() -> Iterator[None]:
     """Removes the global buffer-registration hooks a failed trace left behind.
     Non-strict export (and run_decompositions' re-trace) installs one that
     closes over the module being traced and removes it only when tracing
@@ -126,7 +128,7 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
 
 
 @contextlib.contextmanager
-def _quiet_torch_logs():
+def _quiet_torch_logs() -> Iterator[None]:
     """Silences torch's logs and stderr (export prints the partial graph of a
     failed trace there) while a speculative export (scalars traced as tensors)
     may fail; the fallback export reports real problems."""
@@ -199,9 +201,9 @@ def _scalar_types_match_eager(ep: torch.export.ExportedProgram, scalar_names: se
         if not node.target._schema.returns:
             continue  # a run-time assertion
 
-        def conv(x):
+        def conv(x: Any) -> Any:
             if isinstance(x, fx.Node):
-                v = x.meta.get("val")
+                v: Any = x.meta.get("val")
                 if x in derived:
                     return True if v.dtype == torch.bool else (1 if not v.dtype.is_floating_point else 1.0)
                 if isinstance(v, torch.Tensor):
@@ -253,7 +255,7 @@ def _attempt(model: nn.Module, args: list[Any], lift: set[int], graph_name: str)
     specialized: dict[int, Any] = {}
     flat, _ = pytree.tree_flatten_with_path(tuple(export_args))
     for path, leaf in flat:
-        top = path[0].idx
+        top = cast(pytree.SequenceKey, path[0]).idx  # an index into the argument tuple
         if isinstance(leaf, torch.Tensor):
             if len(path) == 1:
                 user_leaves.append((names[top], "scalar" if top in lift else "user", top))
@@ -285,19 +287,19 @@ def _contains_tensor(x: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(x))
 
 
-def _lifted_placeholder_names(ep, export_args: list[Any], lift: set[int]) -> set[str]:
+def _lifted_placeholder_names(ep: torch.export.ExportedProgram, export_args: list[Any], lift: set[int]) -> set[str]:
     """Placeholder names of the lifted scalars (user inputs are flattened in order)."""
     flat, _ = pytree.tree_flatten_with_path(tuple(export_args))
     user_specs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     out = set()
     for (path, _leaf), spec in zip(flat, user_specs):
-        if len(path) == 1 and path[0].idx in lift and hasattr(spec.arg, "name"):
+        if len(path) == 1 and cast(pytree.SequenceKey, path[0]).idx in lift and hasattr(spec.arg, "name"):
             out.add(spec.arg.name)
     return out
 
 
 @contextlib.contextmanager
-def _no_cyclic_gc():
+def _no_cyclic_gc() -> Iterator[None]:
     """Pauses the cyclic garbage collector. Tracing allocates objects fast
     enough to set off full collections, each of which walks every object torch
     has loaded: 0.17 s apiece on the CPU machine, most of a cached compile.

@@ -7,7 +7,7 @@ import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -17,6 +17,9 @@ from torch.utils import _pytree as pytree
 class CaptureError(RuntimeError):
     """The model cannot be captured; the message says why (for a failure of
     ``torch.export`` it carries export's own message)."""
+
+    #: What a failed torch.export printed while it ran (its partial graph); "" otherwise.
+    details: str = ""
 
 
 @dataclass
@@ -79,10 +82,10 @@ class CapturedGraph:
             if b.kind in ("user", "scalar"):
                 getters.append(("arg", b.fetch_arg))
             elif b.kind == "const":
-                c = self.constants[b.source]
+                c = self.constants[cast(str, b.source)]  # const, param, buffer: a name
                 getters.append(("const", c.to(device) if device is not None else c))
             else:
-                getters.append(("state", resolve_attribute(model, b.source)))
+                getters.append(("state", resolve_attribute(model, cast(str, b.source))))
         return getters
 
     def graph_inputs(self, model: nn.Module, args: Sequence[Any]) -> list[Any]:

@@ -12,7 +12,7 @@ points the graph's nodes back at the ATen ops, so the plan is unchanged.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import torch
@@ -48,10 +48,21 @@ def _define(name: str, states: int) -> None:
     torch.library.define(f"fuseforge::{name}", f"({_ARGS.format(hx=hx)}) -> ({returns})")
     target = getattr(aten, name).input
 
-    def real(inp, hx, params, *flags):
+    # hx: a tensor, or a list of them where the op takes several (LSTM's h and c).
+    def real(inp: torch.Tensor, hx: Any, params: list[torch.Tensor], *flags: Any) -> Any:
         return target(inp, hx, params, *flags)
 
-    def fake(inp, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    def fake(
+        inp: torch.Tensor,
+        hx: Any,
+        params: list[torch.Tensor],
+        has_biases: bool,
+        num_layers: int,
+        dropout: float,
+        train: bool,
+        bidirectional: bool,
+        batch_first: bool,
+    ) -> tuple:
         return _results(inp, list(hx) if states > 1 else [hx], bidirectional, batch_first)
 
     torch.library.impl(f"fuseforge::{name}", "CompositeExplicitAutograd")(real)
@@ -80,7 +91,13 @@ def _rnn_name(func: Any, args: tuple) -> str | None:
 
 
 class _OpaqueRnns(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         name = _rnn_name(func, args) if not kwargs else None
         if name is not None:
             return getattr(torch.ops.fuseforge, name)(*args)
