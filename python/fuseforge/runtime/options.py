@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Any
 
 import torch
 
@@ -98,8 +97,8 @@ def compile_options(
     gemm: str | None = None,
     trace: bool = False,
     passes: list[str] | None = None,
-    convs: dict[str, dict[str, bool]] | None = None,
-) -> Any:
+    convs: dict[str, dict] | None = None,
+) -> core.CompileOptions:
     """A core.CompileOptions. `gemm` overrides FUSEFORGE_GEMM; `arch` is the
     target GPU's compute capability (0: unknown); `trace` records the IR after
     each pass; `convs` is conv_probe.decide's answer. Raises ValueError naming
@@ -158,7 +157,7 @@ def warn_gemm_fallbacks(ir_after: str, precision: str, gemm: str | None = None) 
     log.warning("fuseforge: %s: %s matmuls run as library calls; %s", cause, kinds, fix)
 
 
-def probe_convs(text: str, precision: str, device: torch.device) -> dict[str, dict[str, bool]]:
+def probe_convs(text: str, precision: str, device: torch.device) -> dict[str, dict]:
     """What eager's convolutions in `text` do on `device` (conv_probe.decide)."""
     forced = conv_precision_forced()
     implicit = conv_policy() in ("auto", "1", "always")
@@ -182,7 +181,7 @@ def compile_ir(
     trace: bool = False,
     passes: list[str] | None = None,
     device: torch.device | None = None,
-) -> Any:
+) -> core.Compiled:
     """Compiles IR text (passes, fusion, CUDA, the plan): a core.Compiled with
     ir_before, ir_after, pass_trace and plan. With a CUDA `device`, each f32
     conv's math and layout follow what eager's conv does there (probed)."""
