@@ -186,8 +186,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.merge:
         if args.paths:
             raise ValueError("give either problem files or --merge, not both")
-        report = merge_reports(args.merge)
-        return _finish(report, args)
+        return _finish(merge_reports(args.merge), args)
     if not args.paths:
         raise ValueError("no problem files given")
     check_precision(args.precision)
