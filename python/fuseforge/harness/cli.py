@@ -246,7 +246,9 @@ def set_eager_convs(value: str) -> None:
     if value not in EAGER_CONVS:
         raise ValueError(f"--eager-convs is {value!r}; expected one of {', '.join(EAGER_CONVS)}")
     if value == "ieee":
-        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        # conv is an attribute of the module class torch swaps in at import
+        # (PropModule), which its stubs do not show.
+        torch.backends.cudnn.conv.fp32_precision = "ieee"  # type: ignore[attr-defined]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
