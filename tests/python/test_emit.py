@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from conftest import PROBLEMS, ROOT, TINY_PROBLEM
-from fuseforge import emit
 from fuseforge.dtypes import TORCH
+from fuseforge.emit import emit_model
 from fuseforge.emit.ops import EmitError, literal, step_expr
+from fuseforge.harness.emit import emit_problem
 from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime import library_calls
 from fuseforge.runtime.cutlass_headers import cutlass_include_dir
@@ -35,7 +36,7 @@ def emitted(tmp_path_factory):
     files = {}
     for path in PROBLEMS:
         files[problem_name(path)] = out / f"{problem_name(path)}.py"
-        files[problem_name(path)].write_text(emit.emit_problem(path))
+        files[problem_name(path)].write_text(emit_problem(path))
     return files
 
 
@@ -212,7 +213,21 @@ def test_imports_beyond_torch_are_refused(tmp_path):
     bad = tmp_path / "uses_numpy.py"
     bad.write_text(SEEDS[0].read_text().replace("import torch\n", "import torch\nimport numpy\n", 1))
     with pytest.raises(EmitError, match="may import only torch"):
-        emit.emit_problem(bad)
+        emit_problem(bad)
+
+
+def test_emit_model_takes_a_model_its_inputs_and_source():
+    """The product's entry point needs no problem file: a model of the Model
+    its source defines, example inputs and that source."""
+    source = TINY_PROBLEM.format(prelude="", init="pass")
+    namespace: dict = {}
+    exec(compile(source, "tiny.py", "exec"), namespace)
+    model = namespace["Model"](8)
+    text = emit_model(model, [torch.randn(4, 8)], source, name="tiny", modes=["eval"], arch=90)
+    assert "# ---- tiny.py, verbatim" in text and "class ModelNew(Model):" in text
+    assert "_FF_PLANS = {'eval': (_ff_forward_eval, _ff_guard_eval)}" in text
+    with pytest.raises(EmitError, match="does not define Model"):
+        emit_model(model, [torch.randn(4, 8)], source.replace("class Model(", "class Other("), name="tiny")
 
 
 def test_model_new_keeps_state_dict_and_runs_without_fuseforge(emitted, tmp_path):
@@ -273,7 +288,7 @@ def test_gemm_kernels_are_emitted_and_need_cutlass(emitted, tmp_path):
     assert "_FF_NEEDS_CUTLASS = False" in emitted["matrix_scalar_multiplication"].read_text()
     seed = next(p for p in SEEDS if problem_name(p) == "gemm_sigmoid_scaling_residual_add")
     path = tmp_path / "gemm_sigmoid_sm80.py"  # for an Ampere GPU: CUTLASS's sm80 kernels
-    path.write_text(emit.emit_problem(seed, arch=80))
+    path.write_text(emit_problem(seed, arch=80))
     text = path.read_text()
     assert "#include <cutlass/gemm/kernel/gemm_batched.h>" in text and "_FF_NEEDS_CUTLASS = True" in text
     assert "cudaFuncAttributeMaxDynamicSharedMemorySize" in text  # its tile needs > 48 KiB
@@ -311,7 +326,7 @@ def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, mo
     problem = tmp_path / "tiny.py"
     problem.write_text(TINY_PROBLEM.format(prelude="", init="pass"))
     emitted = tmp_path / "tiny_new.py"
-    emitted.write_text(emit.emit_problem(problem))
+    emitted.write_text(emit_problem(problem))
     spec = importlib.util.spec_from_file_location("check_emitted", ROOT / "tools" / "check_emitted.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
@@ -353,7 +368,7 @@ def test_conv_kernels_and_conv_precision_are_emitted(monkeypatch, tmp_path):
         (90, "ff_sm90::gemm_tf32<true>(ConvA{x}", "arch=compute_90a,code=sm_90a"),
         (80, "cutlass/conv/kernel/default_conv2d_fprop.h", "arch=compute_80,code=sm_80"),
     ]:
-        text = emit.emit_problem(seed, arch=arch)
+        text = emit_problem(seed, arch=arch)
         cuda = _source(text, "_FF_CUDA_SOURCE")
         assert marker in cuda and "ff_conv2d_" in cuda, cuda[:2000]
         assert ("_FF_NEEDS_SM90A = True" in text) == (arch == 90)
@@ -378,6 +393,6 @@ def test_conv_kernels_and_conv_precision_are_emitted(monkeypatch, tmp_path):
         )
         assert r.returncode == 0, r.stderr[-3000:]
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "off")
-    library = emit.emit_problem(seed, arch=90)
+    library = emit_problem(seed, arch=90)
     assert "def _ff_conv_fp32(value: str)" in library and "_ff_convolution('ieee', " in library
     compile(library, "library.py", "exec")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import PROBLEMS, ROOT
-from fuseforge import emit
+from fuseforge.harness.emit import emit_problem
 from fuseforge.harness.problem import problem_name
 
 pytestmark = pytest.mark.gpu
@@ -21,7 +21,7 @@ SEEDS = [p for p in PROBLEMS if p.parent.name == "seeds"]
 @pytest.mark.parametrize("path", SEEDS, ids=problem_name)
 def test_emitted_seed_matches_eager_in_a_fresh_process(path, tmp_path):
     out = tmp_path / f"{problem_name(path)}.py"
-    out.write_text(emit.emit_problem(path))
+    out.write_text(emit_problem(path))
     r = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "check_emitted.py"), str(out), "--seeds", "2"],
         capture_output=True,
@@ -38,7 +38,7 @@ def test_emitted_module_follows_new_weights(tmp_path):
     """Weight-derived values are computed at call time: new weights, new outputs."""
     path = next(p for p in SEEDS if p.stem == "gemm_scale_batchnorm")
     out = tmp_path / "m.py"
-    out.write_text(emit.emit_problem(path))
+    out.write_text(emit_problem(path))
     script = f"""
 import runpy, torch
 ns = runpy.run_path({str(out)!r})

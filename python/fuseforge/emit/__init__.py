@@ -1,10 +1,11 @@
-"""`fuseforge emit`: standalone ModelNew files (writer) that walk a plan's
-steps: kernels with their launchers and host wrappers (cuda), the prepare and
-run sections as torch code (forward), library steps as torch source (ops)."""
+"""Standalone ModelNew files (writer) that walk a plan's steps: kernels with
+their launchers and host wrappers (cuda), the prepare and run sections as
+torch code (forward), library steps as torch source (ops). The `fuseforge
+emit` command, which loads a problem file, is harness/emit.py."""
 
 from __future__ import annotations
 
 from fuseforge.emit.ops import EmitError
-from fuseforge.emit.writer import cmd_emit, emit_problem
+from fuseforge.emit.writer import check_source, emit_model
 
-__all__ = ["EmitError", "emit_problem", "cmd_emit"]
+__all__ = ["EmitError", "check_source", "emit_model"]

@@ -1,9 +1,11 @@
-"""`fuseforge emit`: one standalone Python file with a `ModelNew` per problem.
+"""One standalone Python file with a `ModelNew` for a model (`fuseforge emit`
+writes one per problem file: harness/emit.py loads the problem and calls
+`emit_model` here with its source, model and inputs).
 
 The emitted file imports torch (and whatever standard-library modules the
-problem file itself imports), never fuseforge. It holds, in this order:
+model's source itself imports), never fuseforge. It holds, in this order:
 
-- the problem file's source, verbatim (so `Model` is defined exactly as given);
+- the source that defines `Model`, verbatim (so `Model` is defined exactly as given);
 - the generated CUDA kernels (pointwise ones, and GEMM kernels with their
   fused epilogues, which include CUTLASS's headers), each in its own C++
   namespace with a launcher (`cudaLaunchKernel` with the plan's grid, block and
@@ -17,7 +19,7 @@ problem file itself imports), never fuseforge. It holds, in this order:
   fuseforge does; without them its ModelNew runs Model.forward and warns;
 - `class ModelNew(Model)`: the same constructor, parameters, buffers and
   state_dict keys as `Model`. Its forward walks the plan of the current mode
-  (one plan per mode in `--modes`, captured here with the problem's inputs;
+  (one plan per mode in `modes`, captured here with the example inputs;
   emit/forward.py): the prepare section's values (what depends only on
   weights) kept between calls and computed again when a weight they read
   changes (in place, replaced or reloaded: `cached_prepare`, copied here from
@@ -32,30 +34,43 @@ problem file itself imports), never fuseforge. It holds, in this order:
 
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import inspect
+import os
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 import torch
 
 from fuseforge.emit.cuda import cuda_sources
 from fuseforge.emit.forward import ModePlan, forward_code
 from fuseforge.emit.ops import EmitError
-from fuseforge.harness.problem import load_problem, problem_name
 from fuseforge.runtime import library_calls
 from fuseforge.runtime.cutlass_headers import cutlass_include_dir
 from fuseforge.runtime.prepared import cached_prepare
 
-__all__ = ["EmitError", "emit_problem", "cmd_emit"]
+__all__ = ["EmitError", "check_source", "emit_model"]
 
 
-def _check_imports(source: str, path: str) -> None:
-    for node in ast.walk(ast.parse(source)):
+def check_source(source: str, path: str) -> None:
+    """Raises EmitError unless `source` defines `Model` at its top level and
+    imports only torch and the standard library (`path` names it)."""
+    tree = ast.parse(source)
+    defined: set[str] = set()
+    node: ast.AST  # top-level statements first, then every node
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    if "Model" not in defined:
+        raise EmitError(f"{path} does not define Model: ModelNew derives from it")
+    for node in ast.walk(tree):
         names = (
             [a.name for a in node.names]
             if isinstance(node, ast.Import)
@@ -208,24 +223,33 @@ def _cutlass_code(needed: bool) -> list[str]:
     ]
 
 
-def emit_problem(
-    path: str | Path, modes: Sequence[str] = ("train", "eval"), arch: int | None = None, precision: str = "fp32"
+def emit_model(
+    model: torch.nn.Module,
+    inputs: Sequence[Any],
+    source: str,
+    *,
+    name: str,
+    filename: str | None = None,
+    modes: Sequence[str] = ("train", "eval"),
+    arch: int | None = None,
+    precision: str = "fp32",
 ) -> str:
-    """The emitted file's text for a problem file (see the module docstring).
-    `arch`: the compute capability the kernels target (default: target_arch(),
-    this machine's GPU's, else 90); `precision`: the numerics policy. Raises
-    EmitError if a plan holds something it cannot write out."""
-    mod = load_problem(path)  # first: it names a missing or broken file in its own words
-    source = Path(path).read_text()
-    _check_imports(source, str(path))
-    name = problem_name(path)
-    torch.manual_seed(0)
-    model = mod.Model(*mod.get_init_inputs())
+    """The emitted file's text (see the module docstring) for `model`, an
+    instance of the `Model` that `source` defines, with `inputs` its example
+    inputs. `name` names the graph and the extension; `filename` (default
+    name + ".py") is how messages and the file name the source; `modes`: the
+    modes to compile plans for (others run Model.forward); `arch`: the compute
+    capability the kernels target (default: target_arch(), this machine's
+    GPU's, else 90); `precision`: the numerics policy. Raises EmitError if the
+    source defines no Model or imports more than torch and the standard
+    library, or if a plan holds something it cannot write out."""
+    path = filename or f"{name}.py"
+    check_source(source, path)
     if arch is None:
         from fuseforge._native import target_arch
 
         arch = target_arch()
-    plans = _capture_modes(model, list(mod.get_inputs()), modes, type(model).__name__, arch, precision)
+    plans = _capture_modes(model, list(inputs), modes, type(model).__name__, arch, precision)
     if not plans:
         raise EmitError(f"{path}: no mode in {list(modes)} could be captured; nothing to emit")
     fns = [{j: f"k_{p.mode}_{j}" for j in range(len(p.plan.kernels))} for p in plans]
@@ -241,7 +265,7 @@ def emit_problem(
         "Standalone: needs torch (with a CUDA toolkit for load_inline), not fuseforge.",
         f"Fused plans for: {', '.join(m for p in plans for m in p.modes) or 'no mode'}"
         + (f"; Model.forward in {', '.join(fallback)} mode." if fallback else "."),
-        'The problem file\'s source follows verbatim, then the generated code."""',
+        'The source of Model follows verbatim, then the generated code."""',
         "import contextlib",
         "import inspect",
         "import os",
@@ -250,7 +274,7 @@ def emit_problem(
         "import torch",
         "from torch.utils import _pytree as _ff_pytree",
         "",
-        f"# ---- {Path(path).name}, verbatim",
+        f"# ---- {os.path.basename(path)}, verbatim",
         source.rstrip(),
         "",
         "# ---- generated by fuseforge",
@@ -273,14 +297,3 @@ def emit_problem(
         raise EmitError("generated source contains ''' and cannot be quoted")
     ast.parse(text)  # a bug here must not produce a file that fails at import
     return text
-
-
-def cmd_emit(args: argparse.Namespace) -> int:
-    """Writes `args.output` for `args.problem`."""
-    modes = [m for m in args.modes.split(",") if m]
-    if not modes or any(m not in ("train", "eval") for m in modes):
-        raise ValueError(f"--modes takes train and/or eval, not {args.modes!r}")
-    text = emit_problem(args.problem, modes, arch=args.arch, precision=args.precision)
-    Path(args.output).write_text(text)
-    print(f"wrote {args.output} ({len(text.splitlines())} lines)")
-    return 0

@@ -429,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a file with Hopper kernels runs Model.forward on other GPUs)",
     )
     emit.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
-    emit.set_defaults(fn=_lazy("fuseforge.emit", "cmd_emit"))
+    emit.set_defaults(fn=_lazy("fuseforge.harness.emit", "cmd_emit"))
     explain = sub.add_parser("explain", parents=[common], help="print the IR after each pass and the kernel plan")
     explain.add_argument("problem")
     explain.add_argument("--mode", choices=["train", "eval"])
