@@ -94,6 +94,11 @@ struct Kernel {
     for (const auto& inc : includes) tu += inc + "\n";
     return tu + source;
   }
+  // What the kernel compiles to, less its name: the translation unit without
+  // its comments (which quote the group's IR, value names and all) and with
+  // the name replaced, plus the compile flags. Kernels with equal keys (the
+  // steps of an unrolled loop) compile once.
+  std::string compile_key() const;
 };
 
 struct Step {

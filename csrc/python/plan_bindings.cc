@@ -10,7 +10,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <future>
+#include <algorithm>
+#include <atomic>
+#include <thread>
 #include <unordered_map>
 #include <variant>
 
@@ -114,29 +116,53 @@ runtime::CompiledKernel compile(const std::string& source, const std::string& na
   return runtime::compile_cached(source, name, arch, kernel_options(cutlass), sm90a);
 }
 
-// Compiles every kernel (in parallel: NVRTC is thread-safe) for `arch`; a
-// kernel that does not compile gets its error message instead.
+// Compiles every kernel for `arch`, each distinct one once (Kernel::compile_key:
+// an unrolled loop's steps share their kernels' code), on as many threads as
+// the machine has cores (NVRTC is thread-safe; one thread per kernel would
+// hold hundreds of compiles' memory at once). A kernel that does not compile
+// gets its error message instead. A kernel that shares another's code
+// launches that one's function (the launcher loads each image once).
 std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arch) {
-  std::vector<std::future<runtime::CompiledKernel>> jobs;
+  std::vector<size_t> first(kernels.size());  // the kernel whose compile each one takes
+  std::vector<size_t> distinct;
+  {
+    std::unordered_map<std::string, size_t> by_key;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const auto [it, added] = by_key.try_emplace(kernels[i].compile_key(), i);
+      first[i] = it->second;
+      if (added) distinct.push_back(i);
+    }
+  }
+  std::vector<runtime::CompiledKernel> compiled(kernels.size());
+  std::vector<std::string> errors(kernels.size());
   {
     nb::gil_scoped_release release;
-    for (const Kernel& k : kernels)
-      jobs.push_back(std::async(std::launch::async, compile, k.translation_unit(), k.name, arch, k.cutlass, k.sm90a));
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t j = next++; j < distinct.size(); j = next++) {
+        const Kernel& k = kernels[distinct[j]];
+        try {
+          compiled[distinct[j]] = compile(k.translation_unit(), k.name, arch, k.cutlass, k.sm90a);
+        } catch (const std::exception& e) {
+          errors[distinct[j]] = e.what();
+        }
+      }
+    };
+    const size_t threads = std::min<size_t>(distinct.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
   }
   std::vector<nb::object> out;
   for (size_t i = 0; i < kernels.size(); ++i) {
-    try {
-      runtime::CompiledKernel ck;
-      {
-        nb::gil_scoped_release release;
-        ck = jobs[i].get();
-      }
-      out.push_back(
-          nb::cast(new LaunchableKernel(std::move(ck), kernels[i].grid, kernels[i].block, kernels[i].shared_bytes),
-                   nb::rv_policy::take_ownership));
-    } catch (const std::exception& e) {
-      out.push_back(nb::str(e.what()));
+    if (!errors[first[i]].empty()) {
+      out.push_back(nb::str(errors[first[i]].c_str()));
+      continue;
     }
+    out.push_back(
+        nb::cast(new LaunchableKernel(compiled[first[i]], kernels[i].grid, kernels[i].block, kernels[i].shared_bytes),
+                 nb::rv_policy::take_ownership));
   }
   return out;
 }
@@ -227,6 +253,8 @@ void bind_plan(nb::module_& m) {
       .def_ro("includes", &Kernel::includes, "its #include lines")
       .def_ro("source", &Kernel::source, "its code after the #include lines")
       .def_prop_ro("translation_unit", &Kernel::translation_unit, "what NVRTC compiles: the includes, then the source")
+      .def_prop_ro("compile_key", &Kernel::compile_key,
+                   "what it compiles to, less its name and comments: equal keys compile once")
       .def_prop_ro("kind", [](const Kernel& k) { return std::string(fusion::group_kind_name(k.kind)); })
       .def_ro("grid", &Kernel::grid)
       .def_ro("block", &Kernel::block)
@@ -309,8 +337,8 @@ void bind_plan(nb::module_& m) {
   m.attr("launch_entry") = reinterpret_cast<uintptr_t>(&launch_entry);
 
   m.def("load_kernels", &load_kernels, "kernels"_a, "arch"_a,
-        "Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel "
-        "a LaunchableKernel, or the error message of a kernel that did not compile.");
+        "Compiles the kernels for compute capability `arch` in parallel, each distinct one once (NVRTC, "
+        "disk-cached); per kernel a LaunchableKernel, or the error message of a kernel that did not compile.");
   m.def(
       "load_variant",
       [](const Kernel::Variant& v, int arch) {

@@ -542,6 +542,12 @@ class Kernel:
         """what NVRTC compiles: the includes, then the source"""
 
     @property
+    def compile_key(self) -> str:
+        """
+        what it compiles to, less its name and comments: equal keys compile once
+        """
+
+    @property
     def kind(self) -> str: ...
 
     @property
@@ -697,7 +703,7 @@ launch_entry: int
 
 def load_kernels(kernels: KernelList | Sequence[Kernel], arch: int) -> list[LaunchableKernel | str]:
     """
-    Compiles the kernels for compute capability `arch` in parallel (NVRTC, disk-cached); per kernel a LaunchableKernel, or the error message of a kernel that did not compile.
+    Compiles the kernels for compute capability `arch` in parallel, each distinct one once (NVRTC, disk-cached); per kernel a LaunchableKernel, or the error message of a kernel that did not compile.
     """
 
 def load_variant(variant: KernelVariant, arch: int) -> LaunchableKernel:

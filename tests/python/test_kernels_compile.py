@@ -31,6 +31,34 @@ def _plan(text, **kw):
     return compile_ir(text, **kw).plan
 
 
+class _UnrolledLoop(torch.nn.Module):
+    """A Python loop over time steps: its graph repeats one step's ops."""
+
+    def forward(self, x, h):
+        for t in range(x.shape[0]):
+            h = torch.tanh(x[t] * 0.5 + h.mean(0, keepdim=True) * h)
+        return h
+
+
+def test_kernels_with_the_same_code_compile_once(monkeypatch):
+    """The steps of an unrolled loop get kernels that differ in name and in the
+    IR their comments quote, not in code: each distinct kernel compiles once
+    (NVRTC's own count), and every step still gets a kernel to launch."""
+    monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
+    text = capture(_UnrolledLoop(), [torch.randn(6, 256, 512), torch.randn(256, 512)], name="loop").text
+    kernels = _plan(text, arch=90).kernels
+    keys = [k.compile_key for k in kernels]
+    assert len(set(keys)) < len(kernels) and len({k.name for k in kernels}) == len(kernels)
+    assert all(k.name not in key for k, key in zip(kernels, keys))
+    before = core.nvrtc_compile_count()
+    loaded = core.load_kernels(kernels, 90)
+    assert core.nvrtc_compile_count() - before == len(set(keys))
+    assert [type(k).__name__ for k in loaded] == ["LaunchableKernel"] * len(kernels), loaded
+    # Code that differs in anything but comments and the name keeps its own key.
+    scaled = capture(_UnrolledLoop(), [torch.randn(6, 256, 384), torch.randn(256, 384)], name="loop").text
+    assert not set(keys) & {k.compile_key for k in _plan(scaled, arch=90).kernels}
+
+
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
 def test_every_kernel_compiles_for_sm90(path):
     text = _capture(path).text
