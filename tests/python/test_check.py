@@ -142,3 +142,55 @@ def test_run_captures_the_problem_once(tmp_path, monkeypatch):
     path.write_text(PROBLEM.replace("torch.randn(", "torch.randn(4, "))
     assert cli.main(["run", str(path), "--seeds", "2", "--against", "eager"]) == 0
     assert len(calls) == 1, calls
+
+
+LSTM_PROBLEM = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(8, 16, batch_first=True)
+            self.h0 = torch.randn(1, 4, 16)  # plain attributes: neither parameters nor buffers
+            self.c0 = torch.randn(1, 4, 16)
+
+        def forward(self, x):
+            self.h0 = self.h0.to(x.device)  # reassigned in forward, as some problems do
+            out, _ = self.lstm(x, (self.h0, self.c0))
+            return out[:, -1]
+
+    def get_inputs():
+        return [torch.randn(4, 5, 8)]
+
+    def get_init_inputs():
+        return []
+""")
+
+
+def test_fp64_reference_converts_tensor_attributes_on_copies(tmp_path):
+    """An LSTM's initial state held as plain tensor attributes: the fp64
+    reference runs it in float64 (with the attributes left in float32, the
+    LSTM refuses mixed dtypes) on float64 copies, and the model keeps its own
+    tensor objects, dtypes and values."""
+    path = tmp_path / "lstm.py"
+    path.write_text(LSTM_PROBLEM)
+    mod, model = build_model(str(path), None, "cpu")
+    h0, c0 = model.h0, model.c0
+    saved = h0.clone(), c0.clone()
+    x = torch.randn(4, 5, 8)
+    (out64,) = check.float64_outputs(model, [x])
+    want = model.lstm.double()(x.double(), (saved[0].double(), saved[1].double()))[0][:, -1]
+    model.lstm.float()
+    assert out64.dtype == torch.float64 and torch.equal(out64, want)
+    assert model.h0 is h0 and model.c0 is c0 and h0.dtype == c0.dtype == torch.float32
+    assert torch.equal(h0, saved[0]) and torch.equal(c0, saved[1])
+    with check.in_float64(model):
+        assert model.c0 is not c0 and model.c0.dtype == torch.float64
+        model.c0.add_(1)  # a forward that updates an attribute updates the copy only
+    assert model.c0 is c0 and torch.equal(c0, saved[1])
+    fast = torch.nn.Module()
+    fast.forward = lambda x: model(x)
+    result = check.check_correctness(mod, model, seeds=2, device="cpu", fast=fast)
+    assert result["correct"] and result["fp64_seeds"] == 1, result
+    assert result["eager_err_vs_fp64"] is not None and result["eager_err_vs_fp64"] < 1e-5, result

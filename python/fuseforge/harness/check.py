@@ -5,11 +5,13 @@ Frugal with device memory, so that whatever eager can run can be checked:
 the optimized module shares the model's parameters and buffers (no copies of
 the model), only the buffers are snapshotted (forward may update them), the
 fp64 reference converts the model's own tensors to float64 in place and back
-(f32 -> f64 -> f32 is exact) instead of holding a float64 copy beside them,
-each seed's inputs are dropped before the float64 ones are made, and outputs
-are compared in chunks (harness/compare.py). The fp64 reference runs for the
-first seed and for any seed where fuseforge and eager differ by more than
-1e-4, the only case where the verdict needs it."""
+(f32 -> f64 -> f32 is exact) instead of holding a float64 copy beside them
+(plain tensor attributes, which forward may reassign or update, are swapped
+for float64 copies and the user's own put back), each seed's inputs are
+dropped before the float64 ones are made, and outputs are compared in chunks
+(harness/compare.py). The fp64 reference runs for the first seed and for any
+seed where fuseforge and eager differ by more than 1e-4, the only case where
+the verdict needs it."""
 
 from __future__ import annotations
 
@@ -34,17 +36,36 @@ def _load_buffers(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> Non
             b.copy_(saved[name])
 
 
+def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    """The floating tensors below float64 that modules of `model` hold as
+    plain attributes (neither parameters nor buffers: `self.h0 = torch.zeros(...)`)."""
+    found = []
+    for module in model.modules():
+        for name, t in vars(module).items():
+            if (
+                isinstance(t, torch.Tensor)
+                and not isinstance(t, torch.nn.Parameter)
+                and t.is_floating_point()
+                and t.dtype != torch.float64
+            ):
+                found.append((module, name, t))
+    return found
+
+
 @contextlib.contextmanager
 def in_float64(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """`model` with its floating parameters and buffers converted to float64
     in place (Parameter objects kept), each converted back to its dtype on
-    exit; exact, since every dtype here widens to float64 without rounding."""
+    exit; exact, since every dtype here widens to float64 without rounding.
+    Floating tensors held as plain attributes are replaced by float64 copies
+    meanwhile, and on exit the original tensor objects, untouched, put back."""
     tensors: list[tuple[torch.nn.Module, str, str, torch.dtype]] = []
     for module in model.modules():
         for kind in ("_parameters", "_buffers"):
             for name, t in getattr(module, kind).items():
                 if t is not None and t.is_floating_point() and t.dtype != torch.float64:
                     tensors.append((module, kind, name, t.dtype))
+    attributes = _tensor_attributes(model)
 
     def convert(back: bool) -> None:
         with torch.no_grad():
@@ -55,6 +76,8 @@ def in_float64(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
                     t.data = t.data.to(to)
                 else:
                     getattr(module, kind)[name] = t.to(to)
+            for module, name, t in attributes:
+                vars(module)[name] = t if back else t.detach().to(torch.float64, copy=True)
 
     convert(back=False)
     try:
