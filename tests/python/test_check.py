@@ -3,6 +3,7 @@ harness/compare.py), on the CPU: outputs are compared in chunks, and the
 checker holds no more than the eager and optimized outputs, one set of inputs
 and, for the fp64 reference, their float64 versions."""
 
+import re
 import textwrap
 import weakref
 
@@ -192,5 +193,105 @@ def test_fp64_reference_converts_tensor_attributes_on_copies(tmp_path):
     fast = torch.nn.Module()
     fast.forward = lambda x: model(x)
     result = check.check_correctness(mod, model, seeds=2, device="cpu", fast=fast)
-    assert result["correct"] and result["fp64_seeds"] == 1, result
+    assert result["correct"] and result["accuracy_rule"] == "eager" and result["fp64_seeds"] == 1, result
     assert result["eager_err_vs_fp64"] is not None and result["eager_err_vs_fp64"] < 1e-5, result
+
+
+def _t(*values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def test_within_1e4_of_eager_is_correct_up_to_the_boundary():
+    ref, ref64 = _t(0.0, 1.0), _t(0.0, 1.0)
+    at = compare.assess([_t(1e-4, 1.0 + 2e-4)], [ref], [ref64], [], [])  # atol + rtol·|eager|, exactly
+    assert at.correct and at.rule == "eager", at
+    assert at.describe() == "correct (within 1e-4 of eager)"
+    past = compare.assess([_t(1.0001e-4, 1.0)], [ref], [ref64], [], [])
+    assert not past.correct and past.rule is None, past  # eager is exact: twice its error is 0
+    alone = compare.assess([_t(1e-4, 1.0)], [ref], None, [], [])  # without an fp64 reference
+    assert alone.correct and alone.rule == "eager" and alone.err64 is None
+    wrong = compare.assess([_t(1e-3, 1.0)], [ref], None, [], [])
+    assert not wrong.correct and wrong.describe() == "incorrect: max err vs eager 1.0e-03, not within 1e-4"
+
+
+def test_at_most_twice_eagers_error_vs_fp64_is_correct_up_to_the_boundary():
+    """Eager 2^-10 off fp64; ours 2^-9 off on the other side (3·2^-10 from
+    eager, far past 1e-4): exactly twice eager's error holds, a hair more not."""
+    e = 2.0**-10
+    ref, ref64 = [_t(e, 1.0)], [_t(0.0, 1.0)]
+    at = compare.assess([_t(-2 * e, 1.0)], ref, ref64, [], [])
+    assert at.correct and at.rule == "fp64" and at.err == 3 * e and at.err64 == 2 * at.eager64, at
+    assert at.describe() == "correct (error vs fp64 2.0e-03 ≤ 2× eager's 9.8e-04)"
+    past = compare.assess([_t(-2 * e - 2.0**-30, 1.0)], ref, ref64, [], [])
+    assert not past.correct and past.rule is None, past
+    assert past.describe() == "incorrect: max err vs eager 2.9e-03 and vs fp64 2.0e-03 > 2× eager's 9.8e-04"
+    assert compare.judge([_t(-2 * e, 1.0)], ref, ref64, [], []) == (True, 3 * e, 2 * e, e)
+
+
+def test_updated_buffers_are_judged_by_the_same_rule():
+    """A running statistic eager updates 1e-3 off fp64 and fuseforge 1.5e-3
+    off on the other side: past 1e-4 of eager, but within twice eager's error
+    against fp64 (the buffers as the fp64 run left them), so correct; 2.5e-3
+    off is not. Outputs and buffers are judged together."""
+    out, buf64 = [_t(0.5)], [_t(1.0)]
+    eager_buf = [_t(1.0 + 1e-3)]
+    ok = compare.assess(out, out, out, [_t(1.0 - 1.5e-3)], eager_buf, buf64)
+    assert ok.correct and ok.rule == "fp64" and ok.err == pytest.approx(2.5e-3), ok
+    bad = compare.assess(out, out, out, [_t(1.0 - 2.5e-3)], eager_buf, buf64)
+    assert not bad.correct and bad.err64 == pytest.approx(2.5e-3) and bad.eager64 == pytest.approx(1e-3), bad
+    with pytest.raises(ValueError, match="fp64 reference has 1 outputs and 0 buffers"):
+        compare.assess(out, out, out, [_t(1.0)], eager_buf)
+
+
+def test_a_shape_or_dtype_unlike_eagers_is_incorrect_whatever_the_errors():
+    ref = [_t(0.0, 1.0)]
+    v = compare.assess([torch.tensor([0.0, 1.0])], ref, ref, [], [])
+    assert not v.correct and v.rule is None
+    assert v.describe() == "incorrect: output 0 is torch.float32 (2,) where eager's is torch.float64 (2,)"
+    v = compare.assess([*ref, *ref], ref, ref, [], [])
+    assert not v.correct and v.describe() == "incorrect: 2 outputs where eager has 1"
+
+
+def test_the_verdict_over_seeds_names_the_rule_that_held():
+    eager = compare.Verdict(True, "eager", 1e-5, 1e-6, 1e-6)
+    fp64 = [compare.Verdict(True, "fp64", 1e-3, 4e-4, 3e-4), compare.Verdict(True, "fp64", 2e-3, 6e-4, 5e-4)]
+    assert compare.combine([eager, eager]) == compare.Verdict(True, "eager", 1e-5)
+    both = compare.combine([eager, *fp64])
+    assert both == compare.Verdict(True, "fp64", 2e-3, 6e-4, 5e-4)
+    wrong = compare.Verdict(False, None, 1e-2, 9e-3, 1e-4)
+    assert compare.combine([eager, wrong, *fp64]) is wrong
+
+
+CANCELLING = PROBLEM.replace(
+    "return x * self.scale", "self.acc.add_((x + 1e4) - 1e4)\n        return (x + 1e4) - 1e4"
+).replace("self.scale = nn.Parameter(torch.tensor(1.5))", f"self.register_buffer('acc', torch.zeros({N}))")
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_closer_to_fp64_than_eager_is_correct_outputs_and_buffers_alike(tmp_path, exact):
+    """(x + 1e4) - 1e4 in f32 loses x's low bits (eager ~5e-4 off fp64), to the
+    output and to a running buffer: an optimized module that keeps them is far
+    past 1e-4 of eager on both, yet correct by the fp64 rule; one off by 1e-2
+    everywhere is incorrect, and the verdict says by how much."""
+    path = tmp_path / "cancelling.py"
+    path.write_text(CANCELLING)
+    mod, model = build_model(str(path), None, "cpu")
+    error = 0.0 if exact else 1e-2
+
+    def forward(x):
+        model.acc.add_(x + error)
+        return x + error
+
+    fast = torch.nn.Module()
+    fast.forward = forward
+    result = check.check_correctness(mod, model, seeds=2, device="cpu", fast=fast)
+    assert result["max_err_vs_eager"] > 1e-4 and result["fp64_seeds"] == 2, result
+    if exact:
+        assert result["correct"] and result["accuracy_rule"] == "fp64", result
+        assert result["max_err_vs_fp64"] < 1e-9 and result["eager_err_vs_fp64"] > 1e-4, result
+        assert re.fullmatch(r"correct \(error vs fp64 \S+ ≤ 2× eager's \S+\)", result["verdict"]), result
+    else:
+        assert not result["correct"] and result["accuracy_rule"] is None, result
+        assert result["verdict"].startswith("incorrect: max err vs eager "), result
+        assert " > 2× eager's " in result["verdict"], result
+    assert torch.equal(model.acc, torch.zeros(N))  # buffers as before the check

@@ -40,6 +40,7 @@ def test_cpu_run_checks_a_rewritten_sum_against_fp64(tmp_path):
     row = json.loads(out.read_text())
     # The sum over the GEMM became a GEMV in f64: closer to fp64 than eager.
     assert row["correct"] and row["max_err_vs_fp64"] <= row["eager_err_vs_fp64"]
+    assert row["accuracy_rule"] in ("eager", "fp64") and row["verdict"].startswith("correct ("), row
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error given without a GPU")
@@ -203,8 +204,10 @@ def test_cpu_run_prints_a_summary_without_the_ir_unwrapped_with_counted_nouns(tm
     verdict = _verdict(out)
     # Piped output is never wrapped: the verdict is one line, longer than a terminal's 80 columns.
     assert len(verdict) == 1 and len(verdict[0]) > 80, verdict
-    assert "is correct (max abs err vs eager " in verdict[0] and "; vs fp64 " in verdict[0]
-    assert "2 kernels, the same as at full size; 0 library calls)" in verdict[0], verdict
+    # The verdict names the rule that held, then the errors behind it.
+    assert ": correct (within 1e-4 of eager); max abs err vs eager " in verdict[0], verdict
+    assert ", vs fp64 " in verdict[0] and ", eager's " in verdict[0], verdict
+    assert "(2 kernels, the same as at full size; 0 library calls)" in verdict[0], verdict
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU check's summary")
@@ -218,7 +221,7 @@ def test_cpu_run_with_ir_prints_it_and_counts_one_of_each_in_the_singular(tmp_pa
     # IR lines as they are: whole, not wrapped at 80 columns.
     assert "  %1 = addmm(%fc.bias, %x, %0) : f32[16,32]\n" in out, out
     assert "1 kernel, 1 library call\n" in out, out
-    assert _verdict(out)[0].endswith("; 1 kernel, the same as at full size; 1 library call)"), out
+    assert _verdict(out)[0].endswith(" (1 kernel, the same as at full size; 1 library call)"), out
     assert not re.search(r"\b1 (kernels|library calls)\b", out), out
 
 

@@ -1,17 +1,19 @@
 """Correctness of a problem's optimized model for `fuseforge run`: fuseforge
-against eager and an fp64 reference over several seeds (check_correctness).
+against eager and an fp64 reference over several seeds (check_correctness),
+judged by harness/compare.py's one rule (within 1e-4 of eager, or no further
+from fp64 than twice eager's error), outputs and updated buffers alike.
 
 Frugal with device memory, so that whatever eager can run can be checked:
 the optimized module shares the model's parameters and buffers (no copies of
 the model), only the buffers are snapshotted (forward may update them), the
-fp64 reference converts the model's own tensors to float64 in place and back
-(f32 -> f64 -> f32 is exact) instead of holding a float64 copy beside them
-(plain tensor attributes, which forward may reassign or update, are swapped
-for float64 copies and the user's own put back), each seed's inputs are
-dropped before the float64 ones are made, and outputs are compared in chunks
-(harness/compare.py). The fp64 reference runs for the first seed and for any
-seed where fuseforge and eager differ by more than 1e-4, the only case where
-the verdict needs it."""
+fp64 reference converts the model's parameters and buffers to float64 in
+place and back (f32 -> f64 -> f32 is exact) instead of holding a float64 copy
+beside them (plain tensor attributes, which forward may reassign or update,
+are swapped for float64 copies and the user's own put back), each seed's
+inputs are dropped before the float64 ones are made, and outputs are compared
+in chunks (harness/compare.py). The fp64 reference runs for the first seed
+and for any seed where fuseforge and eager differ by more than 1e-4, the
+only case where the verdict needs it."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 
-from fuseforge.harness.compare import flatten_tensors, judge
+from fuseforge.harness.compare import Verdict, assess, combine, flatten_tensors
 from fuseforge.harness.problem import problem_inputs
 
 
@@ -86,18 +88,30 @@ def in_float64(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         convert(back=True)
 
 
-def float64_outputs(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
+def float64_run(model: torch.nn.Module, inputs: list[Any]) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
     """Outputs of `model` computed in float64 (in_float64) on `inputs` with
-    their floating tensors in float64."""
+    their floating tensors in float64, and its buffers as that run left them
+    (floating ones in float64), by name. The model's buffers hold their own
+    dtype again afterwards; the ones returned are not the model's (a buffer
+    the conversion left alone is cloned), so restoring the model's keeps them."""
     inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     with torch.no_grad(), in_float64(model):
-        return flatten_tensors(model(*inputs64))
+        outputs = flatten_tensors(model(*inputs64))
+        buffers = dict(model.named_buffers())
+    own = dict(model.named_buffers())
+    return outputs, {name: b.clone() if own.get(name) is b else b for name, b in buffers.items()}
 
 
-def fp64_outputs(mod: ModuleType, model: torch.nn.Module, seed: int, device: str) -> list[torch.Tensor]:
-    """Outputs of `model` computed in float64 on the seed's inputs, drawn in
-    float64."""
-    return float64_outputs(model, problem_inputs(mod, seed, device, torch.float64))
+def float64_outputs(model: torch.nn.Module, inputs: list[Any]) -> list[torch.Tensor]:
+    """Outputs of `model` computed in float64 (float64_run) on `inputs`."""
+    return float64_run(model, inputs)[0]
+
+
+def fp64_run(
+    mod: ModuleType, model: torch.nn.Module, seed: int, device: str
+) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """float64_run of `model` on the seed's inputs, drawn in float64."""
+    return float64_run(model, problem_inputs(mod, seed, device, torch.float64))
 
 
 def check_correctness(
@@ -113,9 +127,13 @@ def check_correctness(
     `seeds` fresh random inputs, each from the same module state. Eager runs
     under the same precision policy (TF32 matmuls under "tf32"), so the bar
     for a faster policy is eager's own error at that policy. The fp64 figures
-    are over the seeds that computed the reference (see the module's doc)."""
+    are over the seeds that computed the reference (see the module's doc);
+    `accuracy_rule` is the rule that held ("eager", "fp64"; None when
+    incorrect) and `verdict` says so in words (compare.combine over seeds)."""
     from fuseforge.runtime.precision import precision_context
 
+    if seeds < 1:
+        raise ValueError(f"--seeds is {seeds}: the check needs at least one seed")
     if fast is None:
         import fuseforge
 
@@ -129,6 +147,7 @@ def check_correctness(
         "eager_err_vs_fp64": None,
         "fp64_seeds": 0,
     }
+    verdicts: list[Verdict] = []
     try:
         for seed in range(seeds):
             inputs = problem_inputs(mod, seed, device)
@@ -140,20 +159,24 @@ def check_correctness(
                 out = flatten_tensors(fast(*inputs))
             out_buf = _buffers(model)
             del inputs
-            ok, err, _, _ = judge(out, ref, None, out_buf, ref_buf)
-            if seed == 0 or not ok:
+            verdict = assess(out, ref, None, out_buf, ref_buf)
+            if seed == 0 or not verdict.correct:
                 _load_buffers(model, start)
-                ref64 = fp64_outputs(mod, model, seed, device)
-                ok, err, err64, eager64 = judge(out, ref, ref64, out_buf, ref_buf)
-                del ref64
+                ref64, buf64 = fp64_run(mod, model, seed, device)
+                verdict = assess(out, ref, ref64, out_buf, ref_buf, [buf64[n] for n in sorted(buf64)])
+                del ref64, buf64
                 result["fp64_seeds"] += 1
-                result["max_err_vs_fp64"] = max(result["max_err_vs_fp64"] or 0.0, err64)
-                result["eager_err_vs_fp64"] = max(result["eager_err_vs_fp64"] or 0.0, eager64)
-            del out, ref
-            result["correct"] &= ok
-            result["max_err_vs_eager"] = max(result["max_err_vs_eager"], err)
+                result["max_err_vs_fp64"] = max(result["max_err_vs_fp64"] or 0.0, verdict.err64 or 0.0)
+                result["eager_err_vs_fp64"] = max(result["eager_err_vs_fp64"] or 0.0, verdict.eager64 or 0.0)
+            del out, ref, out_buf, ref_buf
+            verdicts.append(verdict)
+            result["correct"] &= verdict.correct
+            result["max_err_vs_eager"] = max(result["max_err_vs_eager"], verdict.err)
     finally:
         _load_buffers(model, start)
+    overall = combine(verdicts)
+    result["accuracy_rule"] = overall.rule
+    result["verdict"] = overall.describe()
     moved = [name for name, p in model.named_parameters() if p._version != versions[name]]
     if moved:
         raise RuntimeError(

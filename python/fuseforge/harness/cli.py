@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -149,6 +150,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     )
     table.caption = ROOFLINE_LEGEND
     print_full_width(table)
+    console.print(f"verdict: {_verdict_markup(row)}")
     if specs:
         plan = specs[0].compiled.plan
         _print_kernels(
@@ -197,16 +199,22 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     row["checked_at"] = {"rows": size.rows, "of": size.full}
     same = [k.name for k in checked.kernels] == [k.name for k in plan.kernels]
     row["checked_kernels_same"] = same
-    verdict = "[green]is correct[/green]" if row["correct"] else "[red]is WRONG[/red]"
     kernels = counted(len(checked.kernels), "kernel")
     kernels += ", the same as at full size" if same else f" (full size: {len(plan.kernels)})"
     console.print(
-        f"optimized plan on the CPU at {size.describe()} {verdict} (max abs err vs eager "
-        f"{row['max_err_vs_eager']:.2e}; vs fp64 {row['max_err_vs_fp64']:.2e}, eager's "
-        f"{row['eager_err_vs_fp64']:.2e}; {kernels}; "
+        f"optimized plan on the CPU at {size.describe()}: {_verdict_markup(row)}; max abs err vs eager "
+        f"{row['max_err_vs_eager']:.2e}, vs fp64 {row['max_err_vs_fp64']:.2e}, eager's "
+        f"{row['eager_err_vs_fp64']:.2e} ({kernels}; "
         f"{counted(sum(s.kind == 'call' for s in checked.run), 'library call')})"
     )
     return row
+
+
+def _verdict_markup(row: dict) -> str:
+    """The check's verdict in words (naming the accuracy rule that held), green
+    when correct and red when not."""
+    color = "green" if row["correct"] else "red"
+    return f"[{color}]{escape(row['verdict'])}[/{color}]"
 
 
 def _print_ir(compiled: Any) -> None:

@@ -6,6 +6,7 @@ more, not several times its size."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
 import torch
@@ -15,6 +16,7 @@ CHUNK_ELEMENTS = 1 << 24
 
 #: Outputs within this of eager (rtol and atol) are correct.
 TOLERANCE = 1e-4
+_TOLERANCE_TEXT = f"{TOLERANCE:.0e}".replace("e-0", "e-")  # 1e-4
 
 
 def flatten_tensors(x: Any) -> list[torch.Tensor]:
@@ -74,6 +76,97 @@ def close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], tol: float = TOL
     return True
 
 
+def mismatch(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], what: str) -> str | None:
+    """How `a` differs from eager's `b` in count, shape or dtype (`what`
+    names the tensors: "output", "updated buffer"); None where it does not."""
+    if len(a) != len(b):
+        return f"{len(a)} {what}s where eager has {len(b)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"{what} {i} is {x.dtype} {tuple(x.shape)} where eager's is {y.dtype} {tuple(y.shape)}"
+    return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One accuracy rule for every problem, over the outputs and updated
+    buffers together: correct when within TOLERANCE (atol and rtol) of eager
+    (rule "eager"), or when the error against fp64 is at most twice eager's
+    error against fp64 (rule "fp64"); `rule` is None when neither held.
+    `err` is the max abs error vs eager, `err64` and `eager64` fuseforge's and
+    eager's vs fp64 (None without an fp64 reference); `reason` says why it is
+    incorrect whatever the errors (a count, shape or dtype unlike eager's)."""
+
+    correct: bool
+    rule: str | None
+    err: float
+    err64: float | None = None
+    eager64: float | None = None
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """The verdict in words, naming the rule that held (or why none did)."""
+        if self.rule == "eager":
+            return f"correct (within {_TOLERANCE_TEXT} of eager)"
+        if self.rule == "fp64":
+            return f"correct (error vs fp64 {self.err64:.1e} ≤ 2× eager's {self.eager64:.1e})"
+        if self.reason is not None:
+            return f"incorrect: {self.reason}"
+        if self.err64 is None:
+            return f"incorrect: max err vs eager {self.err:.1e}, not within {_TOLERANCE_TEXT}"
+        return (
+            f"incorrect: max err vs eager {self.err:.1e} and vs fp64 {self.err64:.1e} > 2× eager's {self.eager64:.1e}"
+        )
+
+
+def assess(
+    out: Sequence[torch.Tensor],
+    ref: Sequence[torch.Tensor],
+    ref64: Sequence[torch.Tensor] | None,
+    out_buf: Sequence[torch.Tensor],
+    ref_buf: Sequence[torch.Tensor],
+    ref64_buf: Sequence[torch.Tensor] = (),
+) -> Verdict:
+    """The Verdict on fuseforge's outputs and updated buffers (`out`,
+    `out_buf`) against eager's (`ref`, `ref_buf`) and the fp64 reference's
+    (`ref64`, `ref64_buf`, the buffers as the fp64 run left them). Without
+    `ref64` (None) only the eager rule is tried and the fp64 figures are None."""
+    reason = mismatch(out, ref, "output") or mismatch(out_buf, ref_buf, "updated buffer")
+    ours, eager = [*out, *out_buf], [*ref, *ref_buf]
+    err = max_err(ours, eager) if reason is None else float("inf")
+    within = reason is None and close(ours, eager)
+    if ref64 is None:
+        return Verdict(within, "eager" if within else None, err, reason=reason)
+    if len(ref64) != len(ref) or len(ref64_buf) != len(ref_buf):
+        raise ValueError(
+            f"the fp64 reference has {len(ref64)} outputs and {len(ref64_buf)} buffers; "
+            f"eager {len(ref)} and {len(ref_buf)}"
+        )
+    exact = [*ref64, *ref64_buf]
+    err64, eager64 = max_err(ours, exact), max_err(eager, exact)
+    if within:
+        return Verdict(True, "eager", err, err64, eager64)
+    if reason is None and err64 <= 2 * eager64:
+        return Verdict(True, "fp64", err, err64, eager64)
+    return Verdict(False, None, err, err64, eager64, reason)
+
+
+def combine(verdicts: Sequence[Verdict]) -> Verdict:
+    """The verdict over several seeds: the first incorrect one if any; else
+    "fp64" where that rule decided any seed (the fp64 figures the maxima over
+    those seeds, so that err64 ≤ 2 × eager64 still holds), else "eager"."""
+    if not verdicts:
+        raise ValueError("no verdicts to combine")
+    wrong = [v for v in verdicts if not v.correct]
+    if wrong:
+        return wrong[0]
+    err = max(v.err for v in verdicts)
+    by_fp64 = [v for v in verdicts if v.rule == "fp64"]
+    if not by_fp64:
+        return Verdict(True, "eager", err)
+    return Verdict(True, "fp64", err, max(v.err64 or 0.0 for v in by_fp64), max(v.eager64 or 0.0 for v in by_fp64))
+
+
 @overload
 def judge(
     out: Sequence[torch.Tensor],
@@ -81,6 +174,7 @@ def judge(
     ref64: Sequence[torch.Tensor],
     out_buf: Sequence[torch.Tensor],
     ref_buf: Sequence[torch.Tensor],
+    ref64_buf: Sequence[torch.Tensor] = (),
 ) -> tuple[bool, float, float, float]: ...
 @overload
 def judge(
@@ -89,6 +183,7 @@ def judge(
     ref64: None,
     out_buf: Sequence[torch.Tensor],
     ref_buf: Sequence[torch.Tensor],
+    ref64_buf: Sequence[torch.Tensor] = (),
 ) -> tuple[bool, float, None, None]: ...
 def judge(
     out: Sequence[torch.Tensor],
@@ -96,18 +191,9 @@ def judge(
     ref64: Sequence[torch.Tensor] | None,
     out_buf: Sequence[torch.Tensor],
     ref_buf: Sequence[torch.Tensor],
+    ref64_buf: Sequence[torch.Tensor] = (),
 ) -> tuple[bool, float, float | None, float | None]:
-    """(correct, error vs eager, error vs fp64, eager's error vs fp64). Correct:
-    outputs and updated buffers within 1e-4 of eager; where eager itself is far
-    from fp64 (fp16 models, TF32 convs, long fp32 sums) the output bar is being
-    no worse than twice eager's error against fp64. Without `ref64` (None)
-    only the first test applies and the fp64 figures are None."""
-    err = max_err(out, ref)
-    buffers_ok = close(out_buf, ref_buf)
-    if ref64 is None:
-        return buffers_ok and close(out, ref), err, None, None
-    err64, eager64 = max_err(out, ref64), max_err(ref, ref64)
-    ok = buffers_ok and (
-        close(out, ref) or (all(o.dtype == r.dtype for o, r in zip(out, ref)) and err64 <= 2 * eager64 + 1e-6)
-    )
-    return ok, err, err64, eager64
+    """(correct, error vs eager, error vs fp64, eager's error vs fp64): the
+    figures of assess's Verdict (see there for the rule)."""
+    v = assess(out, ref, ref64, out_buf, ref_buf, ref64_buf)
+    return v.correct, v.err, v.err64, v.eager64

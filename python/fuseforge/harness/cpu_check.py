@@ -179,11 +179,13 @@ def full_plan(mod: ModuleType, mode: str | None, precision: str, arch: int) -> A
 
 def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch: int) -> tuple[dict, Any]:
     """Captures and compiles `model` on `inputs` and runs that plan on the CPU
-    against eager and an fp64 reference (harness.compare.judge); returns the
-    figures and the plan. The model's buffers are as before afterwards."""
+    against eager and an fp64 reference (harness.compare.assess: outputs and
+    updated buffers, within 1e-4 of eager or no further from fp64 than twice
+    eager); returns the figures, the rule that held and the verdict in words,
+    and the plan. The model's buffers are as before afterwards."""
     from fuseforge.capture import capture
-    from fuseforge.harness.check import float64_outputs
-    from fuseforge.harness.compare import flatten_tensors, judge
+    from fuseforge.harness.check import float64_run
+    from fuseforge.harness.compare import assess, flatten_tensors
     from fuseforge.runtime.executor import Executor
     from fuseforge.runtime.options import compile_ir
 
@@ -201,7 +203,15 @@ def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch
         ref_buffers = dict(model.named_buffers())
         want_buffers = [ref_buffers[n].clone() for n, _ in captured.mutations]
         restore()
-        ref64 = float64_outputs(model, inputs)
+        ref64, buffers64 = float64_run(model, inputs)
         restore()
-    ok, err, err64, eager64 = judge(outs, ref, ref64, list(new_buffers), want_buffers)
-    return {"correct": ok, "max_err_vs_eager": err, "max_err_vs_fp64": err64, "eager_err_vs_fp64": eager64}, plan
+    verdict = assess(outs, ref, ref64, list(new_buffers), want_buffers, [buffers64[n] for n, _ in captured.mutations])
+    figures = {
+        "correct": verdict.correct,
+        "max_err_vs_eager": verdict.err,
+        "max_err_vs_fp64": verdict.err64,
+        "eager_err_vs_fp64": verdict.eager64,
+        "accuracy_rule": verdict.rule,
+        "verdict": verdict.describe(),
+    }
+    return figures, plan
