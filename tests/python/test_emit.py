@@ -230,6 +230,41 @@ def test_emit_model_takes_a_model_its_inputs_and_source():
         emit_model(model, [torch.randn(4, 8)], source.replace("class Model(", "class Other("), name="tiny")
 
 
+_UNROLLED = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, h):
+        for t in range(x.shape[0]):
+            h = torch.tanh(x[t] * 0.5 + h.mean(0, keepdim=True) * h)
+        return h
+"""
+
+
+def test_kernels_with_the_same_code_are_emitted_once():
+    """An unrolled loop's steps share their kernels' code: the file holds each
+    distinct kernel once, and a later step's launcher launches the first."""
+    from fuseforge.capture import capture
+    from fuseforge.runtime.options import compile_ir
+
+    namespace: dict = {}
+    exec(compile(_UNROLLED, "unrolled.py", "exec"), namespace)
+    model, inputs = namespace["Model"](), [torch.randn(6, 256, 512), torch.randn(256, 512)]
+    kernels = compile_ir(capture(model, inputs, name="unrolled").text, arch=90).plan.kernels
+    keys = [k.compile_key for k in kernels]
+    assert len(set(keys)) < len(keys)
+    cu = _source(emit_model(model, inputs, _UNROLLED, name="unrolled", modes=["eval"], arch=90), "_FF_CUDA_SOURCE")
+    assert cu.count("FF_EXTERN_C __global__") == len(set(keys))
+    names = [k.name for k in kernels]
+    for i, key in enumerate(keys):
+        first = names[keys.index(key)]
+        assert (f" {names[i]}(" in cu) == (first == names[i]), names[i]  # defined, or not
+        if first != names[i]:
+            assert f"_cuda::{first})" in cu, (names[i], first)
+
+
 def test_model_new_keeps_state_dict_and_runs_without_fuseforge(emitted, tmp_path):
     path = emitted["gemm_scale_batchnorm"]
     script = f"""

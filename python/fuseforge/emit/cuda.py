@@ -42,10 +42,14 @@ at::Tensor ff_input(const at::Tensor& x, const std::vector<int64_t>& sizes, cons
 """
 
 
-def _kernel_cuda(fn: str, k: Any) -> str:
+def _kernel_cuda(fn: str, k: Any, same_code: tuple[str, str] | None = None) -> str:
     """Kernel `k` in namespace `<fn>_cuda` with its launcher. The file defines
-    FF_EXTERN_C empty, so kernels of equal names from two plans do not clash."""
-    kernel = f"reinterpret_cast<const void*>(&{k.name})"
+    FF_EXTERN_C empty, so kernels of equal names from two plans do not clash.
+    `same_code`: the wrapper and kernel name of an earlier kernel with `k`'s
+    code (Kernel.compile_key; the steps of an unrolled loop), whose function
+    the launcher launches instead of compiling `k`'s again."""
+    function = f"{same_code[0]}_cuda::{same_code[1]}" if same_code else k.name
+    kernel = f"reinterpret_cast<const void*>(&{function})"
     shared = k.shared_bytes
     opt_in = (
         ""
@@ -58,7 +62,7 @@ def _kernel_cuda(fn: str, k: Any) -> str:
     (gx, gy, gz), (bx, by, bz) = k.grid, k.block
     return f"""
 namespace {fn}_cuda {{
-{k.source}
+{"" if same_code else k.source}
 cudaError_t launch(void** args, cudaStream_t stream) {{
   const dim3 grid({gx}, {gy}, {gz}), block({bx}, {by}, {bz});
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;  // empty tensors{opt_in}
@@ -124,11 +128,14 @@ def _kernel_host(fn: str, k: Any, plan: Any) -> str:
 
 def cuda_sources(kernels: Sequence[tuple[str, Any, Any]]) -> tuple[str, str]:
     """(CUDA source, C++ source) of (wrapper name, kernel, its plan) triples:
-    the kernels' #include lines first, then each kernel and its launcher."""
+    the kernels' #include lines first, then each kernel and its launcher (a
+    kernel whose code an earlier one has launches that one's function)."""
     includes = dict.fromkeys(["#include <cuda_runtime.h>"])
     cu, cpp = ["#define FF_EXTERN_C  // kernels in namespaces, C++ linkage\n"], [CPP_PRELUDE]
+    first: dict[str, tuple[str, str]] = {}  # compile key -> the wrapper and kernel name that define it
     for fn, k, plan in kernels:
         includes.update(dict.fromkeys(k.includes))
-        cu.append(_kernel_cuda(fn, k))
+        same_code = first.setdefault(k.compile_key, (fn, k.name))
+        cu.append(_kernel_cuda(fn, k, same_code if same_code[0] != fn else None))
         cpp.append(_kernel_host(fn, k, plan))
     return "\n".join(includes) + "\n" + "".join(cu), "\n".join(cpp)
