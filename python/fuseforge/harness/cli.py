@@ -178,11 +178,14 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     row: dict[str, Any] = {"problem": name, "device": "cpu", "kernels": []}
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("NVRTC", total=len(plan.kernels))
+        sizes: dict[str, int] = {}  # compile key -> cubin bytes: kernels with the same code compile once
         for k in plan.kernels:
-            is_cubin, size, _ = core.nvrtc_compile(
-                k.translation_unit, k.name, CPU_CHECK_ARCH, cutlass=k.cutlass, sm90a=k.sm90a
-            )
-            row["kernels"].append({"name": k.name, "cubin_bytes": size, "vector_width": k.vector_width})
+            key = k.compile_key
+            if key not in sizes:
+                _, sizes[key], _ = core.nvrtc_compile(
+                    k.translation_unit, k.name, CPU_CHECK_ARCH, cutlass=k.cutlass, sm90a=k.sm90a
+                )
+            row["kernels"].append({"name": k.name, "cubin_bytes": sizes[key], "vector_width": k.vector_width})
             progress.advance(task)
     _print_kernels(
         plan,
