@@ -209,8 +209,11 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
     t.kernel = ss_kernel_ms(s);
   else
     t.kernel = ms(flops, (f32 ? kKernel3xTf32 : kKernelHalf) * tile_use(s), bytes);
+  // The modelled GPU's tile: the model's rates are default_target()'s part's.
   if (direct_applies)
-    t.direct = ms(flops, codegen::choose_direct_conv_tile(s).cpb > 1 ? kDirectF32SharedStaging : kDirectF32, bytes);
+    t.direct =
+        ms(flops, codegen::choose_direct_conv_tile(s, default_target()).cpb > 1 ? kDirectF32SharedStaging : kDirectF32,
+           bytes);
   else
     t.direct = inf;
   if (measured != nullptr) {

@@ -75,17 +75,17 @@ class ConvScheduler final : public Scheduler {
   }
 
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
-    if (g.conv.direct) return codegen::generate_conv_direct(g, g.conv, id);
-    if (hopper(g.conv, options)) return codegen::generate_conv_sm90(g, g.conv, id);
-    return codegen::generate_conv(g, g.conv, id);
+    if (g.conv.direct) return codegen::generate_conv_direct(g, g.conv, id, options.target);
+    if (hopper(g.conv, options)) return codegen::generate_conv_sm90(g, g.conv, id, options.target);
+    return codegen::generate_conv(g, g.conv, id, options.target);
   }
 
   // Autotuning's other candidates: CUTLASS's tiles (all of them beside a
   // Hopper kernel; none for a transposed conv, which CUTLASS's forms do not compute).
   std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions& options) const override {
     if (g.conv.direct || g.conv.conv.transposed) return {};
-    std::vector<codegen::KernelSource> out = codegen::conv_variants(g, g.conv, id);
-    if (hopper(g.conv, options)) out.insert(out.begin(), codegen::generate_conv(g, g.conv, id));
+    std::vector<codegen::KernelSource> out = codegen::conv_variants(g, g.conv, id, options.target);
+    if (hopper(g.conv, options)) out.insert(out.begin(), codegen::generate_conv(g, g.conv, id, options.target));
     return out;
   }
 

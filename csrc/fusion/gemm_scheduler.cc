@@ -41,13 +41,13 @@ class GemmScheduler final : public Scheduler {
 
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
     if (hopper(g, options)) return codegen::generate_gemm_sm90(g, g.gemm, id);
-    return codegen::generate_gemm(g, g.gemm, id);
+    return codegen::generate_gemm(g, g.gemm, id, options.target);
   }
 
   // The cost model's other tiles; the Hopper kernel has one tile.
   std::vector<codegen::KernelSource> variants(const Group& g, int id, const FusionOptions& options) const override {
     if (hopper(g, options)) return {};
-    return codegen::gemm_variants(g, g.gemm, id);
+    return codegen::gemm_variants(g, g.gemm, id, options.target);
   }
 
  private:

@@ -26,19 +26,6 @@ int pow2_ceil(int64_t x) {
   return p;
 }
 
-int sm_count(int arch) {
-  switch (arch) {
-    case 80:
-      return 108;
-    case 86:
-      return 84;
-    case 89:
-      return 128;
-    default:
-      return 132;  // Hopper and unknown
-  }
-}
-
 // The widest vector (up to 16 bytes) along a dim: every access that steps
 // along it with unit stride keeps its other strides aligned to it, and the
 // dim's extent is a multiple; accesses with another stride along it rule
@@ -108,19 +95,6 @@ int streaming_unroll(int block, int vector, int inputs, int acc_words) {
   return 0;
 }
 
-// Shared memory an SM gives its blocks (the opt-in limit), by architecture.
-int64_t shared_per_sm(int arch) {
-  switch (arch) {
-    case 80:
-      return 163 * 1024;
-    case 86:
-    case 89:
-      return 99 * 1024;
-    default:
-      return 227 * 1024;  // Hopper and unknown
-  }
-}
-
 // A persistent block per row whose registers leave room for one block per
 // SM runs a row at a time: its loads, arithmetic and stores take turns, and
 // the SM's memory traffic stops between them. Two rows per SM overlap them:
@@ -129,8 +103,8 @@ int64_t shared_per_sm(int arch) {
 // (a 4096x32768 softmax on the H200: 0.334 -> 0.297 ms, from 77 to 88 % of
 // the copy bandwidth). Only where rows outnumber the SMs twice over: fewer
 // rows leave SMs idle either way.
-void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, int64_t loads, int acc_words, int arch,
-                     ReductionStrategy& s) {
+void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, int64_t loads, int acc_words,
+                     const FusionOptions& options, ReductionStrategy& s) {
   // Registers per thread at `threads` threads per row, `items` of each input in registers.
   auto registers = [&](int threads, int64_t items) {
     const CacheWords w = cache_words(l, again, items * s.vector, s.vector, int64_t{threads} * s.vector);
@@ -138,7 +112,8 @@ void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, in
   };
   auto blocks_per_sm = [&](int threads, int64_t items) { return 65536 / (threads * registers(threads, items)); };
   const int64_t items = (loads + s.threads - 1) / s.threads;
-  if (s.threads != s.block || s.threads < 128 || l.rows < 2 * sm_count(arch) || blocks_per_sm(s.threads, items) >= 2)
+  if (s.threads != s.block || s.threads < 128 || l.rows < 2 * options.target.sm_count ||
+      blocks_per_sm(s.threads, items) >= 2)
     return;
   const int half = s.threads / 2;
   const int64_t half_items = (loads + half - 1) / half;
@@ -150,7 +125,7 @@ void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, in
   // cp.async copies 4, 8 or 16 bytes, from unit-stride items. Only rows
   // whose every access runs along them: a group norm over a channels-last
   // conv output (NCHW stores a lane at a time) slowed from 0.114 to 0.161 ms.
-  if (arch < 80) return;
+  if (options.arch < 80) return;
   for (const ReductionAccess& a : l.access)
     if (!a.per_row && a.reduced.back() > 1) return;
   int64_t bytes = 0;
@@ -161,13 +136,13 @@ void two_rows_per_sm(const codegen::ReductionLayout& l, const Rereads& again, in
     bytes += (half_items - items) * half * vector_bytes;
   }
   constexpr int64_t kPartials = 4096;  // the merges' static partials, with room to spare
-  if (bytes == 0 || 2 * (bytes + kPartials) > shared_per_sm(arch)) return;
+  if (bytes == 0 || 2 * (bytes + kPartials) > options.target.shared_per_block_optin) return;
   s.threads = s.block = half;
   s.shared_items = static_cast<int>(half_items - items);
 }
 
 ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, int inputs, int acc_words, bool staged,
-                       int arch) {
+                       const FusionOptions& options) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Rows;
   s.staged = staged;
@@ -213,7 +188,7 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, 
           break;
         }
   }
-  if (s.persistent) two_rows_per_sm(l, again, loads, acc_words, arch, s);
+  if (s.persistent) two_rows_per_sm(l, again, loads, acc_words, options, s);
   if (!s.persistent) {
     // Streaming: fewer threads per row where a block's registers would not
     // hold the loads in flight and the accumulators' slots.
@@ -231,7 +206,7 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, 
       return static_cast<double>(loads) / static_cast<double>((loads + round - 1) / round * round);
     };
     while (s.threads > 64 && used(s.threads) < 0.9 && used(s.threads / 2) > used(s.threads) &&
-           l.rows * (s.threads / 2) >= int64_t{sm_count(arch)} * 2048) {
+           l.rows * (s.threads / 2) >= int64_t{options.target.sm_count} * 2048) {
       s.threads /= 2;
       s.block = block_for(s.threads);
     }
@@ -254,11 +229,11 @@ int64_t stage_bytes(const codegen::ReductionLayout& l, int rows_per_block) {
 }
 
 std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, const Rereads& again, int inputs,
-                                             int acc_words, int arch) {
+                                             int acc_words, const FusionOptions& options) {
   bool any = false;
   for (const ReductionAccess& a : l.access) any |= a.transposed();
   if (!any) return std::nullopt;
-  ReductionStrategy s = rows(l, again, inputs, acc_words, true, arch);
+  ReductionStrategy s = rows(l, again, inputs, acc_words, true, options);
   // Fewer rows per block until the tile fits (a block stays a warp at least).
   while (s.block / s.threads >= 2 * kStageMinRows && s.block > 32 && stage_bytes(l, s.block / s.threads) > kStageBytes)
     s.block /= 2;
@@ -267,13 +242,13 @@ std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, 
 }
 
 ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& again, int inputs, int acc_words,
-                          bool chunked, int arch) {
+                          bool chunked, const FusionOptions& options) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Columns;
   const size_t c = static_cast<size_t>(l.contiguous_kept());
   s.vector = vector_width(l, l.kept[c], false, c, false);
   const int64_t column_threads = (l.rows + s.vector - 1) / s.vector;
-  const int64_t target = int64_t{sm_count(arch)} * 2048;
+  const int64_t target = int64_t{options.target.sm_count} * 2048;
   // Each thread takes a round of loads (kColumnRound) of its columns before
   // the merge along y: a split-K sum of 8 partials at 8 threads along y (one
   // load each, three shared-memory merges) ran 10.8 us for 9 MB.
@@ -291,7 +266,7 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& agai
     // bandwidth). Narrow loads (one column a thread) need every thread.
     const int64_t per_thread = int64_t{std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words))} * s.vector *
                                dtype_size(l.access[static_cast<size_t>(l.main)].dtype);
-    const int64_t threads = int64_t{sm_count(arch)} * kInFlightBytes / per_thread;
+    const int64_t threads = int64_t{options.target.sm_count} * kInFlightBytes / per_thread;
     while (s.threads > 1 && column_threads * s.threads > threads) s.threads /= 2;
     fit_block();
   }
@@ -353,7 +328,7 @@ int64_t blocks_of(const codegen::ReductionStrategy& s, const codegen::ReductionL
 
 bool apply_pass_pays(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
                      const FusionOptions& options) {
-  return s.persistent || blocks_of(s, l) >= 2 * sm_count(options.arch);
+  return s.persistent || blocks_of(s, l) >= 2 * options.target.sm_count;
 }
 
 bool writes_coalesced(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l) {
@@ -367,7 +342,7 @@ bool writes_coalesced(const codegen::ReductionStrategy& s, const codegen::Reduct
 bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
                      const FusionOptions& options) {
   constexpr int64_t kSmall = 1 << 20;  // elements: launch-bound either way
-  return l.rows * l.length <= kSmall || blocks_of(s, l) * 4 >= sm_count(options.arch);
+  return l.rows * l.length <= kSmall || blocks_of(s, l) * 4 >= options.target.sm_count;
 }
 
 int64_t max_staged_row_length(DType dtype) {
@@ -389,9 +364,9 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
   const int acc_words = probe.accumulator_words();
   bool chunked = false;
   for (int p = 1; p <= d.levels; ++p) chunked |= probe.chunked(p);
-  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, again, inputs, acc_words, chunked, options.arch);
-  if (auto s = staged_rows(l, again, inputs, acc_words, options.arch)) return *s;
-  return rows(l, again, inputs, acc_words, false, options.arch);
+  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, again, inputs, acc_words, chunked, options);
+  if (auto s = staged_rows(l, again, inputs, acc_words, options)) return *s;
+  return rows(l, again, inputs, acc_words, false, options);
 }
 
 }  // namespace ff::fusion

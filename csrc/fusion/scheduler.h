@@ -9,6 +9,7 @@
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/group.h"
 #include "fusion/partition.h"
+#include "ir/target.h"
 
 namespace ff::fusion {
 
@@ -22,6 +23,7 @@ struct FusionOptions {
   bool conv_direct = false;        // f32 convs may become direct kernels (where the cost model prefers them)
   bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
   int arch = 0;                    // the target GPU's compute capability; 0: unknown
+  Target target;                   // the target GPU's facts (SM count, shared memory): what fills it
   bool variants = false;           // also every other candidate kernel of a group (autotuning)
   bool reductions = true;  // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
 };

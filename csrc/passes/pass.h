@@ -11,6 +11,7 @@
 
 #include "ir/conv.h"
 #include "ir/graph.h"
+#include "ir/target.h"
 
 namespace ff::passes {
 
@@ -39,6 +40,8 @@ struct PassOptions {
   bool conv_always = false;
   // 2-D f32 convolutions may run as generated direct kernels (any layout).
   bool conv_direct = false;
+  // The GPU the kernels are for: how many CTAs fill it (split_gemm_k).
+  Target target;
 };
 
 class Pass {

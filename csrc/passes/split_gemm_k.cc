@@ -12,7 +12,7 @@
 //   %y = add(%4, %bias) : f32[256,1000]
 //
 // A GEMM kernel gives each output tile (up to 128 x 128) one CTA: 256 x 1000
-// is 16 CTAs on a GPU of 132 SMs, each running all 2048 of K. Split 8 ways
+// is 16 CTAs on an H100's 132 SMs, each running all 2048 of K. Split 8 ways
 // the bmm has 128 CTAs of 256 each; the sum (a column reduction in a fixed
 // order: the same result every run) reads back 8 MB, and the bias and any
 // pointwise work after it fuse into that reduction's kernel. Each slice is an
@@ -31,9 +31,8 @@ namespace ff::passes {
 
 namespace {
 
-constexpr int64_t kTile = 128;        // the largest GEMM tile's side: a CTA each
-constexpr int64_t kTargetCtas = 128;  // about one wave on 132 SMs (H100, H200)
-constexpr int64_t kMinSlice = 256;    // K per slice at least: 8 k-blocks of 32
+constexpr int64_t kTile = 128;      // the largest GEMM tile's side: a CTA each
+constexpr int64_t kMinSlice = 256;  // K per slice at least: 8 k-blocks of 32
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -44,17 +43,25 @@ struct Split {
   bool bias;
 };
 
+// About one wave of CTAs on `target`: the most, a power of two, its SMs run
+// at once, one each (128 on an H100's 132 SMs).
+int64_t wave_ctas(const Target& target) {
+  int64_t w = 1;
+  while (w * 2 <= target.sm_count) w *= 2;
+  return w;
+}
+
 // How to split `n`, if at all: a power of two of slices that fills about one
-// wave, each kMinSlice or more of K.
-std::optional<Split> plan_split(Node& n) {
+// wave (`wave` CTAs), each kMinSlice or more of K.
+std::optional<Split> plan_split(Node& n, int64_t wave) {
   if (n.op != Op::Mm && n.op != Op::Addmm) return std::nullopt;
   const auto spec = fusion::match_gemm(n);
   if (!spec || spec->dtype != DType::f32 || spec->alpha != 1.0 || (spec->beta != 0.0 && spec->beta != 1.0))
     return std::nullopt;
   const int64_t tiles = ceil_div(spec->m, kTile) * ceil_div(spec->n, kTile);
-  if (tiles * 4 > kTargetCtas) return std::nullopt;  // a quarter of the GPU or more: whole
+  if (tiles * 4 > wave) return std::nullopt;  // a quarter of the GPU or more: whole
   int64_t s = 1;
-  while (tiles * s * 2 <= kTargetCtas && spec->k % (s * 2) == 0 && spec->k / (s * 2) >= kMinSlice) s *= 2;
+  while (tiles * s * 2 <= wave && spec->k % (s * 2) == 0 && spec->k / (s * 2) >= kMinSlice) s *= 2;
   if (s < 2) return std::nullopt;
   return Split{&n, s, n.op == Op::Addmm && spec->beta != 0.0};
 }
@@ -99,15 +106,19 @@ bool split(Graph& g, const Split& sp) {
 class SplitGemmK final : public Pass {
  public:
   std::string_view name() const override { return "split_gemm_k"; }
+  void configure(const PassOptions& options) override { wave_ = wave_ctas(options.target); }
 
   bool run(Graph& g) override {
     std::vector<Split> todo;
     for (auto& n : g.nodes())
-      if (auto sp = plan_split(*n)) todo.push_back(*sp);
+      if (auto sp = plan_split(*n, wave_)) todo.push_back(*sp);
     bool changed = false;
     for (const Split& sp : todo) changed |= split(g, sp);  // inserting invalidates iteration over g.nodes()
     return changed;
   }
+
+ private:
+  int64_t wave_ = wave_ctas(default_target());
 };
 
 }  // namespace

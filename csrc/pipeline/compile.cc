@@ -81,6 +81,10 @@ CompileOptions parse_compile_flags(std::string_view flags) {
   return o;
 }
 
+Target compile_target(const CompileOptions& options) {
+  return options.target ? *options.target : target_for_arch(options.arch);
+}
+
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options) {
   CompiledGraph out;
   std::unique_ptr<Graph> graph = parse(ir_text);
@@ -96,6 +100,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   pass_options.conv_kernels = !options.conv_dtypes.empty();
   pass_options.conv_always = options.conv_always;
   pass_options.conv_direct = options.conv_direct;
+  pass_options.target = compile_target(options);
   auto run = [&](const std::vector<std::string>& names) {
     passes::PassManager pm(names, pass_options);
     if (options.trace_passes)
@@ -121,6 +126,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   fo.conv_direct = options.conv_direct;
   fo.tf32 = options.precision == Precision::tf32;
   fo.arch = options.arch;
+  fo.target = compile_target(options);
   fo.variants = options.autotune;
   fo.reductions = options.reductions;
   out.partition = fusion::partition(*graph, fo);

@@ -14,6 +14,7 @@
 #include "fusion/group.h"
 #include "ir/conv.h"
 #include "ir/graph.h"
+#include "ir/target.h"
 #include "plan/plan.h"
 
 namespace ff {
@@ -50,8 +51,11 @@ struct CompileOptions {
   // 2-D f32 convs may run as generated direct kernels (IEEE f32, any layout;
   // codegen/cuda/conv_direct.h) where the cost model prefers them to cuDNN.
   bool conv_direct = true;
-  bool autotune = false;   // also every other candidate kernel of each group (timed at first run)
-  int arch = 0;            // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
+  bool autotune = false;  // also every other candidate kernel of each group (timed at first run)
+  int arch = 0;           // the target GPU's compute capability (90: Hopper GEMM kernels); 0: unknown
+  // The target GPU's facts, as the front end read them from the device;
+  // unset: those of arch's usual part (compile_target()).
+  std::optional<Target> target;
   bool reductions = true;  // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
   // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
   // under the user's flags, as probed on the GPU (conv_precision.cc), and
@@ -85,6 +89,10 @@ struct CompiledGraph {
   std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (autotune)
   plan::Plan plan;
 };
+
+// The facts a compile with `options` is for: options.target, else
+// target_for_arch(options.arch).
+Target compile_target(const CompileOptions& options);
 
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options = {});
 

@@ -116,7 +116,7 @@ TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
   auto g = parse(kSeed);
   verify(*g);
   const fusion::Partition p = fusion::partition(*g, every_conv_a_kernel());
-  const codegen::KernelSource ks = codegen::generate_conv(p.groups[0], p.groups[0].conv, 0);
+  const codegen::KernelSource ks = codegen::generate_conv(p.groups[0], p.groups[0].conv, 0, default_target());
   EXPECT_EQ(ks.name, "ff_conv2d_add_minimum_mul_3xtf32_128x128_0") << ks.source;
   EXPECT_NE(ks.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
   EXPECT_NE(ks.source.find("DefaultConv2dFprop"), std::string::npos);
@@ -142,7 +142,7 @@ TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
   always.conv_always = true;  // the cost model prefers cuDNN's TF32 conv here
   const fusion::Partition q = fusion::partition(*h, always);
   ASSERT_EQ(q.groups[0].kind, fusion::Group::Kind::Conv);
-  const codegen::KernelSource kt = codegen::generate_conv(q.groups[0], q.groups[0].conv, 0);
+  const codegen::KernelSource kt = codegen::generate_conv(q.groups[0], q.groups[0].conv, 0, default_target());
   EXPECT_NE(kt.name.find("_tf32_"), std::string::npos);
   EXPECT_EQ(kt.source.find("OpMultiplyAddFastF32"), std::string::npos);
 }
@@ -156,7 +156,7 @@ TEST(ConvKernel, NarrowLoadsTakeTheSmallestTile) {
   ASSERT_TRUE(s);
   EXPECT_EQ(s->alignment, 1);
   ASSERT_EQ(codegen::conv_tiles(*s).size(), 1u);
-  EXPECT_EQ(codegen::choose_conv_tile(*s).m, 64);
+  EXPECT_EQ(codegen::choose_conv_tile(*s, default_target()).m, 64);
   auto wide = *s;
   wide.alignment = 4;
   EXPECT_EQ(codegen::conv_tiles(wide).size(), 3u);
@@ -229,7 +229,7 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   const auto g = conv_group(*slow_cudnn);
   ASSERT_TRUE(g);
   ASSERT_TRUE(g->conv.rounded_operands);
-  const codegen::KernelSource ks = codegen::generate_conv_sm90(*g, g->conv, 0);
+  const codegen::KernelSource ks = codegen::generate_conv_sm90(*g, g->conv, 0, default_target());
   // 128 x 64 tiles (48 channels) taken by the consumer warpgroups in turn, both operands straight from shared memory.
   EXPECT_NE(ks.source.find("constexpr int BM = 128, BN = 64"), std::string::npos) << ks.source;
   EXPECT_NE(ks.source.find("constexpr bool PINGPONG = true;"), std::string::npos);
@@ -248,7 +248,8 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   verify(*whole);
   const auto wg = conv_group(*whole);
   ASSERT_TRUE(wg && wg->conv.rounded_operands);
-  EXPECT_NE(codegen::generate_conv_sm90(*wg, wg->conv, 0).source.find("constexpr bool K_WHOLE = true, N_WHOLE = true;"),
+  EXPECT_NE(codegen::generate_conv_sm90(*wg, wg->conv, 0, default_target())
+                .source.find("constexpr bool K_WHOLE = true, N_WHOLE = true;"),
             std::string::npos);
   // The NCHW f32 result leaves through shared memory, a bulk copy per channel's run of pixels.
   EXPECT_NE(ks.source.find("store_staged(epilogue, acc,"), std::string::npos);
@@ -288,7 +289,7 @@ TEST(ConvKernel, WideTilesPutThePixelsOnTheWgmmasNSide) {
     for (const fusion::Group& group : p.groups)
       if (group.kind == fusion::Group::Kind::Conv) {
         EXPECT_TRUE(group.conv.rounded_operands);
-        return codegen::generate_conv_sm90(group, group.conv, 0);
+        return codegen::generate_conv_sm90(group, group.conv, 0, default_target());
       }
     ADD_FAILURE() << "no conv kernel";
     return codegen::KernelSource{};
@@ -361,7 +362,7 @@ TEST(ConvKernel, StagedStoresTakeTheTilesPerChannelOperandsFromATable) {
   for (const fusion::Group& group : p.groups)
     if (group.kind == fusion::Group::Kind::Conv) conv = &group;
   ASSERT_TRUE(conv && conv->conv.rounded_operands);
-  const codegen::KernelSource ks = codegen::generate_conv_sm90(*conv, conv->conv, 0);
+  const codegen::KernelSource ks = codegen::generate_conv_sm90(*conv, conv->conv, 0, default_target());
   EXPECT_NE(ks.source.find("static constexpr int CHANNEL_OPERANDS = 1;"), std::string::npos) << ks.source;
   EXPECT_NE(ks.source.find("if (i == 0) return ff_load(in0[col]);"), std::string::npos);
   EXPECT_NE(ks.source.find("(v * table[0 * ff_sm90::ss::BN + (col & (ff_sm90::ss::BN - 1))])"), std::string::npos);
@@ -381,7 +382,7 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   const fusion::Partition p = fusion::partition(*g, hopper);
   ASSERT_EQ(p.groups[0].kind, fusion::Group::Kind::Conv);
   ASSERT_TRUE(codegen::sm90_conv_applies(p.groups[0].conv));
-  const codegen::KernelSource ks = codegen::generate_conv_sm90(p.groups[0], p.groups[0].conv, 0);
+  const codegen::KernelSource ks = codegen::generate_conv_sm90(p.groups[0], p.groups[0].conv, 0, default_target());
   EXPECT_EQ(ks.name, "ff_conv2d_add_minimum_mul_3xtf32_sm90_0");
   EXPECT_TRUE(ks.sm90a);
   EXPECT_FALSE(ks.cutlass);
@@ -403,7 +404,7 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   verify(*g3);
   const fusion::Partition p3 = fusion::partition(*g3, hopper);
   ASSERT_EQ(p3.groups[0].kind, fusion::Group::Kind::Conv);
-  const std::string three_d = codegen::generate_conv_sm90(p3.groups[0], p3.groups[0].conv, 0).source;
+  const std::string three_d = codegen::generate_conv_sm90(p3.groups[0], p3.groups[0].conv, 0, default_target()).source;
   EXPECT_NE(three_d.find("src = x + (origin[i] + ((dd * H + dh) * W + dw) * C + c);"), std::string::npos) << three_d;
   EXPECT_EQ(three_d.find("ff_sm90::opaque_pointer(r.origin[i])"), std::string::npos);
   EXPECT_NE(ks.source.find("ff_sm90::gemm_tf32<true>(ConvA{x}, w, M + opaque, N + opaque, K + opaque, LDB + opaque"),
@@ -488,7 +489,7 @@ TEST(ConvKernel, TransposedConvsWhoseStridesDivideTheirWindowsPackTheirPhasesInt
   const auto conv = conv_group(*g, hopper);
   ASSERT_TRUE(conv);
   EXPECT_EQ(conv->nodes.size(), 2u);  // the relu fused
-  const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0).source;
+  const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0, default_target()).source;
   EXPECT_NE(src.find("constexpr int M = 96, N = 48, K = 32, LDB = 128;"), std::string::npos) << src;
   // Wide tiles, whatever N, whose stores run along the output's rows.
   EXPECT_NE(src.find("store_tile(epilogue, acc,"), std::string::npos);
@@ -553,7 +554,7 @@ TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKe
   hopper.arch = 90;
   const auto conv = conv_group(*g, hopper);
   ASSERT_TRUE(conv);
-  const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0).source;
+  const std::string src = codegen::generate_conv_sm90(*conv, conv->conv, 0, default_target()).source;
   // Tiles of one phase each, phases taken in turn; rows padded to whole tiles a phase.
   EXPECT_NE(src.find("const int tile = m / BM, phase = tile % PHASES, r = tile / PHASES * BM + m % BM;"),
             std::string::npos) << src;
@@ -646,7 +647,7 @@ TEST(ConvKernel, DirectTilesFitTheRowAndStageChannelsInEqualParts) {
   s.stride = s.dilation = {1, 1};
   s.padding = s.output_padding = {0, 0};
   // 158 columns: 8 threads of 4 columns leave 2 idle, 32 threads would leave 98.
-  codegen::DirectConvTile t = codegen::choose_direct_conv_tile(s);
+  codegen::DirectConvTile t = codegen::choose_direct_conv_tile(s, default_target());
   EXPECT_EQ(t.tq * t.px, 32);
   EXPECT_EQ(t.threads(), 256);
   // A 34x34 window a channel (pitch 40) and its weights, 5.6 KB: the 8
@@ -655,11 +656,11 @@ TEST(ConvKernel, DirectTilesFitTheRowAndStageChannelsInEqualParts) {
   EXPECT_EQ(t.cib, 8);
   // 20 channels go as three stages of 7 (8 would fit).
   s.in_channels = 20;
-  EXPECT_EQ(codegen::choose_direct_conv_tile(s).cib, 7);
+  EXPECT_EQ(codegen::choose_direct_conv_tile(s, default_target()).cib, 7);
   s.in_channels = 8;
   s.output_size = {126, 126};
   s.input_size = {128, 128};
-  t = codegen::choose_direct_conv_tile(s);
+  t = codegen::choose_direct_conv_tile(s, default_target());
   EXPECT_EQ(t.tq, 32);  // 126 columns: one warp of 4 columns each leaves 2 idle
   // 8 rows' windows (10x160 a channel) take 52 KB for the 8 channels, 4 rows' 33 KB: 4 rows, one stage.
   EXPECT_EQ(t.tp, 4);
@@ -675,7 +676,7 @@ TEST(ConvKernel, DirectTilesFitTheRowAndStageChannelsInEqualParts) {
   // 46 columns: 3 a thread, 16 threads, 2 idle (4 a thread would idle 18).
   s.output_size = {46, 46};
   s.input_size = {48, 48};
-  t = codegen::choose_direct_conv_tile(s);
+  t = codegen::choose_direct_conv_tile(s, default_target());
   EXPECT_EQ(t.px, 3);
   EXPECT_EQ(t.tq, 16);
 }

@@ -243,20 +243,25 @@ TEST(Gemm, CostModelPrefersBigTilesUnlessTheyLeaveMultiprocessorsIdle) {
   big.m = 1024;
   big.n = 8192;
   big.k = 8192;
-  EXPECT_EQ(codegen::choose_gemm_tile(big).m * codegen::choose_gemm_tile(big).n, 128 * 128);
+  const int sms = default_target().sm_count;
+  auto area = [&](const fusion::GemmSpec& s) {
+    const codegen::GemmTile t = codegen::choose_gemm_tile(s, sms);
+    return t.m * t.n;
+  };
+  EXPECT_EQ(area(big), 128 * 128);
   fusion::GemmSpec small = big;
   small.m = 256;
   small.n = 1000;
-  const auto t = codegen::choose_gemm_tile(small);
+  const auto t = codegen::choose_gemm_tile(small, sms);
   EXPECT_EQ(t.m * t.n, 64 * 64);  // 16 big tiles would fill 16 of 132 multiprocessors
   // Attention's q @ k.T: a short sum over many tiles takes the 128x64 tile.
   fusion::GemmSpec qk = big;
   qk.batch = 256;
   qk.m = qk.n = 1024;
   qk.k = 64;
-  EXPECT_EQ(codegen::choose_gemm_tile(qk).m * codegen::choose_gemm_tile(qk).n, 128 * 64);
+  EXPECT_EQ(area(qk), 128 * 64);
   qk.k = 1024;
-  EXPECT_EQ(codegen::choose_gemm_tile(qk).m * codegen::choose_gemm_tile(qk).n, 128 * 128);
+  EXPECT_EQ(area(qk), 128 * 128);
   for (DType t : {DType::f32, DType::f16})
     for (bool tf32 : {false, true}) {
       fusion::GemmSpec s;

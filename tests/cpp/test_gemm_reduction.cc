@@ -146,11 +146,11 @@ TEST(GemmReduction, CostModelKeepsTheValueTileWithinTheMainloopsSharedMemory) {
   ASSERT_EQ(cg.partition.groups[0].kind, fusion::Group::Kind::Gemm);
   const fusion::GemmSpec& spec = cg.partition.groups[0].gemm;
   ASSERT_EQ(spec.reduce, fusion::GemmSpec::Reduce::Sum);
-  const codegen::GemmTile t = codegen::choose_gemm_tile(spec);
+  const codegen::GemmTile t = codegen::choose_gemm_tile(spec, default_target().sm_count);
   EXPECT_TRUE(t.m == 64 && t.n == 64);
   fusion::GemmSpec whole = spec;
   whole.reduce = fusion::GemmSpec::Reduce::None;
-  const codegen::GemmTile w = codegen::choose_gemm_tile(whole);
+  const codegen::GemmTile w = codegen::choose_gemm_tile(whole, default_target().sm_count);
   EXPECT_TRUE(w.m == 128 && w.n == 128);
 }
 

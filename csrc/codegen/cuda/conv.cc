@@ -37,22 +37,24 @@ std::vector<GemmTile> conv_tiles(const fusion::ConvKernelSpec& s) {
   return tiles;
 }
 
-GemmTile choose_conv_tile(const fusion::ConvKernelSpec& s) {
+GemmTile choose_conv_tile(const fusion::ConvKernelSpec& s, const Target& target) {
   const std::vector<GemmTile> tiles = conv_tiles(s);
-  return tiles.size() == 1 ? tiles[0] : choose_gemm_tile(conv_as_gemm(s));
+  return tiles.size() == 1 ? tiles[0] : choose_gemm_tile(conv_as_gemm(s), target.sm_count);
 }
 
-std::vector<KernelSource> conv_variants(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
-  const GemmTile chosen = choose_conv_tile(s);
+std::vector<KernelSource> conv_variants(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id,
+                                        const Target& target) {
+  const GemmTile chosen = choose_conv_tile(s, target);
   std::vector<KernelSource> out;
   for (const GemmTile& t : conv_tiles(s))
-    if (t.m != chosen.m || t.n != chosen.n) out.push_back(generate_conv(group, s, id, &t));
+    if (t.m != chosen.m || t.n != chosen.n) out.push_back(generate_conv(group, s, id, target, &t));
   return out;
 }
 
-KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id, const GemmTile* tile) {
+KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id, const Target& target,
+                           const GemmTile* tile) {
   const fusion::GemmSpec gemm = conv_as_gemm(s);
-  const GemmTile t = tile ? *tile : choose_conv_tile(s);
+  const GemmTile t = tile ? *tile : choose_conv_tile(s, target);
   const ConvSpec& c = s.conv;
   const bool f32 = c.dtype == DType::f32, split = f32 && !gemm.tf32, three_d = c.dims == 3;
   const std::string math = split ? "3xtf32" : f32 ? "tf32" : std::string(dtype_name(c.dtype));

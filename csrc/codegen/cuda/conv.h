@@ -17,7 +17,7 @@ fusion::GemmSpec conv_as_gemm(const fusion::ConvKernelSpec& spec);
 // The candidate tiles of a conv kernel (the GEMM's, but only the smallest for
 // loads narrower than 16 bytes), and the cost model's pick among them.
 std::vector<GemmTile> conv_tiles(const fusion::ConvKernelSpec& spec);
-GemmTile choose_conv_tile(const fusion::ConvKernelSpec& spec);
+GemmTile choose_conv_tile(const fusion::ConvKernelSpec& spec, const Target& target);
 
 // The kernel of a Conv group: CUTLASS's forward-conv mainloop (Sm80 mma.sync,
 // which Hopper runs; channels-last input and weight; f32 as 3xTF32, or one
@@ -29,11 +29,12 @@ GemmTile choose_conv_tile(const fusion::ConvKernelSpec& spec);
 // walking its unit-stride dim, so that any output layout is written coalesced.
 // Parameters: the output, the input, the weight, the bias (if the conv has
 // one), then each other tensor the epilogue reads. `tile` overrides the cost
-// model's choice (autotuning); the name carries math and tile.
-KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id,
+// model's choice for `target` (autotuning); the name carries math and tile.
+KernelSource generate_conv(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id, const Target& target,
                            const GemmTile* tile = nullptr);
 
 // The kernels of `group` for the candidate tiles other than the cost model's.
-std::vector<KernelSource> conv_variants(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id);
+std::vector<KernelSource> conv_variants(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id,
+                                        const Target& target);
 
 }  // namespace ff::codegen

@@ -14,8 +14,8 @@ namespace {
 // Static shared memory a block stages its input channels' windows and their
 // weights in: 48 KiB at most, and four blocks an SM.
 constexpr int kStagedBytes = 46 * 1024;
-constexpr int kMaxRowRegisters = 32;        // input values an adjacent-columns thread keeps per window row
-constexpr int64_t kBlocksWanted = 8 * 132;  // blocks of a grid: 8 an SM of an H100
+constexpr int kMaxRowRegisters = 32;  // input values an adjacent-columns thread keeps per window row
+constexpr int64_t kBlocksPerSm = 8;   // blocks of a grid an SM of the target
 
 int pow2_at_least(int64_t v) {
   int p = 1;
@@ -38,7 +38,7 @@ int64_t channel_bytes(const DirectConvTile& t, const ConvSpec& c) {
 }
 
 // The tile for `cob` output channels a thread.
-DirectConvTile tile_of(const ConvSpec& c, int cob) {
+DirectConvTile tile_of(const ConvSpec& c, int cob, int64_t blocks_wanted) {
   DirectConvTile t;
   const size_t d0 = c.dims == 3 ? 1 : 0;  // H's index in the spatial vectors
   const int64_t P = c.output_size[d0], Q = c.output_size[d0 + 1];
@@ -99,7 +99,7 @@ DirectConvTile tile_of(const ConvSpec& c, int cob) {
   const int64_t tiles = ((P + t.tp - 1) / t.tp) * ((Q + t.tq * t.px - 1) / (t.tq * t.px)) * c.batch *
                         (c.dims == 3 ? c.output_size[0] : 1) * c.groups;
   t.cpb = stages == 1 ? static_cast<int>(channel_blocks) : 1;
-  while (t.cpb > 1 && tiles * ((channel_blocks + t.cpb - 1) / t.cpb) < kBlocksWanted) t.cpb = (t.cpb + 1) / 2;
+  while (t.cpb > 1 && tiles * ((channel_blocks + t.cpb - 1) / t.cpb) < blocks_wanted) t.cpb = (t.cpb + 1) / 2;
   return t;
 }
 
@@ -129,22 +129,27 @@ ChannelReduction channel_reduction(fusion::ConvKernelSpec::ChannelReduce r) {
 
 }  // namespace
 
-DirectConvTile choose_direct_conv_tile(const ConvSpec& c, bool all_channels) {
+DirectConvTile choose_direct_conv_tile(const ConvSpec& c, const Target& target, bool all_channels) {
   // 8 output channels a thread (fewer rounded up to a power of two). Where
   // the input channels come in several stages, each block of output channels
   // stages them all again: 12 a thread where they come in 12s, for fewer
   // blocks (H200, 3x3x3, 8 -> 24 channels: 0.718 -> 0.653 ms; with one
   // stage, 6 -> 48 channels: 0.454 -> 0.508).
   const int64_t out = c.out_per_group();
-  DirectConvTile t = tile_of(c, out >= 8 ? 8 : pow2_at_least(out));
-  if (t.cib < c.in_per_group() && out % 12 == 0) t = tile_of(c, 12);
+  const int64_t blocks_wanted = kBlocksPerSm * target.sm_count;
+  DirectConvTile t = tile_of(c, out >= 8 ? 8 : pow2_at_least(out), blocks_wanted);
+  if (t.cib < c.in_per_group() && out % 12 == 0) t = tile_of(c, 12, blocks_wanted);
   if (all_channels) t.cpb = static_cast<int>((out + t.cob - 1) / t.cob);
   return t;
 }
 
-bool direct_conv_fits(const ConvSpec& c) { return channel_bytes(choose_direct_conv_tile(c), c) <= kStagedBytes; }
+// A stage's bytes do not depend on cpb, the one thing the target decides.
+bool direct_conv_fits(const ConvSpec& c) {
+  return channel_bytes(choose_direct_conv_tile(c, default_target()), c) <= kStagedBytes;
+}
 
-KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
+KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id,
+                                  const Target& target) {
   const ConvSpec& c = s.conv;
   if (!(c.dims == 2 || c.dims == 3) || c.dtype != DType::f32)
     throw IRError("direct conv codegen: expected a 2-D or 3-D f32 conv");
@@ -152,7 +157,7 @@ KernelSource generate_conv_direct(const fusion::Group& group, const fusion::Conv
   const size_t d0 = three_d ? 1 : 0;  // H's index in the spatial vectors
   const bool reduces = s.channel_reduce != fusion::ConvKernelSpec::ChannelReduce::none;
   if (reduces && c.groups != 1) throw IRError("direct conv codegen: a reduction over the channels of a grouped conv");
-  const DirectConvTile t = choose_direct_conv_tile(c, reduces);
+  const DirectConvTile t = choose_direct_conv_tile(c, target, reduces);
   const Node& conv = *group.nodes.front();
   const Shape& x_strides = conv.input(0)->type.strides;  // n, c, [d,] h, w
   const Shape& w_strides = conv.input(1)->type.strides;

@@ -11,6 +11,7 @@
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/conv.h"
 #include "fusion/group.h"
+#include "ir/target.h"
 
 namespace ff::codegen {
 
@@ -33,12 +34,14 @@ struct DirectConvTile {
 };
 
 // `all_channels`: a block computes every output channel (cpb covers them),
-// as a reduction over the channels in the kernel needs.
-DirectConvTile choose_direct_conv_tile(const ConvSpec& spec, bool all_channels = false);
+// as a reduction over the channels in the kernel needs; else cpb keeps grids
+// of 8 blocks an SM of `target`.
+DirectConvTile choose_direct_conv_tile(const ConvSpec& spec, const Target& target, bool all_channels = false);
 // Whether that tile's staged input channel and weights fit the kernel's
 // shared memory (a very wide stride or window may not).
 bool direct_conv_fits(const ConvSpec& spec);
 
-KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id);
+KernelSource generate_conv_direct(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id,
+                                  const Target& target);
 
 }  // namespace ff::codegen

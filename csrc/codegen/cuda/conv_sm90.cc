@@ -12,8 +12,6 @@ namespace ff::codegen {
 
 namespace {
 
-constexpr int64_t kH100Sms = 132;
-
 // The implicit GEMM's A as the mainloop's producer reads it: row m is output
 // pixel (n, [z,] p, q), column k is tap (of the window) k / C, channel k % C.
 // Each producer thread keeps, per row of its 8, where its window's origin
@@ -431,7 +429,8 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& s) {
   return s.conv.dtype == DType::f32 && s.conv.in_channels % 4 == 0 && (s.conv.dims == 2 || s.conv.dims == 3);
 }
 
-KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id) {
+KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& s, int id,
+                                const Target& target) {
   const ConvSpec& c = s.conv;
   if (!sm90_conv_applies(s) || (c.transposed && !s.rounded_operands))
     throw IRError("conv codegen: the sm90 kernel does not cover this conv");
@@ -440,6 +439,7 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   // not staged in pixel runs (packed phases stage theirs by output rows).
   const bool pixel_runs = conv_stores_staged(group) && !c.transposed;
   Sm90SsTile tile = sm90_ss_tile(s.gemm_n(), s.gemm_k(), pixel_runs, pixel_runs, packed);
+  tile.shared_optin = static_cast<int>(target.shared_per_block_optin);
   const PixelRunStores runs = !s.rounded_operands ? PixelRunStores::none
                               : packed            ? PixelRunStores::phases
                               : tile.wide         ? PixelRunStores::wide
@@ -467,9 +467,9 @@ KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKe
   ks.sm90a = true;
   ks.block = kSm90Threads;
   ks.unroll = 1;
-  // Persistent CTAs, one per SM of an H100 SXM (a CTA's 384 threads hold the
-  // register file): each loads its next tile while storing the last.
-  ks.grid[0] = std::min<int64_t>(mainloop.tiles, kH100Sms);
+  // Persistent CTAs, one per SM (a CTA's 384 threads hold the register
+  // file): each loads its next tile while storing the last.
+  ks.grid[0] = std::min<int64_t>(mainloop.tiles, target.sm_count);
   ks.items = mainloop.tiles;
   ks.shared_bytes = mainloop.shared_bytes;
   ks.align_bytes = 16;

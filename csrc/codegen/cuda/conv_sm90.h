@@ -4,6 +4,7 @@
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/conv.h"
 #include "fusion/group.h"
+#include "ir/target.h"
 
 namespace ff::codegen {
 
@@ -17,7 +18,9 @@ bool sm90_conv_applies(const fusion::ConvKernelSpec& spec);
 // channels) of 384 threads; the producer warpgroup gathers A's rows from the
 // channels-last input (window taps outside it read as zeros), B is the
 // channels-last weight as a K-contiguous matrix; the epilogue stores each
-// value through the group's pointwise nodes. Parameters as conv.h's.
-KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id);
+// value through the group's pointwise nodes; persistent CTAs, at most one per
+// SM of `target`. Parameters as conv.h's.
+KernelSource generate_conv_sm90(const fusion::Group& group, const fusion::ConvKernelSpec& spec, int id,
+                                const Target& target);
 
 }  // namespace ff::codegen

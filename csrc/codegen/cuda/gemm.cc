@@ -84,11 +84,12 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& s, int sm_count) {
   return best;
 }
 
-std::vector<KernelSource> gemm_variants(const fusion::Group& group, const fusion::GemmSpec& s, int id) {
-  const GemmTile chosen = choose_gemm_tile(s);
+std::vector<KernelSource> gemm_variants(const fusion::Group& group, const fusion::GemmSpec& s, int id,
+                                        const Target& target) {
+  const GemmTile chosen = choose_gemm_tile(s, target.sm_count);
   std::vector<KernelSource> out;
   for (const GemmTile& t : gemm_tiles(s))
-    if (t.m != chosen.m || t.n != chosen.n) out.push_back(generate_gemm(group, s, id, &t));
+    if (t.m != chosen.m || t.n != chosen.n) out.push_back(generate_gemm(group, s, id, target, &t));
   return out;
 }
 
@@ -189,8 +190,9 @@ std::string gemm_reduction_scale(const fusion::GemmSpec& s) {
   return s.reduce == fusion::GemmSpec::Reduce::Mean ? f32_literal(1.0 / s.reduce_block) : "1.0f";
 }
 
-KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s, int id, const GemmTile* tile) {
-  const GemmTile t = tile ? *tile : choose_gemm_tile(s);
+KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s, int id, const Target& target,
+                           const GemmTile* tile) {
+  const GemmTile t = tile ? *tile : choose_gemm_tile(s, target.sm_count);
   const std::string el = cutlass_element(s.dtype);
   const bool f32 = s.dtype == DType::f32;
   const bool split = f32 && !s.tf32;  // 3xTF32

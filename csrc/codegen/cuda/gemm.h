@@ -5,6 +5,7 @@
 #include "codegen/cuda/kernel_source.h"
 #include "fusion/gemm.h"
 #include "fusion/group.h"
+#include "ir/target.h"
 
 namespace ff::codegen {
 
@@ -24,7 +25,7 @@ std::vector<GemmTile> gemm_tiles(const fusion::GemmSpec& spec);
 // (big tiles reuse more of what they load, unless the sum is short). With a
 // block reduction, among the tiles whose value tile fits in the mainloop's
 // shared memory where any does.
-GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
+GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count);
 
 // A CUTLASS 2.x batched GEMM (Sm80 mma.sync, which Hopper runs) for the
 // matmul node that starts `group`: f32 operands use 3xTF32 (each operand split
@@ -35,10 +36,10 @@ GemmTile choose_gemm_tile(const fusion::GemmSpec& spec, int sm_count = 132);
 // tensor's element where the spec says so) and writes only the group's output
 // (with GemmSpec::reduce, the block partials: gemm_sm80_reduce.h).
 // Parameters: the output, A, B, addmm's bias (read unless beta = 0), the
-// epilogue's source tensor. `id` makes the kernel name unique.
-// `tile` overrides the cost model's choice (autotuning compiles each
-// candidate); the kernel's name carries its tile.
-KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& spec, int id,
+// epilogue's source tensor. `id` makes the kernel name unique. The cost
+// model picks the tile for `target`; `tile` overrides its choice (autotuning
+// compiles each candidate); the kernel's name carries its tile.
+KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& spec, int id, const Target& target,
                            const GemmTile* tile = nullptr);
 
 // Fills `ks`'s name (the matmul, its fused ops, `tag` for math and tile, `id`)
@@ -72,6 +73,7 @@ std::string gemm_reduction_scale(const fusion::GemmSpec& spec);
 std::string f32_literal(double v);
 
 // The kernels of `group` for the candidate tiles other than the cost model's.
-std::vector<KernelSource> gemm_variants(const fusion::Group& group, const fusion::GemmSpec& spec, int id);
+std::vector<KernelSource> gemm_variants(const fusion::Group& group, const fusion::GemmSpec& spec, int id,
+                                        const Target& target);
 
 }  // namespace ff::codegen

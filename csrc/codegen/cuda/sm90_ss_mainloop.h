@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ir/target.h"
+
 namespace ff::codegen {
 
 // A 1xTF32 Hopper (sm_90a) mainloop whose wgmmas read both operands from
@@ -63,11 +65,13 @@ struct Sm90SsTile {
     if (wide) return 2 * 32 * (256 + 8) * 4;
     return staged ? 2 * (staged_cols * (warpgroup_rows() + 4) + channel_operands * bn) * 4 : 0;
   }
-  // Up to 4 stages, as many as fit the 227 KiB an SM's CTA may use: what
-  // shared memory leaves of the 256 KiB is L1, where A's loads find the
-  // pixels of the taps before (H200, 3x3 convs + relu at 128 x 128: the
-  // seed's 1.32 ms with 6 stages, 1.30 with 4; a 3-D one's 0.89, 0.86).
-  int stages() const { return std::min(4, (227 * 1024 - 2048 - staging_bytes()) / ((bm + bn) * 128)); }
+  // The shared memory a CTA may opt in to on the target (227 KiB on an H100).
+  int shared_optin = static_cast<int>(default_target().shared_per_block_optin);
+  // Up to 4 stages, as many as fit shared_optin: what shared memory leaves
+  // of the 256 KiB is L1, where A's loads find the pixels of the taps before
+  // (H200, 3x3 convs + relu at 128 x 128: the seed's 1.32 ms with 6 stages,
+  // 1.30 with 4; a 3-D one's 0.89, 0.86).
+  int stages() const { return std::min(4, (shared_optin - 2048 - staging_bytes()) / ((bm + bn) * 128)); }
   // The stages, the staging buffers, and the mbarriers: ready and empty per stage, a turn per warpgroup.
   int shared_bytes() const { return 1024 + stages() * (bm + bn) * 128 + staging_bytes() + (2 * stages() + 2) * 8; }
   // Tiles of an m (pixels) x n (channels) result.
