@@ -71,8 +71,11 @@ nb::dict attrs_of(const Step& s) {
 // A kernel compiled for one GPU architecture, bound to its launch geometry.
 class LaunchableKernel {
  public:
-  LaunchableKernel(runtime::CompiledKernel k, std::array<int64_t, 3> grid, std::array<int64_t, 3> block, int shared)
-      : kernel_(std::move(k)),
+  // `name`: the plan kernel's; `k` may be another kernel's compile of the same code.
+  LaunchableKernel(std::string name, runtime::CompiledKernel k, std::array<int64_t, 3> grid,
+                   std::array<int64_t, 3> block, int shared)
+      : name_(std::move(name)),
+        kernel_(std::move(k)),
         grid_{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
         block_{static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
         shared_(static_cast<unsigned>(shared)) {}
@@ -88,9 +91,10 @@ class LaunchableKernel {
     for (size_t i = 0; i < n_scalars; ++i) args.push_back(const_cast<double*>(scalars + i));
     kernel_.launch(device, grid_, block_, shared_, args.data(), stream);
   }
-  const std::string& name() const { return kernel_.kernel().name; }
+  const std::string& name() const { return name_; }
 
  private:
+  std::string name_;
   runtime::LoadedKernel kernel_;
   runtime::Dim3 grid_, block_;
   unsigned shared_;
@@ -160,9 +164,9 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
       out.push_back(nb::str(errors[first[i]].c_str()));
       continue;
     }
-    out.push_back(
-        nb::cast(new LaunchableKernel(compiled[first[i]], kernels[i].grid, kernels[i].block, kernels[i].shared_bytes),
-                 nb::rv_policy::take_ownership));
+    out.push_back(nb::cast(new LaunchableKernel(kernels[i].name, compiled[first[i]], kernels[i].grid, kernels[i].block,
+                                                kernels[i].shared_bytes),
+                           nb::rv_policy::take_ownership));
   }
   return out;
 }
@@ -342,8 +346,8 @@ void bind_plan(nb::module_& m) {
   m.def(
       "load_variant",
       [](const Kernel::Variant& v, int arch) {
-        return new LaunchableKernel(compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a), v.grid, v.block,
-                                    v.shared_bytes);
+        return new LaunchableKernel(v.name, compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a), v.grid,
+                                    v.block, v.shared_bytes);
       },
       "variant"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
 }
