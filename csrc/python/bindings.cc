@@ -19,6 +19,7 @@
 #include "interp/interpreter.h"
 #include "ir/conv.h"
 #include "ir/graph.h"
+#include "ir/target.h"
 #include "passes/pass.h"
 #include "pipeline/compile.h"
 #include "python/op_bindings.h"
@@ -170,6 +171,29 @@ NB_MODULE(_core, m) {
   m.def("interpret", &interpret, "text"_a, "inputs"_a,
         "Runs IR on the CPU reference interpreter; inputs and outputs are float64 numpy arrays.");
   m.attr("PRECISIONS") = ff::precision_names();
+  nb::class_<ff::Target>(m, "Target", "The GPU a compile is for: its hardware facts (ir/target.h); str() is one line.")
+      .def(nb::init<>(), "default_target()'s facts.")
+      .def(
+          "__init__",
+          [](ff::Target* t, int arch, int sm_count, int64_t shared_per_block_optin, int64_t shared_per_sm,
+             int64_t l2_bytes) {
+            if (arch < 0 || sm_count <= 0 || shared_per_block_optin <= 0 || shared_per_sm <= 0 || l2_bytes < 0)
+              throw std::invalid_argument("Target: sm_count and shared memory sizes must be positive");
+            new (t) ff::Target{arch, sm_count, shared_per_block_optin, shared_per_sm, l2_bytes};
+          },
+          "arch"_a, "sm_count"_a, "shared_per_block_optin"_a, "shared_per_sm"_a, "l2_bytes"_a,
+          "arch: compute capability; sm_count: multiprocessors; shared_per_block_optin: bytes of shared memory a "
+          "block may opt in to; shared_per_sm: bytes an SM has; l2_bytes: L2 cache bytes.")
+      .def_ro("arch", &ff::Target::arch)
+      .def_ro("sm_count", &ff::Target::sm_count)
+      .def_ro("shared_per_block_optin", &ff::Target::shared_per_block_optin)
+      .def_ro("shared_per_sm", &ff::Target::shared_per_sm)
+      .def_ro("l2_bytes", &ff::Target::l2_bytes)
+      .def_prop_ro("name", &ff::Target::name)
+      .def("__str__", &ff::Target::text);
+  m.def("default_target", &ff::default_target, "The target without a GPU: an H100/H200 (sm90-132sm).");
+  m.def("target_for_arch", &ff::target_for_arch, "arch"_a,
+        "The facts of the usual part of a compute capability (default_target()'s for 90 and unknown ones).");
   nb::class_<ff::CompileOptions>(m, "CompileOptions", "How to compile (pipeline/compile.h).")
       .def(
           "__init__",
@@ -177,8 +201,9 @@ NB_MODULE(_core, m) {
              const std::vector<std::string>& passes, bool trace, bool reductions, const std::string& conv,
              const std::map<std::string, bool>& conv_tf32, const std::map<std::string, bool>& conv_channels_last,
              const std::map<std::string, std::pair<double, double>>& conv_cudnn_ms,
-             const std::map<std::string, double>& conv_direct_ms) {
+             const std::map<std::string, double>& conv_direct_ms, const std::optional<ff::Target>& target) {
             new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
+            o->target = target;
             set_conv_policy(*o, conv);
             o->eager_conv_tf32 = conv_tf32;
             o->conv_channels_last = conv_channels_last;
@@ -189,7 +214,7 @@ NB_MODULE(_core, m) {
           "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "direct",
           "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
           "conv_cudnn_ms"_a = std::map<std::string, std::pair<double, double>>{},
-          "conv_direct_ms"_a = std::map<std::string, double>{},
+          "conv_direct_ms"_a = std::map<std::string, double>{}, "target"_a = nb::none(),
           "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
           "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
           "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
@@ -202,7 +227,8 @@ NB_MODULE(_core, m) {
           "conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it "
           "IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per "
           "signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); "
-          "conv_direct_ms: per signature, the direct kernel's milliseconds as timed.")
+          "conv_direct_ms: per signature, the direct kernel's milliseconds as timed. target: the GPU's facts (a "
+          "Target); None: target_for_arch(arch).")
       .def_prop_ro("precision",
                    [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
       .def_prop_ro("gemm_dtypes",
@@ -213,7 +239,10 @@ NB_MODULE(_core, m) {
                    })
       .def_ro("autotune", &ff::CompileOptions::autotune)
       .def_ro("reductions", &ff::CompileOptions::reductions)
-      .def_ro("arch", &ff::CompileOptions::arch);
+      .def_ro("arch", &ff::CompileOptions::arch)
+      .def_prop_ro(
+          "target", [](const ff::CompileOptions& o) { return ff::compile_target(o); },
+          "The facts the compile is for: the target given, else target_for_arch(arch).");
   ff::python::bind_plan(m);
   m.def(
       "compile",

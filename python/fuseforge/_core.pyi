@@ -96,12 +96,55 @@ def interpret(text: str, inputs: Sequence[Annotated[NDArray[numpy.float64], dict
 
 PRECISIONS: list = ['fp32', 'tf32']
 
+class Target:
+    """
+    The GPU a compile is for: its hardware facts (ir/target.h); str() is one line.
+    """
+
+    @overload
+    def __init__(self) -> None:
+        """default_target()'s facts."""
+
+    @overload
+    def __init__(self, arch: int, sm_count: int, shared_per_block_optin: int, shared_per_sm: int, l2_bytes: int) -> None:
+        """
+        arch: compute capability; sm_count: multiprocessors; shared_per_block_optin: bytes of shared memory a block may opt in to; shared_per_sm: bytes an SM has; l2_bytes: L2 cache bytes.
+        """
+
+    @property
+    def arch(self) -> int: ...
+
+    @property
+    def sm_count(self) -> int: ...
+
+    @property
+    def shared_per_block_optin(self) -> int: ...
+
+    @property
+    def shared_per_sm(self) -> int: ...
+
+    @property
+    def l2_bytes(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def __str__(self) -> str: ...
+
+def default_target() -> Target:
+    """The target without a GPU: an H100/H200 (sm90-132sm)."""
+
+def target_for_arch(arch: int) -> Target:
+    """
+    The facts of the usual part of a compute capability (default_target()'s for 90 and unknown ones).
+    """
+
 class CompileOptions:
     """How to compile (pipeline/compile.h)."""
 
-    def __init__(self, precision: str = 'fp32', gemm: str = 'auto', autotune: bool = False, arch: int = 0, passes: Sequence[str] = [], trace: bool = False, reductions: bool = True, conv: str = 'direct', conv_tf32: Mapping[str, bool] = {}, conv_channels_last: Mapping[str, bool] = {}, conv_cudnn_ms: Mapping[str, tuple[float, float]] = {}, conv_direct_ms: Mapping[str, float] = {}) -> None:
+    def __init__(self, precision: str = 'fp32', gemm: str = 'auto', autotune: bool = False, arch: int = 0, passes: Sequence[str] = [], trace: bool = False, reductions: bool = True, conv: str = 'direct', conv_tf32: Mapping[str, bool] = {}, conv_channels_last: Mapping[str, bool] = {}, conv_cudnn_ms: Mapping[str, tuple[float, float]] = {}, conv_direct_ms: Mapping[str, float] = {}, target: Target | None = None) -> None:
         """
-        precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). conv: direct (2-D f32 convs may become generated direct kernels where the cost model prefers them to cuDNN), auto (also implicit-GEMM kernels where the cost model puts them ahead of cuDNN as timed, conv_cudnn_ms; none where CUTLASS's headers are missing), always (every conv an implicit-GEMM kernel covers) or off. conv_tf32: per conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); conv_direct_ms: per signature, the direct kernel's milliseconds as timed.
+        precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). conv: direct (2-D f32 convs may become generated direct kernels where the cost model prefers them to cuDNN), auto (also implicit-GEMM kernels where the cost model puts them ahead of cuDNN as timed, conv_cudnn_ms; none where CUTLASS's headers are missing), always (every conv an implicit-GEMM kernel covers) or off. conv_tf32: per conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); conv_direct_ms: per signature, the direct kernel's milliseconds as timed. target: the GPU's facts (a Target); None: target_for_arch(arch).
         """
 
     @property
@@ -118,6 +161,12 @@ class CompileOptions:
 
     @property
     def arch(self) -> int: ...
+
+    @property
+    def target(self) -> Target:
+        """
+        The facts the compile is for: the target given, else target_for_arch(arch).
+        """
 
 class BufferList:
     @overload

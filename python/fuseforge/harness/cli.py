@@ -164,12 +164,13 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     from fuseforge._native import CPU_CHECK_ARCH, core
     from fuseforge.harness.cpu_check import check_inputs, check_on_cpu, full_plan
     from fuseforge.harness.problem import load_problem, problem_name
+    from fuseforge.runtime.options import compile_target
 
     name = problem_name(args.problem)
     mod = load_problem(args.problem)
     console.print(
-        f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC (sm_{CPU_CHECK_ARCH}) "
-        "and checking the optimized plan on the CPU"
+        f"[bold]{name}[/bold]: no CUDA GPU here — compiling kernels with NVRTC for target "
+        f"{compile_target(CPU_CHECK_ARCH)} and checking the optimized plan on the CPU"
     )
     compiled = full_plan(mod, args.mode, args.precision, CPU_CHECK_ARCH)
     plan = compiled.plan
@@ -280,20 +281,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from fuseforge._native import target_arch
     from fuseforge.capture import capture
-    from fuseforge.runtime.options import compile_ir
+    from fuseforge.runtime.options import compile_ir, compile_target
 
     mod, model = build_model(args.problem, args.mode, "cpu")
     captured = capture(model, problem_inputs(mod, 0, "cpu"), name=type(model).__name__)
     # The kernels this machine's GPU would run (without one: those of CPU_CHECK_ARCH),
     # each conv's precision as probed on it (without one: IEEE).
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    compiled = compile_ir(captured.text, args.precision, target_arch(), trace=True, device=device)
+    arch = target_arch()
+    compiled = compile_ir(captured.text, args.precision, arch, trace=True, device=device)
     console.rule("IR as captured")
     _print_text(compiled.ir_before)
     for pass_name, ir in compiled.pass_trace:
         console.rule(f"after {pass_name}")
         _print_text(ir)
     console.rule(f"plan ({args.precision})")
+    _print_text(f"target: {compile_target(arch, device)}")
     _print_text(str(compiled.plan))
     _explain_convs(captured.text, compiled.ir_after, device)
     _explain_gemm_fallbacks(compiled.ir_after, args.precision)

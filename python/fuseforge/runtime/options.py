@@ -19,7 +19,10 @@ docs/ENVIRONMENT.md lists both sides'):
   one (runtime/fast_call.py; to compare, or to rule it out).
 
 With a CUDA device, `compile_ir` first probes what eager's convolutions do on
-it (conv_probe.decide) and hands the answers to the compiler.
+it (conv_probe.decide) and hands the answers to the compiler, with the
+device's hardware facts (device_target: SM count, shared memory, L2) that
+kernel choices depend on; without one the core uses the facts of the arch's
+usual part (core.target_for_arch; an H100/H200 for sm_90: core.default_target).
 
 Without CUTLASS's headers (_native.gemm_headers_missing) no matmul becomes a
 GEMM kernel and no conv an implicit-GEMM one; the first compile whose graph
@@ -90,6 +93,30 @@ def conv_precision_forced() -> str:
     return forced
 
 
+def device_target(device: torch.device | None) -> core.Target | None:
+    """The hardware facts of a CUDA `device` as torch reads them; None for
+    another device or none."""
+    if device is None or device.type != "cuda":
+        return None
+    p = torch.cuda.get_device_properties(device.index or 0)
+    return core.Target(
+        arch=p.major * 10 + p.minor,
+        sm_count=p.multi_processor_count,
+        # torch's stub lacks this property, which torch.cuda's properties have
+        shared_per_block_optin=p.shared_memory_per_block_optin,  # type: ignore[attr-defined]
+        shared_per_sm=p.shared_memory_per_multiprocessor,
+        l2_bytes=p.L2_cache_size,
+    )
+
+
+def compile_target(arch: int, device: torch.device | None = None) -> core.Target:
+    """The hardware facts kernels for `arch` are chosen for: a CUDA `device`'s
+    where it is of that arch, else the arch's usual part's (an H100/H200 for
+    sm_90 and unknown archs)."""
+    target = device_target(device)
+    return target if target is not None and target.arch == arch else core.target_for_arch(arch)
+
+
 def compile_options(
     precision: str = "fp32",
     arch: int = 0,
@@ -98,11 +125,13 @@ def compile_options(
     trace: bool = False,
     passes: list[str] | None = None,
     convs: dict[str, dict] | None = None,
+    target: core.Target | None = None,
 ) -> core.CompileOptions:
     """A core.CompileOptions. `gemm` overrides FUSEFORGE_GEMM; `arch` is the
     target GPU's compute capability (0: unknown); `trace` records the IR after
-    each pass; `convs` is conv_probe.decide's answer. Raises ValueError naming
-    a bad precision or policy."""
+    each pass; `convs` is conv_probe.decide's answer; `target` the GPU's
+    facts (None: core.target_for_arch(arch)). Raises ValueError naming a bad
+    precision or policy."""
     check_precision(precision)
     policy = gemm_policy(gemm)
     conv = conv_policy()
@@ -119,6 +148,7 @@ def compile_options(
             trace=trace,
             reductions=reductions_enabled(),
             conv="direct" if missing and conv in ("auto", "1", "always") else conv,
+            target=target,
             **(convs or {}),
         )
     except ValueError as e:
@@ -184,8 +214,12 @@ def compile_ir(
 ) -> core.Compiled:
     """Compiles IR text (passes, fusion, CUDA, the plan): a core.Compiled with
     ir_before, ir_after, pass_trace and plan. With a CUDA `device`, each f32
-    conv's math and layout follow what eager's conv does there (probed)."""
+    conv's math and layout follow what eager's conv does there (probed), and
+    where the kernels are for its arch, they are chosen for its SM count and
+    shared memory (device_target)."""
     convs = probe_convs(text, precision, device) if device is not None and device.type == "cuda" else None
-    compiled = core.compile(text, compile_options(precision, arch, gemm=gemm, trace=trace, passes=passes, convs=convs))
+    target = compile_target(arch, device)
+    options = compile_options(precision, arch, gemm=gemm, trace=trace, passes=passes, convs=convs, target=target)
+    compiled = core.compile(text, options)
     warn_gemm_fallbacks(compiled.ir_after, precision, gemm)
     return compiled
