@@ -60,7 +60,10 @@ def test_emitted_kernels_have_cxx_linkage(emitted):
     for name, path in emitted.items():
         cu = _source(path.read_text(), "_FF_CUDA_SOURCE")
         assert 'extern "C" __global__' not in cu, name
-        launchers, reused = cu.count("cudaError_t launch("), cu.count("reinterpret_cast<const void*>(&k_")
+        launchers, reused = (
+            cu.count("cudaError_t launch("),
+            cu.count("cudaLaunchKernel(reinterpret_cast<const void*>(&k_"),
+        )
         assert cu.count("FF_EXTERN_C __global__") == launchers - reused, name
 
 
