@@ -10,7 +10,8 @@ torch and initializing CUDA once. The per-problem figures are those of
 inductor and fuseforge timed in one process with cold L2, CUDA events,
 warm-up and median; see fuseforge.harness.timing), plus cold and cached
 compile times, a roofline estimate (fuseforge.harness.roofline) and the
-wall seconds of each phase (`wall_s`, `phase_s`).
+wall seconds of each phase (`wall_s`, `phase_s`); with `--train`, each
+row's `train` object (fuseforge.harness.train).
 
 With `--jobs N` (N > 1, GPU only) compiling and timing are split: first up to
 N problems at a time run `fuseforge run --compile-only`, each in a process of
@@ -151,6 +152,8 @@ def run_problem(
         ]
         if args.mode:
             argv += ["--mode", args.mode]
+        if getattr(args, "train", False):
+            argv.append("--train")
         result = runner.run(argv, args.timeout)
         if result.returncode is None:
             return {"correct": False, "error": f"timed out after {args.timeout:g} s", "wall_s": args.timeout}
@@ -178,7 +181,7 @@ def _gpu_env(gpu: str | None) -> dict[str, str] | None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Runs the suite (or merges reports with --merge); exit code 0 only when
-    every problem is correct."""
+    every problem is correct (with --train: its training step too)."""
     from fuseforge.runtime.precision import check_precision
 
     if args.plot:
@@ -218,6 +221,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 str(args.seeds),
                 "--jobs",
                 str(args.jobs),
+                *(["--train"] if args.train else []),
             ]
         ),
         "problems": {},
@@ -306,4 +310,7 @@ def _finish(report: dict[str, Any], args: argparse.Namespace) -> int:
     if args.plot:
         write_plot(report, args.plot)
         console.print(f"wrote {args.plot}")
-    return 0 if report["summary"]["correct"] == report["summary"]["problems"] else 1
+    from fuseforge.harness.train import train_ok
+
+    trained = all(train_ok(r.get("train")) for r in report["problems"].values())  # bench --train
+    return 0 if report["summary"]["correct"] == report["summary"]["problems"] and trained else 1

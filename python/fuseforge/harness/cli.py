@@ -1,7 +1,7 @@
 """The `fuseforge` command line.
 
-  fuseforge run PROBLEM.py [--mode train|eval] [--json OUT] [--seeds N] [--eager-convs default|ieee] [--ir]
-  fuseforge bench DIR_OR_FILES... [--against eager,inductor] [--json OUT] [--plot OUT.png] [--eager-convs ...]
+  fuseforge run PROBLEM.py [--mode train|eval] [--train] [--json OUT] [--seeds N] [--eager-convs default|ieee] [--ir]
+  fuseforge bench DIR_OR_FILES... [--against eager,inductor] [--train] [--json OUT] [--plot OUT.png] [--eager-convs ...]
   fuseforge emit PROBLEM.py -o model_new.py
   fuseforge explain PROBLEM.py
 
@@ -13,6 +13,7 @@ and kernels at a reduced batch against eager on the CPU, with generated kernels
 executed by the reference interpreter (harness/cpu_check.py). Either way it
 prints a summary: the verdict with its errors, the times and speedups (GPU),
 and the kernels; `--ir` adds the IR as captured and after the passes.
+`--train` adds a training step's figures (GPU; harness/train.py).
 
 Every failure is one line on stderr and exit code 2 (--verbose: the traceback).
 """
@@ -118,6 +119,13 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         row.update(time_all(model, fast, problem_inputs(mod, 1234, "cuda"), against, args.precision))
         phase_done("timing")
         progress.update(task, advance=1)
+        if args.train:
+            from fuseforge.harness.train import measure_training, problem_copier
+
+            progress.update(task, description=f"{name}: training step")
+            make = problem_copier(mod, model, "cuda")
+            row["train"] = measure_training(model, make, problem_inputs(mod, 0, "cuda"), against, args.precision)
+            phase_done("train")
     table = Table(title=f"fuseforge run — {row['device']}")
     for col in (
         "problem",
@@ -151,6 +159,8 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     table.caption = ROOFLINE_LEGEND
     print_full_width(table)
     console.print(f"verdict: {_verdict_markup(row)}")
+    if "train" in row:
+        _print_train(name, row["train"])
     if specs:
         plan = specs[0].compiled.plan
         _print_kernels(
@@ -198,6 +208,8 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     )
     mod, model, inputs, size = check_inputs(args.problem, args.mode)
     row["mode"] = "train" if model.training else "eval"
+    if args.train:
+        row["train"] = {"skipped": "no training step: it is measured on a CUDA GPU only"}
     figures, checked = check_on_cpu(model, inputs, args.precision, CPU_CHECK_ARCH)
     row.update(figures)
     row["checked_at"] = {"rows": size.rows, "of": size.full}
@@ -211,6 +223,8 @@ def _run_cpu(args: argparse.Namespace) -> dict:
         f"{row['eager_err_vs_fp64']:.2e} ({kernels}; "
         f"{counted(sum(s.kind == 'call' for s in checked.run), 'library call')})"
     )
+    if "train" in row:
+        _print_train(name, row["train"])
     return row
 
 
@@ -219,6 +233,20 @@ def _verdict_markup(row: dict) -> str:
     when correct and red when not."""
     color = "green" if row["correct"] else "red"
     return f"[{color}]{escape(row['verdict'])}[/{color}]"
+
+
+def _print_train(name: str, train: dict[str, Any]) -> None:
+    """`run --train`: the training step's figures, or why there are none."""
+    from fuseforge.harness.train import train_table
+
+    if "skipped" in train:
+        console.print(f"training step: {escape(train['skipped'])}")
+        return
+    print_full_width(train_table(name, train))
+    color = "green" if train["grads_correct"] else "red"
+    console.print(f"gradients: [{color}]{escape(str(train['grads_verdict']))}[/{color}]")
+    if train.get("inductor_error"):
+        console.print(f"[yellow]torch.compile's training step failed: {escape(train['inductor_error'])}[/yellow]")
 
 
 def _print_ir(compiled: Any) -> None:
@@ -263,6 +291,14 @@ def set_eager_convs(value: str) -> None:
         torch.backends.cudnn.conv.fp32_precision = "ieee"  # type: ignore[attr-defined]
 
 
+#: `--train`.
+TRAIN_HELP = (
+    "also time and check a training step of a train-mode model with parameters (GPU): forward plus the "
+    "backward of the sum of its floating outputs, eager / torch.compile / fuseforge, each parameter's "
+    "gradient and the buffers after 3 steps judged like outputs, and peak memory"
+)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fuseforge.runtime.precision import check_precision
 
@@ -275,7 +311,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(row, f, indent=2, default=str)
-    return 0 if args.compile_only or row["correct"] else 1
+    if args.compile_only:
+        return 0
+    from fuseforge.harness.train import train_ok
+
+    return 0 if row["correct"] and train_ok(row.get("train")) else 1
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -394,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only measure compile times, keep the kernels in the disk cache and, with inductor among "
         "--against, compile it once too: no check, no timing (GPU; `bench --jobs` runs this first)",
     )
+    run.add_argument("--train", action="store_true", help=TRAIN_HELP)
     run.add_argument("--ir", action="store_true", help="also print the IR as captured and after the passes")
     run.add_argument("--json", help="write the results to this file")
     run.set_defaults(fn=cmd_run)
@@ -408,6 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--precision", default="fp32", choices=PRECISIONS, help="numerics policy (see run)")
     bench.add_argument("--eager-convs", default="default", choices=EAGER_CONVS, help="cuDNN's f32 conv math (see run)")
     bench.add_argument("--seeds", type=int, default=3, help="random inputs to check per problem")
+    bench.add_argument("--train", action="store_true", help="also a training step per problem (see run)")
     bench.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it is killed")
     bench.add_argument(
         "--jobs",

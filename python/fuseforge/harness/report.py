@@ -34,6 +34,10 @@ def summarize(problems: dict[str, dict]) -> dict[str, Any]:
         summary[f"geomean_{key}"] = geomean([r[key] for r in timed if r.get("correct")])
         summary[f"fast_1_vs_{ref}"] = sum(bool(r.get("correct")) and r[key] > 1.0 for r in timed)
         summary[f"timed_vs_{ref}"] = len(timed)
+    if any("train" in r for r in problems.values()):  # bench --train
+        from fuseforge.harness.train import train_summary
+
+        summary.update(train_summary(problems))
     return summary
 
 
@@ -120,6 +124,10 @@ def render_table(report: dict[str, Any]) -> Table:
             cells[2] = f"[red]{cells[2]}[/red]"
         table.add_row(*cells)
     table.caption = _summary_line(report["summary"]) + "\n" + ROOFLINE_LEGEND
+    if "train_steps" in report["summary"]:  # bench --train
+        from fuseforge.harness.train import train_summary_line
+
+        table.caption += "\n" + train_summary_line(report["summary"])
     for name, r in report["problems"].items():
         if "error" in r:
             table.caption += f"\n[red]{name}: {r['error']}[/red]"
@@ -148,6 +156,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     errors = [f"- {name}: {r['error']}" for name, r in report["problems"].items() if "error" in r]
     if errors:
         lines += ["", "Failures:", *errors]
+    if "train_steps" in report["summary"]:  # bench --train
+        from fuseforge.harness.train import train_markdown
+
+        lines += train_markdown(report)
     return "\n".join(lines) + "\n"
 
 
