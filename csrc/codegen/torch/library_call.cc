@@ -120,8 +120,12 @@ struct Form {
       throw IRError("bad opaque target '" + target + "'");
     std::string args = n.has_attr("args") ? n.attr_string("args") : "[]";
     std::string kwargs = n.has_attr("kwargs") && !n.attr_string("kwargs").empty() ? n.attr_string("kwargs") : "{}";
-    return "torch.ops." + target + "(*" + py::opaque_arguments(args, a, target) + ", **" +
-           py::opaque_arguments(kwargs, a, target) + ")";
+    const std::string call = "torch.ops." + target + "(*" + py::opaque_arguments(args, a, target) + ", **" +
+                             py::opaque_arguments(kwargs, a, target) + ")";
+    if (!n.has_attr("results")) return call;
+    // The op returns None in places (convolution_backward's unrequested
+    // gradients): the node's results are the listed places of its tuple.
+    return "(lambda r: tuple(r[i] for i in " + py::ints(n.attr_ints("results")) + "))(" + call + ")";
   }
 };
 

@@ -418,11 +418,20 @@ class Lowerer:
                 positional.append((False, a.default_value if a.has_default_value() else None))
         while positional and not positional[-1][0]:
             positional.pop()
-        attrs = {"target": str(node.target)}
+        attrs: dict[str, Any] = {"target": str(node.target)}
         attrs["args"] = "[" + ", ".join(render(v) for _, v in positional) + "]"
         if kwargs:
             attrs["kwargs"] = "{" + ", ".join(f"{k!r}: {render(v)}" for k, v in kwargs.items()) + "}"
         val = node.meta.get("val")
+        if isinstance(val, (list, tuple)) and any(v is None for v in val):
+            # An op that returns None in places (convolution_backward's
+            # gradients not asked for): the node's results are the others.
+            places = [i for i, v in enumerate(val) if v is not None]
+            attrs["results"] = places
+            types = [IRType.of(val[i], f"node {node.name} result {i}") for i in places]
+            found = iter(self.emit("opaque", operands, types, attrs))
+            self.opaque_targets.append(attrs["target"])
+            return [next(found) if v is not None else None for v in val]
         types = self.types(node)
         results = self.emit("opaque", operands, types, attrs)
         self.opaque_targets.append(attrs["target"])
