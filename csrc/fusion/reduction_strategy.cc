@@ -19,6 +19,7 @@ constexpr int kRegisterOverhead = 40;          // registers for everything else 
 constexpr int kColumnRound = 4;                // elements of its columns a thread reads at least (columns form)
 constexpr int64_t kInFlightBytes = 64 * 1024;  // loads in flight per SM that keep HBM busy
 constexpr int64_t kStaticShared = 46 * 1024;   // a kernel's static shared memory (48 KiB), with room to spare
+constexpr int64_t kMergeShared = 32 * 1024;    // of it, the columns form's merge along threadIdx.y at most
 
 int pow2_ceil(int64_t x) {
   int p = 1;
@@ -295,7 +296,20 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& agai
   }
   // Shared memory for the merge along threadIdx.y: within 32 KiB.
   const int acc_bytes = acc_words * 8;
-  while (s.vector > 1 && s.threads > 1 && int64_t{acc_bytes} * s.block * s.vector > 32 * 1024) s.vector /= 2;
+  auto merge_bytes = [&] { return s.threads > 1 ? int64_t{acc_bytes} * s.block * s.vector : 0; };
+  while (s.vector > 1 && merge_bytes() > kMergeShared) s.vector /= 2;
+  // Many accumulators over one domain (a backward's bias gradients of every
+  // step of an unrolled loop) still overflow it: fewer columns a block, then
+  // fewer threads along y, which then stream their columns again.
+  while (merge_bytes() > kMergeShared) {
+    if (s.block / s.threads > 32) {
+      s.block /= 2;
+    } else {
+      s.threads /= 2;
+      s.persistent = false;
+      fit_block();
+    }
+  }
   if (!s.persistent) s.unroll = std::max(1, streaming_unroll(s.block, s.vector, inputs, acc_words));
   // Element outputs unit-stride along the rows, stored from the columns'
   // threads, would take a sector per element (a layer norm over the 32-wide
