@@ -185,13 +185,13 @@ class FastCall {
 
   int64_t served() const { return served_; }
 
-  // (outputs in plan order, an input that requires grad or None), or None
-  // when this call is not the armed one's kind.
+  // The outputs in plan order, or None when this call is not the armed
+  // one's kind. A call with an input that requires grad under grad mode is
+  // declined: it takes the training path (runtime/training.py).
   py::object call(py::handle module, py::tuple args) {
     if (!guard(module, args)) return py::none();
     py::list env(n_slots_);
     for (int i = 0; i < n_slots_; ++i) PyList_SET_ITEM(env.ptr(), i, py::none().release().ptr());
-    PyObject* anchor = nullptr;
     const bool grad = c10::GradMode::is_enabled();
     for (const Input& in : inputs_) {
       py::handle v;
@@ -209,7 +209,7 @@ class FastCall {
           return py::none();
         v = found;
       }
-      if (grad && anchor == nullptr && is_tensor(v) && tensor(v).requires_grad()) anchor = v.ptr();
+      if (grad && is_tensor(v) && tensor(v).requires_grad()) return py::none();
       env[in.slot] = v;
     }
     for (const Weight& w : weights_) {
@@ -230,7 +230,7 @@ class FastCall {
     py::list out(outputs_.size());
     for (size_t i = 0; i < outputs_.size(); ++i) out[i] = env[outputs_[i]];
     ++served_;
-    return py::make_tuple(out, anchor ? py::handle(anchor) : py::handle(Py_None));
+    return out;
   }
 
  private:

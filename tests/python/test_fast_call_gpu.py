@@ -123,15 +123,25 @@ def test_alternating_shapes_keep_both_native_paths():
     assert [s.fast.served for s in specs] == [3, 2]
 
 
-def test_gradients_are_refused_loudly_after_native_calls():
+def test_calls_that_need_gradients_leave_the_native_path_for_training():
+    """After native inference calls, a call under grad mode whose weight
+    requires grad is declined natively and runs the training step: its
+    output has the compiled backward, whose gradients are eager's."""
+    torch.manual_seed(0)
     model = GemvSum().cuda()
     fast = fuseforge.optimize(model)
     x = torch.randn(512, 256, device="cuda")
-    fast(x)
-    out = fast(x)  # grad mode on and the weight requires grad: the output must say it has no backward
+    with torch.no_grad():
+        fast(x)
+        fast(x)
+    assert _served(fast) == 1
+    out = fast(x)
     assert _served(fast) == 1 and out.requires_grad
-    with pytest.raises(RuntimeError, match="backward through an optimized module is not supported"):
-        out.sum().backward()
+    out.sum().backward()
+    got = model.weight.grad.clone()
+    model.weight.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(got, model.weight.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_batchnorm_running_statistics_follow_eager_through_native_calls():

@@ -1,8 +1,10 @@
 """`torch.compile(model, backend="fuseforge")`, and with a precision policy
 `torch.compile(model, backend="fuseforge", options={"precision": "tf32"})`.
 
-Dynamo hands over an FX GraphModule of the user's code (its example inputs may
-be FakeTensors: they are not used here). The module is wrapped in an
+Dynamo hands over an FX GraphModule of the user's code. Where the graph is
+recorded for backward (grad mode, an input or lifted parameter that requires
+grad), it goes through AOTAutograd with fuseforge's forward and backward
+compilers (runtime/training.py). Otherwise the module is wrapped in an
 OptimizedModule, which captures and compiles at its first real call and
 re-specializes on new shapes like any fuseforge module.
 """
@@ -15,6 +17,8 @@ from typing import Any
 import torch
 
 from fuseforge.runtime.module import OptimizedModule
+from fuseforge.runtime.precision import check_precision
+from fuseforge.runtime.training import aot_compilers
 
 #: The options `torch.compile(..., options=...)` may pass.
 OPTIONS = ("precision",)
@@ -33,7 +37,18 @@ def fuseforge_backend(
         raise ValueError(
             f"fuseforge backend: unknown option(s) {', '.join(map(repr, unknown))}; it takes {', '.join(OPTIONS)}"
         )
-    return OptimizedModule(gm, precision=options.get("precision", "fp32"))
+    precision = options.get("precision", "fp32")
+    check_precision(precision)
+    on_gpu = all(x.device.type == "cuda" for x in example_inputs if isinstance(x, torch.Tensor))
+    if (
+        on_gpu
+        and torch.is_grad_enabled()
+        and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+    ):
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(**aot_compilers(precision))(gm, example_inputs)
+    return OptimizedModule(gm, precision=precision)
 
 
 def _register() -> None:

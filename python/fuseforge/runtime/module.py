@@ -8,7 +8,7 @@ import logging
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,6 +20,7 @@ from fuseforge.runtime import fast_call
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
+from fuseforge.runtime.training import TrainingStep
 
 log = logging.getLogger("fuseforge")
 
@@ -92,28 +93,16 @@ def _guard_key(module: nn.Module, args: Sequence[Any]) -> tuple:
     return (module.training, eager_conv_precision(), tuple(describe(a) for a in args))
 
 
-class _NoBackward(torch.autograd.Function):
-    """Gives fused outputs a grad_fn that fails loudly instead of silently
-    dropping gradients (fuseforge optimizes forward passes only, for now)."""
-
-    @staticmethod
-    def forward(ctx: Any, anchor: torch.Tensor, *outputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(o.detach() for o in outputs)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> NoReturn:
-        raise RuntimeError(
-            "fuseforge: backward through an optimized module is not supported yet; "
-            "call the original model (or run the optimized one under torch.no_grad())."
-        )
-
-
 class OptimizedModule(nn.Module):
     """Runs `model`'s forward through fuseforge-generated kernels.
 
     It shares the original's parameters, buffers and submodules (same
     `state_dict` keys; loading a state dict into either updates both), keeps
     its forward signature and output structure, and follows `train()`/`eval()`.
+    A call under grad mode with a parameter or input that requires grad runs
+    the compiled forward of a compiled forward/backward pair
+    (runtime/training.py), so that `loss.backward()` runs the compiled
+    backward; other calls run the inference plan.
     Each call is guarded on mode and on input shapes, dtypes, devices and
     strides: a new combination is captured and compiled again (up to
     MAX_SPECIALIZATIONS times, then eager with one warning). CPU inputs, and
@@ -129,6 +118,7 @@ class OptimizedModule(nn.Module):
     _ff_eager_keys: set[tuple]
     _ff_warned: bool
     _ff_hot: tuple[tuple, Specialization] | None
+    _ff_training: dict[tuple, TrainingStep]
 
     def __init__(self, model: nn.Module, precision: str = "fp32") -> None:
         super().__init__()
@@ -144,6 +134,7 @@ class OptimizedModule(nn.Module):
         object.__setattr__(self, "_ff_eager_keys", set())  # guard keys that could not be captured
         object.__setattr__(self, "_ff_warned", False)
         object.__setattr__(self, "_ff_hot", None)  # (guard key, Specialization) of the last fused call
+        object.__setattr__(self, "_ff_training", {})  # training guard key -> its TrainingStep
         self.training = model.training
         self.precision = precision
 
@@ -166,12 +157,14 @@ class OptimizedModule(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
             args = self._bind_kwargs(args, kwargs)
+        if torch.is_grad_enabled() and self._wants_grad(args):
+            return self._train_call(args)
         hot = self._ff_hot  # the last specialization run, and its guard key: most calls repeat it
         missed = None  # the specialization whose native call path declined this call
         if hot is not None and hot[1].fast:
-            result = hot[1].fast(self, args)  # C++ (fast_call.py), or None if this call is not like the last
-            if result is not None:
-                return self._finish(hot[1], *result)
+            outputs = hot[1].fast(self, args)  # C++ (fast_call.py), or None if this call is not like the last
+            if outputs is not None:
+                return hot[1].captured.unflatten_outputs(outputs)
             missed = hot[1]
         key = _guard_key(self, args) if hot is not None else None
         if hot is not None and key == hot[0]:
@@ -262,18 +255,49 @@ class OptimizedModule(nn.Module):
                 getattr(mod, name).copy_(value)
         if spec.fast is None or rearm:
             spec.fast = fast_call.arm(self, spec, args, inputs) or False
-        anchor = next((t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad), None) if grad else None
-        return self._finish(spec, outputs, anchor)
-
-    @staticmethod
-    def _finish(spec: Specialization, outputs: list, anchor: torch.Tensor | None) -> Any:
-        """Forward's output structure from the plan's outputs; given `anchor`
-        (an input that requires grad), floating outputs get _NoBackward's grad_fn."""
-        if anchor is not None:
-            floating = [i for i, o in enumerate(outputs) if o.is_floating_point()]
-            for i, o in zip(floating, _NoBackward.apply(anchor, *[outputs[i] for i in floating])):
-                outputs[i] = o
         return spec.captured.unflatten_outputs(outputs)
+
+    # ---- training
+
+    def _wants_grad(self, args: Sequence[Any]) -> bool:
+        """Whether eager would record this call for backward: a tensor
+        argument or a parameter requires grad."""
+        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return True
+        return any(p.requires_grad for p in self._ff_model.parameters())
+
+    def _train_call(self, args: Sequence[Any]) -> Any:
+        """Forward through the compiled forward/backward pair for this kind of call."""
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if self._ff_gave_up or any(t.device.type != "cuda" for t in tensors):
+            if not self._ff_gave_up:
+                where = ", ".join(sorted({str(t.device) for t in tensors}))
+                self._warn_once(f"inputs on {where}, and fuseforge compiles for CUDA devices only")
+            return self._eager(*args)
+        fixed = tuple(repr(a) for a in args if not isinstance(a, torch.Tensor))
+        key = ("train", _guard_key(self, args), fixed)
+        if key in self._ff_eager_keys:
+            return self._eager(*args)
+        step = self._ff_training.get(key)
+        if step is None or not step.applies(self._ff_model):
+            if len(self._ff_training) >= MAX_SPECIALIZATIONS and step is None:
+                object.__setattr__(self, "_ff_gave_up", True)
+                warnings.warn(
+                    f"fuseforge: {MAX_SPECIALIZATIONS} training specializations reached; "
+                    "running this module eagerly from now on",
+                    stacklevel=3,
+                )
+                return self._eager(*args)
+            log.info("fuseforge: compiling forward and backward for %s", [tuple(t.shape) for t in tensors])
+            self._ff_model.training = self.training
+            try:
+                step = TrainingStep(self._ff_model, args, self.precision)
+            except Exception as e:  # what AOTAutograd cannot trace or fuseforge cannot lower runs eagerly
+                self._ff_eager_keys.add(key)
+                self._warn_once(f"cannot compile its training step ({one_line(e, _source_file(self._ff_model))})")
+                return self._eager(*args)
+            self._ff_training[key] = step
+        return step(args)
 
 
 def optimize(

@@ -1,0 +1,182 @@
+"""Training: a model's forward and backward graphs, from AOTAutograd, each
+compiled to a fuseforge plan.
+
+AOTAutograd traces the model with its parameters and buffers as inputs,
+functionalizes it (a train-mode BatchNorm's running statistics come back as
+outputs that its runtime copies into the buffers, once per forward) and
+splits the joint graph with the min-cut partitioner: what the backward needs
+is saved or recomputed, whichever keeps less memory alive. The two graphs it
+hands over are ATen graphs already decomposed with fuseforge's table; each
+is captured without re-tracing (capture.fx_graph) and compiled like any
+model. AOTAutograd's autograd.Function connects them: gradients accumulate
+into `.grad`, inputs that require grad get theirs, and a double backward
+raises its one-line error.
+
+The same compilers serve `torch.compile(..., backend="fuseforge")` (through
+dynamo's aot_autograd) and `fuseforge.optimize` (through
+aot_module_simplified on the module itself).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch import nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils import _pytree as pytree
+
+from fuseforge._native import core
+from fuseforge.capture import decomposition_table
+from fuseforge.capture.fx_graph import capture_fx
+from fuseforge.runtime.executor import Executor
+from fuseforge.runtime.options import compile_ir
+from fuseforge.runtime.precision import precision_context
+
+log = logging.getLogger("fuseforge")
+
+#: Every compiled graph alive. AOTAutograd's autograd nodes keep graphs alive
+#: until the tensors of the last step go, which at interpreter exit can be
+#: after the core's bindings are torn down; their plans are dropped first.
+_LIVE: weakref.WeakSet[CompiledGraph] = weakref.WeakSet()
+
+
+def _device_of(example_inputs: Sequence[Any]) -> torch.device:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+class CompiledGraph:
+    """One forward or backward graph as a fuseforge plan, called the way
+    AOTAutograd calls a compiled graph: with one list of arguments, which it
+    empties so that inputs are freed as soon as the plan is done with them."""
+
+    # The state lives in slots: wrappers dynamo puts around a compiled graph
+    # copy its __dict__ (functools.wraps), which would keep the plan alive
+    # past release(). The dict holds only the calling convention's flag,
+    # which those wrappers must see.
+    __slots__ = ("device", "captured", "compiled", "executor", "getters", "precision", "__dict__", "__weakref__")
+
+    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, precision: str):
+        self._boxed_call = True
+        self.device = _device_of(example_inputs)
+        self.captured = capture_fx(gm, name)
+        arch = core.device_arch(self.device.index or 0) if self.device.type == "cuda" else 0
+        cuda = self.device if self.device.type == "cuda" else None
+        self.compiled = compile_ir(self.captured.text, precision, arch, device=cuda)
+        self.executor = Executor(self.compiled.plan, self.device)
+        self.getters = self.captured.input_getters(gm, self.device)
+        self.precision = precision
+        _LIVE.add(self)
+
+    def release(self) -> None:
+        """Drops the plan (at exit: see _LIVE); the graph cannot run after."""
+        self.executor = self.compiled = None  # type: ignore[assignment]
+
+    def __call__(self, args: list) -> list:
+        inputs = [src(args) if kind == "arg" else src for kind, src in self.getters]
+        args.clear()
+        with torch.no_grad(), precision_context(self.precision):
+            outputs, _ = self.executor(inputs)
+        return list(self.captured.unflatten_outputs(outputs))
+
+
+@atexit.register
+def _release_all() -> None:
+    for graph in list(_LIVE):
+        graph.release()
+
+
+def graph_compiler(kind: str, precision: str, compiled: list[CompiledGraph] | None = None) -> Callable[..., Any]:
+    """An AOTAutograd compiler of `kind` ("forward", "backward" or
+    "inference") graphs; each compiled graph is appended to `compiled`."""
+
+    def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
+        # AOTAutograd calls compilers inside its fake mode; the graph's
+        # constants, conv probes and autotuning need real tensors.
+        with unset_fake_temporarily():
+            graph = CompiledGraph(gm, example_inputs, kind, precision)
+        log.info("fuseforge: %s graph: %d kernels", kind, len(graph.compiled.plan.kernels))
+        if compiled is not None:
+            compiled.append(graph)
+        return graph
+
+    return compile_graph
+
+
+def aot_compilers(precision: str, compiled: list[CompiledGraph] | None = None) -> dict[str, Any]:
+    """The keyword arguments AOTAutograd takes: fuseforge's forward, backward
+    and inference compilers, the min-cut partitioner and the decompositions."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return dict(
+        fw_compiler=graph_compiler("forward", precision, compiled),
+        bw_compiler=graph_compiler("backward", precision, compiled),
+        inference_compiler=graph_compiler("inference", precision, compiled),
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decomposition_table(),
+    )
+
+
+class _FlatCall(nn.Module):
+    """`model` called with its tensor arguments only (the others fixed), its
+    output flattened to a tuple: what aot_module_simplified traces."""
+
+    def __init__(self, model: nn.Module, args: Sequence[Any]):
+        super().__init__()
+        self.model = model
+        self.args = list(args)
+        self.tensor_at = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        self.out_spec: pytree.TreeSpec | None = None
+
+    def forward(self, *tensors: torch.Tensor) -> tuple:
+        args = list(self.args)
+        for i, t in zip(self.tensor_at, tensors):
+            args[i] = t
+        leaves, self.out_spec = pytree.tree_flatten(self.model(*args))
+        return tuple(leaves)
+
+
+def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The parameters and buffers AOTAutograd lifts, in its order."""
+    tensors: list[torch.Tensor] = [p for _, p in model.named_parameters(remove_duplicate=False)]
+    return tensors + [b for _, b in model.named_buffers(remove_duplicate=False)]
+
+
+class TrainingStep:
+    """A model's forward for one kind of call (shapes, dtypes, mode, the
+    non-tensor arguments' values), differentiable through its compiled
+    backward. `graphs` holds the compiled forward and backward plans (the
+    backward once the first backward has run: AOTAutograd compiles it then)."""
+
+    def __init__(self, model: nn.Module, args: Sequence[Any], precision: str):
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        self.flat = _FlatCall(model, args)
+        self.graphs: list[CompiledGraph] = []
+        self.params = _state_tensors(self.flat)
+        tensors = [args[i] for i in self.flat.tensor_at]
+        # aot_module_simplified takes any module (it calls it functionally
+        # with the parameters and buffers as inputs); its annotation names the
+        # GraphModule dynamo hands it.
+        flat: Any = self.flat
+        self.fn = aot_module_simplified(flat, tensors, **aot_compilers(precision, self.graphs))
+        self.out_spec = self.flat.out_spec
+
+    def applies(self, model: nn.Module) -> bool:
+        """Whether the parameters and buffers traced are still the model's own
+        (a replaced parameter needs a new trace: the compiled step reads the
+        tensors it was traced with)."""
+        now = _state_tensors(model)
+        return len(now) == len(self.params) and all(a is b for a, b in zip(now, self.params))
+
+    def __call__(self, args: Sequence[Any]) -> Any:
+        outputs = self.fn(*[args[i] for i in self.flat.tensor_at])
+        return pytree.tree_unflatten(list(outputs), self.out_spec) if self.out_spec is not None else outputs

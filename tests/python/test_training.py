@@ -1,0 +1,186 @@
+"""Training through compiled forward and backward graphs, on the CPU: the
+plans run on the reference interpreter (kernels) and ATen (library calls),
+so every gradient here comes from the compiled backward graph.
+
+The IR of one forward/backward pair is golden (tests/golden/training/);
+gradients, input gradients and running statistics are checked against
+eager for a few layer kinds; the backward kernels of every problem compile
+with NVRTC (test_backward_kernels_compile_for_sm90)."""
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import PROBLEMS
+from fuseforge.harness.problem import load_problem, problem_name
+from fuseforge.runtime.training import TrainingStep
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "training"
+
+
+class LinearBatchNormRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.fc(x)))
+
+
+class ConvBatchNormResidual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x):
+        return torch.nn.functional.silu(self.bn(self.conv(x))) + x
+
+
+class LayerNormAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.qkv = nn.Linear(8, 24)
+        self.out = nn.Linear(8, 8)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        att = torch.softmax(q @ k.transpose(-1, -2) * 8**-0.5, dim=-1)
+        return self.out(torch.nn.functional.gelu(att @ v)), att.mean()
+
+
+def _loss(out):
+    leaves = out if isinstance(out, tuple) else (out,)
+    return sum((o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum() for o in leaves)
+
+
+def _steps(model, x, n, compiled):
+    """`n` training steps (forward, backward, grads accumulated); returns the last output."""
+    step = TrainingStep(model, [x], "fp32") if compiled else None
+    out = None
+    for _ in range(n):
+        out = step([x]) if step is not None else model(x)
+        _loss(out).backward()
+    return out, step
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [(LinearBatchNormRelu, (8, 6)), (ConvBatchNormResidual, (2, 3, 5, 5)), (LayerNormAttention, (2, 5, 8))],
+    ids=["linear_bn_relu", "conv_bn_residual", "layernorm_attention"],
+)
+def test_gradients_and_running_statistics_match_eager(make, shape):
+    torch.manual_seed(0)
+    model = make()
+    reference = copy.deepcopy(model)
+    x = torch.randn(shape, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    out, step = _steps(model, x, 3, compiled=True)
+    want, _ = _steps(reference, x_ref, 3, compiled=False)
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-4, rtol=1e-4)
+    for (name, b), c in zip(model.named_buffers(), reference.buffers()):
+        torch.testing.assert_close(b, c, atol=1e-6, rtol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+    assert [g.captured.text.split("(")[0] for g in step.graphs] == ["graph @forward", "graph @backward"]
+
+
+def test_forward_backward_pair_is_golden():
+    """The IR of a Linear + train-mode BatchNorm + ReLU step: the forward
+    returns the running statistics' new values and what the backward needs
+    (the partitioner recomputes the normalization there rather than saving
+    it); the backward returns each parameter's gradient and none for the
+    running statistics."""
+    torch.manual_seed(0)
+    _, step = _steps(LinearBatchNormRelu(), torch.randn(8, 6), 1, compiled=True)
+    for graph in step.graphs:
+        name = graph.captured.text.split("@")[1].split("(")[0]
+        want = (GOLDEN / f"linear_bn_relu.{name}.ir").read_text()
+        assert graph.captured.text == want, f"{name} graph differs; actual:\n{graph.captured.text}"
+
+
+def test_grads_accumulate_and_buffers_need_none():
+    torch.manual_seed(0)
+    model = LinearBatchNormRelu()
+    x = torch.randn(8, 6)
+    step = TrainingStep(model, [x], "fp32")
+    _loss(step([x])).backward()
+    first = model.fc.weight.grad.clone()
+    _loss(step([x])).backward()
+    # The second step runs on the running statistics the first updated, but
+    # train-mode BatchNorm normalizes by batch statistics: the same gradient.
+    torch.testing.assert_close(model.fc.weight.grad, 2 * first)
+    assert int(model.bn.num_batches_tracked) == 2
+
+
+def test_double_backward_is_one_clear_error():
+    torch.manual_seed(0)
+    model = LinearBatchNormRelu()
+    x = torch.randn(8, 6, requires_grad=True)
+    step = TrainingStep(model, [x], "fp32")
+    (grad,) = torch.autograd.grad(_loss(step([x])), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        grad.sum().backward()
+
+
+def test_a_replaced_parameter_is_noticed():
+    model = LinearBatchNormRelu()
+    x = torch.randn(8, 6)
+    step = TrainingStep(model, [x], "fp32")
+    assert step.applies(model)
+    model.fc.weight = nn.Parameter(torch.randn(4, 6))
+    assert not step.applies(model)
+
+
+def _trains_without_rnn(path):
+    """A training problem (train mode, parameters) without an nn.LSTM/GRU/RNN:
+    on a GPU those run as cuDNN's fused ops, forward and backward, where on
+    the meta device they unroll into one step per time step."""
+    mod = load_problem(path)
+    with torch.device("meta"):
+        model = mod.Model(*mod.get_init_inputs())
+    rnn = any(isinstance(m, nn.RNNBase) for m in model.modules())
+    return model.training and any(p.requires_grad for p in model.parameters()) and not rnn
+
+
+TRAINING_PROBLEMS = [p for p in PROBLEMS if _trains_without_rnn(p)]
+
+
+@pytest.mark.parametrize("path", TRAINING_PROBLEMS, ids=problem_name)
+def test_backward_kernels_compile_for_sm90(path, monkeypatch):
+    """Each training problem's forward and backward graphs (on the meta
+    device: traced, nothing computed) lower, and every kernel of their plans
+    compiles with NVRTC for sm_90."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from fuseforge._native import core
+    from fuseforge.harness.cpu_check import meta_model
+    from fuseforge.runtime import training
+    from fuseforge.runtime.options import compile_ir
+
+    plans = {}
+
+    def compile_only(kind, precision, compiled=None):
+        def compile_graph(gm, example_inputs):
+            with unset_fake_temporarily():
+                captured = training.capture_fx(gm, kind)
+                plans[kind] = compile_ir(captured.text, precision, 90).plan
+            return gm
+
+        return compile_graph
+
+    monkeypatch.setattr(training, "graph_compiler", compile_only)
+    model, inputs = meta_model(load_problem(path), None)
+    step = TrainingStep(model, inputs, "fp32")
+    out = step(inputs)
+    sum(o.sum() for o in torch.utils._pytree.tree_leaves(out) if o.is_floating_point()).backward()
+    assert set(plans) == {"forward", "backward"}
+    for kind, plan in plans.items():
+        for k, loaded in zip(plan.kernels, core.load_kernels(plan.kernels, 90)):
+            assert not isinstance(loaded, str), (kind, k.name, loaded)

@@ -1,0 +1,121 @@
+"""Training through `fuseforge.optimize` and the torch.compile backend on a
+GPU: gradients, running statistics and eager's autograd semantics. Every
+problem's training step is checked by `fuseforge bench --train`; these cover
+what a training loop relies on."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import fuseforge
+from test_training import ConvBatchNormResidual, LayerNormAttention, LinearBatchNormRelu, _loss
+
+pytestmark = pytest.mark.gpu
+
+MODELS = [(LinearBatchNormRelu, (64, 6)), (ConvBatchNormResidual, (8, 3, 16, 16)), (LayerNormAttention, (4, 32, 8))]
+IDS = ["linear_bn_relu", "conv_bn_residual", "layernorm_attention"]
+
+
+def _pair(make):
+    torch.manual_seed(0)
+    model = make().cuda()
+    return model, copy.deepcopy(model)
+
+
+def _assert_same_training(model, reference):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+    for (name, b), c in zip(model.named_buffers(), reference.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("make, shape", MODELS, ids=IDS)
+@pytest.mark.parametrize("through", ["optimize", "backend"])
+def test_three_steps_match_eager(make, shape, through):
+    model, reference = _pair(make)
+    fast = fuseforge.optimize(model) if through == "optimize" else torch.compile(model, backend="fuseforge")
+    x = torch.randn(shape, device="cuda", requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    for _ in range(3):  # gradients accumulate over the steps, as eager's do
+        _loss(fast(x)).backward()
+        _loss(reference(x_ref)).backward()
+    _assert_same_training(model, reference)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_the_backward_runs_compiled_kernels():
+    model, _ = _pair(ConvBatchNormResidual)
+    fast = fuseforge.optimize(model)
+    _loss(fast(torch.randn(8, 3, 16, 16, device="cuda"))).backward()
+    (step,) = fast._ff_training.values()
+    kinds = [g.captured.text.split("(")[0] for g in step.graphs]
+    assert kinds == ["graph @forward", "graph @backward"]
+    assert all(len(g.compiled.plan.kernels) > 0 for g in step.graphs)
+
+
+def test_no_grad_calls_take_the_inference_plan():
+    """Under no_grad and inference_mode the inference plan runs (no training
+    step is compiled), and train-mode running statistics still update."""
+    model, reference = _pair(LinearBatchNormRelu)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(64, 6, device="cuda")
+    with torch.no_grad():
+        out = fast(x)
+        reference(x)
+    with torch.inference_mode():
+        fast(x)
+        reference(x)
+    assert not out.requires_grad and not fast._ff_training and len(fast.specializations()) == 1
+    for b, c in zip(model.buffers(), reference.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-5)
+
+
+def test_sgd_steps_follow_eager():
+    model, reference = _pair(ConvBatchNormResidual)
+    fast = fuseforge.optimize(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.05)
+    torch.manual_seed(1)
+    for _ in range(10):
+        x = torch.randn(8, 3, 16, 16, device="cuda")
+        for m, o in ((fast, opt), (reference, opt_ref)):
+            o.zero_grad()
+            loss = _loss(m(x))
+            loss.backward()
+            o.step()
+        torch.testing.assert_close(model.conv.weight, reference.conv.weight, rtol=1e-4, atol=1e-5)
+
+
+def test_a_new_batch_size_gets_a_step_of_its_own():
+    model, reference = _pair(LinearBatchNormRelu)
+    fast = fuseforge.optimize(model)
+    for rows in (64, 32):
+        x = torch.randn(rows, 6, device="cuda")
+        _loss(fast(x)).backward()
+        _loss(reference(x)).backward()
+    assert len(fast._ff_training) == 2
+    _assert_same_training(model, reference)
+
+
+def test_a_replaced_parameter_is_trained():
+    model, reference = _pair(LinearBatchNormRelu)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(64, 6, device="cuda")
+    _loss(fast(x)).backward()
+    weight = torch.randn(4, 6, device="cuda")
+    model.fc.weight = nn.Parameter(weight.clone())
+    reference.fc.weight = nn.Parameter(weight.clone())
+    _loss(fast(x)).backward()
+    _loss(reference(x)).backward()
+    torch.testing.assert_close(model.fc.weight.grad, reference.fc.weight.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_double_backward_raises():
+    model, _ = _pair(LinearBatchNormRelu)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(64, 6, device="cuda", requires_grad=True)
+    (grad,) = torch.autograd.grad(_loss(fast(x)), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        grad.sum().backward()
