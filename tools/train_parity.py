@@ -56,13 +56,18 @@ def main(argv: list[str] | None = None) -> int:
             loss = sum(torch.nn.functional.mse_loss(o, t) for o, t in zip(outs, targets))
             loss.backward()
             opt.step()
-            curves[name].append(float(loss))
+            curves[name].append(float(loss.detach()))
+    graphs = [g for step in fast._ff_training.values() for g in step.graphs]
+    if len(graphs) < 2:
+        print(f"{problem_name(args.problem)}: fuseforge did not compile a training step (it ran eagerly)")
+        return 2
     rel = [abs(f - e) / max(abs(e), 1e-12) for e, f in zip(curves["eager"], curves["fuseforge"])]
     worst = max(range(len(rel)), key=rel.__getitem__)
     print(
         f"{problem_name(args.problem)}: {args.steps} SGD steps (lr {args.lr}); loss {curves['eager'][0]:.6g} -> "
         f"{curves['eager'][-1]:.6g} eager, {curves['fuseforge'][-1]:.6g} fuseforge; largest relative "
-        f"difference {rel[worst]:.2e} at step {worst}"
+        f"difference {rel[worst]:.2e} at step {worst}; fuseforge's "
+        + ", ".join(f"{g.captured.text.split('(')[0][7:]} graph {len(g.compiled.plan.kernels)} kernels" for g in graphs)
     )
     if args.json:
         with open(args.json, "w") as f:

@@ -56,7 +56,7 @@ class LayerNormAttention(nn.Module):
 
 def _loss(out):
     leaves = out if isinstance(out, tuple) else (out,)
-    return sum((o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum() for o in leaves)
+    return sum((o * torch.linspace(-1, 1, o.numel(), device=o.device).view_as(o)).sum() for o in leaves)
 
 
 def _steps(model, x, n, compiled):
