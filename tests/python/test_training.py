@@ -184,3 +184,33 @@ def test_backward_kernels_compile_for_sm90(path, monkeypatch):
     for kind, plan in plans.items():
         for k, loaded in zip(plan.kernels, core.load_kernels(plan.kernels, 90)):
             assert not isinstance(loaded, str), (kind, k.name, loaded)
+
+
+class DataDependent(nn.Module):
+    """A branch on a tensor's value: AOTAutograd cannot trace it whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:
+            return torch.relu(y)
+        return torch.sigmoid(y)
+
+
+def test_a_step_that_does_not_trace_whole_is_split_and_says_why(caplog):
+    from fuseforge.runtime.training import SplitStep, compile_step
+
+    torch.manual_seed(0)
+    model = DataDependent()
+    reference = copy.deepcopy(model)
+    x = torch.randn(8, 6)
+    with caplog.at_level("WARNING", logger="fuseforge"):
+        step = compile_step(model, [x], "fp32")
+    assert isinstance(step, SplitStep)
+    assert "does not trace whole" in caplog.text and "dynamo splits it" in caplog.text
+    _loss(step([x])).backward()
+    _loss(reference(x)).backward()
+    torch.testing.assert_close(model.fc.weight.grad, reference.fc.weight.grad)

@@ -20,7 +20,7 @@ from fuseforge.runtime import fast_call
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
-from fuseforge.runtime.training import TrainingStep
+from fuseforge.runtime.training import SplitStep, TrainingStep, compile_step
 
 log = logging.getLogger("fuseforge")
 
@@ -118,7 +118,7 @@ class OptimizedModule(nn.Module):
     _ff_eager_keys: set[tuple]
     _ff_warned: bool
     _ff_hot: tuple[tuple, Specialization] | None
-    _ff_training: dict[tuple, TrainingStep]
+    _ff_training: dict[tuple, TrainingStep | SplitStep]
 
     def __init__(self, model: nn.Module, precision: str = "fp32") -> None:
         super().__init__()
@@ -276,8 +276,6 @@ class OptimizedModule(nn.Module):
             return self._eager(*args)
         fixed = tuple(repr(a) for a in args if not isinstance(a, torch.Tensor))
         key = ("train", _guard_key(self, args), fixed)
-        if key in self._ff_eager_keys:
-            return self._eager(*args)
         step = self._ff_training.get(key)
         if step is None or not step.applies(self._ff_model):
             if len(self._ff_training) >= MAX_SPECIALIZATIONS and step is None:
@@ -290,12 +288,7 @@ class OptimizedModule(nn.Module):
                 return self._eager(*args)
             log.info("fuseforge: compiling forward and backward for %s", [tuple(t.shape) for t in tensors])
             self._ff_model.training = self.training
-            try:
-                step = TrainingStep(self._ff_model, args, self.precision)
-            except Exception as e:  # what AOTAutograd cannot trace or fuseforge cannot lower runs eagerly
-                self._ff_eager_keys.add(key)
-                self._warn_once(f"cannot compile its training step ({one_line(e, _source_file(self._ff_model))})")
-                return self._eager(*args)
+            step = compile_step(self._ff_model, args, self.precision, _source_file(self._ff_model))
             self._ff_training[key] = step
         return step(args)
 

@@ -144,10 +144,15 @@ class _FlatCall(nn.Module):
         return tuple(leaves)
 
 
-def _state_tensors(model: nn.Module) -> list[torch.Tensor]:
-    """The parameters and buffers AOTAutograd lifts, in its order."""
-    tensors: list[torch.Tensor] = [p for _, p in model.named_parameters(remove_duplicate=False)]
-    return tensors + [b for _, b in model.named_buffers(remove_duplicate=False)]
+def _state_slots(model: nn.Module) -> list[tuple[dict, str, Any]]:
+    """Where the model's submodules, parameters and buffers live: (the dict
+    that holds it, its name, the object). Looking each up again is how a
+    step notices a replaced parameter or submodule, at a dict lookup apiece."""
+    slots: list[tuple[dict, str, Any]] = []
+    for m in model.modules():
+        for d in (m._modules, m._parameters, m._buffers):
+            slots += [(d, name, v) for name, v in d.items()]
+    return slots
 
 
 class TrainingStep:
@@ -161,7 +166,7 @@ class TrainingStep:
 
         self.flat = _FlatCall(model, args)
         self.graphs: list[CompiledGraph] = []
-        self.params = _state_tensors(self.flat)
+        self.slots = _state_slots(model)
         tensors = [args[i] for i in self.flat.tensor_at]
         # aot_module_simplified takes any module (it calls it functionally
         # with the parameters and buffers as inputs); its annotation names the
@@ -171,12 +176,49 @@ class TrainingStep:
         self.out_spec = self.flat.out_spec
 
     def applies(self, model: nn.Module) -> bool:
-        """Whether the parameters and buffers traced are still the model's own
-        (a replaced parameter needs a new trace: the compiled step reads the
-        tensors it was traced with)."""
-        now = _state_tensors(model)
-        return len(now) == len(self.params) and all(a is b for a, b in zip(now, self.params))
+        """Whether the submodules, parameters and buffers traced are still the
+        model's own (the compiled step reads the tensors it was traced with:
+        a replaced one needs a new trace)."""
+        return all(d.get(name) is v for d, name, v in self.slots)
 
     def __call__(self, args: Sequence[Any]) -> Any:
         outputs = self.fn(*[args[i] for i in self.flat.tensor_at])
         return pytree.tree_unflatten(list(outputs), self.out_spec) if self.out_spec is not None else outputs
+
+
+class SplitStep:
+    """The training step of a model AOTAutograd cannot trace whole (an RNN
+    module, data-dependent Python): dynamo splits it where it cannot
+    capture, each captured part goes through the fuseforge backend (its own
+    compiled forward and backward), the rest runs eagerly. Dynamo guards and
+    retraces by itself."""
+
+    def __init__(self, model: nn.Module, precision: str):
+        self.fn = torch.compile(model, backend="fuseforge", options={"precision": precision})
+        self.graphs: list[CompiledGraph] = []
+
+    def applies(self, model: nn.Module) -> bool:
+        return True
+
+    def __call__(self, args: Sequence[Any]) -> Any:
+        return self.fn(*args)
+
+
+def compile_step(
+    model: nn.Module, args: Sequence[Any], precision: str, where: str | None = None
+) -> TrainingStep | SplitStep:
+    """The training step of `model` for calls like `args`: traced whole when
+    AOTAutograd can, else split by dynamo (logged with the reason; `where`
+    locates the model's code for it)."""
+    from fuseforge.diagnostics import one_line
+
+    try:
+        return TrainingStep(model, args, precision)
+    except Exception as e:  # AOTAutograd's tracing failures have no common type
+        log.warning(
+            "fuseforge: %s: the training step does not trace whole (%s); dynamo splits it, "
+            "its captured parts compiled, the rest eager",
+            type(model).__name__,
+            one_line(e, where),
+        )
+        return SplitStep(model, precision)
