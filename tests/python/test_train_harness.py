@@ -165,7 +165,7 @@ def test_a_measured_step_has_every_figure_in_order(setup, monkeypatch):
 
     model, make, inputs = setup
     monkeypatch.setattr(fuseforge, "optimize", lambda m, **kw: m)
-    monkeypatch.setattr(train, "time_steps", lambda steps: {n: 2.0 if n == "eager" else 1.0 for n in steps})
+    monkeypatch.setattr(train, "time_cuda", lambda steps, resets: {n: 2.0 if n == "eager" else 1.0 for n in steps})
     monkeypatch.setattr(train, "peak_step_bytes", lambda m, inputs: 100)
     out = train.measure_training(model, make, inputs, ["eager"], "fp32")
     assert list(out) == [key for key in train.FIELDS if "inductor" not in key]

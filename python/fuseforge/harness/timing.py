@@ -19,14 +19,24 @@ _FLUSH_BYTES = 256 << 20
 
 
 def time_cuda(
-    fns: Mapping[str, Callable[[], Any]], *, warmup: int = 3, trials: int = 20, max_seconds: float = 30.0
+    fns: Mapping[str, Callable[[], Any]],
+    *,
+    warmup: int = 3,
+    trials: int = 20,
+    max_seconds: float = 30.0,
+    resets: Mapping[str, Callable[[], None]] | None = None,
 ) -> dict[str, float]:
     """Median milliseconds of each `fns[name]()` over `trials` cold-L2 rounds
     (fewer if they would take longer than `max_seconds`, at least 5); every
-    round times each function once, in the mapping's order."""
+    round times each function once, in the mapping's order. `resets[name]()`,
+    where given, runs before each of its calls, outside the timed region (a
+    training step's gradients cleared)."""
+    resets = resets or {}
     flush = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    for fn in fns.values():
+    for name, fn in fns.items():
         for _ in range(warmup):
+            if name in resets:
+                resets[name]()
             fn()
     torch.cuda.synchronize()
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -34,6 +44,8 @@ def time_cuda(
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for i in range(trials):
         for name, fn in fns.items():
+            if name in resets:
+                resets[name]()
             flush.fill_(1)
             start.record()
             fn()

@@ -26,8 +26,6 @@ warns), is incorrect with the error's one line: the rest of the run goes on.
 from __future__ import annotations
 
 import functools
-import statistics
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -41,14 +39,12 @@ from fuseforge.diagnostics import one_line
 from fuseforge.harness.check import in_float64
 from fuseforge.harness.compare import Verdict, assess, flatten_tensors, max_err, mismatch
 from fuseforge.harness.report import geomean
+from fuseforge.harness.timing import time_cuda
 from fuseforge.runtime.precision import precision_context
 
 #: Steps before the buffers are compared: more than one, so that a running
 #: statistic updated from an already updated one is covered.
 BUFFER_STEPS = 3
-
-#: The L2 flush of harness/timing.py (256 MiB written before every trial).
-_FLUSH_BYTES = 256 << 20
 
 #: The train object's figures (None where not measured, as after a failure).
 FIELDS = (
@@ -212,38 +208,6 @@ def check_training(
     return out
 
 
-def time_steps(
-    steps: Mapping[str, tuple[Callable[[], Any], Callable[[], None]]],
-    *,
-    warmup: int = 3,
-    trials: int = 20,
-    max_seconds: float = 30.0,
-) -> dict[str, float]:
-    """harness/timing.time_cuda for (step, reset) pairs: `reset()` runs
-    before each trial's L2 flush, outside the timed region."""
-    flush = torch.empty(_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    for step, reset in steps.values():
-        for _ in range(warmup):
-            reset()
-            step()
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    start_wall = time.perf_counter()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for i in range(trials):
-        for name, (step, reset) in steps.items():
-            reset()
-            flush.fill_(1)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end))
-        if time.perf_counter() - start_wall > max_seconds and i + 1 >= 5:
-            break
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def peak_step_bytes(model: nn.Module, inputs: Sequence[Any]) -> int:
     """Bytes one training step allocates at its peak beyond what is
     allocated before it (the model, its inputs, no gradients)."""
@@ -274,9 +238,10 @@ def _inductor(make: Callable[[], nn.Module], inputs: Sequence[Any]) -> tuple[nn.
 def time_training(models: Mapping[str, nn.Module], inputs: Sequence[Any], precision: str) -> dict[str, Any]:
     """`{name}_ms` of each model's step, speedups of fuseforge's and its peak
     memory over eager's."""
-    steps = {name: (lambda m=m: train_step(m, inputs), lambda m=m: clear_grads(m)) for name, m in models.items()}
+    steps = {name: (lambda m=m: train_step(m, inputs)) for name, m in models.items()}
+    resets = {name: (lambda m=m: clear_grads(m)) for name, m in models.items()}
     with precision_context(precision):
-        ms = time_steps(steps)
+        ms = time_cuda(steps, resets=resets)
         peak = {name: peak_step_bytes(models[name], inputs) for name in ("eager", "fuseforge")}
     out: dict[str, Any] = {f"{name}_ms": value for name, value in ms.items()}
     for ref in ("eager", "inductor"):
