@@ -46,13 +46,20 @@ def test_three_steps_match_eager(make, shape, through):
 
 
 def test_the_backward_runs_compiled_kernels():
-    model, _ = _pair(ConvBatchNormResidual)
+    """Both graphs are plans with kernels; from the second step on they run
+    on the native call path."""
+    model, reference = _pair(ConvBatchNormResidual)
     fast = fuseforge.optimize(model)
-    _loss(fast(torch.randn(8, 3, 16, 16, device="cuda"))).backward()
+    x = torch.randn(8, 3, 16, 16, device="cuda")
+    for _ in range(3):
+        _loss(fast(x)).backward()
+        _loss(reference(x)).backward()
+    _assert_same_training(model, reference)
     (step,) = fast._ff_training.values()
     kinds = [g.captured.text.split("(")[0] for g in step.graphs]
     assert kinds == ["graph @forward", "graph @backward"]
     assert all(len(g.compiled.plan.kernels) > 0 for g in step.graphs)
+    assert [g.fast.served for g in step.graphs] == [2, 2]
 
 
 def test_no_grad_calls_take_the_inference_plan():

@@ -88,6 +88,64 @@ def arm(module: Any, spec: Any, args: Sequence[Any], inputs: Sequence[Any]) -> A
         return None
 
 
+class GraphCall:
+    """A FastCall for a graph that is no module: a forward or backward graph
+    of a training step (runtime/training.py), called with its positional
+    inputs; it stands in for the module the FastCall guards the mode of."""
+
+    training = False
+
+    def __init__(self, fast: Any):
+        self.fast = fast
+
+    def __call__(self, args: Sequence[Any]) -> list | None:
+        return self.fast.call(self, tuple(args))
+
+    @property
+    def served(self) -> int:
+        return int(self.fast.served)
+
+
+def arm_graph(
+    executor: Any, getters: Sequence[tuple[str, Any]], args: Sequence[Any], precision: str
+) -> GraphCall | None:
+    """A GraphCall running more calls like this one (`args`, the graph's
+    positional inputs, just ran on `executor`'s Python path) natively: it
+    returns the plan's outputs, or None for a call unlike this one. None
+    where the call cannot be repeated natively (see `arm`)."""
+    if not ENABLED or not isinstance(precision_context(precision), contextlib.nullcontext):
+        return None
+    if executor.prepared([]) is None:
+        return None
+    sources: list[tuple] = []
+    for (kind, src), slot in zip(getters, executor.input_slots):
+        index = getattr(getattr(src, "__self__", None), "source", None) if kind == "arg" else None
+        if kind == "arg" and isinstance(index, int):
+            sources.append(("arg", slot, index))
+        elif kind == "const":
+            sources.append(("const", slot, src))
+        else:
+            return None
+    try:
+        fast = _fast_call.FastCall(
+            len(executor.types),
+            GraphCall.training,
+            tuple(args),
+            [],
+            sources,
+            [],
+            [],
+            executor.fast_steps(),
+            list(executor.output_slots),
+            [],
+            executor.device.index or 0,
+            core.launch_entry,
+        )
+    except ValueError:
+        return None
+    return GraphCall(fast)
+
+
 def _owning_dict(module: Any, name: str) -> dict | None:
     """The module dict a parameter or buffer lives in (looked up there on every call)."""
     for d in (module._parameters, module._buffers):

@@ -34,6 +34,7 @@ from torch.utils import _pytree as pytree
 from fuseforge._native import core
 from fuseforge.capture import decomposition_table
 from fuseforge.capture.fx_graph import capture_fx
+from fuseforge.runtime import fast_call
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import precision_context
@@ -62,7 +63,17 @@ class CompiledGraph:
     # copy its __dict__ (functools.wraps), which would keep the plan alive
     # past release(). The dict holds only the calling convention's flag,
     # which those wrappers must see.
-    __slots__ = ("device", "captured", "compiled", "executor", "getters", "precision", "__dict__", "__weakref__")
+    __slots__ = (
+        "device",
+        "captured",
+        "compiled",
+        "executor",
+        "getters",
+        "precision",
+        "fast",
+        "__dict__",
+        "__weakref__",
+    )
 
     def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, precision: str):
         self._boxed_call = True
@@ -74,17 +85,26 @@ class CompiledGraph:
         self.executor = Executor(self.compiled.plan, self.device)
         self.getters = self.captured.input_getters(gm, self.device)
         self.precision = precision
+        self.fast: Any = None  # the native call path, armed at the first call; False: none
         _LIVE.add(self)
 
     def release(self) -> None:
         """Drops the plan (at exit: see _LIVE); the graph cannot run after."""
-        self.executor = self.compiled = None  # type: ignore[assignment]
+        self.executor = self.compiled = self.fast = None  # type: ignore[assignment]
 
     def __call__(self, args: list) -> list:
+        if self.fast:
+            outputs = self.fast(args)  # natively (fast_call.arm_graph), or None for a call unlike the first
+            if outputs is not None:
+                args.clear()
+                return list(self.captured.unflatten_outputs(outputs))
         inputs = [src(args) if kind == "arg" else src for kind, src in self.getters]
+        first = tuple(args) if self.fast is None and self.device.type == "cuda" else None
         args.clear()
         with torch.no_grad(), precision_context(self.precision):
             outputs, _ = self.executor(inputs)
+        if first is not None:  # armed after the run: kernels autotuned at it launch natively
+            self.fast = fast_call.arm_graph(self.executor, self.getters, first, self.precision) or False
         return list(self.captured.unflatten_outputs(outputs))
 
 
