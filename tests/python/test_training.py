@@ -214,3 +214,23 @@ def test_a_step_that_does_not_trace_whole_is_split_and_says_why(caplog):
     _loss(step([x])).backward()
     _loss(reference(x)).backward()
     torch.testing.assert_close(model.fc.weight.grad, reference.fc.weight.grad)
+
+
+def test_parameters_of_an_inference_graph_are_prepared_once():
+    """An inference graph's parameters (its static inputs) are IR params, so
+    the plan computes what derives from them alone in its prepare section
+    (here the column sums of a GEMM followed by a row sum)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fuseforge.capture.fx_graph import capture_fx
+    from fuseforge.runtime.options import compile_ir
+
+    def gemm_sum(x, w):
+        return (((x @ w.t()) / 2).sum(1, keepdim=True) * 1.5,)
+
+    gm = make_fx(gemm_sum)(torch.randn(64, 32), torch.randn(16, 32))
+    as_weight = capture_fx(gm, "inference", weights={1})
+    assert "%w_1: f32[16,32] param" in as_weight.text, as_weight.text
+    assert [b.kind for b in as_weight.input_bindings] == ["user", "user"]
+    assert len(compile_ir(as_weight.text, "fp32", 90).plan.prepare) > 0
+    assert len(compile_ir(capture_fx(gm, "inference").text, "fp32", 90).plan.prepare) == 0

@@ -126,3 +126,22 @@ def test_double_backward_raises():
     (grad,) = torch.autograd.grad(_loss(fast(x)), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         grad.sum().backward()
+
+
+def test_backend_inference_updates_running_statistics_and_prepares_once():
+    """Through the torch.compile backend, an inference call of a train-mode
+    BatchNorm model runs a fuseforge plan (no eager fallback), writes the
+    running statistics back like eager, and a weight-derived value is
+    recomputed after an in-place weight update."""
+    torch._dynamo.reset()
+    model, reference = _pair(LinearBatchNormRelu)
+    compiled = torch.compile(model, backend="fuseforge")
+    x = torch.randn(64, 6, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+        model.fc.weight.mul_(0.5)
+        reference.fc.weight.mul_(0.5)
+        torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+    for b, c in zip(model.buffers(), reference.buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-5)

@@ -8,6 +8,7 @@ them would trace twice and cannot run inside autograd's own tracing."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -62,10 +63,13 @@ def _lift_get_attrs(gm: fx.GraphModule) -> tuple[fx.Graph, dict[str, torch.Tenso
     return graph, constants
 
 
-def capture_fx(gm: fx.GraphModule, name: str) -> CapturedGraph:
+def capture_fx(gm: fx.GraphModule, name: str, weights: Collection[int] = ()) -> CapturedGraph:
     """The IR of `gm` (an ATen graph of flat tensor inputs returning a tuple),
     called with gm's positional arguments. Outputs that are not tensors
-    (None: the gradient of an input that needs none) are output constants."""
+    (None: the gradient of an input that needs none) are output constants.
+    The inputs at the positions `weights` are parameters: IR `param` inputs,
+    so that what derives from them alone is prepared once while they stay
+    the same tensors, unchanged."""
     graph, constants = _lift_get_attrs(gm)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     input_specs = [
@@ -87,7 +91,9 @@ def capture_fx(gm: fx.GraphModule, name: str) -> CapturedGraph:
         for o in outs
     ]
     user = [p for p in placeholders if p.name not in constants]
-    leaves: list[tuple[str, str, str | int] | None] = [(p.name, "user", i) for i, p in enumerate(user)]
+    leaves: list[tuple[str, str, str | int] | None] = [
+        (p.name, "weight" if i in weights else "user", i) for i, p in enumerate(user)
+    ]
     lowered = Lowerer(_FxProgram(graph, input_specs, output_specs, constants), name, leaves).run()  # type: ignore[arg-type]
     tree: Any = pytree.tree_flatten(tuple(range(len(outs))))[1]
     return CapturedGraph(

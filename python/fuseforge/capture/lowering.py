@@ -228,8 +228,11 @@ class Lowerer:
                 name = self._unique(name)
                 v = Value(name, IRType.of(node.meta.get("val"), f"input {name}"))
                 self.env[node] = v
-                self.user_inputs.append((v, "scalar" if ikind == "scalar" else ""))
-                self.bindings_user.append(InputBinding(name, ikind, source))
+                # A "weight": a positional input that is a parameter (of a graph
+                # AOTAutograd hands over), declared one so that what is derived
+                # from it alone is prepared once, yet fetched from the arguments.
+                self.user_inputs.append((v, {"scalar": "scalar", "weight": "param"}.get(ikind, "")))
+                self.bindings_user.append(InputBinding(name, "user" if ikind == "weight" else ikind, source))
             elif kind in ("PARAMETER", "BUFFER"):
                 if not node.users and spec.target not in mutated:
                     self.env[node] = None

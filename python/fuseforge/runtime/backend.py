@@ -1,12 +1,14 @@
 """`torch.compile(model, backend="fuseforge")`, and with a precision policy
 `torch.compile(model, backend="fuseforge", options={"precision": "tf32"})`.
 
-Dynamo hands over an FX GraphModule of the user's code. Where the graph is
-recorded for backward (grad mode, an input or lifted parameter that requires
-grad), it goes through AOTAutograd with fuseforge's forward and backward
-compilers (runtime/training.py). Otherwise the module is wrapped in an
-OptimizedModule, which captures and compiles at its first real call and
-re-specializes on new shapes like any fuseforge module.
+Dynamo hands over an FX GraphModule of the user's code, its parameters and
+buffers lifted to inputs. On CUDA it goes through AOTAutograd with
+fuseforge's compilers (runtime/training.py): a forward and a backward graph
+where the call is recorded for backward, else one inference graph, whose
+buffer updates (train-mode running statistics) AOTAutograd writes back and
+whose parameters are marked so that the plan prepares what derives from
+them once. Dynamo guards and recompiles on new shapes. Graphs of CPU tensors
+go to an OptimizedModule, which runs them eagerly with one warning.
 """
 
 from __future__ import annotations
@@ -39,12 +41,8 @@ def fuseforge_backend(
         )
     precision = options.get("precision", "fp32")
     check_precision(precision)
-    on_gpu = all(x.device.type == "cuda" for x in example_inputs if isinstance(x, torch.Tensor))
-    if (
-        on_gpu
-        and torch.is_grad_enabled()
-        and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
-    ):
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    if tensors and all(x.device.type == "cuda" for x in tensors):
         from torch._dynamo.backends.common import aot_autograd
 
         return aot_autograd(**aot_compilers(precision))(gm, example_inputs)

@@ -107,16 +107,19 @@ class GraphCall:
 
 
 def arm_graph(
-    executor: Any, getters: Sequence[tuple[str, Any]], args: Sequence[Any], precision: str
+    executor: Any, getters: Sequence[tuple[str, Any]], args: Sequence[Any], inputs: Sequence[Any], precision: str
 ) -> GraphCall | None:
     """A GraphCall running more calls like this one (`args`, the graph's
-    positional inputs, just ran on `executor`'s Python path) natively: it
-    returns the plan's outputs, or None for a call unlike this one. None
-    where the call cannot be repeated natively (see `arm`)."""
+    positional inputs, gathered into `inputs`, just ran on `executor`'s
+    Python path) natively: it returns the plan's outputs, or None for a call
+    unlike this one or whose weights changed. None where the call cannot be
+    repeated natively (see `arm`)."""
     if not ENABLED or not isinstance(precision_context(precision), contextlib.nullcontext):
         return None
-    if executor.prepared([]) is None:
+    prepared = executor.prepared(inputs)
+    if prepared is None:
         return None
+    weights, kept = prepared
     sources: list[tuple] = []
     for (kind, src), slot in zip(getters, executor.input_slots):
         index = getattr(getattr(src, "__self__", None), "source", None) if kind == "arg" else None
@@ -133,8 +136,8 @@ def arm_graph(
             tuple(args),
             [],
             sources,
-            [],
-            [],
+            weights,
+            kept,
             executor.fast_steps(),
             list(executor.output_slots),
             [],

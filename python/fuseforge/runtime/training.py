@@ -22,18 +22,20 @@ from __future__ import annotations
 import atexit
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 from torch import nn
+from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils import _pytree as pytree
 
 from fuseforge._native import core
-from fuseforge.capture import decomposition_table
+from fuseforge.capture import CaptureError, decomposition_table
 from fuseforge.capture.fx_graph import capture_fx
+from fuseforge.diagnostics import one_line
 from fuseforge.runtime import fast_call
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
@@ -75,10 +77,17 @@ class CompiledGraph:
         "__weakref__",
     )
 
-    def __init__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], name: str, precision: str):
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        example_inputs: Sequence[Any],
+        name: str,
+        precision: str,
+        weights: Collection[int] = (),
+    ):
         self._boxed_call = True
         self.device = _device_of(example_inputs)
-        self.captured = capture_fx(gm, name)
+        self.captured = capture_fx(gm, name, weights)
         arch = core.device_arch(self.device.index or 0) if self.device.type == "cuda" else 0
         cuda = self.device if self.device.type == "cuda" else None
         self.compiled = compile_ir(self.captured.text, precision, arch, device=cuda)
@@ -94,17 +103,19 @@ class CompiledGraph:
 
     def __call__(self, args: list) -> list:
         if self.fast:
-            outputs = self.fast(args)  # natively (fast_call.arm_graph), or None for a call unlike the first
+            outputs = self.fast(args)  # natively (fast_call.arm_graph), or None for a call unlike the armed one
             if outputs is not None:
                 args.clear()
                 return list(self.captured.unflatten_outputs(outputs))
         inputs = [src(args) if kind == "arg" else src for kind, src in self.getters]
-        first = tuple(args) if self.fast is None and self.device.type == "cuda" else None
+        # Armed after the first run (kernels autotuned at it launch natively),
+        # again after a declined call (a weight the prepare section read changed).
+        arm = tuple(args) if self.fast is not False and self.device.type == "cuda" else None
         args.clear()
         with torch.no_grad(), precision_context(self.precision):
             outputs, _ = self.executor(inputs)
-        if first is not None:  # armed after the run: kernels autotuned at it launch natively
-            self.fast = fast_call.arm_graph(self.executor, self.getters, first, self.precision) or False
+        if arm is not None:
+            self.fast = fast_call.arm_graph(self.executor, self.getters, arm, inputs, self.precision) or False
         return list(self.captured.unflatten_outputs(outputs))
 
 
@@ -118,11 +129,20 @@ def graph_compiler(kind: str, precision: str, compiled: list[CompiledGraph] | No
     """An AOTAutograd compiler of `kind` ("forward", "backward" or
     "inference") graphs; each compiled graph is appended to `compiled`."""
 
-    def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
-        # AOTAutograd calls compilers inside its fake mode; the graph's
-        # constants, conv probes and autotuning need real tensors.
-        with unset_fake_temporarily():
-            graph = CompiledGraph(gm, example_inputs, kind, precision)
+    def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        # An inference graph's parameters (dynamo's static inputs) are the
+        # same tensors call after call: what derives from them is prepared once.
+        context = torch._guards.TracingContext.try_get()
+        meta = context.fw_metadata if context is not None else None
+        weights = meta.static_input_indices if kind == "inference" and meta is not None else []
+        try:
+            # AOTAutograd calls compilers inside its fake mode; the graph's
+            # constants, conv probes and autotuning need real tensors.
+            with unset_fake_temporarily():
+                graph = CompiledGraph(gm, example_inputs, kind, precision, weights)
+        except (CaptureError, ValueError) as e:  # not lowerable, or not valid IR: this graph runs eagerly
+            log.warning("fuseforge: the %s graph runs eagerly: %s", kind, one_line(e))
+            return make_boxed_func(gm.forward)
         log.info("fuseforge: %s graph: %d kernels", kind, len(graph.compiled.plan.kernels))
         if compiled is not None:
             compiled.append(graph)
@@ -230,8 +250,6 @@ def compile_step(
     """The training step of `model` for calls like `args`: traced whole when
     AOTAutograd can, else split by dynamo (logged with the reason; `where`
     locates the model's code for it)."""
-    from fuseforge.diagnostics import one_line
-
     try:
         return TrainingStep(model, args, precision)
     except Exception as e:  # AOTAutograd's tracing failures have no common type
