@@ -234,3 +234,26 @@ def test_transposed_conv_kernel_computes_every_phase(monkeypatch, name):
     assert len(kernels) == 1 and "_tf32_sm90_" in kernels[0], kernels
     assert got.stride() == want.stride()
     torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_conv_kernel_is_timed_against_its_library_calls_once(monkeypatch, tmp_path):
+    """Whatever the cost model chose, a conv kernel's first run times it
+    against cuDNN with the epilogue through ATen, keeps the faster and
+    records the choice per kernel source (a second module reads it)."""
+    import fuseforge
+    from fuseforge.runtime import autotune
+
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.GELU()).cuda().eval()
+    x = torch.randn(8, 16, 32, 32, device="cuda")
+    with torch.no_grad():
+        for _ in range(2):
+            fast = fuseforge.optimize(model)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    convs = [k for k in fast.specializations()[0].compiled.plan.kernels if k.kind == "conv"]
+    choices = autotune.load()
+    assert convs and len(choices) == len(convs)
+    assert set(choices.values()) <= {k.name for k in convs} | {"library"}

@@ -187,7 +187,11 @@ class Executor:
         # Its library calls: for a kernel that did not compile, and for a conv
         # kernel that autotuning may find slower than cuDNN.
         by_ops = self._op_by_op(index) if kernel is None or k.kind == "conv" else None
-        if kernel is not None and len(k.variants) > 0:  # listed only when autotuning
+        # Timed at the first run: a kernel's candidate tiles (listed only when
+        # autotuning), and a conv kernel against its library calls (cuDNN, the
+        # epilogue through ATen) always: the conv cost model can be far off
+        # (a large-batch 7x7 stem's implicit GEMM ran 5x slower than cuDNN).
+        if kernel is not None and (len(k.variants) > 0 or k.kind == "conv"):
             self._tuning.add(index)
         tuning = self._tuning
 
@@ -204,24 +208,33 @@ class Executor:
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
             out_tensors = [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
+            values = [float(env[s]) for s in scalars]
             if index in tuning:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
                 library = (lambda: by_ops(env)) if by_ops is not None and k.kind == "conv" else None
-                kernel = self.kernels[index] = self._tuned(k, kernel, pointers, library)
+                kernel = self.kernels[index] = self._tuned(k, kernel, pointers, values, library)
                 tuning.discard(index)
                 if kernel is None:  # cuDNN won
                     assert by_ops is not None  # a conv's, which only _tuned's library wins over
                     by_ops(env)
                     return
-            kernel.launch(dev_index, pointers, [float(env[s]) for s in scalars], _raw_stream(dev_index))
+            kernel.launch(dev_index, pointers, values, _raw_stream(dev_index))
             for (o, _), t in zip(outs, out_tensors):
                 env[o] = t
 
         return run
 
-    def _tuned(self, k: Any, default: Any, pointers: list[int], library: Callable[[], Any] | None = None) -> Any:
+    def _tuned(
+        self,
+        k: Any,
+        default: Any,
+        pointers: list[int],
+        scalars: list[float],
+        library: Callable[[], Any] | None = None,
+    ) -> Any:
         """The fastest of a GEMM or conv kernel's candidate tiles and, given
         `library` (a conv's library calls), of that: then None if it wins
-        (autotune.choose)."""
+        (autotune.choose). `scalars`: the kernel's scalar arguments, which
+        candidate tiles (GEMMs) do not take."""
         dev_index = self.device.index or 0
         candidates = [(k.name, default)]
         for v in k.variants:
@@ -233,7 +246,8 @@ class Executor:
                 )
         stream = _raw_stream(dev_index)
         runs: list[Callable[..., object]] = [
-            lambda c=c: c.launch(dev_index, pointers, [], stream) for _, c in candidates
+            lambda c=c, first=(i == 0): c.launch(dev_index, pointers, scalars if first else [], stream)
+            for i, (_, c) in enumerate(candidates)
         ]
         if library is not None:
             candidates.append(("library", None))
