@@ -4,24 +4,25 @@
 
 namespace ff::passes {
 
-std::unique_ptr<Pass> make_canonicalize();           // canonicalize.cc
-std::unique_ptr<Pass> make_cse();                    // cse.cc
-std::unique_ptr<Pass> make_dce();                    // dce.cc
-std::unique_ptr<Pass> make_matmul_sum_to_gemv();     // matmul_sum_to_gemv.cc
-std::unique_ptr<Pass> make_gemv_as_reduction();      // gemv_as_reduction.cc
-std::unique_ptr<Pass> make_scale_matmul_operand();   // scale_matmul_operand.cc
-std::unique_ptr<Pass> make_broadcast_bmm_to_mm();    // broadcast_bmm_to_mm.cc
-std::unique_ptr<Pass> make_conv_bias_epilogue();     // conv_bias_epilogue.cc
-std::unique_ptr<Pass> make_conv_precision();         // conv_precision.cc
-std::unique_ptr<Pass> make_conv_layout();            // conv_layout.cc
-std::unique_ptr<Pass> make_round_conv_operands();    // round_conv_operands.cc
-std::unique_ptr<Pass> make_split_gemm_reduction();   // split_gemm_reduction.cc
-std::unique_ptr<Pass> make_split_gemm_k();           // split_gemm_k.cc
-std::unique_ptr<Pass> make_split_long_reduction();   // split_long_reduction.cc
-std::unique_ptr<Pass> make_recompute_pointwise();    // recompute_pointwise.cc
-std::unique_ptr<Pass> make_pointwise_before_view();  // pointwise_before_view.cc
-std::unique_ptr<Pass> make_reduction_before_view();  // reduction_before_view.cc
-std::unique_ptr<Pass> make_compose_pools();          // compose_pools.cc
+std::unique_ptr<Pass> make_canonicalize();              // canonicalize.cc
+std::unique_ptr<Pass> make_cse();                       // cse.cc
+std::unique_ptr<Pass> make_dce();                       // dce.cc
+std::unique_ptr<Pass> make_broadcast_matmul_operand();  // broadcast_matmul_operand.cc
+std::unique_ptr<Pass> make_matmul_sum_to_gemv();        // matmul_sum_to_gemv.cc
+std::unique_ptr<Pass> make_gemv_as_reduction();         // gemv_as_reduction.cc
+std::unique_ptr<Pass> make_scale_matmul_operand();      // scale_matmul_operand.cc
+std::unique_ptr<Pass> make_broadcast_bmm_to_mm();       // broadcast_bmm_to_mm.cc
+std::unique_ptr<Pass> make_conv_bias_epilogue();        // conv_bias_epilogue.cc
+std::unique_ptr<Pass> make_conv_precision();            // conv_precision.cc
+std::unique_ptr<Pass> make_conv_layout();               // conv_layout.cc
+std::unique_ptr<Pass> make_round_conv_operands();       // round_conv_operands.cc
+std::unique_ptr<Pass> make_split_gemm_reduction();      // split_gemm_reduction.cc
+std::unique_ptr<Pass> make_split_gemm_k();              // split_gemm_k.cc
+std::unique_ptr<Pass> make_split_long_reduction();      // split_long_reduction.cc
+std::unique_ptr<Pass> make_recompute_pointwise();       // recompute_pointwise.cc
+std::unique_ptr<Pass> make_pointwise_before_view();     // pointwise_before_view.cc
+std::unique_ptr<Pass> make_reduction_before_view();     // reduction_before_view.cc
+std::unique_ptr<Pass> make_compose_pools();             // compose_pools.cc
 
 namespace {
 struct Entry {
@@ -32,6 +33,7 @@ const Entry kPasses[] = {
     {"canonicalize", make_canonicalize},
     {"cse", make_cse},
     {"dce", make_dce},
+    {"broadcast_matmul_operand", make_broadcast_matmul_operand},
     {"matmul_sum_to_gemv", make_matmul_sum_to_gemv},
     {"gemv_as_reduction", make_gemv_as_reduction},
     {"scale_matmul_operand", make_scale_matmul_operand},
@@ -70,6 +72,7 @@ std::vector<std::string> default_pipeline() {
   return {"conv_precision",
           "canonicalize",
           "compose_pools",
+          "broadcast_matmul_operand",
           "matmul_sum_to_gemv",
           "gemv_as_reduction",
           "scale_matmul_operand",

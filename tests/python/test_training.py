@@ -234,3 +234,27 @@ def test_parameters_of_an_inference_graph_are_prepared_once():
     assert [b.kind for b in as_weight.input_bindings] == ["user", "user"]
     assert len(compile_ir(as_weight.text, "fp32", 90).plan.prepare) > 0
     assert len(compile_ir(capture_fx(gm, "inference").text, "fp32", 90).plan.prepare) == 0
+
+
+class LinearSum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(24, 16))
+
+    def forward(self, x):
+        return (x @ self.weight.t() / 2).sum(dim=1, keepdim=True) * 1.5
+
+
+def test_weight_gradient_of_a_summed_linear_is_one_row_expanded():
+    """The sum's gradient reaches the weight's matmul expanded: every row of
+    the weight gradient is the same, so the backward multiplies one row (no
+    M x N x K GEMM) and writes it to every row; the gradient is eager's."""
+    torch.manual_seed(0)
+    model = LinearSum()
+    reference = copy.deepcopy(model)
+    x = torch.randn(32, 16)
+    _, step = _steps(model, x, 1, compiled=True)
+    _loss(reference(x)).backward()
+    torch.testing.assert_close(model.weight.grad, reference.weight.grad, rtol=1e-5, atol=1e-5)
+    matmuls = [line.split(" : ")[-1] for line in step.graphs[1].compiled.ir_after.splitlines() if "= mm(" in line]
+    assert matmuls == ["f32[1,16]"], step.graphs[1].compiled.ir_after
