@@ -16,7 +16,11 @@ docs/ENVIRONMENT.md lists both sides'):
 - FUSEFORGE_CONV_PRECISION: probe (default), ieee or tf32: every f32 conv's
   math forced instead of probed (diagnostics; runtime/conv_probe.py);
 - FUSEFORGE_FAST_CALL=0: every call takes the Python path, none the native
-  one (runtime/fast_call.py; to compare, or to rule it out).
+  one (runtime/fast_call.py; to compare, or to rule it out);
+- FUSEFORGE_WARM_START=0: every new process captures the model again instead
+  of loading its captured graph from the cache directory (runtime/plan_cache.py);
+- FUSEFORGE_DISABLE_CACHE=1, which the core reads for its kernels, turns the
+  warm-start cache off too: no file of the cache directory is read or written.
 
 With a CUDA device, `compile_ir` first probes what eager's convolutions do on
 it (conv_probe.decide) and hands the answers to the compiler, with the
@@ -59,12 +63,19 @@ ENV_REDUCTIONS = "FUSEFORGE_REDUCTIONS"
 ENV_CONV_KERNELS = "FUSEFORGE_CONV_KERNELS"
 ENV_CONV_PRECISION = "FUSEFORGE_CONV_PRECISION"
 ENV_FAST_CALL = "FUSEFORGE_FAST_CALL"
+ENV_WARM_START = "FUSEFORGE_WARM_START"
+ENV_DISABLE_CACHE = "FUSEFORGE_DISABLE_CACHE"
 #: The kernel cache's directory: read by the core (csrc/runtime/env.cc), never here.
 ENV_CACHE_DIR = "FUSEFORGE_CACHE_DIR"
 
 
 def fast_call_enabled() -> bool:
     return os.environ.get(ENV_FAST_CALL) != "0"
+
+
+def warm_start_enabled() -> bool:
+    """Whether captured graphs are kept in and loaded from the cache directory."""
+    return os.environ.get(ENV_WARM_START) != "0" and os.environ.get(ENV_DISABLE_CACHE) != "1"
 
 
 def autotune_enabled() -> bool:
