@@ -134,11 +134,12 @@ def test_run_captures_the_problem_once(tmp_path, monkeypatch):
     """`fuseforge run` (bench's serial phase) checks and times one optimized
     module: one capture, not one for the check and another for the timing."""
     from fuseforge.harness import cli
-    from fuseforge.runtime import module
+    from fuseforge.runtime import module, options
 
     calls = []
     real = module.capture
     monkeypatch.setattr(module, "capture", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setenv(options.ENV_WARM_START, "0")  # a graph an earlier run kept would be loaded, not captured
     path = tmp_path / "scale.py"
     path.write_text(PROBLEM.replace("torch.randn(", "torch.randn(4, "))
     assert cli.main(["run", str(path), "--seeds", "2", "--against", "eager"]) == 0

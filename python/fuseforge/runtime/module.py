@@ -16,7 +16,7 @@ from torch import nn
 from fuseforge._native import core
 from fuseforge.capture import CapturedGraph, CaptureError, capture, resolve_attribute
 from fuseforge.diagnostics import one_line
-from fuseforge.runtime import fast_call
+from fuseforge.runtime import fast_call, plan_cache
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
@@ -228,15 +228,24 @@ class OptimizedModule(nn.Module):
 
     def _specialize(self, args: Sequence[Any], device: torch.device) -> Specialization:
         self._ff_model.training = self.training
-        captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
         arch = core.device_arch(device.index or 0) if device.type == "cuda" else 0
-        try:
-            compiled = compile_ir(captured.text, self.precision, arch, device=device)
-        except ValueError as e:
-            # The captured graph is not valid IR: inputs eager itself rejects
-            # (f64 inputs into f32 weights trace fine but mix dtypes), so they
-            # go where capture failures go: eager, which raises its own error.
-            raise CaptureError(f"the captured graph does not compile: {e}") from e
+        warm = plan_cache.key(self._ff_model, args, self.precision)  # None: warm start off or not keyable
+        captured, compiled = plan_cache.load(warm), None
+        if captured is not None:
+            try:
+                compiled = compile_ir(captured.text, self.precision, arch, device=device)
+            except ValueError as e:  # only a graph this core cannot read: ones it rejects are never stored
+                plan_cache.discard(warm, f"it does not compile: {e}")
+        if captured is None or compiled is None:
+            captured = capture(self._ff_model, args, name=type(self._ff_model).__name__)
+            try:
+                compiled = compile_ir(captured.text, self.precision, arch, device=device)
+            except ValueError as e:
+                # The captured graph is not valid IR: inputs eager itself rejects
+                # (f64 inputs into f32 weights trace fine but mix dtypes), so they
+                # go where capture failures go: eager, which raises its own error.
+                raise CaptureError(f"the captured graph does not compile: {e}") from e
+            plan_cache.store(warm, captured)
         executor = Executor(compiled.plan, device)
         getters = captured.input_getters(self._ff_model, device)
         state_meta = [_tensor_meta(getattr(*src)) for kind, src in getters if kind == "state"]
