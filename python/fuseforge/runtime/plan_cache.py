@@ -10,8 +10,8 @@ attributes, its parameters' and buffers' names and metadata (not values: they
 are read at call time), the values of plain tensor attributes (capture bakes
 them into the graph as constants), the call's arguments as the guard sees
 them (and the values of non-tensor ones, which capture may bake in), the mode
-and precision, fuseforge's capture code, and the torch and fuseforge
-versions. An entry that does not load or validate is deleted, with a warning,
+and precision, fuseforge's capture code and core extension, and the torch
+and fuseforge versions. An entry that does not load or validate is deleted, with a warning,
 and the model is captured again.
 """
 
@@ -157,10 +157,12 @@ def _argument_tokens(args: Sequence[Any]) -> list[Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def _capture_code_digest() -> str:
-    """sha256 of fuseforge's capture package: a changed lowering misses."""
+def _code_digest() -> str:
+    """sha256 of fuseforge's capture package and of the core extension (the
+    op table capture lowers against, the IR parser): a rebuilt fuseforge misses."""
     h = hashlib.sha256()
-    for path in sorted(Path(inspect.getfile(CapturedGraph)).parent.glob("*.py")):
+    files = sorted(Path(inspect.getfile(CapturedGraph)).parent.glob("*.py"))
+    for path in [*files, Path(str(core.__file__))]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
@@ -179,13 +181,13 @@ def key(model: nn.Module, args: Sequence[Any], precision: str) -> str | None:
             fuseforge.__version__,
             torch.__version__,
             sys.version_info[:2],
-            _capture_code_digest(),
+            _code_digest(),
             (model.training, precision, eager_conv_precision(), torch.backends.cudnn.enabled),
             [torch.cuda.get_device_name(d) for d in sorted(devices, key=str) if d.type == "cuda"],
             _argument_tokens(args),
             _module_tokens(model),
         ]
-    except _Uncacheable as e:
+    except Exception as e:  # _Uncacheable, or a model that cannot be described: it is captured, not keyed
         if str(e) not in _said_uncacheable:
             _said_uncacheable.add(str(e))
             log.debug("fuseforge: %s is not kept for warm starts: %s", type(model).__name__, e)
