@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "codegen/cuda/reduction_emit.h"
+#include "kernel/reduction_staging.h"
 
 namespace ff::fusion {
 
@@ -12,8 +13,6 @@ namespace {
 using codegen::ReductionAccess;
 using codegen::ReductionStrategy;
 
-constexpr int kVectorBytes = 16;
-constexpr int kLoadsPerThread = 8;             // 16-byte loads a thread aims at per row pass
 constexpr int kMaxCacheWords = 64;             // registers a thread may spend holding its inputs' items
 constexpr int kRegisterOverhead = 40;          // registers for everything else (indices, temporaries)
 constexpr int kColumnRound = 4;                // elements of its columns a thread reads at least (columns form)
@@ -218,9 +217,7 @@ ReductionStrategy rows(const codegen::ReductionLayout& l, const Rereads& again, 
 // Rows form with its transposed outputs staged (ReductionStrategy::staged):
 // worth it when a block takes enough rows for its stores to fill sectors, and
 // the tile (those rows' elements of each staged output) fits the static
-// shared memory beside the merge's partials.
-constexpr int kStageMinRows = 8;
-constexpr int64_t kStageBytes = 40 * 1024;
+// shared memory beside the merge's partials (kStageMinRows, kStageBytes).
 
 int64_t stage_bytes(const codegen::ReductionLayout& l, int rows_per_block) {
   int64_t bytes = 0;
@@ -357,11 +354,6 @@ bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::Reducti
                      const FusionOptions& options) {
   constexpr int64_t kSmall = 1 << 20;  // elements: launch-bound either way
   return l.rows * l.length <= kSmall || blocks_of(s, l) * 4 >= options.target.sm_count;
-}
-
-int64_t max_staged_row_length(DType dtype) {
-  const int64_t size = dtype_size(dtype);
-  return std::min<int64_t>(32 * kLoadsPerThread * (kVectorBytes / size), kStageBytes / ((kStageMinRows + 1) * size));
 }
 
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,

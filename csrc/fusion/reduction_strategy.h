@@ -46,11 +46,6 @@ bool writes_coalesced(const codegen::ReductionStrategy& s, const codegen::Reduct
 bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
                      const FusionOptions& options);
 
-// The longest rows whose transposed outputs a kernel stages through shared
-// memory (ReductionStrategy::staged), for `dtype` elements: a warp or less
-// per row, and enough rows per block for the tile to fill sectors.
-int64_t max_staged_row_length(DType dtype);
-
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,
                                                      const codegen::ReductionLayout& l, const FusionOptions& options);
 

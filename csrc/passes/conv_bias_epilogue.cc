@@ -17,7 +17,7 @@
 
 #include <algorithm>
 
-#include "fusion/reduction_strategy.h"
+#include "kernel/reduction_staging.h"
 #include "passes/pass.h"
 #include "passes/patterns.h"
 #include "passes/split_long_reduction.h"
