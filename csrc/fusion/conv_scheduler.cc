@@ -14,8 +14,8 @@
 #include "codegen/cuda/conv.h"
 #include "codegen/cuda/conv_direct.h"
 #include "codegen/cuda/conv_sm90.h"
-#include "fusion/conv_cost.h"
 #include "fusion/scheduler.h"
+#include "kernel/conv_cost.h"
 
 namespace ff::fusion {
 

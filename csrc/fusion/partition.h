@@ -7,8 +7,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "fusion/group.h"
 #include "ir/graph.h"
+#include "kernel/group.h"
 
 namespace ff::fusion {
 

@@ -25,9 +25,9 @@
 #include <algorithm>
 
 #include "codegen/cuda/reduction.h"
-#include "fusion/reduction_domain.h"
 #include "fusion/reduction_strategy.h"
 #include "fusion/scheduler.h"
+#include "kernel/reduction_domain.h"
 
 namespace ff::fusion {
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/group.h"
 #include "fusion/partition.h"
 #include "ir/target.h"
+#include "kernel/group.h"
 
 namespace ff::fusion {
 

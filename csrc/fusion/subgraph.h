@@ -1,7 +1,7 @@
 #pragma once
 #include <memory>
 
-#include "fusion/group.h"
+#include "kernel/group.h"
 
 namespace ff::fusion {
 

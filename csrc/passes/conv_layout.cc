@@ -2,7 +2,7 @@
 // out the values around it so that the conversions cost nothing where they can.
 //
 // Every 2-D and 3-D convolution (forward or transposed, any groups) is
-// weighed with the cost model (fusion/conv_cost.h): cuDNN on contiguous
+// weighed with the cost model (kernel/conv_cost.h): cuDNN on contiguous
 // operands against channels-last (cuDNN, or a generated implicit-GEMM kernel
 // where PassOptions::conv_kernels allows and cuDNN was timed, as the conv
 // scheduler decides) and a direct kernel in place (where
@@ -34,10 +34,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "fusion/conv.h"
-#include "fusion/conv_cost.h"
-#include "fusion/reduction_domain.h"
 #include "ir/conv.h"
+#include "kernel/conv.h"
+#include "kernel/conv_cost.h"
+#include "kernel/reduction_domain.h"
 #include "passes/pass.h"
 
 namespace ff::passes {

@@ -33,7 +33,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "fusion/reduction_domain.h"
+#include "kernel/reduction_domain.h"
 #include "passes/pass.h"
 #include "passes/patterns.h"
 

@@ -16,7 +16,7 @@
 // the same result: its TF32 math rounds them to the same values.
 //
 // Runs after conv_layout, only where implicit-GEMM conv kernels are allowed.
-#include "fusion/conv.h"
+#include "kernel/conv.h"
 #include "passes/pass.h"
 
 namespace ff::passes {

@@ -24,7 +24,7 @@
 // GEMM kernels (compile.cc): a library GEMM splits K itself.
 #include <optional>
 
-#include "fusion/gemm.h"
+#include "kernel/gemm.h"
 #include "passes/pass.h"
 
 namespace ff::passes {

@@ -22,7 +22,7 @@
 #include <optional>
 #include <unordered_set>
 
-#include "fusion/gemm.h"
+#include "kernel/gemm.h"
 #include "passes/pass.h"
 
 namespace ff::passes {

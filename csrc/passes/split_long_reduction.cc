@@ -29,7 +29,7 @@
 
 #include "passes/split_long_reduction.h"
 
-#include "fusion/reduction_domain.h"
+#include "kernel/reduction_domain.h"
 #include "passes/pass.h"
 #include "passes/patterns.h"
 

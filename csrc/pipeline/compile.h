@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/group.h"
 #include "ir/conv.h"
 #include "ir/graph.h"
 #include "ir/target.h"
+#include "kernel/group.h"
 #include "plan/plan.h"
 
 namespace ff {

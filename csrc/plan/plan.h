@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/group.h"
 #include "ir/graph.h"
+#include "kernel/group.h"
 
 namespace ff::plan {
 

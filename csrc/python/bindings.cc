@@ -14,12 +14,12 @@
 #include <memory>
 #include <stdexcept>
 
-#include "fusion/conv.h"
-#include "fusion/conv_cost.h"
 #include "interp/interpreter.h"
 #include "ir/conv.h"
 #include "ir/graph.h"
 #include "ir/target.h"
+#include "kernel/conv.h"
+#include "kernel/conv_cost.h"
 #include "passes/pass.h"
 #include "pipeline/compile.h"
 #include "python/op_bindings.h"

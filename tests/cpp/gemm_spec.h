@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "fusion/gemm.h"
+#include "kernel/gemm.h"
 #include "ir/graph.h"
 #include "pipeline/compile.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/group.h"
+#include "kernel/group.h"
 #include "interp/interpreter.h"
 
 namespace ff::testing {

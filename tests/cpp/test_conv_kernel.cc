@@ -11,8 +11,8 @@
 #include "codegen/cuda/conv_direct.h"
 #include "codegen/cuda/conv_sm90.h"
 #include "codegen/cuda/sm90_ss_mainloop.h"
-#include "fusion/conv.h"
-#include "fusion/conv_cost.h"
+#include "kernel/conv.h"
+#include "kernel/conv_cost.h"
 #include "fusion/scheduler.h"
 #include "passes/pass.h"
 

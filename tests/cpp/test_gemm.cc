@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/cuda/gemm.h"
-#include "fusion/gemm.h"
+#include "kernel/gemm.h"
 #include "gemm_spec.h"
 #include "fusion/scheduler.h"
 #include "pipeline/compile.h"

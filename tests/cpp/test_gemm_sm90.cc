@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "codegen/cuda/gemm_sm90.h"
-#include "fusion/gemm.h"
+#include "kernel/gemm.h"
 #include "gemm_spec.h"
 #include "pipeline/compile.h"
 #include "runtime/check.h"

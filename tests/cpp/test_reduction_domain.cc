@@ -1,9 +1,9 @@
-// The reduction domain analysis (fusion/reduction_domain.h): which values are
+// The reduction domain analysis (kernel/reduction_domain.h): which values are
 // per-row, the domain dims each value runs along, the reduction levels, and
 // the groups it refuses. (tests/golden/fusion/ covers the scheduler's groups.)
 #include <gtest/gtest.h>
 
-#include "fusion/reduction_domain.h"
+#include "kernel/reduction_domain.h"
 
 namespace ff {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "codegen/cuda/gemm.h"
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/conv.h"
-#include "fusion/group.h"
+#include "kernel/conv.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

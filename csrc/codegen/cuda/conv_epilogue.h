@@ -8,8 +8,8 @@
 #include <string>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/conv.h"
-#include "fusion/group.h"
+#include "kernel/conv.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

@@ -2,9 +2,9 @@
 // Hopper convolution kernels: the wgmma GEMM mainloop (sm90_mainloop.h) over
 // a conv's implicit GEMM, with the conv's fused epilogue (conv_epilogue.h).
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/conv.h"
-#include "fusion/group.h"
 #include "ir/target.h"
+#include "kernel/conv.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/gemm.h"
-#include "fusion/group.h"
 #include "ir/target.h"
+#include "kernel/gemm.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

@@ -3,8 +3,8 @@
 // f32 matmuls whose operands are both K-contiguous (x @ W.T, q @ k.T). They
 // run about 1.6x the sm80 CUTLASS kernels' rate (gemm.h) on long sums.
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/gemm.h"
-#include "fusion/group.h"
+#include "kernel/gemm.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

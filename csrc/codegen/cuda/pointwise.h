@@ -1,6 +1,6 @@
 #pragma once
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/group.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

@@ -3,7 +3,7 @@
 // that produces its input (prologue) and that reads its result (epilogue);
 // the prologue may hold a softmax or log_softmax over a dim the windows keep.
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/group.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

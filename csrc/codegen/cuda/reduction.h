@@ -1,5 +1,5 @@
 #pragma once
-// CUDA for reduction groups (fusion/reduction_domain.h): the reductions, the
+// CUDA for reduction groups (kernel/reduction_domain.h): the reductions, the
 // pointwise work that produces what they read and what reads their results,
 // including the results applied back to every element of the rows (softmax,
 // norms), in one kernel. Accumulation is in f32 for f16/bf16 (f64 for f64);

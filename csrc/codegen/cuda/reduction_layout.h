@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "fusion/group.h"
-#include "fusion/reduction_domain.h"
+#include "kernel/group.h"
+#include "kernel/reduction_domain.h"
 
 namespace ff::codegen {
 

@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "codegen/cuda/kernel_source.h"
-#include "fusion/group.h"
+#include "kernel/group.h"
 
 namespace ff::codegen {
 

@@ -5,9 +5,9 @@
 #include <string_view>
 #include <vector>
 
-#include "fusion/conv.h"
-#include "fusion/gemm.h"
 #include "ir/graph.h"
+#include "kernel/conv.h"
+#include "kernel/gemm.h"
 
 namespace ff::fusion {
 

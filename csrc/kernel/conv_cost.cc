@@ -1,4 +1,4 @@
-#include "fusion/conv_cost.h"
+#include "kernel/conv_cost.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "codegen/cuda/conv_direct.h"
-#include "codegen/cuda/sm90_ss_mainloop.h"
+#include "kernel/direct_conv_tile.h"
+#include "kernel/sm90_ss_tile.h"
 
 namespace ff::fusion {
 

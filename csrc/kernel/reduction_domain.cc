@@ -1,4 +1,4 @@
-#include "fusion/reduction_domain.h"
+#include "kernel/reduction_domain.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "fusion/gemm.h"
+#include "kernel/gemm.h"
 
 #include <algorithm>
 #include <initializer_list>

@@ -1,8 +1,8 @@
-#include "fusion/conv.h"
+#include "kernel/conv.h"
 
 #include <utility>
 
-#include "codegen/cuda/conv_direct.h"
+#include "kernel/direct_conv_tile.h"
 
 namespace ff::fusion {
 
