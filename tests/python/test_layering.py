@@ -2,7 +2,9 @@
 the product never imports the benchmark harness, module-level imports form no
 cycle, no module imports another's private name, FUSEFORGE_* variables are
 read only by runtime/options.py, and docs/ENVIRONMENT.md's table lists every
-FUSEFORGE_* name the Python package and the C++ core use."""
+FUSEFORGE_* name the Python package and the C++ core use; the C++ core's
+folders, read from its #include lines, keep their order (kernel/ below
+passes/, fusion/ and codegen/; codegen/ below fusion/)."""
 
 from __future__ import annotations
 
@@ -159,6 +161,91 @@ def test_no_module_imports_another_modules_private_name():
         if name is not None and name.startswith("_") and not name.startswith("__")
     ]
     assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+# ---- the C++ core's folders
+
+CSRC = ROOT / "csrc"
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def _includes() -> list[tuple[str, str, str]]:
+    """(including file relative to csrc, its folder, included path) for every
+    `#include "..."` of a csrc file that names a csrc file."""
+    out = []
+    for path in sorted(p for p in CSRC.rglob("*") if p.suffix in (".h", ".cc")):
+        rel = path.relative_to(CSRC).as_posix()
+        for target in INCLUDE.findall(path.read_text()):
+            if (CSRC / target).is_file():
+                out.append((rel, rel.split("/")[0], target))
+    return out
+
+
+INCLUDES = _includes()
+
+#: What each of these folders may include from the others: kernel/ (the
+#: groups, kernel specs, tiles and estimates every stage shares) sees only the
+#: IR; codegen/ (which writes the code) sees kernel/, never fusion/; fusion/
+#: (the schedulers, which decide) calls codegen/; passes/ see kernel/'s
+#: coverage tests and estimates, never a scheduler or its cost model.
+ALLOWED = {
+    "kernel": {"ir"},
+    "codegen": {"ir", "kernel"},
+    "fusion": {"ir", "kernel", "codegen"},
+    "passes": {"ir", "kernel"},
+}
+
+
+def test_the_core_is_read():
+    folders = {folder for _, folder, _ in INCLUDES}
+    assert set(ALLOWED) <= folders
+    assert any(target.startswith("kernel/") for _, folder, target in INCLUDES if folder == "codegen")
+
+
+def test_core_folders_include_only_the_ones_below():
+    bad = [
+        f"csrc/{rel} includes {target}"
+        for rel, folder, target in INCLUDES
+        if folder in ALLOWED and target.split("/")[0] not in ALLOWED[folder] | {folder}
+    ]
+    assert not bad, f"includes against the folders' order {ALLOWED}:\n" + "\n".join(bad)
+
+
+def test_fusion_and_codegen_do_not_include_each_other():
+    """The direction is fusion/ -> codegen/: a scheduler may call a code
+    writer, which sees only the groups and specs in kernel/."""
+    back = [
+        f"csrc/{rel} includes {target}"
+        for rel, folder, target in INCLUDES
+        if folder == "codegen" and target.startswith("fusion/")
+    ]
+    assert not back, "codegen/ includes fusion/ (fusion/ includes codegen/, not the reverse):\n" + "\n".join(back)
+
+
+def test_no_pass_includes_fusion():
+    """Passes decide with kernel/'s coverage tests and estimates (conv.h,
+    gemm.h, conv_cost.h, reduction_staging.h), the ones the schedulers use
+    too; no pass includes anything under fusion/ (the schedulers and their
+    cost models)."""
+    bad = [
+        f"csrc/{rel} includes {target}"
+        for rel, folder, target in INCLUDES
+        if folder == "passes" and target.startswith("fusion/")
+    ]
+    assert not bad, "passes include fusion/:\n" + "\n".join(bad)
+
+
+def test_core_folders_include_each_other_in_no_cycle():
+    """Over every csrc folder (codegen/cuda and codegen/torch count as
+    codegen), the includes between folders form a DAG."""
+    edges: dict[str, set[str]] = {}
+    for _, folder, target in INCLUDES:
+        edges.setdefault(folder, set())
+        edges.setdefault(target.split("/")[0], set())
+        if target.split("/")[0] != folder:
+            edges[folder].add(target.split("/")[0])
+    cycles = _cycles(edges)
+    assert not cycles, "csrc folders that include each other: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
 # ---- environment variables
