@@ -99,7 +99,7 @@ class GraphCall:
         self.fast = fast
 
     def __call__(self, args: Sequence[Any]) -> list | None:
-        return self.fast.call(self, tuple(args))
+        return self.fast(self, tuple(args))
 
     @property
     def served(self) -> int:
