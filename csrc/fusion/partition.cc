@@ -9,17 +9,27 @@ namespace ff::fusion {
 PartitionBuilder::PartitionBuilder(const Graph& g) : g_(g) {
   for (size_t i = 0; i < g.nodes().size(); ++i) index_[g.nodes()[i].get()] = static_cast<int>(i);
   for (auto& n : g.nodes())
-    for (auto& o : n->operands)
-      if (o.is_value() && o.value->producer) {
+    for (auto& o : n->operands) {
+      if (!o.is_value()) continue;
+      auto& readers = value_users_[o.value];
+      if (readers.empty() || readers.back() != n.get()) readers.push_back(n.get());
+      if (o.value->producer) {
         auto& u = users_[o.value->producer];
         if (std::find(u.begin(), u.end(), n.get()) == u.end()) u.push_back(n.get());
       }
+    }
 }
 
 const std::vector<Node*>& PartitionBuilder::users(const Node* n) const {
   static const std::vector<Node*> none;
   auto it = users_.find(n);
   return it == users_.end() ? none : it->second;
+}
+
+const std::vector<Node*>& PartitionBuilder::users(const Value* v) const {
+  static const std::vector<Node*> none;
+  auto it = value_users_.find(v);
+  return it == value_users_.end() ? none : it->second;
 }
 
 bool PartitionBuilder::feeds_graph_output(const Node* n) const {
@@ -68,14 +78,26 @@ std::optional<int> PartitionBuilder::pointwise_prologue(const Node* n) const {
 }
 
 bool PartitionBuilder::reaches(const Node* from, const std::unordered_set<const Node*>& members) const {
-  std::vector<const Node*> stack{from};
+  return reaches(std::vector<const Node*>{from}, members);
+}
+
+bool PartitionBuilder::reaches(const std::vector<const Node*>& from,
+                               const std::unordered_set<const Node*>& members) const {
+  // The node order is topological: a node after the last member leads to
+  // none, so the search stays between `from` and the members (in a network of
+  // repeated blocks, near them) instead of walking the rest of the graph.
+  int last = -1;
+  for (const Node* m : members) last = std::max(last, index(m));
+  std::vector<const Node*> stack;
+  for (const Node* n : from)
+    if (index(n) < last) stack.push_back(n);
   std::unordered_set<const Node*> seen;
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
     for (Node* u : users(n)) {
       if (members.count(u)) return true;
-      if (seen.insert(u).second) stack.push_back(u);
+      if (index(u) < last && seen.insert(u).second) stack.push_back(u);
     }
   }
   return false;
@@ -111,10 +133,10 @@ Group PartitionBuilder::describe_nodes(Group::Kind kind, const std::vector<Node*
   pg.nodes = nodes;
   pg.shape = nodes.back()->result()->type.shape;
   std::unordered_set<const Node*> in(nodes.begin(), nodes.end());
+  std::unordered_set<const Value*> listed;
   for (Node* n : nodes) {
     for (auto& o : n->operands)
-      if (o.is_value() && (!o.value->producer || !in.count(o.value->producer)) &&
-          std::find(pg.inputs.begin(), pg.inputs.end(), o.value) == pg.inputs.end())
+      if (o.is_value() && (!o.value->producer || !in.count(o.value->producer)) && listed.insert(o.value).second)
         pg.inputs.push_back(o.value);
     bool used_outside = feeds_graph_output(n);
     for (Node* u : users(n)) used_outside |= !in.count(u);

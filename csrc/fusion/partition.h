@@ -19,6 +19,9 @@ class PartitionBuilder {
   const Graph& graph() const { return g_; }
   // Nodes that read a result of `n`, each once, in graph order.
   const std::vector<Node*>& users(const Node* n) const;
+  // Nodes that read `v`, each once, in graph order (Graph::users without
+  // walking the graph).
+  const std::vector<Node*>& users(const Value* v) const;
   // Whether a result of `n` is a graph output (or a mutation's new value).
   bool feeds_graph_output(const Node* n) const;
   // Position of `n` in the graph's node order.
@@ -38,6 +41,8 @@ class PartitionBuilder {
   std::optional<int> pointwise_prologue(const Node* n) const;
   // Whether `from` reaches any node of `members` through nodes outside it.
   bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
+  // Whether any node of `from` does: one search for all of them.
+  bool reaches(const std::vector<const Node*>& from, const std::unordered_set<const Node*>& members) const;
 
   // Adds a group of `nodes`, in the order its kernel computes them (a
   // topological one); returns its index.
@@ -65,6 +70,7 @@ class PartitionBuilder {
   const Graph& g_;
   std::unordered_map<const Node*, int> index_;
   std::unordered_map<const Node*, std::vector<Node*>> users_;
+  std::unordered_map<const Value*, std::vector<Node*>> value_users_;
   std::unordered_map<const Node*, int> group_of_;
   std::vector<Members> groups_;
 

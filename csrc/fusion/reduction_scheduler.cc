@@ -87,7 +87,7 @@ class ReductionScheduler final : public Scheduler {
         if (o.value->producer) consider(o.value->producer, true);
         // Other readers of what the kernel reads (var beside mean, argmax
         // beside amax, x > t beside x * x): the same pass reads it for all.
-        for (Node* sibling : p.graph().users(o.value))
+        for (Node* sibling : p.users(o.value))
           if (is_kernel_reduction(*sibling) || op_kind(sibling->op) == OpKind::Pointwise) consider(sibling, false);
       }
       for (Node* u : p.users(m)) consider(u, false);
@@ -102,16 +102,21 @@ class ReductionScheduler final : public Scheduler {
     if (!d) return false;
     const std::unordered_set<const Node*> members(nodes.begin(), nodes.end());
     bool applies = false;
+    std::vector<const Node*> readers_outside;
     for (Node* n : nodes) {
       applies |= op_kind(n->op) == OpKind::Pointwise && !d->per_row.count(n->result()) && d->row_level(n->result()) > 0;
       bool outside = p.feeds_graph_output(n);
       for (Node* u : p.users(n)) {
         if (members.count(u)) continue;
         outside = true;
-        if (p.reaches(u, members)) return false;
+        readers_outside.push_back(u);
       }
       if (outside && !d->covers(n->result())) return false;
     }
+    // One search from every outside reader: a kernel of many members (the
+    // same reduction in each step of an unrolled loop) would otherwise walk
+    // the graph between them once per reader.
+    if (p.reaches(readers_outside, members)) return false;
     const Group g = p.describe_nodes(Group::Kind::Reduction, nodes);
     const auto l = codegen::reduction_layout(g, *d);
     const auto s = choose_reduction_strategy(g, *d, l, options);
