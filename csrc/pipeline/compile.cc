@@ -1,6 +1,7 @@
 #include "pipeline/compile.h"
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 
@@ -87,9 +88,16 @@ Target compile_target(const CompileOptions& options) {
 
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options) {
   CompiledGraph out;
+  auto clock = std::chrono::steady_clock::now();
+  auto phase_done = [&](const char* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    out.phase_seconds.emplace_back(phase, std::chrono::duration<double>(now - clock).count());
+    clock = now;
+  };
   std::unique_ptr<Graph> graph = parse(ir_text);
   verify(*graph);
   out.ir_before = print(*graph);
+  phase_done("parse");
   auto trace = [&](std::string_view pass, const Graph& g) { out.pass_trace.emplace_back(std::string(pass), print(g)); };
   passes::PassOptions pass_options;
   pass_options.tf32 = options.precision == Precision::tf32;
@@ -119,6 +127,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   if (options.passes.empty()) run({"recompute_pointwise"});
   out.ir_after = print(*graph);
   graph = parse(out.ir_after);  // value names as printed: the plan, its text and kernels use them
+  phase_done("passes");
   fusion::FusionOptions fo;
   fo.gemm_dtypes = dtypes;
   fo.conv_dtypes = options.conv_dtypes;
@@ -130,6 +139,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   fo.variants = options.autotune;
   fo.reductions = options.reductions;
   out.partition = fusion::partition(*graph, fo);
+  phase_done("fusion");
   for (size_t i = 0; i < out.partition.groups.size(); ++i) {
     const fusion::Group& group = out.partition.groups[i];
     const fusion::Scheduler& scheduler = fusion::scheduler_for(group.kind);
@@ -138,7 +148,9 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
     out.kernel_variants.push_back(fo.variants ? scheduler.variants(group, id, fo)
                                               : std::vector<codegen::KernelSource>{});
   }
+  phase_done("codegen");
   out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants);
+  phase_done("plan");
   return out;
 }
 

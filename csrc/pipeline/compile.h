@@ -88,6 +88,9 @@ struct CompiledGraph {
   std::vector<codegen::KernelSource> kernels;                       // one per partition group
   std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (autotune)
   plan::Plan plan;
+  // Wall seconds of each stage, in order: parse (and verify), passes, fusion
+  // (partitioning), codegen, plan. Where a whole network's compile time goes.
+  std::vector<std::pair<std::string, double>> phase_seconds;
 };
 
 // The facts a compile with `options` is for: options.target, else

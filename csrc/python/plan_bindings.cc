@@ -324,6 +324,8 @@ void bind_plan(nb::module_& m) {
       .def_ro("ir_before", &CompiledGraph::ir_before)
       .def_ro("ir_after", &CompiledGraph::ir_after)
       .def_ro("pass_trace", &CompiledGraph::pass_trace)
+      .def_ro("phase_seconds", &CompiledGraph::phase_seconds,
+              "(stage, wall seconds) in order: parse, passes, fusion, codegen, plan")
       .def_ro("plan", &CompiledGraph::plan, nb::rv_policy::reference_internal);
 
   nb::class_<LaunchableKernel>(m, "LaunchableKernel")

@@ -736,6 +736,10 @@ class Compiled:
     def pass_trace(self) -> list[tuple[str, str]]: ...
 
     @property
+    def phase_seconds(self) -> list[tuple[str, float]]:
+        """(stage, wall seconds) in order: parse, passes, fusion, codegen, plan"""
+
+    @property
     def plan(self) -> Plan: ...
 
 class LaunchableKernel:
