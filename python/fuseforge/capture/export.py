@@ -25,6 +25,7 @@ import torch.fx as fx
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from fuseforge import phases
 from fuseforge.capture.conv_strides import faithful_conv_strides
 from fuseforge.capture.decompositions import run_decompositions
 from fuseforge.capture.graph import CapturedGraph, CaptureError
@@ -111,7 +112,7 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
         warnings.filterwarnings("ignore", message=r".*were assigned during export.*")
         printed = io.StringIO()  # a failing export prints the partial graph to stderr
         try:
-            with contextlib.redirect_stderr(printed), opaque_rnns():
+            with contextlib.redirect_stderr(printed), opaque_rnns(), phases.timed("capture: export"):
                 ep = torch.export.export(model, args, strict=False)
         except Exception as e:
             error = CaptureError(f"torch.export failed: {type(e).__name__}: {e}")
@@ -119,7 +120,8 @@ def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
             raise error from e
         sys.stderr.write(printed.getvalue())
         try:
-            ep = run_decompositions(ep)
+            with phases.timed("capture: decompositions"):
+                ep = run_decompositions(ep)
         except Exception as e:
             raise CaptureError(f"run_decompositions failed: {type(e).__name__}: {e}") from e
         faithful_conv_strides(ep)  # before the RNN stand-ins go: their fake kernels are cheap
@@ -269,7 +271,8 @@ def _attempt(model: nn.Module, args: list[Any], lift: set[int], graph_name: str)
         if i not in lift and not isinstance(a, torch.Tensor) and not _contains_tensor(a):
             specialized[i] = a
 
-    lowered = Lowerer(ep, graph_name, user_leaves).run()
+    with phases.timed("capture: lowering"):
+        lowered = Lowerer(ep, graph_name, user_leaves).run()
     return CapturedGraph(
         text=lowered["text"],
         input_bindings=lowered["input_bindings"],

@@ -228,6 +228,33 @@ def _run_cpu(args: argparse.Namespace) -> dict:
     return row
 
 
+def _print_compile_times(args: argparse.Namespace, row: dict) -> None:
+    """`run --compile-times`: the seconds of each compile phase with an empty
+    kernel cache (fuseforge.phases; on a GPU those of the first call timed as
+    compile_s_cold, without one those of a cold compile of the full-size plan
+    made for the purpose) and, on a GPU, the first call's with an empty and
+    with a filled cache."""
+    from fuseforge.phases import ORDER
+
+    if "compile_phases_s" not in row:
+        from fuseforge._native import CPU_CHECK_ARCH
+        from fuseforge.harness.cpu_check import compile_phases
+        from fuseforge.harness.problem import load_problem
+
+        row["compile_phases_s"] = compile_phases(load_problem(args.problem), args.mode, args.precision, CPU_CHECK_ARCH)
+    seconds = row["compile_phases_s"]
+    table = Table(title="compile phases, empty kernel cache")
+    table.add_column("phase")
+    table.add_column("s", justify="right")
+    for phase in sorted(seconds, key=lambda p: ORDER.index(p) if p in ORDER else len(ORDER)):
+        table.add_row(phase, f"{seconds[phase]:.3f}")
+    table.add_row("phases in all", f"{sum(seconds.values()):.3f}")
+    for key, what in (("compile_s_cold", "first call, empty cache"), ("compile_s_warm", "first call, filled cache")):
+        if key in row:
+            table.add_row(what, f"{row[key]:.3f}")
+    print_full_width(table)
+
+
 def _verdict_markup(row: dict) -> str:
     """The check's verdict in words (naming the accuracy rule that held), green
     when correct and red when not."""
@@ -308,6 +335,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ValueError("--compile-only needs a CUDA GPU (it times the first optimized call)")
     row = _run_gpu(args) if torch.cuda.is_available() else _run_cpu(args)
     row["eager_convs"] = args.eager_convs
+    if args.compile_times:
+        _print_compile_times(args, row)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(row, f, indent=2, default=str)
@@ -426,7 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--compile-times",
         action="store_true",
-        help="also measure the first call's seconds with an empty and with a filled kernel cache (GPU)",
+        help="also each compile phase's seconds with an empty kernel cache (capture, passes, fusion, codegen, "
+        "NVRTC, GPU probes) and, on a GPU, the first call's seconds with an empty and with a filled kernel cache",
     )
     run.add_argument(
         "--compile-only",

@@ -177,6 +177,26 @@ def full_plan(mod: ModuleType, mode: str | None, precision: str, arch: int) -> A
     return compile_ir(capture(model, inputs, name=type(model).__name__).text, precision, arch)
 
 
+def compile_phases(mod: ModuleType, mode: str | None, precision: str, arch: int) -> dict[str, float]:
+    """Seconds of each phase (fuseforge.phases) of a cold compile of the
+    problem's full-size plan: capture on the meta device, the core's stages,
+    and NVRTC of each distinct kernel with an empty kernel cache."""
+    from fuseforge import phases
+    from fuseforge._native import core
+    from fuseforge.harness.measure import temporary_cache_dir
+
+    with temporary_cache_dir("fuseforge-phases-"), phases.recording() as seconds:
+        core.clear_memory_cache()
+        plan = full_plan(mod, mode, precision, arch).plan
+        with phases.timed("NVRTC"):
+            compiled: set[str] = set()  # kernels with the same code compile once
+            for k in plan.kernels:
+                if k.compile_key not in compiled:
+                    compiled.add(k.compile_key)
+                    core.nvrtc_compile(k.translation_unit, k.name, arch, cutlass=k.cutlass, sm90a=k.sm90a)
+    return seconds
+
+
 def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch: int) -> tuple[dict, Any]:
     """Captures and compiles `model` on `inputs` and runs that plan on the CPU
     against eager and an fp64 reference (harness.compare.assess: outputs and

@@ -64,13 +64,15 @@ def compile_times(
     model: torch.nn.Module, inputs: Sequence[Any], precision: str = "fp32", keep: bool = False
 ) -> tuple[dict, Any]:
     """Seconds of the first optimized call (capture, passes, NVRTC, module
-    load, one run), once with an empty kernel cache (compile_s_cold) and once
+    load, one run), once with an empty kernel cache (compile_s_cold, its
+    phases' seconds in compile_phases_s: fuseforge.phases) and once
     more in a new OptimizedModule with the disk cache that the first filled
     and this process's in-memory kernels forgotten (compile_s_warm). Run the
     model eagerly once before, so that CUDA and library initialization are not
     counted, and warm_imports(). `keep` copies the kernels compiled into the
     real disk cache. Returns the figures and the second optimized module."""
     import fuseforge
+    from fuseforge import phases
     from fuseforge._native import core
     from fuseforge.runtime import autotune, conv_probe
 
@@ -83,12 +85,15 @@ def compile_times(
                 core.clear_memory_cache()
                 _synchronize()
                 t0 = time.perf_counter()
-                # Compiling from example inputs raises CaptureError instead of
-                # falling back to eager: a run must not time eager as fuseforge.
-                fast = fuseforge.optimize(model, inputs, precision=precision)
-                fast(*inputs)
-                _synchronize()
+                with phases.recording() as seconds:
+                    # Compiling from example inputs raises CaptureError instead of
+                    # falling back to eager: a run must not time eager as fuseforge.
+                    fast = fuseforge.optimize(model, inputs, precision=precision)
+                    fast(*inputs)
+                    _synchronize()
                 out[key] = time.perf_counter() - t0
+                if key == "compile_s_cold":
+                    out["compile_phases_s"] = seconds
             # Kernels only: the timed choices (GEMM tiles, cuDNN's conv times) were
             # made beside other jobs (bench --jobs) and are timed again where kept.
             if real_cache:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fuseforge import phases
 from fuseforge._native import core
 from fuseforge.dtypes import TORCH
 from fuseforge.runtime import autotune, library_calls
@@ -93,7 +94,9 @@ class Executor:
     def _load_kernels(self) -> None:
         """Compiles every kernel; a GEMM or conv kernel that does not compile
         here (e.g. headers that do not fit this NVRTC) runs op by op instead."""
-        for i, (k, loaded) in enumerate(zip(self.plan.kernels, core.load_kernels(self.plan.kernels, self.arch))):
+        with phases.timed("NVRTC"):
+            loaded_kernels = core.load_kernels(self.plan.kernels, self.arch)
+        for i, (k, loaded) in enumerate(zip(self.plan.kernels, loaded_kernels)):
             if not isinstance(loaded, str):
                 self.kernels[i] = loaded
             elif k.kind in _LIBRARY_BACKED:

@@ -42,7 +42,7 @@ import re
 
 import torch
 
-from fuseforge import _native
+from fuseforge import _native, phases
 from fuseforge._native import core
 from fuseforge.runtime import conv_probe
 from fuseforge.runtime.precision import check_precision
@@ -228,9 +228,11 @@ def compile_ir(
     conv's math and layout follow what eager's conv does there (probed), and
     where the kernels are for its arch, they are chosen for its SM count and
     shared memory (device_target)."""
-    convs = probe_convs(text, precision, device) if device is not None and device.type == "cuda" else None
+    with phases.timed("GPU probes"):
+        convs = probe_convs(text, precision, device) if device is not None and device.type == "cuda" else None
     target = compile_target(arch, device)
     options = compile_options(precision, arch, gemm=gemm, trace=trace, passes=passes, convs=convs, target=target)
     compiled = core.compile(text, options)
+    phases.add_all(compiled.phase_seconds)
     warn_gemm_fallbacks(compiled.ir_after, precision, gemm)
     return compiled
