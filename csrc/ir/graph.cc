@@ -99,6 +99,7 @@ Value* Graph::new_value(std::string name, TensorType type) {
   Value* v = values_.back().get();
   v->name = std::move(name);
   v->type = std::move(type);
+  by_name_.emplace(v->name, v);
   return v;
 }
 
@@ -154,9 +155,8 @@ Node* Graph::insert_before(Node* before, Op op, std::vector<Operand> operands, s
 }
 
 Value* Graph::find_value(const std::string& name) const {
-  for (auto& v : values_)
-    if (v->name == name) return v.get();
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 std::vector<Node*> Graph::users(const Value* v) const {

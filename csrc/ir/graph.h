@@ -13,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <variant>
 #include <vector>
@@ -165,6 +166,9 @@ class Graph {
 
  private:
   std::vector<std::unique_ptr<Value>> values_;
+  // Every value by name (names are unique and never change): parsing and
+  // fresh names look names up once per value, not by scanning all of them.
+  std::unordered_map<std::string, Value*> by_name_;
   std::vector<Value*> inputs_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Value*> outputs_;
