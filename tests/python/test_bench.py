@@ -315,7 +315,7 @@ def test_compile_jobs_keep_kernels_but_not_timed_choices(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fuseforge, "optimize", fake_optimize)
     times, _ = measure.compile_times(object(), [], keep=True)
-    assert set(times) == {"compile_s_cold", "compile_s_warm"}
+    assert set(times) == {"compile_s_cold", "compile_s_warm", "compile_phases_s"}
     assert len(set(seen)) == 1 and seen[0] != str(real) and not os.path.exists(seen[0])
     assert sorted(p.name for p in real.iterdir()) == ["ff_kernel-sm90.cubin"]
     assert os.environ["FUSEFORGE_CACHE_DIR"] == str(real)
