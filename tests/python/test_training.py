@@ -258,3 +258,24 @@ def test_weight_gradient_of_a_summed_linear_is_one_row_expanded():
     torch.testing.assert_close(model.weight.grad, reference.weight.grad, rtol=1e-5, atol=1e-5)
     matmuls = [line.split(" : ")[-1] for line in step.graphs[1].compiled.ir_after.splitlines() if "= mm(" in line]
     assert matmuls == ["f32[1,16]"], step.graphs[1].compiled.ir_after
+
+
+def test_a_graph_with_symbolic_sizes_gets_a_plan_per_shape():
+    """Dynamo's dynamic shapes hand over graphs with symbolic sizes: each new
+    set of input shapes gets a plan of its own, traced with those sizes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fuseforge.runtime.training import CompiledGraph, PerShape, graph_compiler
+
+    def scaled_relu_matmul(x, w):
+        return (torch.relu(x @ w) * x.shape[0],)
+
+    gm = make_fx(scaled_relu_matmul, tracing_mode="symbolic")(torch.randn(4, 8), torch.randn(8, 3))
+    fn = graph_compiler("inference", "fp32")(gm, [p.meta["val"] for p in gm.graph.find_nodes(op="placeholder")])
+    assert isinstance(fn, PerShape)
+    w = torch.randn(8, 3)
+    for rows in (4, 6, 4):
+        x = torch.randn(rows, 8)
+        (got,) = fn([x, w])
+        torch.testing.assert_close(got, scaled_relu_matmul(x, w)[0])
+    assert len(fn.plans) == 2 and all(isinstance(p, CompiledGraph) for p in fn.plans.values())

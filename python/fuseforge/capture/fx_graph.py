@@ -76,6 +76,10 @@ def capture_fx(gm: fx.GraphModule, name: str, weights: Collection[int] = ()) -> 
         InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(p.name), p.name)
         if p.name in constants
         else InputSpec(InputKind.USER_INPUT, TensorArgument(p.name), None)
+        if isinstance(p.meta.get("val"), torch.Tensor)
+        # A size passed as a number (a graph traced with symbolic sizes, made
+        # concrete): its uses are specialized, the input itself unused.
+        else InputSpec(InputKind.USER_INPUT, ConstantArgument(p.name, None), None)
         for p in placeholders
     ]
     out_node = next(n for n in graph.nodes if n.op == "output")

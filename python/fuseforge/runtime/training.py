@@ -135,20 +135,68 @@ def graph_compiler(kind: str, precision: str, compiled: list[CompiledGraph] | No
         context = torch._guards.TracingContext.try_get()
         meta = context.fw_metadata if context is not None else None
         weights = meta.static_input_indices if kind == "inference" and meta is not None else []
-        try:
-            # AOTAutograd calls compilers inside its fake mode; the graph's
-            # constants, conv probes and autotuning need real tensors.
-            with unset_fake_temporarily():
-                graph = CompiledGraph(gm, example_inputs, kind, precision, weights)
-        except (CaptureError, ValueError) as e:  # not lowerable, or not valid IR: this graph runs eagerly
-            log.warning("fuseforge: the %s graph runs eagerly: %s", kind, one_line(e))
-            return make_boxed_func(gm.forward)
-        log.info("fuseforge: %s graph: %d kernels", kind, len(graph.compiled.plan.kernels))
-        if compiled is not None:
+        if any(_symbolic(x) for x in example_inputs):
+            log.info("fuseforge: the %s graph has symbolic sizes: a plan per input shapes", kind)
+            return PerShape(gm, kind, precision, weights, compiled)
+        graph = _compile_or_eager(gm, example_inputs, kind, precision, weights)
+        if compiled is not None and isinstance(graph, CompiledGraph):
             compiled.append(graph)
         return graph
 
     return compile_graph
+
+
+def _symbolic(x: Any) -> bool:
+    if isinstance(x, torch.SymInt):
+        return True
+    return isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
+
+
+def _compile_or_eager(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, precision: str, weights: Collection[int]
+) -> Callable[..., Any]:
+    """`gm` as a CompiledGraph, or run eagerly (logged) where it cannot be lowered."""
+    try:
+        # AOTAutograd calls compilers inside its fake mode; the graph's
+        # constants, conv probes and autotuning need real tensors.
+        with unset_fake_temporarily():
+            graph = CompiledGraph(gm, example_inputs, kind, precision, weights)
+    except (CaptureError, ValueError) as e:  # not lowerable, or not valid IR: this graph runs eagerly
+        log.warning("fuseforge: the %s graph runs eagerly: %s", kind, one_line(e))
+        return make_boxed_func(gm.forward)
+    log.info("fuseforge: %s graph: %d kernels", kind, len(graph.compiled.plan.kernels))
+    return graph
+
+
+class PerShape:
+    """A graph traced with symbolic sizes (dynamo's dynamic shapes): at the
+    first call with each set of input shapes and strides, the graph is
+    retraced with those sizes (on fake tensors) and compiled to a plan of
+    its own."""
+
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        kind: str,
+        precision: str,
+        weights: Collection[int],
+        compiled: list[CompiledGraph] | None,
+    ):
+        self._boxed_call = True
+        self.gm, self.kind, self.precision, self.weights, self.compiled = gm, kind, precision, weights, compiled
+        self.plans: dict[tuple, Callable[..., Any]] = {}
+
+    def __call__(self, args: list) -> list:
+        key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
+        plan = self.plans.get(key)
+        if plan is None:
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            concrete = make_fx(self.gm, tracing_mode="fake")(*args)
+            plan = self.plans[key] = _compile_or_eager(concrete, args, self.kind, self.precision, self.weights)
+            if self.compiled is not None and isinstance(plan, CompiledGraph):
+                self.compiled.append(plan)
+        return plan(args)
 
 
 def aot_compilers(precision: str, compiled: list[CompiledGraph] | None = None) -> dict[str, Any]:
