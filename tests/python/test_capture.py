@@ -1176,3 +1176,26 @@ def test_capture_when_only_the_conv_tf32_flag_was_set():
         assert (cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision) == flags
     finally:
         cudnn.conv.fp32_precision = saved[0]
+
+
+def test_a_written_tensor_attribute_is_captured_as_state():
+    """Reassigned (or written in place) by forward, a plain tensor attribute
+    is a buffer the graph writes back, not a constant frozen at its first
+    value; the model keeps it as a plain attribute."""
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h = torch.zeros(4, 8)
+            self.count = torch.zeros(())
+
+        def forward(self, x):
+            self.h = torch.tanh(x + self.h)
+            self.count.add_(1)
+            return self.h * 2
+
+    model = Recurrent()
+    captured = capture(model, [torch.randn(4, 8)])
+    assert sorted(name for name, _ in captured.mutations) == ["count", "h"], captured.text
+    assert "%h: f32[4,8] buffer" in captured.text
+    assert not dict(model.named_buffers()) and torch.equal(model.h, torch.zeros(4, 8))

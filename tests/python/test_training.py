@@ -279,3 +279,29 @@ def test_a_graph_with_symbolic_sizes_gets_a_plan_per_shape():
         (got,) = fn([x, w])
         torch.testing.assert_close(got, scaled_relu_matmul(x, w)[0])
     assert len(fn.plans) == 2 and all(isinstance(p, CompiledGraph) for p in fn.plans.values())
+
+
+class RecurrentState(nn.Module):
+    """A state kept in a plain tensor attribute and reassigned by forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.h = torch.zeros(4, 8)
+
+    def forward(self, x):
+        self.h = torch.tanh(self.fc(x) + self.h.detach())
+        return self.h * 2
+
+
+def test_a_reassigned_tensor_attribute_is_state_the_next_step_reads():
+    torch.manual_seed(0)
+    model = RecurrentState()
+    reference = copy.deepcopy(model)
+    x = torch.randn(4, 8)
+    out, _ = _steps(model, x, 3, compiled=True)
+    want, _ = _steps(reference, x, 3, compiled=False)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(model.h, reference.h.detach())
+    torch.testing.assert_close(model.fc.weight.grad, reference.fc.weight.grad)
+    assert "h" not in dict(model.named_buffers())  # the model is as it was: h is no buffer

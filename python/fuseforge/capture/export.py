@@ -31,6 +31,7 @@ from fuseforge.capture.decompositions import run_decompositions
 from fuseforge.capture.graph import CapturedGraph, CaptureError
 from fuseforge.capture.lowering import Lowerer
 from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
+from fuseforge.capture.tensor_attributes import WRITTEN, tensor_attributes_as_buffers
 
 
 @contextlib.contextmanager
@@ -106,18 +107,39 @@ def _no_hooks_left_on_failure() -> Iterator[None]:
         raise
 
 
-def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
-    with warnings.catch_warnings(), _lstm_shape_fix(), _agreeing_cudnn_tf32_flags(), _no_hooks_left_on_failure():
-        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
-        warnings.filterwarnings("ignore", message=r".*were assigned during export.*")
-        printed = io.StringIO()  # a failing export prints the partial graph to stderr
+def _trace(model: nn.Module, args: tuple, printed: io.StringIO) -> tuple[torch.export.ExportedProgram, bool]:
+    """torch.export of the model, and whether it wrote a plain tensor
+    attribute (tensor_attributes.WRITTEN: warned of, or refused)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         try:
             with contextlib.redirect_stderr(printed), opaque_rnns(), phases.timed("capture: export"):
                 ep = torch.export.export(model, args, strict=False)
         except Exception as e:
+            if any(w in str(e) for w in WRITTEN):
+                return cast(torch.export.ExportedProgram, None), True
             error = CaptureError(f"torch.export failed: {type(e).__name__}: {e}")
             error.details = printed.getvalue()
             raise error from e
+    written = False
+    for w in seen:
+        if any(text in str(w.message) for text in WRITTEN):
+            written = True
+        elif "isinstance(treespec, LeafSpec)" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return ep, written
+
+
+def _export(model: nn.Module, args: tuple) -> torch.export.ExportedProgram:
+    with _lstm_shape_fix(), _agreeing_cudnn_tf32_flags(), _no_hooks_left_on_failure():
+        printed = io.StringIO()  # a failing export prints the partial graph to stderr
+        ep, written = _trace(model, args, printed)
+        if written:  # traced again with the written attributes as buffers
+            printed = io.StringIO()
+            with tensor_attributes_as_buffers(model):
+                ep, written = _trace(model, args, printed)
+            if written:
+                raise CaptureError("forward writes a tensor attribute that fuseforge cannot carry as state")
         sys.stderr.write(printed.getvalue())
         try:
             with phases.timed("capture: decompositions"):

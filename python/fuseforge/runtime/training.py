@@ -35,6 +35,7 @@ from torch.utils import _pytree as pytree
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, decomposition_table
 from fuseforge.capture.fx_graph import capture_fx
+from fuseforge.capture.tensor_attributes import plain_tensors, tensor_attributes_as_buffers
 from fuseforge.diagnostics import one_line
 from fuseforge.runtime import fast_call
 from fuseforge.runtime.executor import Executor
@@ -233,13 +234,14 @@ class _FlatCall(nn.Module):
 
 
 def _state_slots(model: nn.Module) -> list[tuple[dict, str, Any]]:
-    """Where the model's submodules, parameters and buffers live: (the dict
-    that holds it, its name, the object). Looking each up again is how a
+    """Where the model's submodules, parameters, buffers and plain tensor
+    attributes live: (the dict that holds it, its name, the object). Looking each up again is how a
     step notices a replaced parameter or submodule, at a dict lookup apiece."""
     slots: list[tuple[dict, str, Any]] = []
     for m in model.modules():
         for d in (m._modules, m._parameters, m._buffers):
             slots += [(d, name, v) for name, v in d.items()]
+        slots += [(m.__dict__, name, v) for name, v in plain_tensors(m)]  # traced as buffers too
     return slots
 
 
@@ -260,7 +262,11 @@ class TrainingStep:
         # with the parameters and buffers as inputs); its annotation names the
         # GraphModule dynamo hands it.
         flat: Any = self.flat
-        self.fn = aot_module_simplified(flat, tensors, **aot_compilers(precision, self.graphs))
+        # A tensor attribute forward writes (a recurrent state) is traced as a
+        # buffer: AOTAutograd then lifts the tensor and writes its new value
+        # back into it after each forward, as eager's call leaves it.
+        with tensor_attributes_as_buffers(model):
+            self.fn = aot_module_simplified(flat, tensors, **aot_compilers(precision, self.graphs))
         self.out_spec = self.flat.out_spec
 
     def applies(self, model: nn.Module) -> bool:
