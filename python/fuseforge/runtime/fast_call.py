@@ -43,49 +43,13 @@ def arm(module: Any, spec: Any, args: Sequence[Any], inputs: Sequence[Any]) -> A
     repeated natively: an argument that is not a tensor, a number or None, a
     nested one, a precision that changes library math around the call, or an
     executor whose prepare section has not run."""
-    if not ENABLED or not isinstance(precision_context(module.precision), contextlib.nullcontext):
-        return None
-    executor = spec.executor
-    prepared = executor.prepared(inputs)
-    if prepared is None:
-        return None
-    sources: list[tuple] = []
-    for (kind, src), slot in zip(spec.getters, executor.input_slots):
-        if kind == "arg":
-            index = getattr(getattr(src, "__self__", None), "source", None)
-            if not isinstance(index, int):
-                return None
-            sources.append(("arg", slot, index))
-        elif kind == "const":
-            sources.append(("const", slot, src))
-        else:
-            owner = _owning_dict(*src)
-            if owner is None:
-                return None
-            sources.append(("state", slot, owner, src[1]))
     mutations = []
-    for (mod, name), slot in zip(spec.mutation_targets, executor.mutation_slots):
+    for (mod, name), slot in zip(spec.mutation_targets, spec.executor.mutation_slots):
         if name not in mod._buffers:
             return None
         mutations.append((slot, mod._buffers, name))
-    weights, kept = prepared
-    try:
-        return _fast_call.FastCall(
-            len(executor.types),
-            module.training,
-            tuple(args),
-            list(spec.captured.specialized_scalars.items()),
-            sources,
-            weights,
-            kept,
-            executor.fast_steps(),
-            list(executor.output_slots),
-            mutations,
-            executor.device.index or 0,
-            core.launch_entry,
-        )
-    except ValueError:  # an argument or state FastCall does not take
-        return None
+    specialized = list(spec.captured.specialized_scalars.items())
+    return _arm(module.training, spec.executor, spec.getters, args, inputs, module.precision, specialized, mutations)
 
 
 class GraphCall:
@@ -114,39 +78,59 @@ def arm_graph(
     Python path) natively: it returns the plan's outputs, or None for a call
     unlike this one or whose weights changed. None where the call cannot be
     repeated natively (see `arm`)."""
+    fast = _arm(GraphCall.training, executor, getters, args, inputs, precision, [], [])
+    return GraphCall(fast) if fast is not None else None
+
+
+def _arm(
+    training: bool,
+    executor: Any,
+    getters: Sequence[tuple[str, Any]],
+    args: Sequence[Any],
+    inputs: Sequence[Any],
+    precision: str,
+    specialized: list,
+    mutations: list,
+) -> Any:
+    """The FastCall of `arm` and `arm_graph`: where each plan input comes
+    from, the prepare section's weights and kept values, and the run steps."""
     if not ENABLED or not isinstance(precision_context(precision), contextlib.nullcontext):
         return None
     prepared = executor.prepared(inputs)
     if prepared is None:
         return None
-    weights, kept = prepared
     sources: list[tuple] = []
     for (kind, src), slot in zip(getters, executor.input_slots):
-        index = getattr(getattr(src, "__self__", None), "source", None) if kind == "arg" else None
-        if kind == "arg" and isinstance(index, int):
+        if kind == "arg":
+            index = getattr(getattr(src, "__self__", None), "source", None)
+            if not isinstance(index, int):
+                return None
             sources.append(("arg", slot, index))
         elif kind == "const":
             sources.append(("const", slot, src))
         else:
-            return None
+            owner = _owning_dict(*src)
+            if owner is None:
+                return None
+            sources.append(("state", slot, owner, src[1]))
+    weights, kept = prepared
     try:
-        fast = _fast_call.FastCall(
+        return _fast_call.FastCall(
             len(executor.types),
-            GraphCall.training,
+            training,
             tuple(args),
-            [],
+            specialized,
             sources,
             weights,
             kept,
             executor.fast_steps(),
             list(executor.output_slots),
-            [],
+            mutations,
             executor.device.index or 0,
             core.launch_entry,
         )
-    except ValueError:
+    except ValueError:  # an argument or state FastCall does not take
         return None
-    return GraphCall(fast)
 
 
 def _owning_dict(module: Any, name: str) -> dict | None:

@@ -174,9 +174,7 @@ class OptimizedModule(nn.Module):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if self._ff_gave_up or not tensors:
             return self._eager(*args)
-        if any(t.device.type != "cuda" for t in tensors):
-            where = ", ".join(sorted({str(t.device) for t in tensors}))
-            self._warn_once(f"inputs on {where}, and fuseforge compiles for CUDA devices only")
+        if self._off_gpu(tensors):
             return self._eager(*args)
         if key is None:  # no hot specialization to compare with above
             key = _guard_key(self, args)
@@ -213,6 +211,14 @@ class OptimizedModule(nn.Module):
             raise RuntimeError("fuseforge internal error: a fresh specialization rejects the inputs it was captured on")
         object.__setattr__(self, "_ff_hot", (key, spec))
         return self._run(spec, inputs, args)
+
+    def _off_gpu(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether a tensor argument is off the GPU (then the call runs eagerly, said once)."""
+        if all(t.device.type == "cuda" for t in tensors):
+            return False
+        where = ", ".join(sorted({str(t.device) for t in tensors}))
+        self._warn_once(f"inputs on {where}, and fuseforge compiles for CUDA devices only")
+        return True
 
     def _warn_once(self, reason: str) -> None:
         """One warning per module, on its first fall back to eager."""
@@ -278,10 +284,7 @@ class OptimizedModule(nn.Module):
     def _train_call(self, args: Sequence[Any]) -> Any:
         """Forward through the compiled forward/backward pair for this kind of call."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if self._ff_gave_up or any(t.device.type != "cuda" for t in tensors):
-            if not self._ff_gave_up:
-                where = ", ".join(sorted({str(t.device) for t in tensors}))
-                self._warn_once(f"inputs on {where}, and fuseforge compiles for CUDA devices only")
+        if self._ff_gave_up or self._off_gpu(tensors):
             return self._eager(*args)
         fixed = tuple(repr(a) for a in args if not isinstance(a, torch.Tensor))
         key = ("train", _guard_key(self, args), fixed)

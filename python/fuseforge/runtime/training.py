@@ -139,10 +139,7 @@ def graph_compiler(kind: str, precision: str, compiled: list[CompiledGraph] | No
         if any(_symbolic(x) for x in example_inputs):
             log.info("fuseforge: the %s graph has symbolic sizes: a plan per input shapes", kind)
             return PerShape(gm, kind, precision, weights, compiled)
-        graph = _compile_or_eager(gm, example_inputs, kind, precision, weights)
-        if compiled is not None and isinstance(graph, CompiledGraph):
-            compiled.append(graph)
-        return graph
+        return _compile_or_eager(gm, example_inputs, kind, precision, weights, compiled)
 
     return compile_graph
 
@@ -154,9 +151,15 @@ def _symbolic(x: Any) -> bool:
 
 
 def _compile_or_eager(
-    gm: fx.GraphModule, example_inputs: Sequence[Any], kind: str, precision: str, weights: Collection[int]
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    kind: str,
+    precision: str,
+    weights: Collection[int],
+    compiled: list[CompiledGraph] | None,
 ) -> Callable[..., Any]:
-    """`gm` as a CompiledGraph, or run eagerly (logged) where it cannot be lowered."""
+    """`gm` as a CompiledGraph (appended to `compiled`), or run eagerly
+    (logged) where it cannot be lowered."""
     try:
         # AOTAutograd calls compilers inside its fake mode; the graph's
         # constants, conv probes and autotuning need real tensors.
@@ -166,6 +169,8 @@ def _compile_or_eager(
         log.warning("fuseforge: the %s graph runs eagerly: %s", kind, one_line(e))
         return make_boxed_func(gm.forward)
     log.info("fuseforge: %s graph: %d kernels", kind, len(graph.compiled.plan.kernels))
+    if compiled is not None:
+        compiled.append(graph)
     return graph
 
 
@@ -194,9 +199,9 @@ class PerShape:
             from torch.fx.experimental.proxy_tensor import make_fx
 
             concrete = make_fx(self.gm, tracing_mode="fake")(*args)
-            plan = self.plans[key] = _compile_or_eager(concrete, args, self.kind, self.precision, self.weights)
-            if self.compiled is not None and isinstance(plan, CompiledGraph):
-                self.compiled.append(plan)
+            plan = self.plans[key] = _compile_or_eager(
+                concrete, args, self.kind, self.precision, self.weights, self.compiled
+            )
         return plan(args)
 
 
