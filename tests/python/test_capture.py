@@ -1187,15 +1187,15 @@ def test_a_written_tensor_attribute_is_captured_as_state():
         def __init__(self):
             super().__init__()
             self.h = torch.zeros(4, 8)
-            self.count = torch.zeros(())
+            self._count = torch.zeros(())
 
         def forward(self, x):
             self.h = torch.tanh(x + self.h)
-            self.count.add_(1)
+            self._count.add_(1)
             return self.h * 2
 
     model = Recurrent()
     captured = capture(model, [torch.randn(4, 8)])
-    assert sorted(name for name, _ in captured.mutations) == ["count", "h"], captured.text
+    assert sorted(name for name, _ in captured.mutations) == ["_count", "h"], captured.text
     assert "%h: f32[4,8] buffer" in captured.text
     assert not dict(model.named_buffers()) and torch.equal(model.h, torch.zeros(4, 8))

@@ -31,9 +31,7 @@ WRITTEN = ("was assigned during export", "is mutated in the forward method")
 def plain_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The module's own tensor attributes that are neither parameters nor buffers."""
     return [
-        (name, v)
-        for name, v in vars(module).items()
-        if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter) and not name.startswith("_")
+        (name, v) for name, v in vars(module).items() if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter)
     ]
 
 

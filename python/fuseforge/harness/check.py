@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from fuseforge.capture.tensor_attributes import plain_tensors
 from fuseforge.harness.compare import Verdict, assess, combine, flatten_tensors
 from fuseforge.harness.problem import problem_inputs
 
@@ -41,17 +42,12 @@ def _load_buffers(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> Non
 def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
     """The floating tensors below float64 that modules of `model` hold as
     plain attributes (neither parameters nor buffers: `self.h0 = torch.zeros(...)`)."""
-    found = []
-    for module in model.modules():
-        for name, t in vars(module).items():
-            if (
-                isinstance(t, torch.Tensor)
-                and not isinstance(t, torch.nn.Parameter)
-                and t.is_floating_point()
-                and t.dtype != torch.float64
-            ):
-                found.append((module, name, t))
-    return found
+    return [
+        (module, name, t)
+        for module in model.modules()
+        for name, t in plain_tensors(module)
+        if t.is_floating_point() and t.dtype != torch.float64
+    ]
 
 
 @contextlib.contextmanager
