@@ -11,6 +11,12 @@ from fuseforge.runtime import fast_call
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(fast_call._fast_call is None, reason="_fast_call was not built")]
 
 
+@pytest.fixture(autouse=True)
+def _step_by_step(monkeypatch):
+    """The native path's own steps: no plan replays as a CUDA graph here (test_cuda_graph_gpu.py)."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "off")
+
+
 class GemvSum(torch.nn.Module):
     """gemm_divide_sum_scaling's pattern: a prepared column sum, one reduction kernel."""
 

@@ -166,7 +166,7 @@ def test_backward_kernels_compile_for_sm90(path, monkeypatch):
 
     plans = {}
 
-    def compile_only(kind, precision, compiled=None):
+    def compile_only(kind, precision, compiled=None, state=0):
         def compile_graph(gm, example_inputs):
             with unset_fake_temporarily():
                 captured = training.capture_fx(gm, kind)

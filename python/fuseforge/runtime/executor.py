@@ -88,6 +88,8 @@ class Executor:
         self._kept = list(plan.prepare_keeps)
         self._weights = list(plan.prepare_reads)
         self._prepared: dict = {}
+        #: The run section as a CUDA graph, where it replays (runtime/cuda_graph.py adopts one).
+        self.graph: Any = None
         #: The text of every step this executor runs, in order (prepare, then run).
         self.step_texts = [plan.step_text(s) for s in [*plan.prepare, *plan.run]]
 
@@ -318,7 +320,10 @@ class Executor:
         """The run section as fuseforge._fast_call.FastCall takes it: a
         compiled kernel's launch natively; a free; any other step (library
         calls, views, kernels still to be tuned or run op by op, CPU
-        stand-ins) through this executor's own closure over the slot list."""
+        stand-ins) through this executor's own closure over the slot list.
+        With a CUDA graph, the whole section is its replay."""
+        if self.graph is not None:
+            return [("python", self.graph.run)]
         out: list[tuple] = []
         for step, run in zip(self.plan.run, self._run):
             kernel = self.kernels[step.kernel] if step.kind == "launch" and self.device.type == "cuda" else None
@@ -360,15 +365,28 @@ class Executor:
         for b, v in zip(self._kept, cached_prepare(self._prepared, [env[b] for b in self._weights], compute)):
             env[b] = v
 
-    def __call__(self, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """Runs the plan; returns (outputs, new buffer values) in plan order."""
+    def pending_tuning(self) -> bool:
+        """Whether a kernel is still to be timed at its first run."""
+        return bool(self._tuning)
+
+    def slots_for(self, inputs: Sequence[Any]) -> Env:
+        """The slot list for a call with `inputs`: they and the prepare
+        section's values in their slots, the rest empty."""
         env: Env = [None] * len(self.types)
         for s, x in zip(self.input_slots, inputs):
             env[s] = x
         if self._prepare:
             self._prepare_section(env)
-        for run in self._run:
-            run(env)
+        return env
+
+    def __call__(self, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Runs the plan; returns (outputs, new buffer values) in plan order."""
+        env = self.slots_for(inputs)
+        if self.graph is not None:
+            self.graph.run(env)
+        else:
+            for run in self._run:
+                run(env)
         return [env[s] for s in self.output_slots], [env[s] for s in self.mutation_slots]
 
 

@@ -6,7 +6,7 @@ import contextlib
 import inspect
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from torch import nn
 from fuseforge._native import core
 from fuseforge.capture import CapturedGraph, CaptureError, capture, resolve_attribute
 from fuseforge.diagnostics import one_line
-from fuseforge.runtime import fast_call, plan_cache
+from fuseforge.runtime import cuda_graph, fast_call, plan_cache
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import check_precision, eager_conv_precision, precision_context
@@ -41,6 +41,7 @@ class Specialization:
     state_meta: list  # per "state" getter: (dtype, device, shape, strides) at capture
     mutation_targets: list  # per mutation: (module, buffer name)
     fast: Any = None  # fast_call.arm's FastCall for calls like the last one; False: it cannot take them
+    graphed: bool | None = None  # whether its run section replays as a CUDA graph; None: not decided yet
 
     def gather(self, args: Sequence[Any]) -> list | None:
         """The plan's inputs for `args`, or None if this specialization does not
@@ -270,7 +271,27 @@ class OptimizedModule(nn.Module):
                 getattr(mod, name).copy_(value)
         if spec.fast is None or rearm:
             spec.fast = fast_call.arm(self, spec, args, inputs) or False
+        if spec.graphed is None:
+            spec.graphed = self._adopt_graph(spec, args, inputs)
         return spec.captured.unflatten_outputs(outputs)
+
+    def _adopt_graph(self, spec: Specialization, args: Sequence[Any], inputs: list) -> bool:
+        """Whether `spec` replays as a CUDA graph from now on (cuda_graph.adopt,
+        timed against the native call path); its FastCall re-armed if so."""
+        varying = [kind == "arg" for kind, _ in spec.getters]
+        buffers = [
+            (slot, getattr(mod, name)) for (mod, name), slot in zip(spec.mutation_targets, spec.executor.mutation_slots)
+        ]
+
+        def armed_call() -> Callable[[], object]:
+            fast = fast_call.arm(self, spec, args, inputs)
+            return (lambda: fast(self, args)) if fast else (lambda: spec.executor(inputs))
+
+        with torch.no_grad(), precision_context(self.precision):
+            graphed = cuda_graph.adopt(spec.executor, inputs, varying, buffers, armed_call)
+        if graphed:
+            spec.fast = fast_call.arm(self, spec, args, inputs) or False
+        return graphed
 
     # ---- training
 

@@ -17,6 +17,10 @@ docs/ENVIRONMENT.md lists both sides'):
   math forced instead of probed (diagnostics; runtime/conv_probe.py);
 - FUSEFORGE_FAST_CALL=0: every call takes the Python path, none the native
   one (runtime/fast_call.py; to compare, or to rule it out);
+- FUSEFORGE_CUDA_GRAPHS: auto (default: a plan replays as a CUDA graph
+  where that times faster than walking its steps), always (wherever it can
+  be captured) or off (or 0: every call walks its steps; to compare, or to
+  rule it out); runtime/cuda_graph.py;
 - FUSEFORGE_WARM_START=0: every new process captures the model again instead
   of loading its captured graph from the cache directory (runtime/plan_cache.py);
 - FUSEFORGE_DISABLE_CACHE=1, which the core reads for its kernels, turns the
@@ -64,6 +68,7 @@ ENV_CONV_KERNELS = "FUSEFORGE_CONV_KERNELS"
 ENV_CONV_PRECISION = "FUSEFORGE_CONV_PRECISION"
 ENV_FAST_CALL = "FUSEFORGE_FAST_CALL"
 ENV_WARM_START = "FUSEFORGE_WARM_START"
+ENV_CUDA_GRAPHS = "FUSEFORGE_CUDA_GRAPHS"
 ENV_DISABLE_CACHE = "FUSEFORGE_DISABLE_CACHE"
 #: The kernel cache's directory: read by the core (csrc/runtime/env.cc), never here.
 ENV_CACHE_DIR = "FUSEFORGE_CACHE_DIR"
@@ -71,6 +76,16 @@ ENV_CACHE_DIR = "FUSEFORGE_CACHE_DIR"
 
 def fast_call_enabled() -> bool:
     return os.environ.get(ENV_FAST_CALL) != "0"
+
+
+def cuda_graphs() -> str:
+    """auto, always or off (FUSEFORGE_CUDA_GRAPHS)."""
+    value = os.environ.get(ENV_CUDA_GRAPHS, "auto")
+    if value in ("0", "off"):
+        return "off"
+    if value not in ("auto", "always"):
+        raise ValueError(f"{ENV_CUDA_GRAPHS}={value!r}: expected auto, always or off")
+    return "always" if value == "always" else "auto"
 
 
 def warm_start_enabled() -> bool:

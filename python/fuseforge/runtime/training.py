@@ -37,7 +37,7 @@ from fuseforge.capture import CaptureError, decomposition_table
 from fuseforge.capture.fx_graph import capture_fx
 from fuseforge.capture.tensor_attributes import plain_tensors, tensor_attributes_as_buffers
 from fuseforge.diagnostics import one_line
-from fuseforge.runtime import fast_call
+from fuseforge.runtime import cuda_graph, fast_call
 from fuseforge.runtime.executor import Executor
 from fuseforge.runtime.options import compile_ir
 from fuseforge.runtime.precision import precision_context
@@ -48,6 +48,11 @@ log = logging.getLogger("fuseforge")
 #: until the tensors of the last step go, which at interpreter exit can be
 #: after the core's bindings are torn down; their plans are dropped first.
 _LIVE: weakref.WeakSet[CompiledGraph] = weakref.WeakSet()
+
+
+def _arg_index(fetch: Any) -> Any:
+    """The argument position an "arg" getter reads (CapturedGraph.input_getters)."""
+    return getattr(getattr(fetch, "__self__", None), "source", None)
 
 
 def _device_of(example_inputs: Sequence[Any]) -> torch.device:
@@ -74,6 +79,9 @@ class CompiledGraph:
         "getters",
         "precision",
         "fast",
+        "fixed",
+        "kind",
+        "graphed",
         "__dict__",
         "__weakref__",
     )
@@ -85,6 +93,7 @@ class CompiledGraph:
         name: str,
         precision: str,
         weights: Collection[int] = (),
+        fixed: Collection[int] = (),
     ):
         self._boxed_call = True
         self.device = _device_of(example_inputs)
@@ -96,6 +105,9 @@ class CompiledGraph:
         self.getters = self.captured.input_getters(gm, self.device)
         self.precision = precision
         self.fast: Any = None  # the native call path, armed at the first call; False: none
+        self.fixed = frozenset(fixed)  # the arguments that are the same tensors at every call (dynamo's static inputs)
+        self.kind = name  # forward, backward or inference
+        self.graphed: bool | None = None  # whether the plan replays as a CUDA graph; None: not decided yet
         _LIVE.add(self)
 
     def release(self) -> None:
@@ -117,7 +129,25 @@ class CompiledGraph:
             outputs, _ = self.executor(inputs)
         if arm is not None:
             self.fast = fast_call.arm_graph(self.executor, self.getters, arm, inputs, self.precision) or False
+            if self.graphed is None:
+                self.graphed = self._adopt_graph(arm, inputs)
         return list(self.captured.unflatten_outputs(outputs))
+
+    def _adopt_graph(self, args: tuple, inputs: list) -> bool:
+        """Whether the plan replays as a CUDA graph from now on (cuda_graph.adopt,
+        timed against the native call path); re-armed if so."""
+        varying = [kind == "arg" and _arg_index(src) not in self.fixed for kind, src in self.getters]
+
+        def armed_call() -> Callable[[], object]:
+            fast = fast_call.arm_graph(self.executor, self.getters, args, inputs, self.precision)
+            return (lambda: fast(args)) if fast else (lambda: self.executor(inputs))
+
+        with torch.no_grad(), precision_context(self.precision):
+            training = self.kind != "inference"
+            graphed = cuda_graph.adopt(self.executor, inputs, varying, [], armed_call, training)
+        if graphed:
+            self.fast = fast_call.arm_graph(self.executor, self.getters, args, inputs, self.precision) or False
+        return graphed
 
 
 @atexit.register
@@ -126,20 +156,28 @@ def _release_all() -> None:
         graph.release()
 
 
-def graph_compiler(kind: str, precision: str, compiled: list[CompiledGraph] | None = None) -> Callable[..., Any]:
+def graph_compiler(
+    kind: str, precision: str, compiled: list[CompiledGraph] | None = None, state: int = 0
+) -> Callable[..., Any]:
     """An AOTAutograd compiler of `kind` ("forward", "backward" or
-    "inference") graphs; each compiled graph is appended to `compiled`."""
+    "inference") graphs; each compiled graph is appended to `compiled`.
+    `state`: how many of a forward or inference graph's first arguments are
+    the module's parameters and buffers where dynamo does not say which
+    (aot_module_simplified puts them first)."""
 
     def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         # An inference graph's parameters (dynamo's static inputs) are the
         # same tensors call after call: what derives from them is prepared once.
         context = torch._guards.TracingContext.try_get()
         meta = context.fw_metadata if context is not None else None
-        weights = meta.static_input_indices if kind == "inference" and meta is not None else []
+        # Dynamo's static inputs index the forward's arguments; a backward's are saved values and gradients.
+        fixed = [] if kind == "backward" else list(meta.static_input_indices) if meta is not None else []
+        fixed = fixed or ([] if kind == "backward" else list(range(state)))
+        weights = fixed if kind == "inference" else []
         if any(_symbolic(x) for x in example_inputs):
             log.info("fuseforge: the %s graph has symbolic sizes: a plan per input shapes", kind)
-            return PerShape(gm, kind, precision, weights, compiled)
-        return _compile_or_eager(gm, example_inputs, kind, precision, weights, compiled)
+            return PerShape(gm, kind, precision, weights, fixed, compiled)
+        return _compile_or_eager(gm, example_inputs, kind, precision, weights, fixed, compiled)
 
     return compile_graph
 
@@ -156,6 +194,7 @@ def _compile_or_eager(
     kind: str,
     precision: str,
     weights: Collection[int],
+    fixed: Collection[int],
     compiled: list[CompiledGraph] | None,
 ) -> Callable[..., Any]:
     """`gm` as a CompiledGraph (appended to `compiled`), or run eagerly
@@ -164,7 +203,7 @@ def _compile_or_eager(
         # AOTAutograd calls compilers inside its fake mode; the graph's
         # constants, conv probes and autotuning need real tensors.
         with unset_fake_temporarily():
-            graph = CompiledGraph(gm, example_inputs, kind, precision, weights)
+            graph = CompiledGraph(gm, example_inputs, kind, precision, weights, fixed)
     except (CaptureError, ValueError) as e:  # not lowerable, or not valid IR: this graph runs eagerly
         log.warning("fuseforge: the %s graph runs eagerly: %s", kind, one_line(e))
         return make_boxed_func(gm.forward)
@@ -186,10 +225,12 @@ class PerShape:
         kind: str,
         precision: str,
         weights: Collection[int],
+        fixed: Collection[int],
         compiled: list[CompiledGraph] | None,
     ):
         self._boxed_call = True
-        self.gm, self.kind, self.precision, self.weights, self.compiled = gm, kind, precision, weights, compiled
+        self.gm, self.kind, self.precision, self.compiled = gm, kind, precision, compiled
+        self.weights, self.fixed = weights, fixed
         self.plans: dict[tuple, Callable[..., Any]] = {}
 
     def __call__(self, args: list) -> list:
@@ -200,20 +241,21 @@ class PerShape:
 
             concrete = make_fx(self.gm, tracing_mode="fake")(*args)
             plan = self.plans[key] = _compile_or_eager(
-                concrete, args, self.kind, self.precision, self.weights, self.compiled
+                concrete, args, self.kind, self.precision, self.weights, self.fixed, self.compiled
             )
         return plan(args)
 
 
-def aot_compilers(precision: str, compiled: list[CompiledGraph] | None = None) -> dict[str, Any]:
+def aot_compilers(precision: str, compiled: list[CompiledGraph] | None = None, state: int = 0) -> dict[str, Any]:
     """The keyword arguments AOTAutograd takes: fuseforge's forward, backward
-    and inference compilers, the min-cut partitioner and the decompositions."""
+    and inference compilers (`state`: see graph_compiler), the min-cut
+    partitioner and the decompositions."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     return dict(
-        fw_compiler=graph_compiler("forward", precision, compiled),
+        fw_compiler=graph_compiler("forward", precision, compiled, state),
         bw_compiler=graph_compiler("backward", precision, compiled),
-        inference_compiler=graph_compiler("inference", precision, compiled),
+        inference_compiler=graph_compiler("inference", precision, compiled, state),
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decomposition_table(),
     )
@@ -271,7 +313,10 @@ class TrainingStep:
         # buffer: AOTAutograd then lifts the tensor and writes its new value
         # back into it after each forward, as eager's call leaves it.
         with tensor_attributes_as_buffers(model):
-            self.fn = aot_module_simplified(flat, tensors, **aot_compilers(precision, self.graphs))
+            # The forward's first arguments, as aot_module_simplified lifts them.
+            state = len(dict(flat.named_parameters(remove_duplicate=False)))
+            state += len(dict(flat.named_buffers(remove_duplicate=False)))
+            self.fn = aot_module_simplified(flat, tensors, **aot_compilers(precision, self.graphs, state))
         self.out_spec = self.flat.out_spec
 
     def applies(self, model: nn.Module) -> bool:
