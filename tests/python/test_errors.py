@@ -132,7 +132,7 @@ class DataDependent(torch.nn.Module):
 
 
 @pytest.mark.gpu
-def test_a_model_that_cannot_be_captured_warns_once_and_is_not_captured_again(monkeypatch):
+def test_a_model_that_cannot_be_captured_is_split_warns_once_and_is_not_captured_again(monkeypatch, caplog):
     from fuseforge.runtime import module
 
     calls = []
@@ -140,14 +140,18 @@ def test_a_model_that_cannot_be_captured_warns_once_and_is_not_captured_again(mo
     monkeypatch.setattr(module, "capture", lambda *a, **k: calls.append(1) or real(*a, **k))
     fast = fuseforge.optimize(DataDependent())
     x = torch.ones(8, 16, device="cuda")
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level("INFO", logger="fuseforge"):
         warnings.simplefilter("always")
         for _ in range(3):
             torch.testing.assert_close(fast(x), x * 2)
+        torch.testing.assert_close(fast(-x), -x - 1)
+    # The parts dynamo captured were compiled to plans.
+    assert any(r.getMessage().startswith("fuseforge: inference graph:") for r in caplog.records)
     messages = [str(w.message) for w in caught if "fuseforge" in str(w.message)]
     assert len(messages) == 1 and len(calls) == 1, (messages, calls)
     line = messages[0]
-    assert "\n" not in line and "cannot capture it" in line and "data-dependent" in line
+    assert "\n" not in line and "cannot capture it whole" in line and "data-dependent" in line
+    assert "dynamo splits it" in line
     assert "test_errors.py:" in line and "in forward: return x * 2 if x.sum() > 0 else x - 1" in line
 
 

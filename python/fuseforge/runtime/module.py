@@ -116,7 +116,8 @@ class OptimizedModule(nn.Module):
     _ff_model: nn.Module
     _ff_specializations: dict[tuple, list[Specialization]]
     _ff_gave_up: bool
-    _ff_eager_keys: set[tuple]
+    _ff_split_keys: set[tuple]
+    _ff_split: SplitStep | None
     _ff_warned: bool
     _ff_hot: tuple[tuple, Specialization] | None
     _ff_training: dict[tuple, TrainingStep | SplitStep]
@@ -132,7 +133,8 @@ class OptimizedModule(nn.Module):
         object.__setattr__(self, "_ff_model", model)
         object.__setattr__(self, "_ff_specializations", {})
         object.__setattr__(self, "_ff_gave_up", False)
-        object.__setattr__(self, "_ff_eager_keys", set())  # guard keys that could not be captured
+        object.__setattr__(self, "_ff_split_keys", set())  # guard keys that could not be captured whole
+        object.__setattr__(self, "_ff_split", None)  # the model split by dynamo, for those keys
         object.__setattr__(self, "_ff_warned", False)
         object.__setattr__(self, "_ff_hot", None)  # (guard key, Specialization) of the last fused call
         object.__setattr__(self, "_ff_training", {})  # training guard key -> its TrainingStep
@@ -179,8 +181,8 @@ class OptimizedModule(nn.Module):
             return self._eager(*args)
         if key is None:  # no hot specialization to compare with above
             key = _guard_key(self, args)
-        if key in self._ff_eager_keys:
-            return self._eager(*args)
+        if key in self._ff_split_keys:
+            return self._split_call(args)
         candidates = self._ff_specializations.setdefault(key, [])
         for spec in candidates:
             inputs = spec.gather(args)
@@ -199,13 +201,15 @@ class OptimizedModule(nn.Module):
         try:
             spec = self._specialize(args, tensors[0].device)
         except CaptureError as e:
-            # Eager raises the model's own error for bad inputs; for code that
-            # torch.export cannot trace, eager is the fallback, for these
+            # Code torch.export cannot trace whole is split by dynamo, for these
             # arguments from now on (capture would fail the same way again).
-            out = self._eager(*args)
-            self._ff_eager_keys.add(key)
-            self._warn_once(f"cannot capture it ({one_line(e, _source_file(self._ff_model))})")
-            return out
+            self._ff_split_keys.add(key)
+            reason = one_line(e, _source_file(self._ff_model))
+            self._warn_once(
+                f"{type(self._ff_model).__name__}: cannot capture it whole ({reason}); "
+                "dynamo splits it: its captured parts compiled, the rest eager"
+            )
+            return self._split_call(args)
         candidates.append(spec)
         inputs = spec.gather(args)
         if inputs is None:
@@ -218,14 +222,32 @@ class OptimizedModule(nn.Module):
         if all(t.device.type == "cuda" for t in tensors):
             return False
         where = ", ".join(sorted({str(t.device) for t in tensors}))
-        self._warn_once(f"inputs on {where}, and fuseforge compiles for CUDA devices only")
+        self._warn_once(
+            f"running {type(self._ff_model).__name__} eagerly: inputs on {where}, and fuseforge compiles for CUDA devices only"
+        )
         return True
 
-    def _warn_once(self, reason: str) -> None:
-        """One warning per module, on its first fall back to eager."""
+    def _warn_once(self, text: str) -> None:
+        """One warning per module, on its first fall back to eager (or to dynamo's split)."""
         if not self._ff_warned:
             object.__setattr__(self, "_ff_warned", True)
-            warnings.warn(f"fuseforge: running {type(self._ff_model).__name__} eagerly: {reason}", stacklevel=3)
+            warnings.warn(f"fuseforge: {text}", stacklevel=3)
+
+    def _split_call(self, args: Sequence[Any]) -> Any:
+        """A call through the model split by dynamo (SplitStep). Eager runs a
+        call dynamo cannot (bad inputs among them: eager raises the model's
+        own error for those), logged."""
+        self._ff_model.training = self.training
+        if self._ff_split is None:
+            object.__setattr__(self, "_ff_split", SplitStep(self._ff_model, self.precision))
+        assert self._ff_split is not None
+        try:
+            return self._ff_split(args)
+        except Exception as e:  # dynamo's failures have no common type
+            log.warning(
+                "fuseforge: dynamo could not run %s split (%s); eager", type(self._ff_model).__name__, one_line(e)
+            )
+            return self._eager(*args)
 
     def _bind_kwargs(self, args: tuple, kwargs: dict) -> tuple:
         sig = inspect.signature(self._ff_model.forward)
