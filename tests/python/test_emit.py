@@ -207,8 +207,8 @@ def test_emitted_file_runs_the_executors_steps(emitted, name):
         model.train(mode == "train")
         plan = compile_ir(capture(model, mod.get_inputs(), name="M").text, arch=target_arch()).plan  # as emit's
         executor = Executor(plan, torch.device("cpu"))
-        fn = re.search(rf"'{mode}': \(_ff_forward_(\w+),", text).group(1)  # modes with equal plans share one
-        code = re.search(rf"(def _ff_prepare_{fn}\(.*?)?def _ff_forward_{fn}\(.*?\n\n\n", text, re.S).group(0)
+        fn = re.search(rf"'{mode}': _FF_PLAN_(\w+)", text).group(1)  # modes with equal plans share one
+        code = re.search(rf"(def _ff_prepare_{fn}\(.*?)?def _ff_run_{fn}\(.*?\n\n\n", text, re.S).group(0)
         emitted_steps = [line.strip()[2:] for line in code.splitlines() if line.strip().startswith("# ")]
         assert emitted_steps == executor.step_texts == [plan.step_text(s) for s in [*plan.prepare, *plan.run]]
         assert emitted_steps, name
@@ -230,7 +230,7 @@ def test_emit_model_takes_a_model_its_inputs_and_source():
     model = namespace["Model"](8)
     text = emit_model(model, [torch.randn(4, 8)], source, name="tiny", modes=["eval"], arch=90)
     assert "# ---- tiny.py, verbatim" in text and "class ModelNew(Model):" in text
-    assert "_FF_PLANS = {'eval': (_ff_forward_eval, _ff_guard_eval)}" in text
+    assert "_FF_PLANS = {'eval': _FF_PLAN_eval}" in text
     with pytest.raises(EmitError, match="does not define Model"):
         emit_model(model, [torch.randn(4, 8)], source.replace("class Model(", "class Other("), name="tiny")
 
@@ -412,7 +412,7 @@ def test_conv_kernels_and_conv_precision_are_emitted(monkeypatch, tmp_path):
         cuda = _source(text, "_FF_CUDA_SOURCE")
         assert marker in cuda and "ff_conv2d_" in cuda, cuda[:2000]
         assert ("_FF_NEEDS_SM90A = True" in text) == (arch == 90)
-        forwards = text[text.index("def _ff_forward_") :]
+        forwards = text[text.index("def _ff_run_") :]
         assert "_ff_convolution(" not in forwards and "ff_conv2d_" in text, forwards[:3000]
         src = tmp_path / f"conv{arch}.cu"
         src.write_text(cuda)

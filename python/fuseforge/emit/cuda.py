@@ -5,12 +5,15 @@ inputs, copies one into the recorded layout (or an aligned copy, for a GEMM
 kernel's vector accesses) where needed, allocates the outputs, launches on
 torch's current stream and checks the launch. The wrappers take the memory a
 kernel reads: for an alias, the buffer it views (the kernel's index math has
-the alias's strides).
+the alias's strides). A run section's consecutive launches (a segment) also
+have one C++ function that runs them all: one call from Python instead of
+one per kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fuseforge.dtypes import ATEN
@@ -119,6 +122,7 @@ def _kernel_host(fn: str, k: Any, plan: Any) -> str:
     lines += [
         f"  void* args[] = {{{', '.join(args)}}};",
         f"  const cudaError_t err = {fn}_cuda::launch(args, at::cuda::getCurrentCUDAStream(device.index()).stream());",
+        "  if (err != cudaSuccess) (void)cudaGetLastError();  // reported here, not again by a later launch's check",
         '  TORCH_CHECK(err == cudaSuccess, kName, ": launch failed: ", cudaGetErrorString(err));',
         f"  return {{{', '.join(f'out{i}' for i in range(len(k.outputs)))}}};",
         "}",
@@ -139,3 +143,84 @@ def cuda_sources(kernels: Sequence[tuple[str, Any, Any]]) -> tuple[str, str]:
         cu.append(_kernel_cuda(fn, k, same_code if same_code[0] != fn else None))
         cpp.append(_kernel_host(fn, k, plan))
     return "\n".join(includes) + "\n" + "".join(cu), "\n".join(cpp)
+
+
+@dataclass
+class Segment:
+    """Consecutive launches of a run section, with the frees between them,
+    that one C++ function (`name`) runs: it takes `inputs` (the memory its
+    kernels read that it does not make) and `scalars`, frees what it makes
+    where the plan frees it, and returns `outputs` (what it makes that
+    outlives it). Python deletes `freed_inputs` after the call."""
+
+    name: str
+    steps: list[int]  # indices in plan.run: launches, and the frees among and after them
+    inputs: list[int]
+    scalars: list[int]
+    outputs: list[int]
+    freed_inputs: list[int]
+
+
+def segments(plan: Any, prefix: str) -> list[Segment]:
+    """The segments of `plan`'s run section (two launches or more), named <prefix>_<n>."""
+    runs: list[list[int]] = [[]]
+    for i, step in enumerate(plan.run):
+        if step.kind == "launch" or (step.kind == "free" and runs[-1]):
+            runs[-1].append(i)
+        elif runs[-1]:
+            runs.append([])
+    found: list[Segment] = []
+    for run in runs:
+        if sum(plan.run[i].kind == "launch" for i in run) < 2:
+            continue
+        made: list[int] = []
+        inputs: list[int] = []
+        scalars: list[int] = []
+        freed_made: set[int] = set()
+        freed_inputs: list[int] = []
+        for i in run:
+            step = plan.run[i]
+            if step.kind == "free":
+                for b in step.results:
+                    if b in made:
+                        freed_made.add(b)
+                    else:
+                        freed_inputs.append(b)
+                continue
+            k = plan.kernels[step.kernel]
+            inputs += [m for m in dict.fromkeys(inp.memory for inp in k.inputs) if m not in made and m not in inputs]
+            scalars += [b for b in dict.fromkeys(k.scalars) if b not in scalars]
+            made += list(k.outputs)
+        outputs = [b for b in made if b not in freed_made]
+        found.append(Segment(f"{prefix}_{len(found)}", run, inputs, scalars, outputs, freed_inputs))
+    return found
+
+
+def segment_host(seg: Segment, plan: Any, kernel_fns: dict[int, str]) -> str:
+    """The C++ function running `seg`: each kernel's host wrapper in turn
+    (they check and launch as when Python calls them), what it frees
+    released at the plan's free steps."""
+    where = {b: f"ins[{i}]" for i, b in enumerate(seg.inputs)}
+    scalar = {b: f"scalars[{i}]" for i, b in enumerate(seg.scalars)}
+    made: set[int] = set()
+    n_in, n_s = len(seg.inputs), len(seg.scalars)
+    lines = [
+        f"std::vector<at::Tensor> {seg.name}(const std::vector<at::Tensor>& ins, const std::vector<double>& scalars) {{",
+        f'  TORCH_CHECK(ins.size() == {n_in} && scalars.size() == {n_s}, "{seg.name}: expected {n_in} tensors and '
+        f'{n_s} scalars, got ", ins.size(), " and ", scalars.size());',
+    ]
+    for n, i in enumerate(seg.steps):
+        step = plan.run[i]
+        lines.append("  // " + " ".join(plan.step_text(step).split()).rstrip("\\"))
+        if step.kind == "free":
+            lines += [f"  {where[b]} = at::Tensor();" for b in step.results if b in made]
+            continue
+        k = plan.kernels[step.kernel]
+        ins = ", ".join(where[inp.memory] for inp in k.inputs)
+        scalars = ", ".join(scalar[b] for b in k.scalars)
+        lines.append(f"  std::vector<at::Tensor> r{n} = {kernel_fns[step.kernel]}({{{ins}}}, {{{scalars}}});")
+        for j, b in enumerate(k.outputs):
+            where[b] = f"r{n}[{j}]"
+            made.add(b)
+    lines += [f"  return {{{', '.join(where[b] for b in seg.outputs)}}};", "}"]
+    return "\n".join(lines) + "\n"

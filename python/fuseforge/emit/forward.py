@@ -1,17 +1,30 @@
 """The Python side of an emitted file: per plan, its steps as straight-line
-torch code. `_ff_prepare_<mode>(self, dev, <weights>)` runs the prepare
-section and returns the values the run section keeps; `_ff_forward_<mode>`
-reads the inputs and the module's state, takes the prepared values (kept
-between calls by cached_prepare, copied from fuseforge.runtime.prepared), runs
-the run section — kernels through the extension, library calls and views as
-torch calls, `del` at free steps — writes buffer updates back and returns the
-outputs. Each step's code follows a comment holding its plan text, in order,
-so a file and the plan it came from can be compared line by line.
+torch code in functions named `_ff_<part>_<plan>` that the file's runtime
+(emit/dispatch.py's `_FFPlan`) calls:
+
+- `pick(self, args)`: the tensor arguments, and the key a CUDA graph is kept
+  under (their device, the scalar arguments, which a graph holds as captured);
+- `state(self)`: the parameters and buffers the plan reads, from the module;
+- `consts(dev)`: the constants it lifted, made once per device;
+- `prepare(ext, dev, <weights>)` and `prepared(self, ext, dev, st, cs)`: the
+  prepare section, kept between calls by cached_prepare (copied from
+  fuseforge.runtime.prepared);
+- `run(ext, dev, xs, args, st, pre, cs)`: the run section — kernels through
+  the extension (one C++ call per run of consecutive launches, cuda.py's
+  segments), library calls and views as torch calls, `del` at free steps —
+  then the buffer updates copied into the module's buffers; it returns the
+  plan's outputs, and is what a CUDA graph captures;
+- `pack(outs)`: forward's output structure;
+- `guard(self, args)`: whether the plan applies (shapes, dtypes, CUDA).
+
+Each step's code follows a comment holding its plan text, in order, so a file
+and the plan it came from can be compared line by line.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +33,7 @@ from torch.utils import _pytree as pytree
 
 from fuseforge.diagnostics import counted
 from fuseforge.dtypes import torch_text
+from fuseforge.emit.cuda import Segment
 from fuseforge.emit.ops import EmitError, literal, step_expr
 
 
@@ -65,98 +79,181 @@ def _var(b: int) -> str:
     return f"v{b}"
 
 
-def _steps_code(plan: Any, steps: Any, kernel_fns: dict[int, str]) -> list[str]:
-    """Each step as a comment with its plan text and the code that runs it."""
+def _call_code(step: Any) -> str:
+    operands = [_var(o.buffer) if o.buffer >= 0 else literal(o.literal) for o in step.operands]
+    expr = step_expr(step, operands)
+    results = [_var(b) for b in step.results]
+    if step.op == "opaque" and len(results) == 1:
+        return f"{results[0]} = _ff_first({expr})"
+    if len(results) == 1:
+        return f"{results[0]} = {expr}"
+    return f"({', '.join(results)},) = tuple({expr})"
+
+
+def _launch_code(plan: Any, step: Any, kernel_fns: dict[int, str]) -> str:
+    k = plan.kernels[step.kernel]
+    outs = ", ".join(_var(b) for b in k.outputs)
+    ins = ", ".join(_var(i.memory) for i in k.inputs)
+    scalars = ", ".join(f"float({_var(b)})" for b in k.scalars)
+    return f"({outs},) = ext.{kernel_fns[step.kernel]}([{ins}], [{scalars}])"
+
+
+def _segment_code(seg: Segment) -> list[str]:
+    """The call of a segment's C++ function, then the `del`s of what it freed that Python holds."""
+    ins = ", ".join(_var(b) for b in seg.inputs)
+    scalars = ", ".join(f"float({_var(b)})" for b in seg.scalars)
+    call = f"ext.{seg.name}([{ins}], [{scalars}])"
+    lines = [f"({', '.join(_var(b) for b in seg.outputs)},) = {call}" if seg.outputs else call]
+    if seg.freed_inputs:
+        lines.append(f"del {', '.join(_var(b) for b in seg.freed_inputs)}")
+    return lines
+
+
+def _steps_code(plan: Any, steps: Any, kernel_fns: dict[int, str], segs: Sequence[Segment] = ()) -> list[str]:
+    """Each step as a comment with its plan text and the code that runs it; a
+    segment's steps are comments before the one call that runs them all."""
+    last = {seg.steps[-1]: seg for seg in segs}
+    inside = {i for seg in segs for i in seg.steps}
     body: list[str] = []
-    for step in steps:
+    for i, step in enumerate(steps):
         body.append(f"# {plan.step_text(step)}")
-        if step.kind == "free":
+        if i in last:
+            body += _segment_code(last[i])
+        elif i in inside:
+            continue
+        elif step.kind == "free":
             body.append(f"del {', '.join(_var(b) for b in step.results)}")
         elif step.kind == "launch":
-            k = plan.kernels[step.kernel]
-            outs = ", ".join(_var(b) for b in k.outputs)
-            ins = ", ".join(_var(i.memory) for i in k.inputs)
-            scalars = ", ".join(f"float({_var(b)})" for b in k.scalars)
-            body.append(f"({outs},) = ext.{kernel_fns[step.kernel]}([{ins}], [{scalars}])")
+            body.append(_launch_code(plan, step, kernel_fns))
         else:
-            operands = [_var(o.buffer) if o.buffer >= 0 else literal(o.literal) for o in step.operands]
-            expr = step_expr(step, operands)
-            results = [_var(b) for b in step.results]
-            if step.op == "opaque" and len(results) == 1:
-                body.append(f"{results[0]} = _ff_first({expr})")
-            elif len(results) == 1:
-                body.append(f"{results[0]} = {expr}")
-            else:
-                body.append(f"({', '.join(results)},) = tuple({expr})")
+            body.append(_call_code(step))
     return body
 
 
-def _outputs_code(mp: ModePlan) -> str:
-    cap, plan = mp.captured, mp.plan
-    outs = iter(_var(b) for b in plan.outputs)
+def _root(plan: Any, b: int) -> int:
+    """The buffer whose memory `b` is (itself unless an alias)."""
+    while plan.buffers[b].alias_of >= 0:
+        b = plan.buffers[b].alias_of
+    return b
+
+
+def _pack_code(mp: ModePlan) -> list[str]:
+    """`_ff_pack_<plan>`: forward's output structure from run's outputs (and the constants it returns)."""
+    cap = mp.captured
+    outs = iter(f"outs[{i}]" for i in range(len(mp.plan.outputs)))
     leaves = [
         literal(cap.output_constants[i]) if i in cap.output_constants else next(outs)
         for i in range(cap.output_tree.num_leaves)
     ]
+    head = [f"def _ff_pack_{mp.mode}(outs):"]
     if cap.output_tree.is_leaf():
-        return f"return {leaves[0]}"
+        return [*head, f"    return {leaves[0]}"]
     spec = pytree.treespec_dumps(cap.output_tree)
-    return f"return _ff_pytree.tree_unflatten([{', '.join(leaves)}], _ff_pytree.treespec_loads({spec!r}))"
+    return [
+        f"_FF_TREE_{mp.mode} = _ff_pytree.treespec_loads({spec!r})",
+        "",
+        "",
+        *head,
+        f"    return _ff_pytree.tree_unflatten([{', '.join(leaves)}], _FF_TREE_{mp.mode})",
+    ]
 
 
-def forward_code(mp: ModePlan, kernel_fns: dict[int, str]) -> str:
-    """`_ff_prepare_<mode>`, `_ff_forward_<mode>` and `_ff_guard_<mode>` of one plan."""
-    cap, plan = mp.captured, mp.plan
+def forward_code(mp: ModePlan, kernel_fns: dict[int, str], segs: Sequence[Segment] = ()) -> str:
+    """The functions of one plan (see the module docstring) and its
+    `_FF_PLAN_<plan>` record; `segs`: its run section's segments."""
+    cap, plan, m = mp.captured, mp.plan, mp.mode
     ids = {b.name: i for i, b in enumerate(plan.buffers)}
-    body: list[str] = []
-    first_tensor = next((b for b in cap.input_bindings if b.kind == "user"), None)
-    dev_src = (
-        f"args{_arg(first_tensor)}"
-        if first_tensor
-        else access(next(b.source for b in cap.input_bindings if b.kind in ("param", "buffer")))
-    )
-    body.append(f"dev = {dev_src}.device")
-    for b in cap.input_bindings:
-        v = _var(ids[b.ir_name])
-        if b.kind in ("user", "scalar"):
-            body.append(f"{v} = args{_arg(b)}")
-        elif b.kind == "const":
-            body.append(f"{v} = {_const_code(b.ir_name, cap.constants[b.source])}.to(dev)")
-        else:
-            body.append(f"{v} = {access(b.source)}")
+    users = [b for b in cap.input_bindings if b.kind == "user"]
+    states = [b for b in cap.input_bindings if b.kind in ("param", "buffer")]
+    consts = [b for b in cap.input_bindings if b.kind == "const"]
+    # Where run finds each input: the tensor arguments (xs), args, the state list, the constants.
+    where: dict[int, str] = {}
+    where.update({ids[b.ir_name]: f"xs[{i}]" for i, b in enumerate(users)})
+    where.update({ids[b.ir_name]: f"args{_arg(b)}" for b in cap.input_bindings if b.kind == "scalar"})
+    where.update({ids[b.ir_name]: f"st[{i}]" for i, b in enumerate(states)})
+    where.update({ids[b.ir_name]: f"cs[{i}]" for i, b in enumerate(consts)})
+    state_index = {ids[b.ir_name]: i for i, b in enumerate(states)}
+
+    out: list[str] = []
     weights, kept = list(plan.prepare_reads), list(plan.prepare_keeps)
-    prepare = []
-    if len(plan.prepare):
-        args = ", ".join(_var(b) for b in weights)
-        prepare = [
-            f"def _ff_prepare_{mp.mode}(ext, dev{', ' if args else ''}{args}):",
+    has_prepare = len(plan.prepare) > 0
+    if has_prepare:
+        params = ", ".join(_var(b) for b in weights)
+        out += [
+            f"def _ff_prepare_{m}(ext, dev{', ' if params else ''}{params}):",
             '    """The prepare section: what depends only on the weights it takes."""',
             *("    " + line for line in _steps_code(plan, plan.prepare, kernel_fns)),
             f"    return [{', '.join(_var(b) for b in kept)}]",
             "",
             "",
         ]
-        cache = f"self.__dict__.setdefault('_ff_prepared_{mp.mode}', {{}})"
-        compute = f"lambda: _ff_prepare_{mp.mode}(ext, dev{', ' if args else ''}{args})"
-        call = f"cached_prepare({cache}, [{args}], {compute})"
-        body.append(f"[{', '.join(_var(b) for b in kept)}] = {call}" if kept else call)
-    body += _steps_code(plan, plan.run, kernel_fns)
-    state = {b.ir_name: b.source for b in cap.input_bindings if b.kind in ("param", "buffer")}
-    for b, v in plan.mutations:
-        body.append(f"{access(state[plan.buffers[b].name])}.copy_({_var(v)})")
-    body.append(_outputs_code(mp))
     n_calls = sum(s.kind == "call" for s in plan.run)
-    head = [
-        f"def _ff_forward_{mp.mode}(self, args):",
-        f'    """The {"/".join(mp.modes)}-mode plan ({counted(len(plan.kernels), "kernel")}, '
-        f'{counted(n_calls, "library call")} per call)."""',
-        "    ext = _ff_extension()",
+    run = [f"{_var(ids[b.ir_name])} = {where[ids[b.ir_name]]}" for b in cap.input_bindings]
+    if kept:
+        run.append(f"[{', '.join(_var(b) for b in kept)}] = pre")
+    run += _steps_code(plan, plan.run, kernel_fns, segs)
+    run += [f"st[{state_index[b]}].copy_({_var(v)})" for b, v in plan.mutations]
+    # A constant a call returns is a new tensor in eager, never the one kept here.
+    roles = [plan.buffers[_root(plan, b)].role for b in plan.outputs]
+    results = [_var(b) + (".clone()" if r == "const" else "") for b, r in zip(plan.outputs, roles)]
+    run.append(f"return [{', '.join(results)}]")
+    out += [
+        f"def _ff_run_{m}(ext, dev, xs, args, st, pre, cs):",
+        f'    """The run section of the {"/".join(mp.modes)}-mode plan ({counted(len(plan.kernels), "kernel")}, '
+        f'{counted(n_calls, "library call")} per call) and its buffer updates: the plan\'s outputs."""',
+        *("    " + line for line in run),
+        "",
+        "",
     ]
-    guard = [
-        f"def _ff_guard_{mp.mode}(self, args):",
+
+    dev = "xs[0].device" if users else f"{access(states[0].source)}.device" if states else "torch.device('cuda')"
+    scalar_args = [f"type(args{_arg(b)}), args{_arg(b)}" for b in cap.input_bindings if b.kind == "scalar"]
+    scalar_args += [f"type(args[{i}]), args[{i}]" for i in cap.specialized_scalars]
+    key = ", ".join([dev, *scalar_args])
+    out += [
+        f"def _ff_pick_{m}(self, args):",
+        '    """The tensor arguments, and the key of their CUDA graph: their device, the scalar arguments."""',
+        "    try:",
+        f"        xs = [{', '.join(f'args{_arg(b)}' for b in users)}]",
+        f"        key = ({key},)",
+        "        hash(key)",
+        "        return xs, key",
+        "    except (IndexError, KeyError, TypeError, AttributeError):",
+        "        return None",
+        "",
+        "",
+        f"def _ff_state_{m}(self):",
+        f"    return [{', '.join(access(b.source) for b in states)}]",
+        "",
+        "",
+        f"def _ff_consts_{m}(dev):",
+        f"    return [{', '.join(f'{_const_code(b.ir_name, cap.constants[b.source])}.to(dev)' for b in consts)}]",
+        "",
+        "",
+    ]
+    if has_prepare:
+        cache = f"self.__dict__.setdefault('_ff_prepared_{m}', {{}})"
+        out += [
+            f"def _ff_prepared_{m}(self, ext, dev, st, cs):",
+            f"    w = [{', '.join(where[b] for b in weights)}]",
+            f"    return cached_prepare({cache}, w, lambda: _ff_prepare_{m}(ext, dev, *w))",
+            "",
+            "",
+        ]
+    out += [*_pack_code(mp), "", ""]
+    out += [
+        f"def _ff_guard_{m}(self, args):",
         f"    return len(args) == {_n_args(cap)} and (" + "\n            and ".join(_guard_code(mp)) + ")",
+        "",
+        "",
     ]
-    return "\n".join(prepare + head + ["    " + line for line in body]) + "\n\n\n" + "\n".join(guard) + "\n"
+    mutated = tuple(state_index[b] for b, _ in plan.mutations)
+    parts = ", ".join(
+        f"_ff_{p}_{m}" if p != "prepared" or has_prepare else "None"
+        for p in ("guard", "pick", "state", "consts", "prepared", "run", "pack")
+    )
+    out.append(f"_FF_PLAN_{m} = _FFPlan({m!r}, {_n_args(cap)}, {parts}, {mutated!r})")
+    return "\n".join(out) + "\n"
 
 
 def _guard_code(mp: ModePlan) -> list[str]:

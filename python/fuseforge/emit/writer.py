@@ -5,6 +5,7 @@ writes one per problem file: harness/emit.py loads the problem and calls
 The emitted file imports torch (and whatever standard-library modules the
 model's source itself imports), never fuseforge. It holds, in this order:
 
+- `CUDA_GRAPHS = True`, the switch for CUDA graphs (see ModelNew below);
 - the source that defines `Model`, verbatim (so `Model` is defined exactly as given);
 - the generated CUDA kernels (pointwise ones, and GEMM kernels with their
   fused epilogues, which include CUTLASS's headers), each in its own C++
@@ -18,18 +19,36 @@ model's source itself imports), never fuseforge. It holds, in this order:
   GEMM kernels finds CUTLASS's headers in the nvidia-cutlass wheel, as
   fuseforge does; without them its ModelNew runs Model.forward and warns;
 - `class ModelNew(Model)`: the same constructor, parameters, buffers and
-  state_dict keys as `Model`. Its forward walks the plan of the current mode
-  (one plan per mode in `modes`, captured here with the example inputs;
-  emit/forward.py): the prepare section's values (what depends only on
-  weights) kept between calls and computed again when a weight they read
-  changes (in place, replaced or reloaded: `cached_prepare`, copied here from
-  fuseforge.runtime.prepared), then the run section: library steps as torch
-  calls, kernels through the extension, buffer updates (train-mode BatchNorm
-  statistics) copied back. Parameters and buffers are read from the module at
-  each call. It runs plain `Model.forward` instead when the
-  mode has no plan, when the inputs' or state's shapes, dtypes or devices
-  differ from the emitted ones, or when autograd needs a graph (grad mode on
-  and a parameter or input requires grad), warning once per reason.
+  state_dict keys as `Model`. Its forward runs the plan of the current mode
+  (one plan per mode in `modes`, captured here with the example inputs),
+  through functions forward.py writes per plan and the runtime that
+  emit/dispatch.py holds (copied in verbatim):
+  - the plain path: the guard, the prepare section's values (what depends
+    only on weights) kept between calls and computed again when a weight
+    they read changes (in place, replaced or reloaded: `cached_prepare`,
+    copied here from fuseforge.runtime.prepared), then the run section:
+    library steps as torch calls, kernels through the extension (a run of
+    consecutive launches in one C++ call), buffer updates (train-mode
+    BatchNorm statistics) copied back. Parameters and buffers are read from
+    the module at each call; constants are made once per device;
+  - CUDA graphs: the third plain call with the same kind of inputs (device,
+    scalar arguments) captures the run section, buffer updates included, as
+    a CUDA graph on a side stream, with static input tensors the caller's
+    are copied into; it is kept if a call with it times no slower than a
+    plain call (the timing runs' buffer updates and random draws undone).
+    A later call replays it on the current stream and returns clones of its
+    outputs, while the module's parameters and buffers are the tensors, in
+    the storage, it was captured at (in-place changes are read where they
+    are; prepared values computed again are copied into the graph's);
+    otherwise it captures again (at most three times). A capture that fails
+    leaves those inputs on the plain path, warning once.
+    `CUDA_GRAPHS` at the top of the file (True, "always": untimed, False)
+    and FUSEFORGE_CUDA_GRAPHS (0: off, always) choose;
+    `_ff_graph_choices(model)` says what each kind of inputs got.
+  It runs plain `Model.forward` instead when the mode has no plan, when the
+  inputs' or state's shapes, dtypes or devices differ from the emitted
+  ones, or when autograd needs a graph (grad mode on and a parameter or
+  input requires grad), warning once per reason.
 """
 
 from __future__ import annotations
@@ -45,7 +64,8 @@ from typing import Any
 
 import torch
 
-from fuseforge.emit.cuda import cuda_sources
+from fuseforge.emit import dispatch
+from fuseforge.emit.cuda import cuda_sources, segment_host, segments
 from fuseforge.emit.forward import ModePlan, forward_code
 from fuseforge.emit.ops import EmitError
 from fuseforge.runtime import library_calls
@@ -143,31 +163,32 @@ class ModelNew(Model):
         if plan is None:
             _ff_warn_once(mode, mode + " mode has no fused plan in this file: running Model.forward")
             return super().forward(*args)
-        fused, guard = plan
         if _FF_NEEDS_CUTLASS and _FF_CUTLASS_INCLUDE is None:
             _ff_warn_once("cutlass", "its GEMM kernels need CUTLASS's headers (pip install --no-deps "
                                      "nvidia-cutlass==4.2.0.0): running Model.forward")
             return super().forward(*args)
-        if torch.is_grad_enabled() and (any(p.requires_grad for p in self.parameters())
-                                        or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+        if not torch.is_grad_enabled():
+            out = _ff_call(self, plan, args)
+        elif (any(p.requires_grad for p in self.parameters())
+              or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
             _ff_warn_once("grad", "gradients are required: running Model.forward so that autograd works "
                                   "(call under torch.no_grad() for the fused kernels)")
             return super().forward(*args)
-        if not guard(self, args):
-            _ff_warn_once(mode, "inputs or state differ from those ModelNew was emitted for "
-                                "(shapes, dtypes, CUDA): running Model.forward")
+        else:
+            with torch.no_grad():
+                out = _ff_call(self, plan, args)
+        if isinstance(out, _FFFallback):
+            _ff_warn_once(out.key, out.message)
             return super().forward(*args)
-        if _FF_NEEDS_SM90A and torch.cuda.get_device_capability() != (9, 0):
-            _ff_warn_once("sm90a", "its wgmma kernels are built for Hopper GPUs (sm_90a): running Model.forward")
-            return super().forward(*args)
-        with torch.no_grad():
-            return fused(self, args)
+        return out
 '''
 
 _SUPPORT = '''
 
 _FF_EXT = None
 _FF_WARNED = set()
+_FF_READY = {}  # device -> whether the kernels run there
+_FF_NO_GRAPHS = {}
 
 
 def _ff_extension():
@@ -206,6 +227,11 @@ def _ff_warn_once(key, message):
 def _helper_code() -> list[str]:
     """The helpers step expressions call (library_calls.HELPERS: a conv under its decided fp32_precision)."""
     return [line for f in library_calls.HELPERS for line in ("", inspect.getsource(f).rstrip(), "")]
+
+
+def _dispatch_code() -> list[str]:
+    """The file's per-call runtime: plan records, CUDA graphs (emit/dispatch.py)."""
+    return [line for obj in dispatch.EMITTED for line in ("", inspect.getsource(obj).rstrip(), "")]
 
 
 def _cutlass_code(needed: bool) -> list[str]:
@@ -253,11 +279,13 @@ def emit_model(
     if not plans:
         raise EmitError(f"{path}: no mode in {list(modes)} could be captured; nothing to emit")
     fns = [{j: f"k_{p.mode}_{j}" for j in range(len(p.plan.kernels))} for p in plans]
+    segs = [segments(p.plan, f"s_{p.mode}") for p in plans]
     cu, cpp = cuda_sources([(fn[j], k, p.plan) for p, fn in zip(plans, fns) for j, k in enumerate(p.plan.kernels)])
-    functions = [name for fn in fns for name in fn.values()]
-    forwards = [forward_code(mp, fn) for mp, fn in zip(plans, fns)]
+    cpp += "".join("\n" + segment_host(s, p.plan, fn) for p, fn, ss in zip(plans, fns, segs) for s in ss)
+    functions = [name for fn in fns for name in fn.values()] + [s.name for ss in segs for s in ss]
+    forwards = [forward_code(mp, fn, ss) for mp, fn, ss in zip(plans, fns, segs)]
     digest = hashlib.sha1((cu + cpp).encode()).hexdigest()[:12]
-    table = ", ".join(f"{m!r}: (_ff_forward_{p.mode}, _ff_guard_{p.mode})" for p in plans for m in p.modes)
+    table = ", ".join(f"{m!r}: _FF_PLAN_{p.mode}" for p in plans for m in p.modes)
     fallback = [m for m in ("train", "eval") if not any(m in p.modes for p in plans)]
     out = [
         f'"""ModelNew for {name}, written by `fuseforge emit` (do not edit: re-emit).',
@@ -265,6 +293,9 @@ def emit_model(
         "Standalone: needs torch (with a CUDA toolkit for load_inline), not fuseforge.",
         f"Fused plans for: {', '.join(m for p in plans for m in p.modes) or 'no mode'}"
         + (f"; Model.forward in {', '.join(fallback)} mode." if fallback else "."),
+        "The third call with the same kind of inputs captures the fused kernels",
+        "as a CUDA graph, kept where replaying it times faster (CUDA_GRAPHS below;",
+        "FUSEFORGE_CUDA_GRAPHS=0 turns graphs off, =always keeps them untimed).",
         'The source of Model follows verbatim, then the generated code."""',
         "import contextlib",
         "import inspect",
@@ -273,6 +304,10 @@ def emit_model(
         "",
         "import torch",
         "from torch.utils import _pytree as _ff_pytree",
+        "",
+        "# CUDA graphs: True (kept for each kind of inputs where a replay times faster",
+        '# than the plain call), "always" (every graph that captures, untimed), False (none).',
+        "CUDA_GRAPHS = True",
         "",
         f"# ---- {os.path.basename(path)}, verbatim",
         source.rstrip(),
@@ -288,6 +323,7 @@ def emit_model(
         "",
         inspect.getsource(cached_prepare).rstrip(),
         *_helper_code(),
+        *_dispatch_code(),
     ]
     out += ["\n" + f for f in forwards]
     out.append(f"\n_FF_PLANS = {{{table}}}\n")
