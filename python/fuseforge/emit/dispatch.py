@@ -1,7 +1,7 @@
 """How an emitted ModelNew runs a call: writer.py copies `EMITTED` (this
 module's classes and functions below the marker) verbatim into every file.
 An emitted file imports only torch and the standard library, so this code
-names only torch, os, warnings, builtins and the file's own definitions (the
+names only torch, contextlib, os, warnings, builtins and the file's own definitions (the
 placeholders above the marker stand for those here); annotations naming
 anything else are strings, never evaluated there.
 
@@ -31,6 +31,7 @@ that captures, untimed; False: none) and FUSEFORGE_CUDA_GRAPHS (0: none;
 always) choose; `_ff_graph_choices(model)` says what each signature got.
 """
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable
@@ -58,7 +59,8 @@ def _ff_extension() -> Any:
 class _FFPlan:
     """A plan of the file: its generated functions (forward.py) and facts.
     `prepared` is None for a plan without a prepare section; `mutated`: the
-    indices in state() of the buffers run() updates."""
+    indices in state() of the buffers run() updates; `graphs`: whether the
+    run section launches anything a CUDA graph could hold."""
 
     NOTHING: list = []  # the prepared values of a plan without a prepare section
 
@@ -74,9 +76,11 @@ class _FFPlan:
         run: "Callable[..., list]",
         pack: "Callable[[list], Any]",
         mutated: tuple,
+        graphs: bool = True,
     ) -> None:
         self.name, self.n_args, self.guard, self.pick, self.state = name, n_args, guard, pick, state
         self.consts, self.prepared, self.run, self.pack, self.mutated = consts, prepared, run, pack, mutated
+        self.graphs = graphs
         self.device_consts: dict = {}
 
     def consts_on(self, dev: "torch.device") -> list:
@@ -254,9 +258,16 @@ class _FFGraph:
         with torch.cuda.stream(side):  # a warm-up on the capture's stream: its library handles and workspaces
             plan.run(ext, dev, static, args, st, pre, cs)
         current.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-            outs = plan.run(ext, dev, static, args, st, pre, cs)
+        graph, pool = torch.cuda.CUDAGraph(), torch.cuda.graph_pool_handle()
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=side, capture_error_mode="thread_local"):
+                outs = plan.run(ext, dev, static, args, st, pre, cs)
+        except Exception:
+            try:
+                graph.pool()  # the capture ended: the graph gives its pool back
+            except RuntimeError:
+                _ff_close_pool(dev, pool)
+            raise
         mine = {t.untyped_storage().data_ptr() for t in [*static, *st, *pre, *cs] if isinstance(t, torch.Tensor)}
         seen: set = set()
         for o in outs:
@@ -280,6 +291,16 @@ class _FFGraph:
             self.choice = f"plain: {plain:.4f} ms a call, {graphed:.4f} ms with a CUDA graph"
         else:
             self.choice = f"graph: {graphed:.4f} ms a call, {plain:.4f} ms without"
+
+
+def _ff_close_pool(dev: "Any", pool: "Any") -> None:
+    """Ends a capture's memory pool that torch leaves open when ending the
+    capture failed (else every later allocation still asks whether it
+    belongs to it). Torch's own calls for it are private: where they are
+    missing or refuse, the pool stays."""
+    for name in ("_cuda_endAllocateToPool", "_cuda_releasePool"):
+        with contextlib.suppress(Exception):
+            getattr(torch._C, name)(dev.index, pool)
 
 
 def _ff_restore(mutated: list, saved: list, rng: "torch.Tensor", dev: "Any") -> None:
@@ -354,7 +375,7 @@ def _ff_plain(module: "Any", plan: _FFPlan, args: tuple) -> "Any":
     st = plan.state(module)
     cs = plan.consts_on(dev)
     pre = plan.prepared_for(module, ext, dev, st, cs)
-    if _ff_graphs_setting():
+    if plan.graphs and _ff_graphs_setting():
         graphs = module.__dict__.get("_ff_graphs")
         if graphs is None:
             graphs = module.__dict__["_ff_graphs"] = _FFGraphs()
@@ -380,6 +401,7 @@ EMITTED: list[Any] = [
     _FFFallback,
     _FFGraphs,
     _FFGraph,
+    _ff_close_pool,
     _ff_restore,
     _ff_time_ms,
     _ff_graphs_setting,

@@ -252,7 +252,8 @@ def forward_code(mp: ModePlan, kernel_fns: dict[int, str], segs: Sequence[Segmen
         f"_ff_{p}_{m}" if p != "prepared" or has_prepare else "None"
         for p in ("guard", "pick", "state", "consts", "prepared", "run", "pack")
     )
-    out.append(f"_FF_PLAN_{m} = _FFPlan({m!r}, {_n_args(cap)}, {parts}, {mutated!r})")
+    work = any(s.kind in ("launch", "call") for s in plan.run) or bool(mutated)  # else nothing to capture
+    out.append(f"_FF_PLAN_{m} = _FFPlan({m!r}, {_n_args(cap)}, {parts}, {mutated!r}, graphs={work})")
     return "\n".join(out) + "\n"
 
 
