@@ -11,6 +11,10 @@ no worse than twice eager's error against fp64, as `fuseforge run` judges);
 --device cpu (no timing there) checks the file's code paths without a GPU:
 ModelNew then runs Model.forward and says so, which counts as a failure.
 
+"graphs" in the output says, per kind of inputs ModelNew saw, whether it
+replays a CUDA graph or runs plain and why (its third call captures one; the
+timing's calls then replay it where it timed faster).
+
 With --bench (a `fuseforge bench --json` report of the same machine) it adds
 that report's in-process fuseforge_ms for the problem and the ratio
 emitted_ms / fuseforge_ms (1.10 = emitted 10% slower).
@@ -144,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
                 row["emitted_vs_fuseforge"] = row["emitted_ms"] / entry["fuseforge_ms"]
     caught.__exit__(None, None, None)
     # ModelNew warns when it runs Model.forward instead of its plan: then nothing fused was measured.
-    row["fallbacks"] = sorted({str(w.message) for w in fallbacks if "ModelNew" in str(w.message)})
+    # (A warning that its CUDA graph failed to capture is no fallback: the
+    # fused kernels still ran; "graphs" says what each kind of inputs got.)
+    row["fallbacks"] = sorted(
+        {str(w.message) for w in fallbacks if "ModelNew" in str(w.message) and "Model.forward" in str(w.message)}
+    )
+    row["graphs"] = ns["_ff_graph_choices"](new) if "_ff_graph_choices" in ns else {}
     row["imported_fuseforge"] = any(m == "fuseforge" or m.startswith("fuseforge.") for m in sys.modules)
     print(json.dumps(row))
     if args.json:
