@@ -39,10 +39,13 @@ from typing import Any
 
 import torch
 
+from fuseforge.runtime.options import ENV_CUDA_GRAPHS
+
 # ---- the emitted file's own definitions (writer.py writes them there)
 
 #: The file's switch: True, "always" or False.
 CUDA_GRAPHS: Any = True
+_FF_CUDA_GRAPHS_VAR = ENV_CUDA_GRAPHS  # the variable that overrides it
 _FF_EXT: Any = None  # the built extension (built by _ff_extension before any graph exists)
 _FF_NEEDS_SM90A = False
 _FF_READY: dict = {}  # device -> whether its kernels run there
@@ -329,7 +332,7 @@ def _ff_time_ms(fn: "Callable[[], Any]", reps: int, calls: int = 3) -> float:
 
 def _ff_graphs_setting() -> "Any":
     """CUDA_GRAPHS (True, "always" or False), unless FUSEFORGE_CUDA_GRAPHS is 0 (off) or always."""
-    env = os.environ.get("FUSEFORGE_CUDA_GRAPHS")
+    env = os.environ.get(_FF_CUDA_GRAPHS_VAR)
     if env == "0" or not CUDA_GRAPHS:
         return False
     return "always" if env == "always" else CUDA_GRAPHS

@@ -70,6 +70,7 @@ from fuseforge.emit.forward import ModePlan, forward_code
 from fuseforge.emit.ops import EmitError
 from fuseforge.runtime import library_calls
 from fuseforge.runtime.cutlass_headers import cutlass_include_dir
+from fuseforge.runtime.options import ENV_CUDA_GRAPHS
 from fuseforge.runtime.prepared import cached_prepare
 
 __all__ = ["EmitError", "check_source", "emit_model"]
@@ -295,7 +296,7 @@ def emit_model(
         + (f"; Model.forward in {', '.join(fallback)} mode." if fallback else "."),
         "The third call with the same kind of inputs captures the fused kernels",
         "as a CUDA graph, kept where replaying it times faster (CUDA_GRAPHS below;",
-        "FUSEFORGE_CUDA_GRAPHS=0 turns graphs off, =always keeps them untimed).",
+        f"{ENV_CUDA_GRAPHS}=0 turns graphs off, =always keeps them untimed).",
         'The source of Model follows verbatim, then the generated code."""',
         "import contextlib",
         "import inspect",
@@ -308,6 +309,7 @@ def emit_model(
         "# CUDA graphs: True (kept for each kind of inputs where a replay times faster",
         '# than the plain call), "always" (every graph that captures, untimed), False (none).',
         "CUDA_GRAPHS = True",
+        f"_FF_CUDA_GRAPHS_VAR = {ENV_CUDA_GRAPHS!r}  # the environment variable that overrides it",
         "",
         f"# ---- {os.path.basename(path)}, verbatim",
         source.rstrip(),

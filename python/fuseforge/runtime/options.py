@@ -68,6 +68,7 @@ ENV_CONV_KERNELS = "FUSEFORGE_CONV_KERNELS"
 ENV_CONV_PRECISION = "FUSEFORGE_CONV_PRECISION"
 ENV_FAST_CALL = "FUSEFORGE_FAST_CALL"
 ENV_WARM_START = "FUSEFORGE_WARM_START"
+#: Also read by the ModelNew of a file `fuseforge emit` writes (emit/dispatch.py), which never imports fuseforge.
 ENV_CUDA_GRAPHS = "FUSEFORGE_CUDA_GRAPHS"
 ENV_DISABLE_CACHE = "FUSEFORGE_DISABLE_CACHE"
 #: The kernel cache's directory: read by the core (csrc/runtime/env.cc), never here.
