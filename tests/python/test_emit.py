@@ -524,7 +524,7 @@ def test_emitted_runtime_replays_captures_again_and_falls_back(emitted, monkeypa
         return x[i] * m.w + m.w.sum() * scale
 
     outs = [mod._ff_call(m, plan, (x[i], 3.0)) for i in range(4)]  # plain, plain, capture, replay
-    rec = m._ff_graphs[("cpu", (torch.device("cpu"), float, 3.0))]
+    (rec,) = m._ff_graphs.values()
     assert rec.captures == 1 and rec.graph.replays == 2 and float(m.count) == 4  # one update a call
     for i, o in enumerate(outs):
         assert torch.equal(o, want(i)), i  # clones: a later call leaves them be
@@ -543,7 +543,7 @@ def test_emitted_runtime_replays_captures_again_and_falls_back(emitted, monkeypa
         m.w = torch.nn.Parameter(m.w.detach() + 1, requires_grad=False)
         assert torch.equal(mod._ff_call(m, plan, (x[6], 3.0)), want(6))
     assert rec.captures == mod._FFGraph.MAX_CAPTURES and rec.final and rec.graph is None, rec.choice
-    assert "replaced" in mod._ff_graph_choices(m)[f"cpu {(torch.device('cpu'), float, 3.0)}"]
+    assert sum("replaced" in choice for choice in mod._ff_graph_choices(m).values()) == 1
     assert isinstance(mod._ff_call(m, plan, (torch.ones(3), 3.0)), mod._FFFallback)  # the guard fails
     assert copy.deepcopy(m)._ff_graphs == {}  # a copy's graphs would hold the original's addresses
 

@@ -1,15 +1,16 @@
 """How an emitted ModelNew runs a call: writer.py copies `EMITTED` (this
 module's classes and functions below the marker) verbatim into every file.
 An emitted file imports only torch and the standard library, so this code
-names only torch, contextlib, os, warnings, builtins and the file's own definitions (the
-placeholders above the marker stand for those here); annotations naming
-anything else are strings, never evaluated there.
+names only torch, contextlib, os, warnings, builtins and the file's own
+definitions (the placeholders above the marker stand for those here);
+annotations naming anything else are strings, never evaluated there.
 
 A call (`_ff_call`, grad mode off) of a plan (`_FFPlan`: the functions
 forward.py writes for it) goes one of two ways:
 
-- replay: the call's input signature (its device and scalar arguments) has a
-  CUDA graph (`_FFGraph`), its tensors fit the graph's static inputs, the
+- replay: the call's input signature (its device and scalar arguments, and
+  the autocast and matmul precision state library calls read) has a CUDA
+  graph (`_FFGraph`), its tensors fit the graph's static inputs, the
   module's parameters and buffers are the very tensors, in the very storage,
   the graph was captured at (their values may have changed in place: the
   graph reads them where they are), and the prepared values are those the
@@ -169,7 +170,7 @@ class _FFGraph:
             return False
         for v, s in zip(pre, self.prepared):
             if isinstance(s, torch.Tensor):
-                if not (
+                if (s.is_inference() and not torch.is_inference_mode_enabled()) or not (
                     isinstance(v, torch.Tensor)
                     and v.shape == s.shape
                     and v.stride() == s.stride()
@@ -255,7 +256,8 @@ class _FFGraph:
         self, xs: list, args: tuple, ext: "Any", dev: "Any", st: list, pre: list, cs: list, mutated: list
     ) -> None:
         plan = self.plan
-        static = [torch.empty_like(x).copy_(x) for x in xs]
+        with torch.inference_mode(False):  # copied into at calls in and out of inference mode alike
+            static = [torch.empty_like(x).copy_(x) for x in xs]
         current, side = torch.cuda.current_stream(), torch.cuda.Stream()
         side.wait_stream(current)
         with torch.cuda.stream(side):  # a warm-up on the capture's stream: its library handles and workspaces
@@ -338,6 +340,14 @@ def _ff_graphs_setting() -> "Any":
     return "always" if env == "always" else CUDA_GRAPHS
 
 
+def _ff_context() -> tuple:
+    """What the run section's library calls take from torch's global state,
+    which a graph keeps as captured: autocast's dtype (None: off), the f32
+    matmul precision."""
+    autocast = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+    return autocast, torch.get_float32_matmul_precision()
+
+
 def _ff_device_ready(dev: "torch.device") -> bool:
     """Whether the file's kernels run on `dev` (Hopper's wgmma kernels: sm_90a only)."""
     ready = _FF_READY.get(dev)
@@ -353,7 +363,7 @@ def _ff_call(module: "Any", plan: _FFPlan, args: tuple) -> "Any":
     if len(args) == plan.n_args:
         picked = plan.pick(module, args)
         if picked is not None:
-            rec = module.__dict__.get("_ff_graphs", _FF_NO_GRAPHS).get((plan.name, picked[1]))
+            rec = module.__dict__.get("_ff_graphs", _FF_NO_GRAPHS).get((plan.name, picked[1], _ff_context()))
             if rec is not None and rec.graph is not None and _ff_graphs_setting():
                 st = plan.state(module)
                 if rec.takes(picked[0]) and rec.holds(st):
@@ -382,9 +392,10 @@ def _ff_plain(module: "Any", plan: _FFPlan, args: tuple) -> "Any":
         graphs = module.__dict__.get("_ff_graphs")
         if graphs is None:
             graphs = module.__dict__["_ff_graphs"] = _FFGraphs()
-        rec = graphs.get((plan.name, key))
+        signature = (plan.name, key, _ff_context())
+        rec = graphs.get(signature)
         if rec is None and len(graphs) < graphs.MAX_SIGNATURES:
-            rec = graphs[(plan.name, key)] = _FFGraph(plan)
+            rec = graphs[signature] = _FFGraph(plan)
         if rec is not None:
             out = rec.plain_call(module, xs, args, ext, dev, st, pre, cs)
             if out is not None:
@@ -395,7 +406,7 @@ def _ff_plain(module: "Any", plan: _FFPlan, args: tuple) -> "Any":
 def _ff_graph_choices(module: "Any") -> dict:
     """What each input signature a module has been called with runs: "graph: ..." or "plain: ..." and why."""
     graphs = module.__dict__.get("_ff_graphs", {})
-    return {f"{name} {key}": rec.choice for (name, key), rec in graphs.items()}
+    return {" ".join(map(str, signature)): rec.choice for signature, rec in graphs.items()}
 
 
 #: What writer.py copies into every emitted file, in order.
@@ -408,6 +419,7 @@ EMITTED: list[Any] = [
     _ff_restore,
     _ff_time_ms,
     _ff_graphs_setting,
+    _ff_context,
     _ff_device_ready,
     _ff_call,
     _ff_plain,
