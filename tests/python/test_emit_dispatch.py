@@ -64,6 +64,8 @@ class _Cuda:
             cuda.capturing = g
             try:
                 yield
+            except Exception:  # as torch's: ending a capture that broke raises too
+                raise RuntimeError("CUDA error: operation failed due to a previous error during capture") from None
             finally:
                 cuda.capturing = None
             g.ended = True

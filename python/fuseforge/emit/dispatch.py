@@ -241,7 +241,10 @@ class _FFGraph:
                 torch.cuda.set_stream(current)  # a capture that fails to end leaves its stream current
                 self.drop()
                 self.final = True
-                reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                cause: BaseException = e  # the first error: ending a broken capture raises another
+                while cause.__context__ is not None:
+                    cause = cause.__context__
+                reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
                 self.choice = "plain: capturing a CUDA graph failed: " + reason
                 warnings.warn(
                     "ModelNew: these inputs run the fused kernels without a CUDA graph: capturing one failed ("
