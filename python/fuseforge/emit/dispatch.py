@@ -336,9 +336,9 @@ def _ff_time_ms(fn: "Callable[[], Any]", reps: int, calls: int = 3) -> float:
 
 
 def _ff_graphs_setting() -> "Any":
-    """CUDA_GRAPHS (True, "always" or False), unless FUSEFORGE_CUDA_GRAPHS is 0 (off) or always."""
+    """CUDA_GRAPHS (True, "always" or False), unless FUSEFORGE_CUDA_GRAPHS is off (or 0) or always."""
     env = os.environ.get(_FF_CUDA_GRAPHS_VAR)
-    if env == "0" or not CUDA_GRAPHS:
+    if env in ("0", "off") or not CUDA_GRAPHS:
         return False
     return "always" if env == "always" else CUDA_GRAPHS
 
