@@ -352,8 +352,7 @@ bool writes_coalesced(const codegen::ReductionStrategy& s, const codegen::Reduct
 
 bool parallel_enough(const codegen::ReductionStrategy& s, const codegen::ReductionLayout& l,
                      const FusionOptions& options) {
-  constexpr int64_t kSmall = 1 << 20;  // elements: launch-bound either way
-  return l.rows * l.length <= kSmall || blocks_of(s, l) * 4 >= options.target.sm_count;
+  return !leaves_gpu_idle(blocks_of(s, l), l.rows * l.length, options.target);
 }
 
 codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const ReductionDomain& d,

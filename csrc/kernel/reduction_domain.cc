@@ -264,6 +264,11 @@ class Analysis {
 
 bool is_normalization(Op op) { return op == Op::Softmax || op == Op::LogSoftmax || op == Op::LayerNorm; }
 
+bool leaves_gpu_idle(int64_t blocks, int64_t elements, const Target& target) {
+  constexpr int64_t kSmall = 1 << 20;  // elements: launch-bound either way
+  return elements > kSmall && blocks * 4 < target.sm_count;
+}
+
 bool is_kernel_reduction(const Node& n) {
   switch (n.op) {
     case Op::Sum:

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ir/target.h"
 
 namespace ff::fusion {
 
@@ -32,6 +33,12 @@ std::vector<bool> reduced_mask(const Node& n);
 // Reductions whose result has the input's shape (the reduced values are
 // applied back to every element).
 bool is_normalization(Op op);
+
+// Whether a reduction kernel of `blocks` blocks over `elements` elements
+// would leave most of `target` idle: then no kernel is made for it
+// (fusion/reduction_strategy.cc), and a normalization of that few rows is
+// decomposed so that its statistics split (passes/decompose_long_norm.cc).
+bool leaves_gpu_idle(int64_t blocks, int64_t elements, const Target& target);
 
 struct ReductionDomain {
   Shape shape;                // the reduced tensor's shape

@@ -19,6 +19,7 @@ std::unique_ptr<Pass> make_round_conv_operands();       // round_conv_operands.c
 std::unique_ptr<Pass> make_split_gemm_reduction();      // split_gemm_reduction.cc
 std::unique_ptr<Pass> make_split_gemm_k();              // split_gemm_k.cc
 std::unique_ptr<Pass> make_split_long_reduction();      // split_long_reduction.cc
+std::unique_ptr<Pass> make_decompose_long_norm();       // decompose_long_norm.cc
 std::unique_ptr<Pass> make_recompute_pointwise();       // recompute_pointwise.cc
 std::unique_ptr<Pass> make_pointwise_before_view();     // pointwise_before_view.cc
 std::unique_ptr<Pass> make_reduction_before_view();     // reduction_before_view.cc
@@ -45,6 +46,7 @@ const Entry kPasses[] = {
     {"split_gemm_reduction", make_split_gemm_reduction},
     {"split_gemm_k", make_split_gemm_k},
     {"split_long_reduction", make_split_long_reduction},
+    {"decompose_long_norm", make_decompose_long_norm},
     {"recompute_pointwise", make_recompute_pointwise},
     {"pointwise_before_view", make_pointwise_before_view},
     {"reduction_before_view", make_reduction_before_view},
@@ -80,6 +82,7 @@ std::vector<std::string> default_pipeline() {
           "conv_bias_epilogue",
           "conv_layout",
           "round_conv_operands",
+          "decompose_long_norm",
           "reduction_before_view",
           "split_long_reduction",
           "pointwise_before_view",

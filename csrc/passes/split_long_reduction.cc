@@ -135,9 +135,8 @@ struct NodeSplit {
   std::optional<Shape> view;
 };
 
-std::optional<NodeSplit> plan_node(const Node& n) {
-  const TensorType& x = n.input(0)->type;
-  NodeSplit ns{{}, fusion::reduced_mask(n), std::nullopt};
+std::optional<NodeSplit> plan_reduction(const TensorType& x, std::vector<bool> mask) {
+  NodeSplit ns{{}, std::move(mask), std::nullopt};
   if (auto s = plan_split(x, ns.mask)) {
     ns.split = *s;
     return ns;
@@ -155,6 +154,8 @@ std::optional<NodeSplit> plan_node(const Node& n) {
   ns.split = *s;
   return ns;
 }
+
+std::optional<NodeSplit> plan_node(const Node& n) { return plan_reduction(n.input(0)->type, fusion::reduced_mask(n)); }
 
 bool eligible(const Node& n) {
   if (!splittable_op(n.op) || n.results.size() != 1 || !n.operands[0].is_value()) return false;
@@ -255,6 +256,10 @@ class SplitLongReduction : public Pass {
 }  // namespace
 
 bool splits_into_partials(const Node& n) { return eligible(n) && plan_node(n).has_value(); }
+
+bool splits_into_partials(const TensorType& x, const std::vector<bool>& reduced) {
+  return reassociates(x.dtype) && numel(x.shape) > 0 && plan_reduction(x, reduced).has_value();
+}
 
 std::unique_ptr<Pass> make_split_long_reduction() { return std::make_unique<SplitLongReduction>(); }
 
