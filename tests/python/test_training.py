@@ -91,6 +91,16 @@ def test_gradients_and_running_statistics_match_eager(make, shape):
     assert [g.captured.text.split("(")[0] for g in step.graphs] == ["graph @forward", "graph @backward"]
 
 
+def test_a_layer_norms_saved_statistics_are_reductions():
+    """A training forward keeps a layer norm's mean and rstd for the
+    backward: IR reductions beside the norm (one kernel with it), not an ATen call."""
+    torch.manual_seed(0)
+    _, step = _steps(LayerNormAttention(), torch.randn(2, 5, 8, requires_grad=True), 1, compiled=True)
+    forward = step.graphs[0].captured.text
+    assert "native_layer_norm" not in forward, forward
+    assert "layer_norm(" in forward and "mean(" in forward and "var(" in forward and "rsqrt(" in forward
+
+
 def test_forward_backward_pair_is_golden():
     """The IR of a Linear + train-mode BatchNorm + ReLU step: the forward
     returns the running statistics' new values and what the backward needs

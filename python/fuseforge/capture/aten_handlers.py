@@ -379,11 +379,16 @@ register(["log_softmax.int"], _softmax("log_softmax", with_dtype=True))
 
 
 def _layer_norm(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
+    """native_layer_norm -> (out, mean, rstd). A training forward keeps mean
+    and rstd for the backward: they are the mean and (biased) variance
+    reductions over the same rows, which share the norm's Welford pass."""
+    used = set()
     for u in node.users:
-        if u.target is not operator.getitem or u.args[1] != 0:
-            raise Unsupported("mean/rstd results are used")
+        if u.target is not operator.getitem:
+            raise Unsupported("native_layer_norm's results used whole")
+        used.add(u.args[1])
     x = L.value(a["input"])
-    t0 = L.types(node)[0]
+    t0, mean_t, rstd_t = L.types(node)
     shape = tuple(int(d) for d in a["normalized_shape"])
 
     def affine(key: str, default: int) -> Value:
@@ -393,10 +398,18 @@ def _layer_norm(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
         t = IRType(x.type.dtype, shape, contiguous_strides(shape))
         return L.emit1("full", [Lit(_literal_for(default, t.dtype))], t)
 
-    v = L.emit1(
-        "layer_norm", [x, affine("weight", 1), affine("bias", 0)], t0, {"ndims": len(shape), "eps": float(a["eps"])}
-    )
-    return [v, None, None]
+    eps = float(a["eps"])
+    v = L.emit1("layer_norm", [x, affine("weight", 1), affine("bias", 0)], t0, {"ndims": len(shape), "eps": eps})
+    mean = rstd = None
+    rows = {"dims": list(range(len(x.type.shape) - len(shape), len(x.type.shape))), "keepdim": True}
+    if 1 in used or 2 in used:
+        wide = opmath(L, x)
+        if 1 in used:
+            mean = L.emit1("mean", [wide], mean_t, rows)
+        if 2 in used:
+            var = L.emit1("var", [wide], rstd_t, {**rows, "correction": 0})
+            rstd = L.emit1("rsqrt", [L.emit1("add", [var, Lit(eps)], rstd_t)], rstd_t)
+    return [v, mean, rstd]
 
 
 register(["native_layer_norm.default"], _layer_norm)
