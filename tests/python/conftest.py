@@ -94,3 +94,14 @@ def _cudnn_switch():
         yield
     finally:
         torch.backends.cudnn.enabled = saved
+
+
+@pytest.fixture
+def no_grad():
+    """The test runs under torch.no_grad(): calls of an optimized module take
+    its inference plan (with grad on, a model with parameters that require
+    grad trains through its forward/backward pair instead)."""
+    import torch
+
+    with torch.no_grad():
+        yield

@@ -21,7 +21,7 @@ import fuseforge
 from fn_model import Fn
 from test_reduction_gpu import _flat, _rel_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_grad")]
 
 
 def _r(*shape, dtype=torch.float32, channels_last=False):

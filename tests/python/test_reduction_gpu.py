@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import fuseforge
 from fn_model import Fn
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_grad")]
 
 
 def _rms(m, x):

@@ -17,7 +17,7 @@ import torch
 import fuseforge
 from fn_model import Fn
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_grad")]
 
 
 def _r(*shape, dtype=torch.float32):
