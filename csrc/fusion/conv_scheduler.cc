@@ -6,7 +6,9 @@
 // is written once, in whatever layout the epilogue's output has. A direct
 // kernel also takes in a reduction over the output channels that alone reads
 // the conv (a min, max, sum, mean or logsumexp over dim 1, with the pointwise
-// work before and after it): its result is then never written.
+// work before and after it): its result is then never written. Either way
+// the epilogue's group is kept (Partition::library_epilogues) for the
+// kernel's library form: cuDNN's conv, then that group's own kernel.
 #include <algorithm>
 #include <unordered_set>
 #include <utility>
@@ -66,11 +68,16 @@ class ConvScheduler final : public Scheduler {
       std::vector<Node*> members{n.get()};
       std::optional<int> fused = epilogue;
       if (spec->channel_reduce != ConvKernelSpec::ChannelReduce::none) fused = reduction->first;
+      std::optional<Group::Kind> fused_kind;
       if (fused) {
+        fused_kind = p.describe(*fused).kind;
         std::vector<Node*> ep = p.release(*fused);
         members.insert(members.end(), ep.begin(), ep.end());
       }
-      p.add_group(Group::Kind::Conv, std::move(members), {}, *spec);
+      const int group = p.add_group(Group::Kind::Conv, std::move(members), {}, *spec);
+      // Where cuDNN's conv times faster (or the kernel does not build), the
+      // epilogue is still one kernel: the group it would have been unfused.
+      if (fused_kind) p.set_library_epilogue(group, *fused_kind);
     }
   }
 

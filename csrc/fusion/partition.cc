@@ -118,6 +118,8 @@ std::vector<Node*> PartitionBuilder::release(int group) {
   return std::move(m.nodes);
 }
 
+void PartitionBuilder::set_library_epilogue(int group, Group::Kind kind) { groups_.at(group).library_epilogue = kind; }
+
 Group PartitionBuilder::describe(int group) const { return describe(groups_.at(group)); }
 
 Group PartitionBuilder::describe(const Members& m) const {
@@ -148,11 +150,17 @@ Group PartitionBuilder::describe_nodes(Group::Kind kind, const std::vector<Node*
 Partition PartitionBuilder::finish() const {
   Partition p;
   std::vector<int> kept;
-  for (size_t i = 0; i < groups_.size(); ++i)
-    if (!groups_[i].released) {
-      kept.push_back(static_cast<int>(i));
-      p.groups.push_back(describe(groups_[i]));
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const Members& m = groups_[i];
+    if (m.released) continue;
+    kept.push_back(static_cast<int>(i));
+    p.groups.push_back(describe(m));
+    if (m.library_epilogue && m.nodes.size() > 1) {
+      p.groups.back().library_epilogue = static_cast<int>(p.library_epilogues.size());
+      p.library_epilogues.push_back(
+          describe_nodes(*m.library_epilogue, std::vector<Node*>(m.nodes.begin() + 1, m.nodes.end())));
     }
+  }
   p.steps = schedule(kept);
   return p;
 }

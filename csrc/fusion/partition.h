@@ -50,6 +50,9 @@ class PartitionBuilder {
   // Empties group `group` (dropped at finish()) and returns its nodes, for a
   // new group to take them in.
   std::vector<Node*> release(int group);
+  // Gives group `group` a library form: its first node as a library call,
+  // then the rest as a `kind` group of their own (Partition::library_epilogues).
+  void set_library_epilogue(int group, Group::Kind kind);
   // The group as it stands: its nodes, inputs, outputs and shape.
   Group describe(int group) const;
   // The same for a group of `nodes` (topological order) not added yet.
@@ -66,6 +69,7 @@ class PartitionBuilder {
     ConvKernelSpec conv;
     std::vector<Node*> nodes;
     bool released = false;
+    std::optional<Group::Kind> library_epilogue;
   };
   const Graph& g_;
   std::unordered_map<const Node*, int> index_;

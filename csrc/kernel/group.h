@@ -30,6 +30,9 @@ namespace ff::fusion {
 // pointwise epilogue it applies before writing; a direct kernel's may instead
 // be a reduction over the output channels with the pointwise nodes before and
 // after it (conv.channel_reduce), so that only the reduced result is written.
+// A conv group with nodes after the conv also has a library form: cuDNN's
+// conv, then those nodes as a kernel of their own (library_epilogue), what
+// runs where the conv kernel does not.
 struct Group {
   enum class Kind { Pointwise, Gemm, Reduction, Pool, Scan, Conv } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only
@@ -38,6 +41,7 @@ struct Group {
   std::vector<Value*> inputs;   // values read from outside the group (tensors and scalar inputs)
   std::vector<Value*> outputs;  // group values read outside it (or graph outputs)
   Shape shape;                  // iteration shape: the last node's result shape
+  int library_epilogue = -1;    // Conv: index into Partition::library_epilogues; -1: none
 };
 
 std::string_view group_kind_name(Group::Kind kind);  // "pointwise", "gemm", "reduction", "pool", "scan", "conv"
@@ -52,6 +56,10 @@ struct Step {
 struct Partition {
   std::vector<Group> groups;
   std::vector<Step> steps;  // a valid execution order
+  // The conv groups' nodes after the conv, each a group of its own kind
+  // (pointwise, or a reduction over the channels) reading the conv's result:
+  // no step runs them; the conv kernel's library form does.
+  std::vector<Group> library_epilogues;
 };
 
 }  // namespace ff::fusion

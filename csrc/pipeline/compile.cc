@@ -148,6 +148,13 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
     out.kernel_variants.push_back(fo.variants ? scheduler.variants(group, id, fo)
                                               : std::vector<codegen::KernelSource>{});
   }
+  // The conv kernels' epilogues alone, for their library forms: after every
+  // group's kernel, as plan::build expects.
+  for (const fusion::Group& epilogue : out.partition.library_epilogues) {
+    const int id = static_cast<int>(out.kernels.size());
+    out.kernels.push_back(fusion::scheduler_for(epilogue.kind).generate(epilogue, id, fo));
+    out.kernel_variants.emplace_back();
+  }
   phase_done("codegen");
   out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants);
   phase_done("plan");

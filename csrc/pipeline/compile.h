@@ -85,7 +85,7 @@ struct CompiledGraph {
   std::string ir_after;                                             // after passes
   std::vector<std::pair<std::string, std::string>> pass_trace;      // (pass, IR after it)
   fusion::Partition partition;                                      // its nodes are the plan's graph's
-  std::vector<codegen::KernelSource> kernels;                       // one per partition group
+  std::vector<codegen::KernelSource> kernels;                       // per partition group, then library epilogue
   std::vector<std::vector<codegen::KernelSource>> kernel_variants;  // per kernel: alternatives (autotune)
   plan::Plan plan;
   // Wall seconds of each stage, in order: parse (and verify), passes, fusion

@@ -68,8 +68,13 @@ class Builder {
     for (auto& m : g.mutations()) p_.mutations.push_back({id(m.buffer), id(m.value)});
     for (int o : p_.outputs) mark_output(o);
     for (auto& m : p_.mutations) mark_output(m.value);
-    for (size_t i = 0; i < part_.groups.size(); ++i)
-      p_.kernels.push_back(kernel(part_.groups[i], sources.at(i), variants.at(i)));
+    const size_t n_groups = part_.groups.size();
+    for (size_t i = 0; i < n_groups; ++i) p_.kernels.push_back(kernel(part_.groups[i], sources.at(i), variants.at(i)));
+    for (size_t j = 0; j < part_.library_epilogues.size(); ++j)
+      p_.kernels.push_back(kernel(part_.library_epilogues[j], sources.at(n_groups + j), variants.at(n_groups + j)));
+    for (size_t i = 0; i < n_groups; ++i)
+      if (const int e = part_.groups[i].library_epilogue; e >= 0)
+        p_.kernels[i].library_steps = library_form(part_.groups[i], static_cast<int>(n_groups) + e);
     std::vector<Step> steps;
     for (const fusion::Step& s : part_.steps) {
       if (s.kind == fusion::Step::Kind::Kernel) {
@@ -177,6 +182,19 @@ class Builder {
       k.nodes.push_back(node_step(*n));
     }
     return k;
+  }
+
+  // A conv kernel's library form: the conv (the group's first node) as a
+  // library call into its result's buffer, the epilogue's own kernel reading
+  // it, then its free.
+  std::vector<Step> library_form(const fusion::Group& group, int epilogue_kernel) const {
+    Step launch;
+    launch.kind = Step::Kind::Launch;
+    launch.kernel = epilogue_kernel;
+    Step free;
+    free.kind = Step::Kind::Free;
+    free.results = {id(group.nodes.front()->result())};
+    return {node_step(*group.nodes.front()), launch, free};
   }
 
   // Drops the view steps whose results only kernels read (directly or through

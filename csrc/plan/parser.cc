@@ -2,10 +2,14 @@
 // each buffer, kernel header, step and trailer is one line; a kernel's graph
 // spans the lines up to its closing brace. Call and view lines are IR node
 // lines (parse_node) over a graph whose inputs are the buffers that no call
-// or view defines. Kernel sources and per-kernel node steps are not in the
-// text: a parsed plan prints and compares, it does not run.
+// or view defines (a library form's call included). A kernel's library form
+// is read after every kernel's header: it launches a kernel listed later.
+// Kernel sources and per-kernel node steps are not in the text: a parsed plan
+// prints and compares, it does not run.
+#include <initializer_list>
 #include <sstream>
 #include <unordered_set>
+#include <utility>
 
 #include "plan/plan.h"
 
@@ -47,7 +51,10 @@ class Parser {
     while (at_item() && peek() != "run:") prepare.push_back(next());
     if (next() != "run:") fail("expected 'run:'");
     while (at_item() && !starts_with(peek(), "return")) run.push_back(next());
-    graph_inputs(prepare, run);
+    std::vector<std::string> library_lines;
+    for (const auto& [k, line] : library_) library_lines.push_back(line);
+    graph_inputs({&library_lines, &prepare, &run});
+    for (const auto& [k, line] : library_) p_.kernels[k].library_steps.push_back(step(line));
     p_.prepare = steps(prepare);
     p_.run = steps(run);
     const std::string ret = next();
@@ -73,6 +80,7 @@ class Parser {
   std::vector<std::string> lines_;
   size_t line_ = 0;
   Plan p_;
+  std::vector<std::pair<size_t, std::string>> library_;  // (kernel, step line) of the library forms
 
   [[noreturn]] void fail(const std::string& msg) const {
     throw IRError("plan line " + std::to_string(line_) + ": " + msg);
@@ -120,7 +128,7 @@ class Parser {
     bool known = false;
     for (int r = 0; r <= static_cast<int>(Buffer::Role::Interior) && !known; ++r)
       if (role_name(static_cast<Buffer::Role>(r)) == role) b.role = static_cast<Buffer::Role>(r), known = true;
-    if (!known || b.role == Buffer::Role::Interior) fail("unknown buffer role '" + role + "'");
+    if (!known) fail("unknown buffer role '" + role + "'");
     if (b.role == Buffer::Role::Alias)
       b.alias_of = buffer_ref(alias);
     else if (!alias.empty())
@@ -176,6 +184,11 @@ class Parser {
     }
     k.graph = graph;
     p_.kernels.push_back(std::move(k));
+    if (!at_item() || peek() != "library:") return;
+    line_++;
+    while (line_ < lines_.size() && starts_with(lines_[line_], "      "))
+      library_.emplace_back(p_.kernels.size() - 1, next());
+    if (library_.empty() || library_.back().first != p_.kernels.size() - 1) fail("expected the library form's steps");
   }
 
   int64_t number(const std::string& s) const {
@@ -201,9 +214,9 @@ class Parser {
 
   // The graph that call and view lines are parsed into: its inputs are the
   // declared buffers that no call or view line defines.
-  void graph_inputs(const std::vector<std::string>& prepare, const std::vector<std::string>& run) {
+  void graph_inputs(std::initializer_list<const std::vector<std::string>*> sections) {
     std::unordered_set<std::string> defined;
-    for (const auto* section : {&prepare, &run})
+    for (const auto* section : sections)
       for (const std::string& s : *section) {
         if (!starts_with(s, "call ") && !starts_with(s, "view ")) continue;
         const size_t eq = s.find(" = ");

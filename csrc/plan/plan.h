@@ -8,10 +8,14 @@
 //   temporary, an output, a value the prepare section computes, an alias (a
 //   view only kernels read: it has another buffer's address and its own
 //   strides, and no step computes it) or an interior value of a kernel (never
-//   materialized, except when the kernel's group runs op by op).
+//   materialized, except when the kernel's group runs op by op or a conv
+//   kernel's library form writes its conv's result).
 // - Kernels: generated CUDA with launch geometry and parameters; the group's
 //   nodes as steps over buffers, for running it op by op (no GPU, a pointer
-//   misaligned for a GEMM kernel's vectors, a kernel that did not compile).
+//   misaligned for a GEMM kernel's vectors, a kernel that did not compile);
+//   a conv kernel with an epilogue also has a library form: cuDNN's conv, then
+//   the epilogue's own kernel (one more entry of `kernels`, which no section
+//   launches), where cuDNN times faster or the conv kernel cannot run.
 // - Steps: launch a kernel, call a library (ATen) op, make a view, free
 //   buffers after their last use.
 // - prepare: the steps that depend only on parameters, module buffers and
@@ -88,6 +92,10 @@ struct Kernel {
   std::string graph;              // the group as a standalone graph (IR text, plan names)
   std::vector<int> graph_inputs;  // the buffers `graph` takes, in its parameter order
   std::vector<Step> nodes;        // the group's nodes as call steps over buffers
+  // A conv kernel with an epilogue: the conv's library call into its result's
+  // (interior) buffer, the launch of the epilogue's kernel, the free of the
+  // result. Empty for any other kernel.
+  std::vector<Step> library_steps;
 
   std::string translation_unit() const {  // what NVRTC compiles: includes, then source
     std::string tu;
@@ -135,7 +143,8 @@ struct Plan {
 };
 
 // Builds the plan of a partitioned graph: `kernels[i]` (and its autotuning
-// `variants[i]`) is the kernel of partition.groups[i]. The plan takes `graph`
+// `variants[i]`) is the kernel of partition.groups[i], then of
+// partition.library_epilogues[i - groups.size()]. The plan takes `graph`
 // over; the partition's nodes must be its nodes.
 Plan build(std::unique_ptr<Graph> graph, const fusion::Partition& partition,
            const std::vector<codegen::KernelSource>& kernels,

@@ -3,9 +3,14 @@
 //   plan @NAME {
 //     buffers:
 //       %x: f32[16,32] input                 one line per buffer but interior
-//       %0: f32[32,24]{1,32} alias %w         ones: role, and an alias's memory
+//       %0: f32[32,24]{1,32} alias %w         ones (those a library form writes
+//       %2: f32[8,16,30,30] interior          are listed): role, an alias's memory
 //     kernel @NAME KIND grid=[..] block=[..] shared=N vector=N [cutlass] [sm90a] [align=N] [variants=N]
 //       graph @NAME(...) { ... }              the kernel's nodes (plan names)
+//       library:                              a conv kernel's library form:
+//         call %2 = convolution(%x, %w) ...   its conv,
+//         launch @NAME (%5) <- (%2 relayout)  the epilogue's kernel,
+//         free %2                             the conv's result freed
 //     prepare (%w) -> (%3):                 the weights it reads -> the values run keeps
 //       call %3 = sum(%w) {..} : f32[24]      an IR node line
 //     run:
@@ -16,6 +21,7 @@
 //     mutate %bn.running_mean = %9
 //   }
 #include <sstream>
+#include <unordered_set>
 
 #include "plan/plan.h"
 
@@ -33,8 +39,13 @@ class Printer {
 
   std::string plan() {
     os_ << "plan @" << p_.name << " {\n  buffers:\n";
+    std::unordered_set<int> library_results;  // interior buffers a library form writes: listed
+    for (const Kernel& k : p_.kernels)
+      for (const Step& s : k.library_steps)
+        if (s.kind == Step::Kind::Call) library_results.insert(s.results.begin(), s.results.end());
     for (const Buffer& b : p_.buffers) {
-      if (b.role == Buffer::Role::Interior) continue;
+      if (b.role == Buffer::Role::Interior && !library_results.count(static_cast<int>(&b - p_.buffers.data())))
+        continue;
       os_ << "    " << ref(&b - p_.buffers.data()) << ": " << format_type(b.type) << " " << role_name(b.role);
       if (b.role == Buffer::Role::Alias) os_ << " " << ref(b.alias_of);
       os_ << "\n";
@@ -100,6 +111,9 @@ class Printer {
     os_ << "\n";
     std::istringstream lines(k.graph);
     for (std::string line; std::getline(lines, line);) os_ << "    " << line << "\n";
+    if (k.library_steps.empty()) return;
+    os_ << "    library:\n";
+    for (const Step& s : k.library_steps) os_ << "      " << step(s) << "\n";
   }
 };
 

@@ -275,6 +275,9 @@ void bind_plan(nb::module_& m) {
       .def_ro("graph_inputs", &Kernel::graph_inputs, "the buffers `graph` takes, in its parameter order")
       .def_ro("nodes", &Kernel::nodes, nb::rv_policy::reference_internal,
               "the group's nodes as call/view steps over the plan's buffers (to run it op by op)")
+      .def_ro("library_steps", &Kernel::library_steps, nb::rv_policy::reference_internal,
+              "a conv kernel with an epilogue: its library form (the conv's library call, the launch of the "
+              "epilogue's own kernel, the free of the conv's result); empty for other kernels")
       .def("sampled_graph", &sampled_graph, "n"_a,
            "The graph over n sampled elements (pointwise kernels only; ValueError otherwise).");
 

@@ -646,6 +646,12 @@ class Kernel:
         the group's nodes as call/view steps over the plan's buffers (to run it op by op)
         """
 
+    @property
+    def library_steps(self) -> StepList:
+        """
+        a conv kernel with an epilogue: its library form (the conv's library call, the launch of the epilogue's own kernel, the free of the conv's result); empty for other kernels
+        """
+
     def sampled_graph(self, n: int) -> str:
         """
         The graph over n sampled elements (pointwise kernels only; ValueError otherwise).

@@ -10,7 +10,8 @@
 
 namespace ff::testing {
 
-std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vector<interp::HostTensor>& inputs) {
+std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vector<interp::HostTensor>& inputs,
+                                         bool library_forms) {
   const Graph& g = *cg.plan.graph;
   std::unordered_map<const Value*, interp::HostTensor> env;
   for (size_t i = 0; i < g.inputs().size(); ++i) env[g.inputs()[i]] = inputs.at(i);
@@ -19,25 +20,36 @@ std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vec
     for (const Value* v : values) in.push_back(env.at(v));
     return in;
   };
+  auto emulate = [&](const fusion::Group& group, const codegen::KernelSource& k) {
+    auto out = emulate_kernel(k, group, gather(group.inputs));
+    for (size_t i = 0; i < group.outputs.size(); ++i) {
+      // emulate_kernel returns the outputs in the kernel's parameter order.
+      for (size_t j = 0; j < k.outputs.size(); ++j)
+        if (k.outputs[j] == group.outputs[i]->name) env[group.outputs[i]] = out[j];
+    }
+  };
+  auto call = [&](Node* node) {
+    fusion::Group one;
+    one.nodes = {node};
+    for (auto& o : node->operands)
+      if (o.is_value()) one.inputs.push_back(o.value);
+    one.outputs = {node->result()};
+    auto out = interp::run(*fusion::extract_subgraph(one, "step"), gather(one.inputs));
+    env[node->result()] = out.at(0);
+  };
   for (const auto& step : cg.partition.steps) {
-    if (step.kind == fusion::Step::Kind::Kernel) {
-      const fusion::Group& group = cg.partition.groups[step.group];
-      auto out = emulate_kernel(cg.kernels[step.group], group, gather(group.inputs));
-      for (size_t i = 0; i < group.outputs.size(); ++i) {
-        // emulate_kernel returns the outputs in the kernel's parameter order.
-        const auto& names = cg.kernels[step.group].outputs;
-        for (size_t j = 0; j < names.size(); ++j)
-          if (names[j] == group.outputs[i]->name) env[group.outputs[i]] = out[j];
-      }
+    if (step.kind == fusion::Step::Kind::Node) {
+      call(step.node);
       continue;
     }
-    fusion::Group one;
-    one.nodes = {step.node};
-    for (auto& o : step.node->operands)
-      if (o.is_value()) one.inputs.push_back(o.value);
-    one.outputs = {step.node->result()};
-    auto out = interp::run(*fusion::extract_subgraph(one, "step"), gather(one.inputs));
-    env[step.node->result()] = out.at(0);
+    const fusion::Group& group = cg.partition.groups[step.group];
+    if (library_forms && group.library_epilogue >= 0) {
+      call(group.nodes.front());
+      const size_t e = cg.partition.groups.size() + group.library_epilogue;
+      emulate(cg.partition.library_epilogues[group.library_epilogue], cg.kernels[e]);
+      continue;
+    }
+    emulate(group, cg.kernels[step.group]);
   }
   std::vector<interp::HostTensor> result;
   for (const Value* v : g.outputs()) result.push_back(env.at(v));

@@ -11,7 +11,10 @@
 namespace ff::testing {
 
 // The graph outputs (then the mutations' new values) of `cg` on `inputs`.
-std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vector<interp::HostTensor>& inputs);
+// `library_forms`: conv kernels with an epilogue run as their library form
+// instead (the conv on the interpreter, then the epilogue's own kernel).
+std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vector<interp::HostTensor>& inputs,
+                                         bool library_forms = false);
 
 // Compares every tensor of `got` with `want`: integer and bool dtypes exactly,
 // floats within rtol/atol (f16/bf16 within one ulp at least; NaNs must

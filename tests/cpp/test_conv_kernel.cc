@@ -110,6 +110,16 @@ TEST(ConvKernel, TheEpilogueGroupJoinsTheConv) {
   const fusion::Partition off = fusion::partition(*g);
   ASSERT_EQ(off.groups.size(), 1u);
   EXPECT_EQ(off.groups[0].kind, fusion::Group::Kind::Pointwise);
+  // That pointwise group is also the conv kernel's library epilogue, which no step runs.
+  ASSERT_EQ(group.library_epilogue, 0);
+  ASSERT_EQ(p.library_epilogues.size(), 1u);
+  const fusion::Group& epilogue = p.library_epilogues[0];
+  EXPECT_EQ(epilogue.kind, fusion::Group::Kind::Pointwise);
+  EXPECT_EQ(epilogue.nodes, std::vector<Node*>(group.nodes.begin() + 1, group.nodes.end()));
+  EXPECT_EQ(epilogue.outputs, group.outputs);
+  EXPECT_EQ(epilogue.inputs.front(), group.nodes.front()->result());
+  EXPECT_EQ(off.groups[0].nodes.size(), epilogue.nodes.size());
+  EXPECT_EQ(off.library_epilogues.size(), 0u);
 }
 
 TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {

@@ -9,11 +9,12 @@
 //
 // Each case is registered as three tests:
 //   FusionGolden.<case>  the plan printed as above equals the CHECK text;
-//   FusionNvrtc.<case>   every kernel compiles with NVRTC for sm_90;
+//   FusionNvrtc.<case>   every kernel (library epilogues' too) compiles with NVRTC for sm_90;
 //   FusionRun.<case>     the plan run on the CPU (kernels on the kernel
 //                        emulator, library calls on the interpreter) gives the
 //                        interpreter's outputs of the whole graph, on 2 random
-//                        input sets (f32: rtol 2e-5, atol 2e-5; integers exactly).
+//                        input sets (f32: rtol 2e-5, atol 2e-5; integers exactly);
+//                        so do conv kernels' library forms, run instead.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -134,12 +135,16 @@ void check_nvrtc(const FusionCase& c) {
 void check_run(const FusionCase& c) {
   if (!testing::host_compiler_available()) GTEST_SKIP() << "no host C++ compiler for the kernel emulator";
   const auto cg = compile_graph(c.input, c.options);
+  const bool library_forms = !cg.partition.library_epilogues.empty();
   for (uint64_t seed = 1; seed <= 2; ++seed) {
     const auto inputs = interp::random_inputs(*cg.plan.graph, seed);
     const auto want = interp::run(*cg.plan.graph, inputs);
     const auto got = testing::run_plan(cg, inputs);
     const std::string diff = testing::compare(got, want, 2e-5, 2e-5);
     EXPECT_EQ(diff, "") << c.path << " (seed " << seed << ")";
+    if (!library_forms) continue;
+    const std::string library = testing::compare(testing::run_plan(cg, inputs, true), want, 2e-5, 2e-5);
+    EXPECT_EQ(library, "") << c.path << " (seed " << seed << ", conv kernels' library forms)";
   }
 }
 

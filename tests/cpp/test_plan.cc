@@ -56,11 +56,49 @@ std::vector<int> writes(const plan::Plan& p, const plan::Step& s) {
   return s.kind == Kind::Free ? std::vector<int>{} : s.results;
 }
 
+// A conv kernel's library form computes what the kernel does from what it
+// reads: the conv's call into an interior buffer that only it writes, the
+// launch of a kernel reading that buffer (re-laid out: a library call made
+// it) and what the conv kernel reads, writing the conv kernel's outputs; then
+// the buffer's free.
+void check_library_form(const plan::Plan& p, const plan::Kernel& k, std::vector<int>& launches) {
+  SCOPED_TRACE(k.name);
+  EXPECT_EQ(k.kind, fusion::Group::Kind::Conv);
+  ASSERT_EQ(k.library_steps.size(), 3u);
+  const plan::Step &call = k.library_steps[0], &launch = k.library_steps[1], &free = k.library_steps[2];
+  ASSERT_EQ(call.kind, Kind::Call);
+  ASSERT_EQ(launch.kind, Kind::Launch);
+  ASSERT_EQ(free.kind, Kind::Free);
+  EXPECT_EQ(call.node->op, Op::Convolution);
+  ASSERT_EQ(call.results.size(), 1u);
+  const int conv = call.results[0];
+  EXPECT_EQ(p.buffers[conv].role, Role::Interior);
+  EXPECT_EQ(free.results, std::vector<int>{conv});
+  launches[launch.kernel]++;
+  const plan::Kernel& epilogue = p.kernels[launch.kernel];
+  EXPECT_EQ(epilogue.outputs, k.outputs);
+  EXPECT_TRUE(epilogue.library_steps.empty());
+  std::set<int> kernel_reads;
+  for (const auto& in : k.inputs) kernel_reads.insert(in.memory);
+  for (int b : reads(p, call)) EXPECT_TRUE(kernel_reads.count(b)) << "the conv call reads %" << p.buffers[b].name;
+  bool reads_conv = false;
+  for (const auto& in : epilogue.inputs) {
+    if (in.memory == conv) {
+      reads_conv = true;
+      EXPECT_TRUE(in.relayout);
+    } else {
+      EXPECT_TRUE(kernel_reads.count(in.memory)) << "the epilogue reads %" << p.buffers[in.memory].name;
+    }
+  }
+  EXPECT_TRUE(reads_conv);
+}
+
 // What the walkers rely on: every read buffer holds a value (an input, a kept
 // prepared value, or written earlier and not yet freed); each temporary is
 // freed once, after its last read; prepare reads only weights and writes only
 // prepared values; aliases view a non-alias and are never written; each
-// kernel is launched exactly once.
+// kernel is launched exactly once, by a section or by a conv kernel's library
+// form (check_library_form).
 void check_invariants(const GoldenCase& c) {
   SCOPED_TRACE(c.path);
   const CompiledGraph cg = compile_case(c);
@@ -110,6 +148,8 @@ void check_invariants(const GoldenCase& c) {
     }
   }
   for (int o : p.outputs) EXPECT_TRUE(live.count(o)) << "output %" << p.buffers[o].name;
+  for (const plan::Kernel& k : p.kernels)
+    if (!k.library_steps.empty()) check_library_form(p, k, launches);
   for (int n : launches) EXPECT_EQ(n, 1);
 }
 
@@ -133,11 +173,14 @@ TEST(PlanGoldenFiles, AllLoadAndCoverEveryStepAndKernelKind) {
     const plan::Plan p = compile_case(c).plan;
     for (const auto* section : {&p.prepare, &p.run})
       for (const auto& s : *section) seen.insert(std::string(plan::step_kind_name(s.kind)));
-    for (const auto& k : p.kernels) seen.insert(std::string(fusion::group_kind_name(k.kind)) + " kernel");
+    for (const auto& k : p.kernels) {
+      seen.insert(std::string(fusion::group_kind_name(k.kind)) + " kernel");
+      if (!k.library_steps.empty()) seen.insert("library form");
+    }
     for (const auto& b : p.buffers) seen.insert(std::string(plan::role_name(b.role)) + " buffer");
   }
   for (const char* what : {"launch", "call", "view", "free", "pointwise kernel", "gemm kernel", "alias buffer",
-                           "prepared buffer", "scalar buffer", "state buffer", "output buffer"})
+                           "prepared buffer", "scalar buffer", "state buffer", "output buffer", "library form"})
     EXPECT_TRUE(seen.count(what)) << "no golden plan has a " << what;
 }
 
@@ -232,6 +275,41 @@ TEST(PlanBuild, ViewsAreAliasesOnlyWhereKernelsAloneReadThem) {
   int views = 0;
   for (const auto& s : p.run) views += s.kind == Kind::View;
   EXPECT_EQ(views, 3) << plan::print(p);
+}
+
+TEST(PlanBuild, AConvKernelsLibraryFormIsThePlanWithoutConvKernels) {
+  // The conv's call, the epilogue's kernel and the free are what the run
+  // section holds where the conv is no kernel: the same steps, the same code.
+  const char* text = R"(graph @g(%x: f32[2,16,10,10]{1600,1,160,16}, %w: f32[32,16,3,3]{144,1,48,16} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,32,8,8]{2048,1,256,32}
+  %1 = sigmoid(%0) : f32[2,32,8,8]{2048,1,256,32}
+  %2 = mul(%0, %1) : f32[2,32,8,8]
+  return %2
+})";
+  const CompiledGraph fused = compile_graph(text, parse_compile_flags("--arch=90 --conv=always"));
+  const CompiledGraph off = compile_graph(text, parse_compile_flags("--arch=90 --conv=off"));
+  const plan::Plan &p = fused.plan, &q = off.plan;
+  ASSERT_EQ(p.kernels.size(), 2u) << plan::print(p);
+  ASSERT_EQ(q.kernels.size(), 1u) << plan::print(q);
+  EXPECT_EQ(p.kernels[0].kind, fusion::Group::Kind::Conv);
+  ASSERT_EQ(p.run.size(), 1u) << plan::print(p);
+  const auto& library = p.kernels[0].library_steps;
+  ASSERT_EQ(library.size(), q.run.size()) << plan::print(p);
+  for (size_t i = 0; i < library.size(); ++i) {
+    std::string step = plan::print_step(p, library[i]);
+    const std::string epilogue = p.kernels[1].name, unfused = q.kernels[0].name;
+    if (const size_t at = step.find(epilogue); at != std::string::npos) step.replace(at, epilogue.size(), unfused);
+    EXPECT_EQ(step, plan::print_step(q, q.run[i]));
+  }
+  EXPECT_EQ(p.kernels[1].compile_key(), q.kernels[0].compile_key());
+  // Without an epilogue there is no library form: the conv alone runs op by op.
+  const CompiledGraph alone = compile_graph(R"(graph @g(%x: f32[2,16,10,10]{1600,1,160,16}, %w: f32[32,16,3,3]{144,1,48,16} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,32,8,8]{2048,1,256,32}
+  return %0
+})",
+                                            parse_compile_flags("--arch=90 --conv=always"));
+  ASSERT_EQ(alone.plan.kernels.size(), 1u);
+  EXPECT_TRUE(alone.plan.kernels[0].library_steps.empty());
 }
 
 TEST(PlanBuild, OutputsAndOpaqueCallsStayOutOfPrepare) {

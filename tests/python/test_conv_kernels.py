@@ -1,7 +1,8 @@
 """Conv kernels in the plan without a GPU: a conv and its epilogue become one
-kernel whose ATen form (the CPU stand-in, and the fallback where the kernel
-cannot run) computes what eager computes. tests/python/test_conv_gpu.py runs
-the kernels themselves."""
+kernel whose library form (the CPU stand-in, and the fallback where the
+kernel cannot run: the conv through ATen, then the epilogue's own kernel;
+test_conv_library_form.py) computes what eager computes.
+tests/python/test_conv_gpu.py runs the kernels themselves."""
 
 import re
 
@@ -41,8 +42,9 @@ def test_a_conv_and_its_epilogue_are_one_kernel_computing_what_eager_does(monkey
     plan = _plan(captured.text, "always", monkeypatch, {"conv_channels_last": {c["signature"]: True for c in convs}})
     (k,) = [k for k in plan.kernels if k.kind == "conv"]
     assert [n.op for n in k.nodes] == ["convolution", "add", "minimum", "add", "mul", "add"], str(plan)
-    # The other kernels write x and the weight channels-last.
-    assert [[n.op for n in other.nodes] for other in plan.kernels if other.name != k.name] == [["copy"], ["copy"]]
+    # The other kernels write x and the weight channels-last, or are the library form's epilogue.
+    others = [o for i, o in enumerate(plan.kernels) if o.name != k.name and i != k.library_steps[1].kernel]
+    assert [[n.op for n in o.nodes] for o in others] == [["copy"], ["copy"]]
     out, _ = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, [x, r]))
     with torch.no_grad():
         torch.testing.assert_close(out[0], model(x, r), rtol=1e-5, atol=1e-5)
@@ -93,7 +95,7 @@ class TransposedEpilogue(torch.nn.Module):
 def test_a_transposed_tf32_conv_is_one_hopper_kernel_with_its_epilogue(monkeypatch):
     """A 1xTF32 transposed conv (kernels allowed everywhere) becomes one Hopper
     kernel with the residual and relu, its operands rounded by the copies
-    that lay them out, and builds for sm_90a without spills; its ATen form
+    that lay them out, and builds for sm_90a without spills; its library form
     computes what eager does. In IEEE math it stays a cuDNN call."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
     torch.manual_seed(0)
@@ -106,7 +108,8 @@ def test_a_transposed_tf32_conv_is_one_hopper_kernel_with_its_epilogue(monkeypat
     plan = core.compile(captured.text, compile_options(arch=90, convs=tf32)).plan
     (k,) = [k for k in plan.kernels if k.kind == "conv"]
     assert "_tf32_sm90_" in k.name and [n.op for n in k.nodes] == ["convolution", "add", "add", "relu"], str(plan)
-    assert [[n.op for n in o.nodes] for o in plan.kernels if o.name != k.name] == [["copy", "round_tf32"]] * 2
+    others = [o for i, o in enumerate(plan.kernels) if o.name != k.name and i != k.library_steps[1].kernel]
+    assert [[n.op for n in o.nodes] for o in others] == [["copy", "round_tf32"]] * 2
     is_cubin, _, log = core.nvrtc_compile(k.translation_unit, k.name, 90, options=["-Xptxas=-v"])
     assert is_cubin and set(re.findall(r"(\d+) bytes spill stores", log)) == {"0"}, log
     out, _ = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, [x, skip]))
