@@ -5,6 +5,7 @@ math, its layout, cuDNN or a generated kernel). Skipped without a GPU;
 tools/conv_probe.py prints the figures behind them."""
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -238,8 +239,9 @@ def test_transposed_conv_kernel_computes_every_phase(monkeypatch, name):
 
 def test_a_conv_kernel_is_timed_against_its_library_calls_once(monkeypatch, tmp_path):
     """Whatever the cost model chose, a conv kernel's first run times it
-    against cuDNN with the epilogue through ATen, keeps the faster and
-    records the choice per kernel source (a second module reads it)."""
+    against its library form (cuDNN, then the epilogue's own kernel), keeps
+    the faster and records the choice per kernel source (a second module
+    reads it)."""
     import fuseforge
     from fuseforge.runtime import autotune
 
@@ -257,3 +259,65 @@ def test_a_conv_kernel_is_timed_against_its_library_calls_once(monkeypatch, tmp_
     choices = autotune.load()
     assert convs and len(choices) == len(convs)
     assert set(choices.values()) <= {k.name for k in convs} | {"library"}
+
+
+class _ConvMish(torch.nn.Module):
+    """A 3x3 conv, then x * tanh(softplus(x)) twice (conv3x3_large_softplus_tanh, small)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(16, 32, 3)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = x * torch.tanh(torch.nn.functional.softplus(x))
+        return x * torch.tanh(torch.nn.functional.softplus(x))
+
+
+@pytest.mark.parametrize("why", ["cudnn_wins", "kernel_does_not_compile"])
+def test_where_the_conv_kernel_does_not_run_its_epilogue_is_one_kernel(monkeypatch, tmp_path, why):
+    """Where cuDNN's conv wins the first run's timing, or the conv kernel does
+    not compile, the conv runs as cuDNN's call and its epilogue as the plan's
+    one epilogue kernel (never op by op), on the first call and on the native
+    call path after it, computing what eager computes; the conv kernel never
+    launches."""
+    import fuseforge
+    from fuseforge.runtime import autotune, executor
+
+    monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "off")  # each kernel in the profile, not a graph's replay
+    _every_conv_channels_last(monkeypatch)
+    if why == "cudnn_wins":
+        monkeypatch.setattr(autotune, "choose", lambda k, names, runs, timer=None: list(names).index("library"))
+    else:
+        load = core.load_kernels
+
+        def no_conv_kernel(kernels, arch):
+            return ["not built" if k.kind == "conv" else x for k, x in zip(kernels, load(kernels, arch))]
+
+        monkeypatch.setattr(executor.core, "load_kernels", no_conv_kernel)
+    op_by_op = executor.Executor._op_by_op
+
+    def conv_never_op_by_op(self, i):
+        assert self.plan.kernels[i].kind != "conv", f"{self.plan.kernels[i].name} runs op by op"
+        return op_by_op(self, i)
+
+    monkeypatch.setattr(executor.Executor, "_op_by_op", conv_never_op_by_op)
+    torch.manual_seed(0)
+    model = _ConvMish().cuda().eval()
+    x = torch.randn(4, 16, 40, 40, device="cuda")
+    fast = fuseforge.optimize(model)
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.no_grad(), torch.profiler.profile(activities=activities) as prof, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the conv kernel's "did not compile"
+        outs = [fast(x) for _ in range(3)]
+        torch.cuda.synchronize()
+        want = model(x)
+    for got in outs:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    plan = fast.specializations()[0].compiled.plan
+    (k,) = [k for k in plan.kernels if k.kind == "conv"]
+    epilogue = plan.kernels[k.library_steps[1].kernel]
+    launched = {e.key for e in prof.key_averages()}
+    assert epilogue.name in launched and k.name not in launched, sorted(launched)

@@ -9,8 +9,13 @@ a parameter or buffer it reads changes in place, is replaced or reloaded).
 
 Values live in a slot list indexed by buffer. On a CUDA device kernels are
 compiled with NVRTC for the device (in parallel, disk-cached) and launched on
-torch's current stream. On the CPU, kernels run on the reference interpreter
-instead: that is how `fuseforge run` checks a plan on machines without a GPU.
+torch's current stream. A conv kernel is timed at its first run against its
+fallback, which then replaces it where faster: with an epilogue, the plan's
+library form for it (cuDNN's conv, then the epilogue as one kernel of its
+own, compiled with the rest), else the conv op by op. On the CPU, kernels run
+on the reference interpreter instead (a conv kernel as that fallback, its
+epilogue's kernel on the interpreter): that is how `fuseforge run` checks a
+plan on machines without a GPU.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from fuseforge.runtime.prepared import cached_prepare
 INTERPRET_LIMIT = 1 << 22
 INTERPRET_SAMPLE = 1 << 14
 
-#: Kernel kinds whose group also runs as library calls (its nodes) where the
-#: kernel cannot: it did not compile here, or (conv) cuDNN timed faster.
+#: Kernel kinds whose group also runs through the library where the kernel
+#: cannot: it did not compile here, or (conv) cuDNN timed faster. A conv
+#: kernel with an epilogue then runs its library form (cuDNN's conv, then the
+#: epilogue's own kernel); any other, its nodes op by op.
 _LIBRARY_BACKED = ("gemm", "conv")
 
 Env = list  # a value per plan buffer (None where not live)
@@ -147,6 +154,34 @@ class Executor:
 
         return run
 
+    def _fallback(self, index: int) -> Run:
+        """What runs where a kernel does not (it did not compile, cuDNN timed
+        faster than a conv kernel, or no GPU): a conv kernel's library form
+        where the plan gives one, else the kernel's nodes op by op."""
+        if len(self.plan.kernels[index].library_steps) > 0:
+            return self._library_form(index)
+        return self._op_by_op(index)
+
+    def _library_form(self, index: int) -> Run:
+        """A conv kernel's library form: the conv's library call, then the
+        epilogue's own kernel as any launch step runs (its inputs re-laid out
+        or aligned as recorded; on the CPU, the interpreter), then the conv
+        result's free. Aliases the call reads are made as views first."""
+        k = self.plan.kernels[index]
+        runs = [self._step(s) for s in k.library_steps]
+        called = {o.buffer for s in k.library_steps if s.kind == "call" for o in s.operands if o.buffer >= 0}
+        aliases = [(i.buffer, i.memory) for i in k.inputs if i.buffer != i.memory and i.buffer in called]
+
+        def run(env: Env) -> None:
+            for b, m in aliases:
+                env[b] = self._view_of_memory(env[m], m, b)
+            for r in runs:
+                r(env)
+            for b, _ in aliases:
+                env[b] = None
+
+        return run
+
     def _op_by_op(self, index: int) -> Run:
         """A kernel's nodes, one library call each (aliases it reads in place
         are made as views of their memory first); its interior values are
@@ -189,12 +224,12 @@ class Executor:
         checked = [(j, self.types[i.memory], i.relayout) for j, i in enumerate(k.inputs) if i.relayout or align]
         scalars = list(k.scalars)
         empty_strided = torch.empty_strided
-        # Its library calls: for a kernel that did not compile, and for a conv
-        # kernel that autotuning may find slower than cuDNN.
-        by_ops = self._op_by_op(index) if kernel is None or k.kind == "conv" else None
+        # Its library form or calls: for a kernel that did not compile, and for
+        # a conv kernel that autotuning may find slower than cuDNN.
+        by_ops = self._fallback(index) if kernel is None or k.kind == "conv" else None
         # Timed at the first run: a kernel's candidate tiles (listed only when
-        # autotuning), and a conv kernel against its library calls (cuDNN, the
-        # epilogue through ATen) always: the conv cost model can be far off
+        # autotuning), and a conv kernel against its library form (cuDNN, then
+        # the epilogue's kernel) always: the conv cost model can be far off
         # (a large-batch 7x7 stem's implicit GEMM ran 5x slower than cuDNN).
         if kernel is not None and (len(k.variants) > 0 or k.kind == "conv"):
             self._tuning.add(index)
@@ -237,8 +272,8 @@ class Executor:
         library: Callable[[], Any] | None = None,
     ) -> Any:
         """The fastest of a GEMM or conv kernel's candidate tiles and, given
-        `library` (a conv's library calls), of that: then None if it wins
-        (autotune.choose). `scalars`: the kernel's scalar arguments, which
+        `library` (a conv's library form or calls), of that: then None if it
+        wins (autotune.choose). `scalars`: the kernel's scalar arguments, which
         candidate tiles (GEMMs) do not take."""
         dev_index = self.device.index or 0
         candidates = [(k.name, default)]
@@ -257,7 +292,9 @@ class Executor:
         if library is not None:
             candidates.append(("library", None))
             runs.append(library)
-        best = autotune.choose(autotune.key(k.source, self.arch), [n for n, _ in candidates], runs)
+        # A choice against a library form is keyed by its epilogue kernel too.
+        epilogues = "".join(self.plan.kernels[s.kernel].source for s in k.library_steps if s.kind == "launch")
+        best = autotune.choose(autotune.key(k.source + epilogues, self.arch), [n for n, _ in candidates], runs)
         return candidates[best][1]
 
     def _interpreted(self, index: int) -> Run:
@@ -269,13 +306,14 @@ class Executor:
         more than INTERPRET_LIMIT elements run op by op.
         """
         k = self.plan.kernels[index]
-        by_ops = self._op_by_op(index)
+        by_ops = self._fallback(index)
         shape = self.types[k.outputs[0]].shape
         numel = int(np.prod(shape)) if shape else 1
         largest = max(int(np.prod(self.types[b].shape)) for b in [*k.outputs, *(i.buffer for i in k.inputs)])
         # A GEMM or reduction costs about its output times its operands: only
         # small ones run on the (scalar) interpreter, the rest through ATen; the
-        # sampled check assumes a pointwise group; convs run through ATen.
+        # sampled check assumes a pointwise group; convs run as they do where
+        # cuDNN wins (_fallback: the epilogue's kernel here on the interpreter).
         if (largest > INTERPRET_LIMIT and k.kind != "pointwise") or k.kind == "conv":
             return by_ops
         slots = list(k.graph_inputs)
