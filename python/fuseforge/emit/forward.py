@@ -199,7 +199,7 @@ def forward_code(mp: ModePlan, kernel_fns: dict[int, str], segs: Sequence[Segmen
     run.append(f"return [{', '.join(results)}]")
     out += [
         f"def _ff_run_{m}(ext, dev, xs, args, st, pre, cs):",
-        f'    """The run section of the {"/".join(mp.modes)}-mode plan ({counted(len(plan.kernels), "kernel")}, '
+        f'    """The run section of the {"/".join(mp.modes)}-mode plan ({counted(len(kernel_fns), "kernel")}, '
         f'{counted(n_calls, "library call")} per call) and its buffer updates: the plan\'s outputs."""',
         *("    " + line for line in run),
         "",

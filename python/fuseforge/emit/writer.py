@@ -235,6 +235,11 @@ def _dispatch_code() -> list[str]:
     return [line for obj in dispatch.EMITTED for line in ("", inspect.getsource(obj).rstrip(), "")]
 
 
+def _launched(plan: Any) -> list[int]:
+    """The indices of the kernels the plan's prepare and run sections launch."""
+    return sorted({s.kernel for s in [*plan.prepare, *plan.run] if s.kind == "launch"})
+
+
 def _cutlass_code(needed: bool) -> list[str]:
     """Where the file's GEMM kernels find CUTLASS's headers (found when the file is imported)."""
     if not needed:
@@ -279,9 +284,12 @@ def emit_model(
     plans = _capture_modes(model, list(inputs), modes, type(model).__name__, arch, precision)
     if not plans:
         raise EmitError(f"{path}: no mode in {list(modes)} could be captured; nothing to emit")
-    fns = [{j: f"k_{p.mode}_{j}" for j in range(len(p.plan.kernels))} for p in plans]
+    # The kernels the sections launch: not a conv kernel's library-form epilogue
+    # (the file always runs the conv kernel; it times nothing against cuDNN).
+    fns = [{j: f"k_{p.mode}_{j}" for j in _launched(p.plan)} for p in plans]
+    kernels = [(fn[j], p.plan.kernels[j], p.plan) for p, fn in zip(plans, fns) for j in fn]
     segs = [segments(p.plan, f"s_{p.mode}") for p in plans]
-    cu, cpp = cuda_sources([(fn[j], k, p.plan) for p, fn in zip(plans, fns) for j, k in enumerate(p.plan.kernels)])
+    cu, cpp = cuda_sources(kernels)
     cpp += "".join("\n" + segment_host(s, p.plan, fn) for p, fn, ss in zip(plans, fns, segs) for s in ss)
     functions = [name for fn in fns for name in fn.values()] + [s.name for ss in segs for s in ss]
     forwards = [forward_code(mp, fn, ss) for mp, fn, ss in zip(plans, fns, segs)]
@@ -319,8 +327,8 @@ def emit_model(
         f"_FF_FUNCTIONS = {functions!r}",
         f"_FF_CUDA_SOURCE = r'''{cu}'''",
         f"_FF_CPP_SOURCE = r'''{cpp}'''",
-        *_cutlass_code(any(k.cutlass for p in plans for k in p.plan.kernels)),
-        f"_FF_NEEDS_SM90A = {any(k.sm90a for p in plans for k in p.plan.kernels)}",
+        *_cutlass_code(any(k.cutlass for _, k, _ in kernels)),
+        f"_FF_NEEDS_SM90A = {any(k.sm90a for _, k, _ in kernels)}",
         _SUPPORT,
         "",
         inspect.getsource(cached_prepare).rstrip(),
