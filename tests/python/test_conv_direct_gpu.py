@@ -135,8 +135,10 @@ def test_a_reduction_over_the_channels_joins_the_direct_conv(how, keepdim):
         ref = model.double()(x.double())
         model.float()
     (plan,) = [s.compiled.plan for s in fast.specializations()]
-    (k,) = plan.kernels
+    k, epilogue = plan.kernels  # the direct kernel, and its library form's reduction kernel
     assert "_direct_" in k.name and how in [n.op for n in k.nodes], str(plan)
+    assert k.library_steps[1].kernel == 1 and epilogue.kind == "reduction", str(plan)
+    assert [s.kernel for s in plan.run if s.kind == "launch"] == [0], str(plan)
     assert torch.equal(got.isnan(), want.isnan()) and got.isnan().any()
     finite = want.isfinite()
     ours = (got.double() - ref)[finite].abs().max().item()

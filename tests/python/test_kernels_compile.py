@@ -319,10 +319,12 @@ def test_hopper_conv_kernel_choice(monkeypatch, channels, dtype, math, arch, hop
     CUTLASS's. The wgmma kernel neither spills nor serializes its wgmmas."""
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
-    (k,) = core.compile(
+    # The conv kernel, and its library form's sigmoid kernel.
+    k, epilogue = core.compile(
         _conv_graph(channels, dtype, math), compile_options(arch=arch, convs={}, passes=["cse"])
     ).plan.kernels
     assert k.kind == "conv" and k.sm90a == hopper and k.cutlass != hopper, k.name
+    assert k.library_steps[1].kernel == 1 and [n.op for n in epilogue.nodes] == ["sigmoid"]
     if hopper:
         assert ("_tf32_sm90" in k.name) == (math == "tf32") and ("_3xtf32_sm90" in k.name) == (math == "ieee")
         assert "ff_sm90::gemm_tf32<" + ("false" if math == "tf32" else "true") + ">(ConvA{x}" in k.source
@@ -336,8 +338,8 @@ def test_conv_kernel_tiles_all_build(monkeypatch):
     monkeypatch.setenv("FUSEFORGE_DISABLE_CACHE", "1")
     monkeypatch.setenv("FUSEFORGE_AUTOTUNE", "1")
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
-    (k,) = _conv_plan(_conv_graph(32), {}, passes=["cse"]).kernels
-    assert k.kind == "conv" and k.sm90a and len(k.variants) == 3
+    k, epilogue = _conv_plan(_conv_graph(32), {}, passes=["cse"]).kernels  # the conv kernel, its library form's sigmoid
+    assert k.kind == "conv" and k.sm90a and len(k.variants) == 3 and len(epilogue.variants) == 0
     for name, unit, cutlass in [(k.name, k.translation_unit, False)] + [
         (v.name, v.translation_unit, True) for v in k.variants
     ]:
