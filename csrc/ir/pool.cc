@@ -44,6 +44,11 @@ bool PoolSpec::windows_overhang() const {
   return false;
 }
 
+bool PoolSpec::same_windows(const PoolSpec& o) const {
+  return kernel == o.kernel && stride == o.stride && padding == o.padding && dilation == o.dilation &&
+         input_size == o.input_size && output_size == o.output_size;
+}
+
 std::optional<PoolSpec> pool_spec(const Node& n, const Shape& input) {
   if (n.op != Op::MaxPool && n.op != Op::AvgPool) return std::nullopt;
   auto fail = [&](const std::string& why) -> void { throw IRError(std::string(op_name(n.op)) + ": " + why); };

@@ -27,6 +27,10 @@ struct PoolSpec {
   int64_t avg_divisor(const Shape& out_index) const;
   // Whether some window reaches outside the input (padding or ceil_mode).
   bool windows_overhang() const;
+  // Whether `o` pools the same windows: the same taps for every output (an
+  // average and a max pool may; ceil_mode counts through the output extents,
+  // the divisor not at all).
+  bool same_windows(const PoolSpec& o) const;
 };
 
 // Pooled extent of one dim, as ATen's pooling_output_shape.

@@ -40,7 +40,7 @@ KernelSource generate_flat(PoolEmitter& e, const fusion::Group& g, KernelSource 
       os << "    const index_t c" << d << " = rest % " << shape[d] << "; rest /= " << shape[d] << ";\n";
   }
   e.window(os, "    ");
-  e.epilogue(os, "    ", "pooled");
+  e.epilogue(os, "    ");
   os << "  }\n}\n";
   ks.source = os.str();
   return ks;
@@ -78,7 +78,7 @@ KernelSource generate_normalized(PoolEmitter& e, const fusion::Group& g, KernelS
   if (order.empty()) os << "    (void)rest;\n";
   e.normalized_window(os, "    ");
   os << "#pragma unroll\n    for (int c" << dn << " = 0; c" << dn << " < " << shape[dn] << "; ++c" << dn << ") {\n";
-  e.epilogue(os, "      ", "pooled[c" + std::to_string(dn) + "]");
+  e.epilogue(os, "      ", "[c" + std::to_string(dn) + "]");
   os << "    }\n  }\n}\n";
   ks.source = os.str();
   return ks;
@@ -88,8 +88,9 @@ KernelSource generate_normalized(PoolEmitter& e, const fusion::Group& g, KernelS
 // (dt, the output's unit-stride dim); blockIdx.z enumerates the other dims.
 // The windows are computed with threadIdx.x along dt (the input's unit
 // stride: each tap's loads coalesce), the pooled values staged through shared
-// memory (rows padded by one word against bank conflicts), and the epilogue
-// runs with threadIdx.x along the output's unit stride (coalesced stores).
+// memory (a tile per pool, rows padded by one word against bank conflicts),
+// and the epilogue runs with threadIdx.x along the output's unit stride
+// (coalesced stores).
 KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t inner, int id) {
   const Shape& shape = e.out_shape();
   // Vector loads where the window tensors allow them (the executor runs the
@@ -115,7 +116,8 @@ KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t i
              (vector ? ", 4 elements of dim " + std::to_string(dt) + " a load" : ""),
          id);
   const std::string type = e.pooled_type();
-  os << "  __shared__ " << type << " tile[" << kTile << "][" << kTile + 1 << "];\n";
+  const size_t pools = e.pools();
+  os << "  __shared__ " << type << " tile[" << pools << "][" << kTile << "][" << kTile + 1 << "];\n";
   os << "  index_t rest = blockIdx.z;\n";
   for (size_t k = others.size(); k-- > 0;) {
     const size_t d = others[k];
@@ -140,16 +142,21 @@ KernelSource generate_tiled(PoolEmitter& e, KernelSource ks, size_t dt, size_t i
        << "    const index_t c" << dt << " = t" << dt << " + 4 * g, c" << inner << " = t" << inner << " + r;\n"
        << "    if (c" << dt << " < " << shape[dt] << " && c" << inner << " < " << shape[inner] << ") {\n";
     e.window(os, "      ", 4, dt);
-    os << "#pragma unroll\n      for (int k = 0; k < 4; ++k) tile[r][4 * g + k] = pooled[k];\n    }\n  }\n";
+    for (size_t i = 0; i < pools; ++i)
+      os << "#pragma unroll\n      for (int k = 0; k < 4; ++k) tile[" << i << "][r][4 * g + k] = pooled" << i
+         << "[k];\n";
+    os << "    }\n  }\n";
   } else {
     loop(dt, inner);
     e.window(os, "    ");
-    os << "    tile[r][threadIdx.x] = pooled;\n  }\n";
+    for (size_t i = 0; i < pools; ++i) os << "    tile[" << i << "][r][threadIdx.x] = pooled" << i << ";\n";
+    os << "  }\n";
   }
   os << "  __syncthreads();\n";
   loop(inner, dt);
-  os << "    const " << type << " pooled = tile[threadIdx.x][r];\n";
-  e.epilogue(os, "    ", "pooled");
+  for (size_t i = 0; i < pools; ++i)
+    os << "    const " << type << " pooled" << i << " = tile[" << i << "][threadIdx.x][r];\n";
+  e.epilogue(os, "    ");
   os << "  }\n}\n";
   ks.source = os.str();
   return ks;

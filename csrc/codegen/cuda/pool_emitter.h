@@ -2,7 +2,11 @@
 // The pieces of a Pool group's kernel text that its forms (pool.cc: a thread
 // per output element, per output element of every softmax channel, or
 // transposing tiles) share: the head and signature, the window's taps with
-// the prologue computed at each, the pooled value, the epilogue and stores.
+// the prologue computed at each, the pooled values, the epilogue and stores.
+// A group may pool one input with several pools of the same windows (an
+// average and a max): each tap is loaded once and folded into every pool's
+// accumulator; their pooled values are `pooled<i>`, i the pool's place among
+// them in the group's node order.
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -29,7 +33,8 @@ class PoolEmitter {
 
   const Shape& in_shape() const { return pool_->input(0)->type.shape; }   // the window's space
   const Shape& out_shape() const { return pool_->result()->type.shape; }  // the iteration space
-  const PoolSpec& spec() const { return spec_; }
+  const PoolSpec& spec() const { return spec_; }  // the first pool's (the windows are every pool's)
+  size_t pools() const { return pools_.size(); }
   // The compute type of the pooled value.
   std::string pooled_type() const;
 
@@ -37,16 +42,16 @@ class PoolEmitter {
   // the prelude and the signature into `os`, up to the index type.
   void head(std::ostringstream& os, KernelSource& ks, const std::string& form, int id);
 
-  // The pooled value of the output element at coordinates c<d> (defined by
-  // the caller) as `const T pooled`: the window's origin, the taps (each
-  // loading the prologue's inputs and computing the prologue there), the max
-  // or the sum over ATen's divisor, rounded to the result's dtype. With
-  // `lanes` > 1, the pooled values of `lanes` elements from c<lane_dim> on
-  // (vectorizes(lane_dim): every window tensor unit-stride or broadcast
-  // along it) as `pooled[lanes]`, each tap one vector load a tensor.
+  // The pooled values of the output element at coordinates c<d> (defined by
+  // the caller) as `const T pooled<i>`: the window's origin, the taps (each
+  // loading the prologue's inputs and computing the prologue there), per pool
+  // the max or the sum over ATen's divisor, rounded to the result's dtype.
+  // With `lanes` > 1, the pooled values of `lanes` elements from c<lane_dim>
+  // on (vectorizes(lane_dim): every window tensor unit-stride or broadcast
+  // along it) as `pooled<i>[lanes]`, each tap one vector load a tensor.
   void window(std::ostringstream& os, std::string ind, int lanes = 1, size_t lane_dim = 0) const;
 
-  // The normalized form's pooled values `pooled[C]`, one a channel c<D> of
+  // The normalized form's (one pool's) pooled values `pooled0[C]`, one a channel c<D> of
   // the softmax's dim D (the other coordinates c<d> defined by the caller).
   // Per tap: the values before the softmax at every channel (`v`, one load a
   // channel and tensor), their max and sum of exp, then per channel the
@@ -63,9 +68,10 @@ class PoolEmitter {
   // The bytes a vector of 4 of the window tensors' widest element takes.
   int vector_bytes() const;
 
-  // The epilogue on `pooled` (its inputs read at the output element c<d>),
-  // then the stores.
-  void epilogue(std::ostringstream& os, const std::string& ind, const std::string& pooled) const;
+  // The epilogue on the pooled values `pooled<i>` followed by `at` (an
+  // element of window()'s arrays, or nothing), its inputs read at the output
+  // element c<d>; then the stores.
+  void epilogue(std::ostringstream& os, const std::string& ind, const std::string& at = "") const;
 
   // The dim along which the tensors the window reads are unit-stride, when
   // the first output is not unit-stride along it (a channels-last input
@@ -80,7 +86,9 @@ class PoolEmitter {
     const Value* value;
   };
   const fusion::Group& g_;
-  const Node* pool_ = nullptr;
+  const Node* pool_ = nullptr;      // the first pool
+  std::vector<const Node*> pools_;  // all of them, in the group's order
+  std::vector<PoolSpec> specs_;     // theirs
   PoolSpec spec_;
   std::vector<Node*> prologue_, epilogue_;
   Node* norm_ = nullptr;  // the prologue's softmax, if any
@@ -92,8 +100,8 @@ class PoolEmitter {
   std::unordered_map<const Value*, std::string> expr_of_;  // scalar inputs
 
   // The windows' origins w<j>, each window tensor's offset b_<param> over
-  // the kept dims (but `except`), and the accumulators at the fold's
-  // identity: `acc[count]`, or `acc` where count is 0.
+  // the kept dims (but `except`), and each pool's accumulators at its fold's
+  // identity: `acc<i>[count]`, or `acc<i>` where count is 0.
   void window_head(std::ostringstream& os, const std::string& ind, int count, size_t except = SIZE_MAX) const;
   // Opens the loops over the taps (i<j>: the tap's input coordinate,
   // bounds-checked where windows overhang); returns the body's indentation.
@@ -101,19 +109,20 @@ class PoolEmitter {
   // Window tensor `a`'s element at the tap: b_<param> plus the tap's
   // coordinates (and c<with> where `with` is a dim).
   std::string tap_offset(const Access& a, size_t with = SIZE_MAX) const;
-  // `acc` folded with the tap's value `v`, a line: the max (NaN wins, as ATen's) or the sum.
-  std::string fold(const std::string& acc, const std::string& v) const;
-  // Closes the taps' loops from `ind` back to `outer`, then the pooled
-  // values (`pooled[count]`, or `pooled` where count is 0): the accumulators,
-  // over ATen's divisor for an average, rounded to the result's dtype.
+  // `acc` of pool `pool` folded with the tap's value `v`, a line: the max
+  // (NaN wins, as ATen's) or the sum.
+  std::string fold(size_t pool, const std::string& acc, const std::string& v) const;
+  // Closes the taps' loops from `ind` back to `outer`, then each pool's pooled
+  // values (`pooled<i>[count]`, or `pooled<i>` where count is 0): its
+  // accumulators, over ATen's divisor for an average, rounded to the result's dtype.
   void window_tail(std::ostringstream& os, const std::string& outer, std::string ind, int count) const;
   // An offset over the coordinates c<d> (the pooled dims left out when
   // `window`, and dim `except`).
   std::string offset(const Shape& strides, bool window, size_t except = SIZE_MAX) const;
-  // avg_pool's divisor: an override, the window's size, or (where windows
-  // overhang) ATen's count: the window clipped to the padded input, or to the
-  // input without count_include_pad.
-  std::string divisor(std::ostringstream& os, const std::string& ind, bool overhang) const;
+  // Average pool `pool`'s divisor: an override, the window's size, or (where
+  // windows overhang) ATen's count, `divisor<pool>`: the window clipped to the
+  // padded input, or to the input without count_include_pad.
+  std::string divisor(std::ostringstream& os, const std::string& ind, size_t pool) const;
 };
 
 }  // namespace ff::codegen
