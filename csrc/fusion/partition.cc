@@ -68,8 +68,14 @@ std::optional<int> PartitionBuilder::pointwise_epilogue(const Node* n) const {
 }
 
 std::optional<int> PartitionBuilder::pointwise_prologue(const Node* n) const {
-  const Value* x = n->input(0);
-  if (!x->producer || feeds_graph_output(x->producer) || users(x->producer).size() != 1) return std::nullopt;
+  return pointwise_prologue(std::vector<const Node*>{n});
+}
+
+std::optional<int> PartitionBuilder::pointwise_prologue(const std::vector<const Node*>& readers) const {
+  const Value* x = readers.front()->input(0);
+  if (!x->producer || feeds_graph_output(x->producer)) return std::nullopt;
+  for (const Node* u : users(x->producer))
+    if (std::find(readers.begin(), readers.end(), u) == readers.end()) return std::nullopt;
   const auto gi = group_of(x->producer);
   if (!gi) return std::nullopt;
   const Group pg = describe(*gi);

@@ -39,6 +39,9 @@ class PartitionBuilder {
   // one output, read by `n` alone (no graph output). A prologue a kernel
   // computing `n` can apply as it loads (pools at each tap, scans per element).
   std::optional<int> pointwise_prologue(const Node* n) const;
+  // The same for nodes that read one value as their first operand (pools of
+  // one input side by side): its group's one output, read by `readers` alone.
+  std::optional<int> pointwise_prologue(const std::vector<const Node*>& readers) const;
   // Whether `from` reaches any node of `members` through nodes outside it.
   bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
   // Whether any node of `from` does: one search for all of them.

@@ -9,10 +9,17 @@
 // result once and writes only the pooled tensor, where a softmax kernel
 // would write and the pool read the whole activation. Those pools are
 // claimed before the reduction scheduler, which would take the softmax.
+// Pools of one input with the same windows (an average and a max pool of x,
+// combined by a subtraction) are one group: each tap is loaded, and the
+// prologue computed, once for all of them, and the pointwise groups reading
+// any of their results join as their epilogue, so avg_pool(x) - max_pool(x)
+// reads x once and writes only the difference.
 #include <algorithm>
+#include <unordered_set>
 
 #include "codegen/cuda/pool.h"
 #include "fusion/scheduler.h"
+#include "ir/pool.h"
 
 namespace ff::fusion {
 
@@ -30,11 +37,12 @@ class PoolScheduler final : public Scheduler {
     if (!options.reductions) return;
     for (auto& np : p.graph().nodes()) {
       Node* n = np.get();
-      if (op_kind(n->op) != OpKind::Window || p.group_of(n) || !is_floating(n->result()->type.dtype)) continue;
-      // Its epilogue: the pointwise group that reads its result (no cycle can
-      // form: nothing outside reads the pool's result or its prologue's).
-      const auto pro = p.pointwise_prologue(n), epi = p.pointwise_epilogue(n);
-      Node* norm = normalization(p, *n, pro);
+      if (!unclaimed_pool(p, n)) continue;
+      // A pool that takes in a softmax is alone: its kernel form holds one
+      // pool's accumulators for every channel.
+      const std::vector<Node*> pools = normalized_ ? std::vector<Node*>{n} : siblings(p, *n);
+      const auto pro = p.pointwise_prologue(std::vector<const Node*>(pools.begin(), pools.end()));
+      Node* norm = pools.size() == 1 ? normalization(p, *n, pro) : nullptr;
       if ((norm != nullptr) != normalized_) continue;
       std::vector<Node*> members;
       if (norm) {
@@ -45,11 +53,17 @@ class PoolScheduler final : public Scheduler {
         std::vector<Node*> pr = p.release(*pro);
         members.insert(members.end(), pr.begin(), pr.end());
       }
-      members.push_back(n);
-      if (epi) {
-        std::vector<Node*> ep = p.release(*epi);
+      members.insert(members.end(), pools.begin(), pools.end());
+      const std::vector<int> epis = epilogues(p, pools, members);
+      const size_t first = members.size();
+      for (int e : epis) {
+        std::vector<Node*> ep = p.release(e);
         members.insert(members.end(), ep.begin(), ep.end());
       }
+      // Several epilogues may read each other's results: graph order is a topological one.
+      if (epis.size() > 1)
+        std::stable_sort(members.begin() + static_cast<std::ptrdiff_t>(first), members.end(),
+                         [&](const Node* a, const Node* b) { return p.index(a) < p.index(b); });
       p.add_group(Group::Kind::Pool, std::move(members));
     }
   }
@@ -60,6 +74,54 @@ class PoolScheduler final : public Scheduler {
 
  private:
   bool normalized_;
+
+  static bool unclaimed_pool(const PartitionBuilder& p, const Node* n) {
+    return op_kind(n->op) == OpKind::Window && !p.group_of(n) && is_floating(n->result()->type.dtype);
+  }
+
+  // `n` and the unclaimed pools that read its input with its windows (at
+  // most kPoolMostSiblings), in graph order.
+  static std::vector<Node*> siblings(const PartitionBuilder& p, const Node& n) {
+    const PoolSpec windows = *pool_spec(n);
+    std::vector<Node*> out;
+    for (Node* u : p.users(n.input(0)))
+      if (out.size() < codegen::kPoolMostSiblings &&
+          (u == &n || (unclaimed_pool(p, u) && u->input(0) == n.input(0) && pool_spec(*u)->same_windows(windows))))
+        out.push_back(u);
+    return out;
+  }
+
+  // The pointwise groups the kernel of `members` (its prologue and `pools`)
+  // takes as its epilogue: each pool's (the group of all its readers, at the
+  // pooled shape), once each. A lone pool's forms no cycle (nothing outside
+  // reads its result or its prologue's); pools side by side may (a pool's
+  // result read by a reduction that another pool's epilogue reads): such an
+  // epilogue stays a kernel of its own.
+  static std::vector<int> epilogues(const PartitionBuilder& p, const std::vector<Node*>& pools,
+                                    std::vector<Node*> members) {
+    std::vector<int> out;
+    for (const Node* q : pools) {
+      const auto e = p.pointwise_epilogue(q);
+      if (!e || std::find(out.begin(), out.end(), *e) != out.end()) continue;
+      const Group g = p.describe(*e);
+      std::vector<Node*> with = members;
+      with.insert(with.end(), g.nodes.begin(), g.nodes.end());
+      if (pools.size() > 1 && closes_cycle(p, with)) continue;
+      out.push_back(*e);
+      members = std::move(with);
+    }
+    return out;
+  }
+
+  // Whether a node outside `members` that reads one of them leads back into them.
+  static bool closes_cycle(const PartitionBuilder& p, const std::vector<Node*>& members) {
+    const std::unordered_set<const Node*> set(members.begin(), members.end());
+    std::vector<const Node*> outside;
+    for (const Node* m : members)
+      for (const Node* u : p.users(m))
+        if (!set.count(u)) outside.push_back(u);
+    return p.reaches(outside, set);
+  }
 
   // The softmax the pool's kernel can take in: it makes the pool's input, or
   // an input of the pool's pointwise prologue `pro`; it is in no group yet,
