@@ -24,6 +24,7 @@ std::unique_ptr<Pass> make_recompute_pointwise();       // recompute_pointwise.c
 std::unique_ptr<Pass> make_pointwise_before_view();     // pointwise_before_view.cc
 std::unique_ptr<Pass> make_reduction_before_view();     // reduction_before_view.cc
 std::unique_ptr<Pass> make_compose_pools();             // compose_pools.cc
+std::unique_ptr<Pass> make_drop_unit_pool_dim();        // drop_unit_pool_dim.cc
 
 namespace {
 struct Entry {
@@ -51,6 +52,7 @@ const Entry kPasses[] = {
     {"pointwise_before_view", make_pointwise_before_view},
     {"reduction_before_view", make_reduction_before_view},
     {"compose_pools", make_compose_pools},
+    {"drop_unit_pool_dim", make_drop_unit_pool_dim},
 };
 }  // namespace
 
@@ -73,6 +75,7 @@ std::vector<std::string> pass_names() {
 std::vector<std::string> default_pipeline() {
   return {"conv_precision",
           "canonicalize",
+          "drop_unit_pool_dim",
           "compose_pools",
           "broadcast_matmul_operand",
           "matmul_sum_to_gemv",
