@@ -53,18 +53,21 @@ std::optional<int> PartitionBuilder::group_of_all_users(const Node* n) const {
 }
 
 std::optional<int> PartitionBuilder::pointwise_epilogue(const Node* n) const {
-  const Shape& shape = n->result()->type.shape;
   const auto gi = group_of_all_users(n);
-  if (!gi) return std::nullopt;
-  const Group pg = describe(*gi);
-  if (pg.kind != Group::Kind::Pointwise) return std::nullopt;
-  for (const Value* v : pg.outputs)
-    if (v->type.shape != shape) return std::nullopt;
-  for (const Node* m : pg.nodes)
-    if (!broadcasts_to(m->result()->type.shape, shape)) return std::nullopt;
-  for (const Value* v : pg.inputs)
-    if (!broadcasts_to(v->type.shape, shape)) return std::nullopt;
+  if (!gi || !pointwise_at(*gi, n->result()->type.shape)) return std::nullopt;
   return gi;
+}
+
+bool PartitionBuilder::pointwise_at(int group, const Shape& shape) const {
+  const Group pg = describe(group);
+  if (pg.kind != Group::Kind::Pointwise) return false;
+  for (const Value* v : pg.outputs)
+    if (v->type.shape != shape) return false;
+  for (const Node* m : pg.nodes)
+    if (!broadcasts_to(m->result()->type.shape, shape)) return false;
+  for (const Value* v : pg.inputs)
+    if (!broadcasts_to(v->type.shape, shape)) return false;
+  return true;
 }
 
 std::optional<int> PartitionBuilder::pointwise_prologue(const Node* n) const {

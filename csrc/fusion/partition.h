@@ -35,6 +35,10 @@ class PartitionBuilder {
   // shape and whose nodes and inputs broadcast to it (per-channel vectors,
   // residuals): an epilogue a kernel computing `n` can apply per element.
   std::optional<int> pointwise_epilogue(const Node* n) const;
+  // Whether group `group` is a pointwise one whose outputs have `shape` and
+  // whose nodes and inputs broadcast to it: the test pointwise_epilogue
+  // applies to the group it finds.
+  bool pointwise_at(int group, const Shape& shape) const;
   // The pointwise group that makes `n`'s first operand and nothing else: its
   // one output, read by `n` alone (no graph output). A prologue a kernel
   // computing `n` can apply as it loads (pools at each tap, scans per element).

@@ -92,24 +92,31 @@ class PoolScheduler final : public Scheduler {
   }
 
   // The pointwise groups the kernel of `members` (its prologue and `pools`)
-  // takes as its epilogue: each pool's (the group of all its readers, at the
-  // pooled shape), once each. A lone pool's forms no cycle (nothing outside
-  // reads its result or its prologue's); pools side by side may (a pool's
-  // result read by a reduction that another pool's epilogue reads): such an
-  // epilogue stays a kernel of its own.
+  // takes as its epilogue. A lone pool's: the group of all its readers, at
+  // the pooled shape, which closes no cycle (nothing outside reads the pool's
+  // result or its prologue's). Pools side by side: every pointwise group at
+  // the pooled shape that reads any of them (their difference, a scale of
+  // one), but one that would close a cycle (it reads a reduction of another
+  // pool's result) stays a kernel of its own.
   static std::vector<int> epilogues(const PartitionBuilder& p, const std::vector<Node*>& pools,
                                     std::vector<Node*> members) {
-    std::vector<int> out;
-    for (const Node* q : pools) {
-      const auto e = p.pointwise_epilogue(q);
-      if (!e || std::find(out.begin(), out.end(), *e) != out.end()) continue;
-      const Group g = p.describe(*e);
-      std::vector<Node*> with = members;
-      with.insert(with.end(), g.nodes.begin(), g.nodes.end());
-      if (pools.size() > 1 && closes_cycle(p, with)) continue;
-      out.push_back(*e);
-      members = std::move(with);
+    if (pools.size() == 1) {
+      const auto e = p.pointwise_epilogue(pools.front());
+      return e ? std::vector<int>{*e} : std::vector<int>{};
     }
+    std::vector<int> out;
+    for (const Node* q : pools)
+      for (const Node* u : p.users(q)) {
+        const auto e = p.group_of(u);
+        if (!e || std::find(out.begin(), out.end(), *e) != out.end() || !p.pointwise_at(*e, q->result()->type.shape))
+          continue;
+        const Group g = p.describe(*e);
+        std::vector<Node*> with = members;
+        with.insert(with.end(), g.nodes.begin(), g.nodes.end());
+        if (closes_cycle(p, with)) continue;
+        out.push_back(*e);
+        members = std::move(with);
+      }
     return out;
   }
 
