@@ -75,6 +75,24 @@ CASES = {
         [_r(32, 20, 63, 65, channels_last=True)],
         {"w": nn.Parameter(torch.rand(20, 1, 1) + 0.5)},
     ),
+    # Pools of one input with the same windows, side by side in one kernel.
+    "avgpool1d_minus_maxpool1d": (
+        lambda m, x: F.avg_pool1d(x, 6, 2, 2) - F.max_pool1d(x, 6, 2, 2),
+        [_r(16, 40, 4001)],
+        {},
+    ),
+    "relu_avg_max_pool2d_sigmoid_channels_last": (
+        lambda m, x: torch.sigmoid(
+            F.avg_pool2d(torch.relu(x), 3, 2, 1, count_include_pad=False) + F.max_pool2d(torch.relu(x), 3, 2, 1)
+        ),
+        [_r(16, 64, 57, 57, channels_last=True)],
+        {},
+    ),
+    "avg_max_pool3d_ceil_product": (
+        lambda m, x: F.avg_pool3d(x, 2, ceil_mode=True) * F.max_pool3d(x, 2, ceil_mode=True),
+        [_r(4, 16, 17, 34, 35)],
+        {},
+    ),
 }
 
 
@@ -129,6 +147,26 @@ def test_nan_and_inf_in_windows_as_eager(channels_last):
     fast = fuseforge.optimize(model)
     got, want = fast(x), model(x)
     assert len(_pool_kernels(fast)) == 3
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert torch.equal(g.isnan(), w.isnan()), f"output {i}: NaNs differ"
+        assert torch.equal(torch.isinf(g), torch.isinf(w)), f"output {i}: infinities differ"
+        finite = torch.isfinite(w)
+        torch.testing.assert_close(g[finite], w[finite], rtol=1e-5, atol=1e-6)
+
+
+def test_pools_side_by_side_give_eagers_nan_and_inf():
+    """An average and a max pool of one input in one kernel: a NaN in a window
+    makes both NaN, an inf the average inf and the max inf (or NaN for their
+    difference), as eager's."""
+    x = torch.randn(4, 16, 20, 20, device="cuda")
+    x[0, 1, 3, 3] = float("nan")
+    x[1, 2, 8, 9] = float("inf")
+    x[2, 3, 0, 0] = float("-inf")
+    model = Fn(lambda m, x: (F.avg_pool2d(x, 3, 2, 1) - F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 3, 2, 1) * 2))
+    fast = fuseforge.optimize(model)
+    got, want = fast(x), model(x)
+    (k,) = _pool_kernels(fast)
+    assert [n.op for n in k.nodes] == ["avg_pool", "max_pool", "sub", "mul"]
     for i, (g, w) in enumerate(zip(got, want)):
         assert torch.equal(g.isnan(), w.isnan()), f"output {i}: NaNs differ"
         assert torch.equal(torch.isinf(g), torch.isinf(w)), f"output {i}: infinities differ"
