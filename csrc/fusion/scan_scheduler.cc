@@ -69,7 +69,8 @@ class ScanScheduler final : public Scheduler {
     if (!options.reductions) return;
     for (auto& np : p.graph().nodes()) {
       Node* n = np.get();
-      if (op_kind(n->op) != OpKind::Scan || p.group_of(n) || n->result()->type.shape.empty()) continue;
+      if (n->op != Op::Cumsum || n->attr_bool_or("reverse", false) || p.group_of(n) || n->result()->type.shape.empty())
+        continue;
       if (!is_floating(n->result()->type.dtype) || n->result()->type.dtype != n->input(0)->type.dtype) continue;
       const int64_t length = scan_length(*n);
       const int words = element_words(*n);

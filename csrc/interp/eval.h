@@ -60,6 +60,9 @@ HostTensor arg_reduce(const Node& n, const Env& env, bool is_max);
 HostTensor map_rows_along_dim(const Node& n, const Env& env,
                               void (*f)(const std::vector<double>& in, std::vector<double>& out));
 HostTensor eval_layer_norm(const Node& n, const Env& env);
+// cumsum, cumprod: the running value of ops.def's combining op along `dim`,
+// from its end where `reverse` is set.
+HostTensor eval_scan(const Node& n, const Env& env);
 HostTensor eval_pool(const Node& n, const Env& env);    // pooling.cc
 HostTensor eval_conv(const Node& n, const Env& env);    // convolution.cc
 HostTensor eval_matmul(const Node& n, const Env& env);  // matmul.cc

@@ -232,12 +232,8 @@ Evaluator reference_semantics(Op op) {
     case Op::AvgPool:
       return eval_pool;
     case Op::Cumsum:
-      return [](const Node& n, const Env& env) {
-        return map_rows_along_dim(n, env, [](const std::vector<double>& in, std::vector<double>& out) {
-          double s = 0.0;
-          for (size_t k = 0; k < in.size(); ++k) out[k] = s += in[k];
-        });
-      };
+    case Op::Cumprod:
+      return eval_scan;
 
     case Op::Mm:
     case Op::Bmm:

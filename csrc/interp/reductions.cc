@@ -47,7 +47,7 @@ HostTensor arg_reduce(const Node& n, const Env& env, bool is_max) {
 }
 
 // Row-wise maps along `dim` whose output has the input's shape (softmax,
-// log_softmax, cumsum), so a row's offsets address both.
+// log_softmax), so a row's offsets address both.
 HostTensor map_rows_along_dim(const Node& n, const Env& env,
                               void (*f)(const std::vector<double>& in, std::vector<double>& out)) {
   const HostTensor& x = value_of(env, n, 0);
@@ -62,6 +62,27 @@ HostTensor map_rows_along_dim(const Node& n, const Env& env,
     for (int64_t k = 0; k < rows.length; ++k) in[k] = x.data[offs[k]];
     f(in, res);
     for (int64_t k = 0; k < rows.length; ++k) out.data[offs[k]] = res[k];
+  }
+  return out;
+}
+
+HostTensor eval_scan(const Node& n, const Env& env) {
+  const HostTensor& x = value_of(env, n, 0);
+  HostTensor out = result_tensor(n);
+  if (out.shape != x.shape)
+    fail(n, "result shape " + shape_str(out.shape) + " differs from the input's " + shape_str(x.shape));
+  const Op combine = *scan_combine(n.op);
+  if (combine != Op::Add && combine != Op::Mul) fail(n, "scan combines with " + std::string(op_name(combine)));
+  const bool reverse = n.attr_bool_or("reverse", false);
+  Rows rows = rows_over(x.shape, dim_mask(n, static_cast<int64_t>(x.shape.size()), {n.attr_int("dim")}));
+  for (int64_t r = 0; r < rows.count; ++r) {
+    const int64_t* offs = rows.row(r);
+    double acc = combine == Op::Add ? 0.0 : 1.0;  // the running value is kept in double; each output rounds
+    for (int64_t i = 0; i < rows.length; ++i) {
+      const int64_t k = reverse ? rows.length - 1 - i : i;
+      acc = combine == Op::Add ? acc + x.data[offs[k]] : acc * x.data[offs[k]];
+      out.data[offs[k]] = acc;
+    }
   }
   return out;
 }

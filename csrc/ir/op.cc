@@ -19,6 +19,16 @@ std::optional<Op> parse_op(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<Op> scan_combine(Op op) {
+#define FF_OP(e, name, kind, n, rdt, aten)
+#define FF_SCAN(e, combine) \
+  if (op == Op::e) return Op::combine;
+#include "ir/ops.def"
+#undef FF_SCAN
+#undef FF_OP
+  return std::nullopt;
+}
+
 std::string_view op_kind_name(OpKind k) {
   switch (k) {
     case OpKind::Pointwise:

@@ -11,7 +11,7 @@ enum class OpKind : uint8_t { Pointwise, Reduction, Window, Scan, Matmul, Conv, 
 
 // How an op's result dtype follows from its operands (ir/type_rules.h applies it).
 enum class ResultDType : uint8_t {
-  Declared,     // the node states it (cast, full; sum, prod, cumsum, softmax carry torch's dtype=)
+  Declared,     // the node states it (cast, full; sum, prod, cumsum, cumprod, softmax carry torch's dtype=)
   Promote,      // PyTorch's result_type of the operands
   PromoteTail,  // result_type of every operand but the first (where's condition)
   Float,        // result_type, with integral and bool promoted to the default float f32
@@ -42,6 +42,9 @@ inline std::string_view op_name(Op op) { return op_info(op).name; }
 inline OpKind op_kind(Op op) { return op_info(op).kind; }
 std::string_view op_kind_name(OpKind k);
 std::string_view result_dtype_name(ResultDType r);  // "promote", "compare", ...
+// A scan's combining op (ops.def's FF_SCAN: add for cumsum, mul for cumprod);
+// none for other ops.
+std::optional<Op> scan_combine(Op op);
 // Ops in ops.def; Op values are 0 .. kNumOps - 1.
 constexpr size_t kNumOps = 0
 #define FF_OP(e, name, kind, n, rdt, aten) +1

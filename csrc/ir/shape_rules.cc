@@ -366,7 +366,9 @@ std::vector<TensorType> infer_shapes(const Node& n) {
       return {TensorType::contiguous(x.dtype, out)};
     }
     case OpKind::Scan:
+      if (!scan_combine(n.op)) fail(n, "is a scan without an FF_SCAN row in ops.def (internal error)");
       normalize_dim(n.attr_int("dim"), static_cast<int64_t>(operand_type(n, 0).shape.size()));
+      n.attr_bool_or("reverse", false);  // a bool when present
       return {TensorType::contiguous(n.results[0]->type.dtype, operand_type(n, 0).shape)};
     case OpKind::Matmul:
       return matmul(n);

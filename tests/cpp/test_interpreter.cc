@@ -340,6 +340,20 @@ TEST(InterpScan, Cumsum) {
   ExpectData(out[2], {2048, 2048, 2050}, "f16");
 }
 
+TEST(InterpScan, CumprodAndReverseScans) {
+  auto out = RunIR(R"(graph @g(%x: f32[2,3]) {
+  %0 = cumprod(%x) {dim=1} : f32[2,3]
+  %1 = cumprod(%x) {dim=1, reverse=true} : f32[2,3]
+  %2 = cumsum(%x) {dim=0, reverse=true} : f32[2,3]
+  %3 = cumsum(%x) {dim=1, reverse=false} : f32[2,3]
+  return %0, %1, %2, %3
+})", {F32({2, 3}, {1, 2, 3, 4, 5, 6})});
+  ExpectData(out[0], {1, 2, 6, 4, 20, 120}, "cumprod");
+  ExpectData(out[1], {6, 6, 3, 120, 30, 6}, "reverse cumprod");
+  ExpectData(out[2], {5, 7, 9, 4, 5, 6}, "reverse cumsum along dim 0");
+  ExpectData(out[3], {1, 3, 6, 4, 9, 15}, "reverse=false");
+}
+
 // ---------------------------------------------------------------- matmul
 
 TEST(InterpMatmul, MmAddmmBmm) {

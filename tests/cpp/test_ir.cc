@@ -126,6 +126,26 @@ TEST(IR, VerifierRejectsWrongShapes) {
   }
 }
 
+TEST(IR, ScansRoundTripAndCheckTheirAttributes) {
+  const char* text = R"(graph @g(%x: f32[4,8]) {
+  %0 = cumprod(%x) {dim=1, reverse=true} : f32[4,8]
+  %1 = cumsum(%0) {dim=-2} : f64[4,8]
+  return %1
+}
+)";
+  auto g = parse(text);
+  verify(*g);
+  EXPECT_EQ(print(*g), text);
+  EXPECT_EQ(scan_combine(Op::Cumsum), Op::Add);
+  EXPECT_EQ(scan_combine(Op::Cumprod), Op::Mul);
+  EXPECT_EQ(scan_combine(Op::Sum), std::nullopt);
+  for (const char* bad : {"cumprod(%x) {dim=2} : f32[4,8]", "cumprod(%x) {dim=1, reverse=1} : f32[4,8]",
+                          "cumprod(%x) {dim=1} : f32[4,9]"}) {
+    auto b = parse(std::string("graph @g(%x: f32[4,8]) {\n  %0 = ") + bad + "\n  return %0\n}");
+    EXPECT_THROW(verify(*b), IRError) << bad;
+  }
+}
+
 TEST(IR, ViewStridesFollowATen) {
   auto g = parse(R"(graph @g(%x: f32[2,3,4]) {
   %0 = permute(%x) {dims=[0, 2, 1]} : f32[2,4,3]{12,1,4}

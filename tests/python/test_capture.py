@@ -564,6 +564,10 @@ REDUCTION_CASES = {
         lambda m, x, i: (torch.cumsum(x, 1), torch.cumsum(i, 0), torch.cumsum(x, -1, dtype=torch.float64)),
         [_r(3, 4), torch.arange(12, dtype=torch.int32).reshape(3, 4)],
     ),
+    "cumprod": (
+        lambda m, x, i: (torch.cumprod(x, 1), torch.cumprod(i, 0), torch.cumprod(x, -2, dtype=torch.float64)),
+        [_r(3, 4), torch.arange(1, 13, dtype=torch.int32).reshape(3, 4)],
+    ),
 }
 
 LAYOUT_CASES = {
@@ -758,6 +762,8 @@ def test_op_mapping_details():
     assert ops("cat_split").count("slice") >= 5 and "squeeze" in ops("cat_split") and "cat" in ops("cat_split")
     assert "cast" in ops("cat_split")  # the f16 operand is cast to f32 before cat
     assert ops("sum_dtype")[0] == "cast"
+    assert ops("cumprod") == ["cumprod", "cumprod", "cast", "cumprod"]  # dtype=: the input cast first, as ATen
+    assert "cumprod(%2) {dim=0} : f64[3,4]" in case_capture("cumprod").text
     # promotion made explicit: int * 2.5 is a cast to f32 then a mul
     assert node_lines(case_capture("int_times_float").text)[0].group(0) == "  %0 = cast(%i) : f32[6]"
     assert "cast(%0) : i64[5]" in case_capture("bool_times_int").text

@@ -193,6 +193,7 @@ std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
     case Op::MaxPool:
     case Op::AvgPool:
     case Op::Cumsum:
+    case Op::Cumprod:
     case Op::Mm:
     case Op::Bmm:
     case Op::Addmm:

@@ -82,6 +82,12 @@ struct Form {
     std::string in_dt = first ? py::dtype(first->dtype) : "None";
     return call(fn, a[0] + ", " + std::to_string(n.attr_int("dim")) + ", dtype=" + (dt != in_dt ? dt : "None"));
   }
+  // cumsum / cumprod; a reverse one on the flipped input, flipped back.
+  std::string scan(const std::string& fn) const {
+    const std::string d = std::to_string(n.attr_int("dim"));
+    if (!n.attr_bool_or("reverse", false)) return call(fn, a[0] + ", " + d + ", dtype=" + dt);
+    return call(fn, a[0] + ".flip(" + d + "), " + d + ", dtype=" + dt) + ".flip(" + d + ")";
+  }
   std::string layer_norm() const {
     return call("torch.nn.functional.layer_norm", a[0] + ", " + a[0] + ".shape[" +
                                                       std::to_string(rank() - n.attr_int("ndims")) + ":], " + a[1] +
@@ -262,7 +268,9 @@ std::string torch_expr(const Node& n, const std::vector<std::string>& operands) 
     case Op::AvgPool:
       return f.pool();
     case Op::Cumsum:
-      return f.call("torch.cumsum", a[0] + ", " + std::to_string(n.attr_int("dim")) + ", dtype=" + f.dt);
+      return f.scan("torch.cumsum");
+    case Op::Cumprod:
+      return f.scan("torch.cumprod");
 
     case Op::Mm:
       return f.call("torch.mm", join(a));

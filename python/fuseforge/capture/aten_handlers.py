@@ -415,12 +415,18 @@ def _layer_norm(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
 register(["native_layer_norm.default"], _layer_norm)
 
 
-def _cumsum(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
-    x = _cast_to(L, L.value(a["self"]), a.get("dtype"))
-    return L.emit1("cumsum", [x], L.rtype(node), {"dim": norm_dim(int(a["dim"]), len(x.type.shape))})
+def _scan(op: str) -> Handler:
+    """cumsum / cumprod(self, dim, *, dtype=None): the input cast to dtype first, as ATen."""
+
+    def lower(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
+        x = _cast_to(L, L.value(a["self"]), a.get("dtype"))
+        return L.emit1(op, [x], L.rtype(node), {"dim": norm_dim(int(a["dim"]), len(x.type.shape))})
+
+    return lower
 
 
-register(["cumsum.default"], _cumsum)
+register(["cumsum.default"], _scan("cumsum"))
+register(["cumprod.default"], _scan("cumprod"))
 
 
 # ---- pooling
