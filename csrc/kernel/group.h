@@ -24,8 +24,9 @@ namespace ff::fusion {
 // shape or a per-row one. Pool: one max_pool/avg_pool with the pointwise
 // nodes that produce its input (computed at every window tap; shapes
 // broadcast to the pooled input's) and those that read its result (shapes
-// broadcast to the result's, the iteration shape). Scan: one cumsum with the
-// pointwise nodes that produce its input (the iteration shape). Conv: one convolution that a generated
+// broadcast to the result's, the iteration shape). Scan: one cumsum or
+// cumprod with the pointwise nodes that produce its input and those that read
+// its result (the iteration shape). Conv: one convolution that a generated
 // implicit-GEMM or direct kernel computes (`conv` says how), followed by the
 // pointwise epilogue it applies before writing; a direct kernel's may instead
 // be a reduction over the output channels with the pointwise nodes before and

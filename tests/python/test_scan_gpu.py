@@ -1,10 +1,11 @@
-"""Scan kernels on a GPU (skipped without one): cumsum as a generated kernel
-(fusion/scan_scheduler.cc) against eager and an fp64 reference.
+"""Scan kernels on a GPU (skipped without one): cumsum and cumprod, forward and
+reverse, as generated kernels (fusion/scan_scheduler.cc) against eager and an
+fp64 reference.
 
     pytest -m gpu -s tests/python/test_scan_gpu.py
 
-For each case: the plan runs the cumsum as a scan kernel (with its pointwise
-prologue), its output matches eager, its error against fp64 is no worse than
+For each case: the plan runs the scan as a scan kernel (with its pointwise
+prologue and epilogue), its output matches eager, its error against fp64 is no worse than
 eager's (1.5x plus a floor of a few ulps; -s prints both), two runs give the
 same bits; NaN and inf propagate as eager's.
 """
@@ -44,6 +45,12 @@ CASES = {
     "middle_dim": (lambda m, x: torch.cumsum(x, 1), [_r(16, 700, 24)]),
     "transposed_view": (lambda m, x: torch.cumsum(x, 1), [_transposed(4096, 512)]),
     "f64": (lambda m, x: torch.cumsum(x, 1), [_r(64, 50000, dtype=torch.float64)]),
+    "exclusive_epilogue": (lambda m, x: torch.cumsum(x, 1) - x, [_r(4096, 6000)]),
+    "cumprod_rows_cluster": (lambda m, x: torch.cumprod(1 + 1e-3 * x, 1), [_r(256, 20000)]),
+    "cumprod_half_epilogue": (
+        lambda m, x, s: torch.cumprod(1 + 0.01 * x, -1) * s,
+        [_r(1024, 1000, dtype=torch.float16), _r(1024, 1, dtype=torch.float16)],
+    ),
 }
 
 

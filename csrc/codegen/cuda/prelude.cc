@@ -105,15 +105,15 @@ std::string cuda_cluster_prelude() {
   return std::string(cuda_cluster_primitives()) + R"(
 // Every thread of every block calls it, with its block's value; the second
 // barrier keeps each block's slot alive until its peers have read it.
-template <class T> __device__ __forceinline__ T ff_cluster_exclusive_sum(T value) {
+template <class T, class F> __device__ __forceinline__ T ff_cluster_exclusive_scan(T value, T identity, F combine) {
   __shared__ T slot;
   if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) slot = value;
   ff_cluster_sync();
-  T sum = T(0);
+  T acc = identity;
   const unsigned rank = ff_cluster_rank();
-  for (unsigned r = 0; r < rank; ++r) sum += *ff_cluster_peer(&slot, r);
+  for (unsigned r = 0; r < rank; ++r) acc = combine(acc, *ff_cluster_peer(&slot, r));
   ff_cluster_sync();
-  return sum;
+  return acc;
 }
 )";
 }

@@ -10,8 +10,9 @@ std::string_view cuda_prelude();
 std::string_view cuda_half_prelude();
 // Additions for kernels launched in thread-block clusters (sm_90): the
 // primitives (the block's rank, the cluster barrier, a peer block's shared
-// memory), then ff_cluster_exclusive_sum: a value summed over the cluster's
-// blocks of lower rank, in rank order, through distributed shared memory.
+// memory), then ff_cluster_exclusive_scan: a value folded (a scan's combine,
+// from its identity) over the cluster's blocks of lower rank, in rank order,
+// through distributed shared memory.
 std::string_view cuda_cluster_primitives();
 std::string cuda_cluster_prelude();
 // The declaration of a kernel's dynamic shared memory (ff_dynamic_shared,

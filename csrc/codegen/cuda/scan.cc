@@ -22,6 +22,38 @@ struct Access {
   int vector = 1;    // elements per 16-byte load or store; 1: scalar accesses only
 };
 
+// The fold of ops.def's FF_SCAN op as a lambda over the accumulator type, and
+// its identity (what elements past a row's end and lane 0's prefix hold).
+struct Fold {
+  std::string lambda, identity;
+};
+
+Fold fold_of(const Node& scan, const std::string& type) {
+  switch (*scan_combine(scan.op)) {
+    case Op::Add:
+      return {"[](" + type + " a, " + type + " b) { return a + b; }", type + "(0)"};
+    case Op::Mul:
+      return {"[](" + type + " a, " + type + " b) { return a * b; }", type + "(1)"};
+    default:
+      throw IRError(std::string(op_name(scan.op)) + " folds with " + std::string(op_name(*scan_combine(scan.op))) +
+                    ", which the scan kernel does not (internal error)");
+  }
+}
+
+// The nodes the scan's input is made of (the prologue, computed as elements
+// load); the rest after the scan (the epilogue, computed as they store).
+std::unordered_set<const Node*> prologue_of(const fusion::Group& g, const Node& scan) {
+  std::unordered_set<const Value*> needed{scan.input(0)};
+  std::unordered_set<const Node*> before;
+  for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it)
+    if (*it != &scan && needed.count((*it)->result())) {
+      before.insert(*it);
+      for (const Operand& o : (*it)->operands)
+        if (o.is_value()) needed.insert(o.value);
+    }
+  return before;
+}
+
 }  // namespace
 
 std::string ScanStrategy::describe() const {
@@ -40,15 +72,22 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   const Shape& shape = scan.result()->type.shape;
   const size_t rank = shape.size();
   const size_t dim = static_cast<size_t>(normalize_dim(scan.attr_int("dim"), static_cast<int64_t>(rank)));
+  const bool reverse = scan.attr_bool_or("reverse", false);
   const int64_t length = shape[dim], rows = length ? numel(shape) / length : 0;
   if (static_cast<int64_t>(s.threads) * s.items * s.cluster < length)
     throw IRError("scan strategy covers " + std::to_string(int64_t{s.threads} * s.items * s.cluster) +
                   " elements of a " + std::to_string(length) + "-element row (internal error)");
-  std::vector<Node*> prologue;
+  const std::unordered_set<const Node*> before = prologue_of(g, scan);
+  std::vector<Node*> prologue, epilogue;
   for (Node* n : g.nodes)
-    if (n != &scan) prologue.push_back(n);
+    if (n != &scan) (before.count(n) ? prologue : epilogue).push_back(n);
+  for (const Node* n : epilogue)
+    for (const Operand& o : n->operands)
+      if (o.is_value() && before.count(o.value->producer))
+        throw IRError("scan epilogue reads the prologue's '%" + o.value->name + "' (internal error)");
   const DType acc = compute_dtype(scan.result()->type.dtype);
   const std::string type = cuda_compute_type(scan.result()->type.dtype);
+  const Fold fold = fold_of(scan, type);
 
   KernelSource ks;
   ks.name = fused_kernel_name("ff_scan", g.nodes, id);
@@ -72,18 +111,28 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   };
   // A lane's chunk: kChunk consecutive elements per round, the smallest vector
   // of the unit-stride accesses (each access then moves a chunk per vector).
-  auto chunk_of = [](const std::vector<Access>& outs, const std::vector<Access>& ins) {
+  // A reverse scan's chunks start kChunk before a position counted from the
+  // row's end: vectors where kChunk divides the row.
+  auto chunk_of = [&](const std::vector<Access>& outs, const std::vector<Access>& ins) {
     int chunk = 0;
     for (const auto* list : {&outs, &ins})
       for (const Access& a : *list)
         if (a.step == 1) chunk = chunk ? std::min(chunk, a.vector) : a.vector;
-    return std::max(chunk, 1);
+    chunk = std::max(chunk, 1);
+    while (reverse && length % chunk) chunk /= 2;
+    return chunk;
   };
   for (const Value* v : g.outputs) {
-    if (v != scan.result()) throw IRError("scan group output '%" + v->name + "' is not its scan (internal error)");
+    if (before.count(v->producer))
+      throw IRError("scan group output '%" + v->name + "' is its prologue's (internal error)");
     outs.push_back(access("out" + std::to_string(outs.size()), v));
     ks.outputs.push_back(v->name);
   }
+  // Inputs the prologue or the scan reads load first; the epilogue's own as it stores.
+  std::unordered_set<const Value*> early{scan.input(0)};
+  for (const Node* n : prologue)
+    for (const Operand& o : n->operands)
+      if (o.is_value()) early.insert(o.value);
   for (const Value* v : g.inputs) {
     if (v->is_input() && v->input_kind == InputKind::Scalar) {
       expr_of[v] = "s" + std::to_string(scalars.size());
@@ -107,8 +156,9 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
   for (const Node* n : g.nodes) half |= n->result()->type.dtype == DType::f16 || n->result()->type.dtype == DType::bf16;
 
   std::ostringstream os;
-  os << "// Generated by fuseforge: scan group " << id << "; cumsum along dim " << dim << " of " << dims_text(shape)
-     << " (" << rows << " rows of " << length << "), " << s.describe() << "\n";
+  os << "// Generated by fuseforge: scan group " << id << "; " << op_name(scan.op) << (reverse ? " from the end" : "")
+     << " along dim " << dim << " of " << dims_text(shape) << " (" << rows << " rows of " << length << "), "
+     << s.describe() << "\n";
   for (const Node* n : g.nodes) os << "//   " << print_node(*n) << "\n";
   os << cuda_prelude();
   if (half) os << cuda_half_prelude();
@@ -127,14 +177,18 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
      << ";  // threads per block, elements per thread\n";
   os << "  constexpr int kChunk = " << chunk
      << ", kRounds = kItems / kChunk;  // a lane's consecutive elements per round\n";
+  os << "  const auto combine = " << fold.lambda << ";  // " << op_name(scan.op) << "'s fold\n";
+  os << "  const " << type << " kIdentity = " << fold.identity << ";\n";
   os << "  const unsigned rank = " << (s.cluster > 1 ? "ff_cluster_rank()" : "0")
      << ";  // the block's part of the row\n";
   os << "  const index_t row = blockIdx.x" << (s.cluster > 1 ? " / " + std::to_string(s.cluster) : "") << ";\n";
   os << "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n";
-  os << "  // A warp takes 32 * kItems consecutive elements of the row, in kRounds rounds of\n";
+  os << "  // A warp takes 32 * kItems consecutive elements of the row" << (reverse ? ", counted from its end," : ",")
+     << " in kRounds rounds of\n";
   os << "  // 32 * kChunk: lane l holds the round's chunk l, so each load and store of a warp\n";
   os << "  // is one contiguous span. Element j of the thread (round j / kChunk) is at\n";
-  os << "  // first + (j / kChunk) * 32 * kChunk + j % kChunk.\n";
+  os << "  // position first + (j / kChunk) * 32 * kChunk + j % kChunk"
+     << (reverse ? ", index kLength - 1 - position" : "") << ".\n";
   os << "  const index_t first = ((static_cast<index_t>(rank) * kThreads + (threadIdx.x & ~31)) * kItems) + lane * "
         "kChunk;\n";
   os << "  const bool full = first + (kRounds - 1) * 32 * kChunk + kChunk <= kLength;\n";
@@ -168,11 +222,16 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
     os << "  // Vector accesses where the pointers allow them (views may start anywhere) and every chunk is whole.\n";
     os << "  const bool vector = full && " << aligned << ";\n";
   }
-  auto at = [](const Access& a, const std::string& e) {
-    return "base_" + a.param + (a.step == 0 ? "" : " + " + (a.step == 1 ? e : e + " * " + std::to_string(a.step)));
+  // Element position e of the row in memory, and the vector access of chunk q
+  // (its kChunk elements in memory order: reversed in a reverse scan).
+  auto index = [&](const std::string& e) { return reverse ? "(kLength - 1 - " + e + ")" : e; };
+  auto at = [&](const Access& a, const std::string& e) {
+    return "base_" + a.param +
+           (a.step == 0 ? "" : " + " + (a.step == 1 ? index(e) : index(e) + " * " + std::to_string(a.step)));
   };
   const std::string element = "(first + (j / kChunk) * 32 * kChunk + j % kChunk)";  // thread's element j in the row
-  const std::string chunk_start = "first + q * 32";                                 // chunk q / kChunk
+  const std::string chunk_start = reverse ? "kLength - kChunk - (first + q * 32)" : "first + q * 32";
+  const std::string in_chunk = reverse ? "kChunk - 1 - k" : "k";
   // A load or store of a's elements: `vector_body` per chunk q (where
   // `vector` holds), else `scalar_body` per element j.
   auto vector_or_scalar = [&](const Access& a, const std::string& vector_body, const std::string& scalar_body) {
@@ -186,76 +245,91 @@ KernelSource generate_scan(const fusion::Group& g, const ScanStrategy& s, int id
     if (a.vector > 1) os << "  }\n";
   };
   // Loads: a value per element, or one per row where the scanned dim is broadcast.
-  os << "  // ---- loads and the prologue, element by element\n";
-  for (const Access& a : ins) {
+  auto load = [&](const Access& a) {
     const std::string ct = cuda_compute_type(a.value->type.dtype), st = cuda_storage_type(a.value->type.dtype);
     const std::string x = "x_" + a.param;
     if (a.step == 0) {
       os << "  const " << ct << " " << x << " = ff_load(" << a.param << "[base_" << a.param << "]);\n";
       expr_of[a.value] = x;
-      continue;
+      return;
     }
     os << "  " << ct << " " << x << "[kItems];\n";
     const std::string vec = "ff_vec<" + st + ", " + std::to_string(a.vector) + ">";
     vector_or_scalar(
         a,
         "const " + vec + " v = *reinterpret_cast<const " + vec + "*>(" + a.param + " + base_" + a.param + " + " +
-            chunk_start + ");\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) " + x +
-            "[q + k] = ff_load(v.v[k]);",
+            chunk_start + ");\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) " + x + "[q + k] = ff_load(v.v[" +
+            in_chunk + "]);",
         x + "[j] = " + element + " < kLength ? ff_load(" + a.param + "[" + at(a, element) + "]) : " + ct + "(0);");
     expr_of[a.value] = x + "[j]";
-  }
+  };
+  os << "  // ---- loads and the prologue, element by element\n";
+  for (const Access& a : ins)
+    if (early.count(a.value)) load(a);
   // The prologue per element, then each thread's inclusive scan of its run.
   os << "  " << type << " v[kItems];\n#pragma unroll\n  for (int j = 0; j < kItems; ++j) {\n";
   int temp = 0;
   emit_pointwise_nodes(os, prologue, "    ", scalars, expr_of, temp, "p");
   std::string x = expr_of.at(scan.input(0));
   if (compute_dtype(scan.input(0)->type.dtype) != acc) x = "static_cast<" + type + ">(" + x + ")";
-  os << "    v[j] = " << element << " < kLength ? " << x << " : " << type
-     << "(0);  // past the row's end: nothing to add\n";
+  os << "    v[j] = " << element << " < kLength ? " << x
+     << " : kIdentity;  // past the row's end: nothing to fold in\n";
   os << "  }\n";
   os << "  // ---- the scan, round by round: each lane's chunk in order, then the chunks of the\n"
         "  // lanes below (shuffles) and the warp's earlier rounds (carry)\n";
-  os << "  " << type << " carry = " << type << "(0);  // the warp's sum of its earlier rounds\n";
+  os << "  " << type << " carry = kIdentity;  // the warp's fold of its earlier rounds\n";
   os << "#pragma unroll\n  for (int r = 0; r < kRounds; ++r) {\n";
-  os << "#pragma unroll\n    for (int k = 1; k < kChunk; ++k) v[r * kChunk + k] += v[r * kChunk + k - 1];\n";
+  os << "#pragma unroll\n    for (int k = 1; k < kChunk; ++k) v[r * kChunk + k] = combine(v[r * kChunk + k - 1], v[r * "
+        "kChunk + k]);\n";
   os << "    " << type
-     << " t = v[r * kChunk + kChunk - 1];  // becomes the inclusive sum of the round's chunks up to this lane's\n";
+     << " t = v[r * kChunk + kChunk - 1];  // becomes the inclusive fold of the round's chunks up to this lane's\n";
   os << "#pragma unroll\n    for (int o = 1; o < 32; o <<= 1) {\n      const " << type
-     << " n = __shfl_up_sync(0xffffffffu, t, o);\n      if (lane >= o) t += n;\n    }\n";
-  os << "    // The exclusive prefix: the lane below's inclusive sum (not t minus this chunk's, which would round).\n";
-  os << "    " << type << " below = __shfl_up_sync(0xffffffffu, t, 1);\n    if (lane == 0) below = " << type
-     << "(0);\n";
-  os << "    below += carry;\n";
-  os << "#pragma unroll\n    for (int k = 0; k < kChunk; ++k) v[r * kChunk + k] += below;\n";
-  os << "    carry += __shfl_sync(0xffffffffu, t, 31);\n  }\n";
+     << " n = __shfl_up_sync(0xffffffffu, t, o);\n      if (lane >= o) t = combine(n, t);\n    }\n";
+  os << "    // The exclusive prefix: the lane below's inclusive fold (not t less this chunk's, which would round).\n";
+  os << "    " << type << " below = __shfl_up_sync(0xffffffffu, t, 1);\n    if (lane == 0) below = kIdentity;\n";
+  os << "    below = combine(carry, below);\n";
+  os << "#pragma unroll\n    for (int k = 0; k < kChunk; ++k) v[r * kChunk + k] = combine(below, v[r * kChunk + k]);\n";
+  os << "    carry = combine(carry, __shfl_sync(0xffffffffu, t, 31));\n  }\n";
   os << "  __shared__ " << type << " warp_totals[kThreads / 32];\n  __shared__ " << type << " block_total;\n";
   os << "  if (lane == 0) warp_totals[warp] = carry;\n  __syncthreads();\n";
   os << "  if (warp == 0) {  // the warps' totals, scanned by the first warp\n";
-  os << "    " << type << " w = lane < kThreads / 32 ? warp_totals[lane] : " << type << "(0);\n";
+  os << "    " << type << " w = lane < kThreads / 32 ? warp_totals[lane] : kIdentity;\n";
   os << "#pragma unroll\n    for (int o = 1; o < 32; o <<= 1) {\n      const " << type
-     << " n = __shfl_up_sync(0xffffffffu, w, o);\n      if (lane >= o) w += n;\n    }\n";
+     << " n = __shfl_up_sync(0xffffffffu, w, o);\n      if (lane >= o) w = combine(n, w);\n    }\n";
   // The shuffles order the lanes' steps, not their shared-memory accesses:
   // __syncwarp does, so that no lane overwrites a total another still reads.
   os << "    __syncwarp();  // every lane has read its total before any is overwritten\n"
      << "    if (lane < kThreads / 32) warp_totals[lane] = w;\n    if (lane == kThreads / 32 - 1) block_total = w;\n  "
         "}\n";
   os << "  __syncthreads();\n";
-  os << "  " << type << " prefix = warp > 0 ? warp_totals[warp - 1] : " << type
-     << "(0);  // the block's earlier warps\n";
-  if (s.cluster > 1) {
-    os << "  prefix += ff_cluster_exclusive_sum(block_total);  // the cluster's earlier blocks\n";
-  }
-  os << "  // ---- stores\n";
+  os << "  " << type << " prefix = warp > 0 ? warp_totals[warp - 1] : kIdentity;  // the block's earlier warps\n";
+  if (s.cluster > 1)
+    os << "  prefix = combine(ff_cluster_exclusive_scan(block_total, kIdentity, combine), prefix);  // the cluster's "
+          "earlier blocks\n";
+  os << "  // ---- the epilogue, element by element, and stores\n";
+  for (const Access& a : ins)
+    if (!early.count(a.value)) load(a);
+  const DType rd = scan.result()->type.dtype;
+  std::string scanned = "combine(prefix, v[j])";
+  if (rd == DType::f16) scanned = "ff_round_f16(" + scanned + ")";  // as eager stores it, before the epilogue reads it
+  if (rd == DType::bf16) scanned = "ff_round_bf16(" + scanned + ")";
+  for (const Access& a : outs)
+    os << "  " << cuda_compute_type(a.value->type.dtype) << " y_" << a.param << "[kItems];\n";
+  os << "#pragma unroll\n  for (int j = 0; j < kItems; ++j) {\n";
+  os << "    const " << type << " s = " << scanned << ";\n";
+  expr_of[scan.result()] = "s";
+  emit_pointwise_nodes(os, epilogue, "    ", scalars, expr_of, temp, "e");
+  for (const Access& a : outs) os << "    y_" << a.param << "[j] = " << expr_of.at(a.value) << ";\n";
+  os << "  }\n";
   for (const Access& a : outs) {
-    const std::string st = cuda_storage_type(a.value->type.dtype);
+    const std::string st = cuda_storage_type(a.value->type.dtype), y = "y_" + a.param;
     const std::string vec = "ff_vec<" + st + ", " + std::to_string(a.vector) + ">";
-    vector_or_scalar(a,
-                     vec + " v_out;\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) v_out.v[k] = ff_store<" +
-                         st + ">(v[q + k] + prefix);\n      *reinterpret_cast<" + vec + "*>(" + a.param + " + base_" +
-                         a.param + " + " + chunk_start + ") = v_out;",
-                     "if (" + element + " < kLength) " + a.param + "[" + at(a, element) + "] = ff_store<" + st +
-                         ">(v[j] + prefix);");
+    vector_or_scalar(
+        a,
+        vec + " v_out;\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) v_out.v[" + in_chunk + "] = ff_store<" +
+            st + ">(" + y + "[q + k]);\n      *reinterpret_cast<" + vec + "*>(" + a.param + " + base_" + a.param +
+            " + " + chunk_start + ") = v_out;",
+        "if (" + element + " < kLength) " + a.param + "[" + at(a, element) + "] = ff_store<" + st + ">(" + y + "[j]);");
   }
   os << "}\n";
   ks.source = os.str();
