@@ -76,6 +76,15 @@ HostTensor eval_layout(const Node& n, const Env& env) {
       base = idx * cs[d];
       break;
     }
+    case Op::Flip:  // negative strides from the far end of each flipped dim
+      shape = x.shape;
+      strides = cs;
+      for (int64_t dim : n.attr_ints("dims")) {
+        const int64_t d = normalize_dim(dim, rank);
+        base += (x.shape[d] - 1) * cs[d];
+        strides[d] = -cs[d];
+      }
+      break;
     default:
       fail(n, "not a layout op");
   }

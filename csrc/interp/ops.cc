@@ -250,6 +250,7 @@ Evaluator reference_semantics(Op op) {
     case Op::Slice:
     case Op::Select:
     case Op::Cat:
+    case Op::Flip:
       return eval_layout;
     case Op::Opaque:
       return nullptr;  // an ATen op the IR does not model

@@ -261,6 +261,15 @@ std::vector<TensorType> layout(const Node& n) {
       }
       return {t};
     }
+    case Op::Flip: {  // a copy (contiguous, as ATen's of a contiguous tensor), not a view
+      std::vector<bool> seen(static_cast<size_t>(rank), false);
+      for (int64_t d : n.attr_ints("dims")) {
+        const int64_t nd = normalize_dim(d, rank);
+        if (seen[nd]) fail(n, "dims lists dim " + std::to_string(nd) + " twice");
+        seen[nd] = true;
+      }
+      return {TensorType::contiguous(in.dtype, in.shape)};
+    }
     case Op::View: {
       const Shape& s = declared.shape;
       if (numel(s) != numel(in.shape)) fail(n, "cannot view " + shape_str(in.shape) + " as " + shape_str(s));

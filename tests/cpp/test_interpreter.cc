@@ -340,6 +340,16 @@ TEST(InterpScan, Cumsum) {
   ExpectData(out[2], {2048, 2048, 2050}, "f16");
 }
 
+TEST(InterpLayout, Flip) {
+  auto out = RunIR(R"(graph @g(%x: f32[2,3]) {
+  %0 = flip(%x) {dims=[1]} : f32[2,3]
+  %1 = flip(%x) {dims=[0, -1]} : f32[2,3]
+  return %0, %1
+})", {F32({2, 3}, {1, 2, 3, 4, 5, 6})});
+  ExpectData(out[0], {3, 2, 1, 6, 5, 4}, "dim 1");
+  ExpectData(out[1], {6, 5, 4, 3, 2, 1}, "both dims");
+}
+
 TEST(InterpScan, CumprodAndReverseScans) {
   auto out = RunIR(R"(graph @g(%x: f32[2,3]) {
   %0 = cumprod(%x) {dim=1} : f32[2,3]

@@ -146,6 +146,19 @@ TEST(IR, ScansRoundTripAndCheckTheirAttributes) {
   }
 }
 
+TEST(IR, FlipIsAContiguousCopy) {
+  auto g = parse(R"(graph @g(%x: f32[4,8]{1,4}) {
+  %0 = flip(%x) {dims=[1, 0]} : f32[4,8]
+  return %0
+})");
+  verify(*g);
+  for (const char* bad : {"flip(%x) {dims=[1, -1]} : f32[4,8]", "flip(%x) {dims=[2]} : f32[4,8]",
+                          "flip(%x) {dims=[0]} : f32[4,8]{1,4}"}) {
+    auto b = parse(std::string("graph @g(%x: f32[4,8]{1,4}) {\n  %0 = ") + bad + "\n  return %0\n}");
+    EXPECT_THROW(verify(*b), IRError) << bad;
+  }
+}
+
 TEST(IR, ViewStridesFollowATen) {
   auto g = parse(R"(graph @g(%x: f32[2,3,4]) {
   %0 = permute(%x) {dims=[0, 2, 1]} : f32[2,4,3]{12,1,4}

@@ -596,6 +596,10 @@ LAYOUT_CASES = {
         [_r(3, 4), _r(3, 2)],
     ),
     "strided_input": (lambda m, x: torch.sigmoid(x) + 1, [_r(4, 6).t()]),
+    "flip": (
+        lambda m, x: (torch.flip(x, [1]), x.flip(0, -2) * 2, x.flip(2), x.transpose(0, 1).flip(0)),
+        [_r(3, 4, 1)],
+    ),
 }
 
 MATMUL_CASES = {
@@ -762,6 +766,9 @@ def test_op_mapping_details():
     assert ops("cat_split").count("slice") >= 5 and "squeeze" in ops("cat_split") and "cat" in ops("cat_split")
     assert "cast" in ops("cat_split")  # the f16 operand is cast to f32 before cat
     assert ops("sum_dtype")[0] == "cast"
+    # A flip of a size-1 dim is a copy; one of a transposed tensor keeps its strides in ATen: an ATen call.
+    assert ops("flip") == ["flip", "flip", "mul", "copy", "permute", "opaque"]
+    assert "flip(%x) {dims=[0, 1]}" in case_capture("flip").text
     assert ops("cumprod") == ["cumprod", "cumprod", "cast", "cumprod"]  # dtype=: the input cast first, as ATen
     assert "cumprod(%2) {dim=0} : f64[3,4]" in case_capture("cumprod").text
     # promotion made explicit: int * 2.5 is a cast to f32 then a mul

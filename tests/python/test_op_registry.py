@@ -216,6 +216,8 @@ def _other_cases():
         ("cumsum", _graph(x, "cumsum(%x) {dim=1} : f64[3,4]")),
         ("cumsum:reverse", _graph(x, "cumsum(%x) {dim=0, reverse=true} : f32[3,4]")),
         ("cumprod", _graph(x, "cumprod(%x) {dim=1} : f32[3,4]")),
+        ("flip", _graph(x, "flip(%x) {dims=[0, 1]} : f32[3,4]")),
+        ("flip:last", _graph(x, "flip(%x) {dims=[-1]} : f32[3,4]")),
         ("cumprod:reverse", _graph(x, "cumprod(%x) {dim=-1, reverse=true} : f64[3,4]")),
         *_pool_cases(),
         ("mm", _graph({"a": "f32[3,4]", "b": "f32[4,5]"}, "mm(%a, %b) : f32[3,5]")),

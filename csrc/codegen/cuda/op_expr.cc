@@ -206,6 +206,7 @@ std::string op_expr(const Node& n, const std::vector<std::string>& a, DType c) {
     case Op::Slice:
     case Op::Select:
     case Op::Cat:
+    case Op::Flip:
     case Op::Opaque:
       break;
   }

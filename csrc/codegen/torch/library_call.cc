@@ -300,6 +300,8 @@ std::string torch_expr(const Node& n, const std::vector<std::string>& operands) 
       return a[0] + ".select(" + std::to_string(n.attr_int("dim")) + ", " + std::to_string(n.attr_int("index")) + ")";
     case Op::Cat:
       return "torch.cat([" + join(a) + "], " + std::to_string(n.attr_int("dim")) + ")";
+    case Op::Flip:
+      return f.call("torch.flip", a[0] + ", " + py::ints(n.attr_ints("dims")));
     case Op::Opaque:
       return f.opaque();
   }

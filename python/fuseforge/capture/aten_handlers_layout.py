@@ -1,6 +1,6 @@
 """Handlers of ATen's layout ops: views, permutes, squeezes, slices,
-selects, cat and split. Each is one IR layout op (or a few), whose strides
-follow its input's."""
+selects, cat, flip and split. Each is one IR layout op (or a few), whose
+strides follow its input's (cat's and flip's copies are contiguous)."""
 
 from __future__ import annotations
 
@@ -129,6 +129,21 @@ def _cat(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     return L.emit1("cat", ops, t, {"dim": norm_dim(int(a["dim"]), len(t.shape))})
 
 
+def _flip(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
+    """flip(self, dims): a copy reversed along the dims longer than 1 (a plain
+    copy where none is). ATen's result keeps a permuted input's strides: such
+    flips stay ATen calls, the IR's being contiguous."""
+    x = L.value(a["self"])
+    t = L.rtype(node)
+    if t.strides != contiguous_strides(t.shape):
+        raise Unsupported("flip with a non-contiguous result")
+    rank = len(x.type.shape)
+    dims = sorted({norm_dim(int(d), rank) for d in a["dims"]} - {d for d in range(rank) if x.type.shape[d] <= 1})
+    if not dims:
+        return L.emit1("copy", [x], t)
+    return L.emit1("flip", [x], t, {"dims": dims})
+
+
 def _split(L: Lowering, node: fx.Node, a: dict[str, Any]) -> Any:
     x = L.value(a["self"])
     rank = len(x.type.shape)
@@ -159,5 +174,6 @@ register(["squeeze.dim", "squeeze.dims", "squeeze.default"], _squeeze)
 register(["slice.Tensor"], _slice)
 register(["select.int"], _select)
 register(["cat.default"], _cat)
+register(["flip.default"], _flip)
 register(["split.Tensor", "split_with_sizes.default"], _split)
 register(["unbind.int"], _unbind)
