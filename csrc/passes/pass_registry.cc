@@ -25,6 +25,7 @@ std::unique_ptr<Pass> make_pointwise_before_view();     // pointwise_before_view
 std::unique_ptr<Pass> make_reduction_before_view();     // reduction_before_view.cc
 std::unique_ptr<Pass> make_compose_pools();             // compose_pools.cc
 std::unique_ptr<Pass> make_drop_unit_pool_dim();        // drop_unit_pool_dim.cc
+std::unique_ptr<Pass> make_reverse_scan();              // reverse_scan.cc
 
 namespace {
 struct Entry {
@@ -53,6 +54,7 @@ const Entry kPasses[] = {
     {"reduction_before_view", make_reduction_before_view},
     {"compose_pools", make_compose_pools},
     {"drop_unit_pool_dim", make_drop_unit_pool_dim},
+    {"reverse_scan", make_reverse_scan},
 };
 }  // namespace
 
@@ -76,6 +78,7 @@ std::vector<std::string> default_pipeline() {
   return {"conv_precision",
           "canonicalize",
           "drop_unit_pool_dim",
+          "reverse_scan",
           "compose_pools",
           "broadcast_matmul_operand",
           "matmul_sum_to_gemv",
