@@ -42,6 +42,7 @@ EXPECTED = {
     "small_convnet": ([["mean", "var"], ["mean", "var", "mean"]] * 3 + [["mean"]], []),
     "conv3d_relu_maxpool": ([], []),
     "cumsum_rows": ([], []),
+    "scans_exclusive_reverse": ([], []),  # no flips left: the cumprod scans from the rows' end
 }
 # The ops of each pool kernel (plan order): the pointwise work before the pool
 # runs at its window taps, the work after it on the pooled value.
@@ -52,8 +53,12 @@ POOLS = {
     "small_convnet": [["sub", "mul", "mul", "add", "relu", "max_pool"]] * 2,  # batch norm's apply and the relu
     "conv3d_relu_maxpool": [["add", "relu", "max_pool"]],  # the conv's bias
 }
-# The ops of each scan kernel: the pointwise work that makes the scanned value.
-SCANS = {"cumsum_rows": [["mul", "cumsum"]]}
+# The ops of each scan kernel: the pointwise work that makes the scanned value
+# and that reads the scan's result.
+SCANS = {
+    "cumsum_rows": [["mul", "cumsum"]],
+    "scans_exclusive_reverse": [["cumsum", "sub"], ["mul", "add", "cumprod"]],
+}
 _REDUCTIONS = {
     "sum",
     "mean",

@@ -47,6 +47,12 @@ CASES = {
     "f64": (lambda m, x: torch.cumsum(x, 1), [_r(64, 50000, dtype=torch.float64)]),
     "exclusive_epilogue": (lambda m, x: torch.cumsum(x, 1) - x, [_r(4096, 6000)]),
     "cumprod_rows_cluster": (lambda m, x: torch.cumprod(1 + 1e-3 * x, 1), [_r(256, 20000)]),
+    "reverse_cumprod_rows_cluster": (
+        lambda m, x: torch.flip(torch.cumprod(torch.flip(1 + 1e-3 * x, [1]), 1), [1]),
+        [_r(256, 20000)],
+    ),
+    "reverse_cumsum_columns": (lambda m, x: x.flip(0).cumsum(0).flip(0), [_r(2000, 300)]),
+    "reverse_exclusive_odd_rows": (lambda m, x: x.flip(-1).cumsum(-1).flip(-1) - x, [_r(1000, 4097)]),
     "cumprod_half_epilogue": (
         lambda m, x, s: torch.cumprod(1 + 0.01 * x, -1) * s,
         [_r(1024, 1000, dtype=torch.float16), _r(1024, 1, dtype=torch.float16)],
