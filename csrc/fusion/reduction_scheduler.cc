@@ -4,8 +4,9 @@
 //   - the pointwise group that produces what it reduces (the prologue: x*x of
 //     an RMS norm, the residual add before a layer norm);
 //   - other reductions over the same domain: of what it reads (mean and
-//     var, amax and argmax: one pass), of other tensors, and of values
-//     computed from the first ones' results (the manual softmax's sum of
+//     var, amax and argmax: one pass; a tensor of the domain's size, not a
+//     bias broadcast across it), of other tensors, and of values computed
+//     from the first ones' results (the manual softmax's sum of
 //     exp(x - max): a second pass over the row);
 //   - the pointwise groups that read the results (the epilogue), at the
 //     row's shape (rsqrt(var + eps)) or the domain's (x * rstd * w: the
@@ -81,12 +82,21 @@ class ReductionScheduler final : public Scheduler {
       const bool loose = is_kernel_reduction(*n) || (!producer && is_row_reshape(*n));
       if (loose && seen_nodes.insert(n).second) out.push_back({{n}, -1});
     };
+    int64_t full = 0;  // the domain's size: what its reductions reduce, the largest tensor members read
+    for (const Node* m : order)
+      for (const auto& o : m->operands)
+        if (o.is_value()) full = std::max(full, numel(o.value->type.shape));
     for (Node* m : order) {
       for (auto& o : m->operands) {
         if (!o.is_value()) continue;
         if (o.value->producer) consider(o.value->producer, true);
         // Other readers of what the kernel reads (var beside mean, argmax
         // beside amax, x > t beside x * x): the same pass reads it for all.
+        // Only through a tensor of the domain's size: one broadcast across it
+        // (a bias, a norm's weight) is read for next to nothing, and would
+        // tie every step of an unrolled loop into one kernel whose source,
+        // and fusion time, grow with the loop.
+        if (numel(o.value->type.shape) < full) continue;
         for (Node* sibling : p.users(o.value))
           if (is_kernel_reduction(*sibling) || op_kind(sibling->op) == OpKind::Pointwise) consider(sibling, false);
       }
