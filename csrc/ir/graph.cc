@@ -148,6 +148,7 @@ Node* Graph::insert_before(Node* before, Op op, std::vector<Operand> operands, s
   Node* n = add_node(op, std::move(operands), std::move(result_types), std::move(attrs));
   auto last = std::move(nodes_.back());
   nodes_.pop_back();
+  ++walks_;
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](auto& p) { return p.get() == before; });
   if (it == nodes_.end()) throw IRError("insert_before: anchor node is not in the graph");
   nodes_.insert(it, std::move(last));
@@ -160,6 +161,7 @@ Value* Graph::find_value(const std::string& name) const {
 }
 
 std::vector<Node*> Graph::users(const Value* v) const {
+  ++walks_;
   std::vector<Node*> out;
   for (auto& n : nodes_)
     for (auto& o : n->operands)
@@ -170,6 +172,21 @@ std::vector<Node*> Graph::users(const Value* v) const {
   return out;
 }
 
+Users::Users(const Graph& g) {
+  for (auto& n : g.nodes())
+    for (auto& o : n->operands) {
+      if (!o.is_value()) continue;
+      auto& readers = users_[o.value];
+      if (readers.empty() || readers.back() != n.get()) readers.push_back(n.get());
+    }
+}
+
+const std::vector<Node*>& Users::of(const Value* v) const {
+  static const std::vector<Node*> none;
+  auto it = users_.find(v);
+  return it == users_.end() ? none : it->second;
+}
+
 bool Graph::is_graph_output(const Value* v) const {
   if (std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end()) return true;
   for (auto& m : mutations_)
@@ -178,6 +195,7 @@ bool Graph::is_graph_output(const Value* v) const {
 }
 
 void Graph::replace_all_uses(Value* from, Value* to) {
+  ++walks_;
   for (auto& n : nodes_)
     for (auto& o : n->operands)
       if (o.value == from) o.value = to;
@@ -187,8 +205,22 @@ void Graph::replace_all_uses(Value* from, Value* to) {
     if (m.value == from) m.value = to;
 }
 
+void Graph::replace_all_uses(const std::unordered_map<const Value*, Value*>& to) {
+  if (to.empty()) return;
+  ++walks_;
+  auto moved = [&](Value*& v) {
+    if (auto it = to.find(v); it != to.end()) v = it->second;
+  };
+  for (auto& n : nodes_)
+    for (auto& o : n->operands)
+      if (o.is_value()) moved(o.value);
+  for (auto& o : outputs_) moved(o);
+  for (auto& m : mutations_) moved(m.value);
+}
+
 void Graph::set_node_order(const std::vector<Node*>& order) {
   if (order.size() != nodes_.size()) throw IRError("set_node_order: not a permutation of the nodes");
+  ++walks_;
   std::unordered_map<Node*, std::unique_ptr<Node>> owned;
   for (auto& n : nodes_) owned[n.get()] = std::move(n);
   nodes_.clear();

@@ -146,9 +146,12 @@ class Graph {
   // ---- mutation
   // Points every use of `from` (node operands, outputs, mutations) at `to`.
   void replace_all_uses(Value* from, Value* to);
+  // The same for every key of `to`, in one walk.
+  void replace_all_uses(const std::unordered_map<const Value*, Value*>& to);
   // Removes nodes for which `dead` returns true. Their results must be unused.
   template <class Pred>
   void erase_nodes_if(Pred dead) {
+    ++walks_;
     std::vector<std::unique_ptr<Node>> kept;
     for (auto& n : nodes_)
       if (!dead(n.get())) kept.push_back(std::move(n));
@@ -163,6 +166,11 @@ class Graph {
   // Reorders nodes; `order` must be a permutation of nodes().
   void set_node_order(const std::vector<Node*>& order);
   std::string fresh_name();
+  // How many times users(), replace_all_uses(), insert_before(),
+  // erase_nodes*() and set_node_order() walked the nodes: each walk costs
+  // the graph's size, so a pass that stays linear does a bounded number,
+  // whatever the size (tests check this).
+  int64_t walks() const { return walks_; }
 
  private:
   std::vector<std::unique_ptr<Value>> values_;
@@ -174,7 +182,20 @@ class Graph {
   std::vector<Value*> outputs_;
   std::vector<Mutation> mutations_;
   int64_t next_id_ = 0;
+  mutable int64_t walks_ = 0;
   Value* new_value(std::string name, TensorType type);
+};
+
+// Every value's readers as Graph::users gives them, found in one walk: for
+// an analysis that asks for many values' users without changing the graph in
+// between (Graph::users walks the whole graph for each value).
+class Users {
+ public:
+  explicit Users(const Graph& g);
+  const std::vector<Node*>& of(const Value* v) const;
+
+ private:
+  std::unordered_map<const Value*, std::vector<Node*>> users_;
 };
 
 // ---- text form (printer.cc / parser.cc)

@@ -105,10 +105,19 @@ class CSE : public Pass {
   std::string_view name() const override { return "cse"; }
 
   bool run(Graph& g) override {
+    // Uses of a repeated node's results move to the first node's as the walk
+    // reaches them (every reader comes after its producer), so the graph is
+    // walked once, not once per repeat (an unrolled loop repeats its weights'
+    // views in every step).
+    const Users users(g);
+    std::unordered_map<const Value*, Value*> moved;
     std::unordered_map<std::string, Node*> seen;
     bool changed = false;
     for (auto& np : g.nodes()) {
       Node* n = np.get();
+      for (Operand& o : n->operands)
+        if (o.is_value())
+          if (auto it = moved.find(o.value); it != moved.end()) o.value = it->second;
       if (n->op == Op::Opaque || n->results.empty()) continue;
       auto [it, fresh] = seen.emplace(node_key(*n), n);
       if (fresh) continue;
@@ -118,8 +127,11 @@ class CSE : public Pass {
         both_outputs |= g.is_graph_output(n->results[i]) && g.is_graph_output(first->results[i]);
       if (both_outputs) continue;
       for (size_t i = 0; i < n->results.size(); ++i) {
-        if (g.users(n->results[i]).empty() && !g.is_graph_output(n->results[i])) continue;
-        g.replace_all_uses(n->results[i], first->results[i]);
+        Value* r = n->results[i];
+        const bool output = g.is_graph_output(r);
+        if (users.of(r).empty() && !output) continue;
+        moved[r] = first->results[i];
+        if (output) g.replace_all_uses(r, first->results[i]);  // the graph's outputs and mutations too
         changed = true;
       }
     }

@@ -56,9 +56,12 @@ class RecomputePointwise : public Pass {
  private:
   bool recompute(Graph& g, bool chains) const {
     std::vector<std::vector<Node*>> candidates;  // each node's chain, in order, the node last
-    for (auto& n : g.nodes()) {
-      std::vector<Node*> chain = recomputable(g, *n, chains);
-      if (!chain.empty()) candidates.push_back(std::move(chain));
+    {
+      const Users users(g);  // the search changes nothing: one walk for every node's users
+      for (auto& n : g.nodes()) {
+        std::vector<Node*> chain = recomputable(g, users, *n, chains);
+        if (!chain.empty()) candidates.push_back(std::move(chain));
+      }
     }
     std::vector<const Node*> dead;
     for (const std::vector<Node*>& chain : candidates) {
@@ -147,11 +150,11 @@ class RecomputePointwise : public Pass {
   // A reshape of n whose readers all take pointwise work in (a group norm's
   // apply on the [N, G, C/G, H*W] view of an activation): it gets a copy of
   // the chain computed in its shape.
-  static bool fused_reshape(const Graph& g, const Node& n, const Node& u) {
+  static bool fused_reshape(const Graph& g, const Users& users, const Node& n, const Node& u) {
     if (u.op != Op::View || g.is_graph_output(u.result()) || !n.result()->type.is_contiguous() ||
         !u.result()->type.is_contiguous())
       return false;
-    const std::vector<Node*> readers = g.users(u.result());
+    const std::vector<Node*>& readers = users.of(u.result());
     return !readers.empty() && std::all_of(readers.begin(), readers.end(), [](const Node* r) { return fuses(*r); });
   }
 
@@ -178,12 +181,12 @@ class RecomputePointwise : public Pass {
   // through pointwise nodes that only the chain reads (`chains`; else n
   // alone), to one materialized tensor of n's size, every other operand small. The copies then read that
   // tensor where the readers read n: the same bytes, and n is never written.
-  std::vector<Node*> recomputable(const Graph& g, const Node& n, bool chains) const {
+  std::vector<Node*> recomputable(const Graph& g, const Users& readers, const Node& n, bool chains) const {
     if (!pointwise_link(g, n)) return {};
-    const std::vector<Node*> users = g.users(n.result());
+    const std::vector<Node*>& users = readers.of(n.result());
     if (users.size() < 2) return {};
     for (const Node* u : users)
-      if (!fuses(*u) && !fused_reshape(g, n, *u)) return {};
+      if (!fuses(*u) && !fused_reshape(g, readers, n, *u)) return {};
     const int64_t size = numel(n.result()->type.shape);
     std::vector<const Node*> chain{&n}, pending{&n};
     const Value* root = nullptr;
@@ -204,7 +207,7 @@ class RecomputePointwise : public Pass {
         if (!chains) return {};
         if (std::find(chain.begin(), chain.end(), p) != chain.end()) continue;
         if (!pointwise_link(g, *p)) return {};
-        for (const Node* u : g.users(p->result()))
+        for (const Node* u : readers.of(p->result()))
           if (std::find(chain.begin(), chain.end(), u) == chain.end()) return {};  // read outside the chain
         chain.push_back(p);
         pending.push_back(p);

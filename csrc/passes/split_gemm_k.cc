@@ -23,6 +23,8 @@
 // split_gemm_reduction the pipeline runs it only where f32 matmuls become
 // GEMM kernels (compile.cc): a library GEMM splits K itself.
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "kernel/gemm.h"
 #include "passes/pass.h"
@@ -66,16 +68,49 @@ std::optional<Split> plan_split(Node& n, int64_t wave) {
   return Split{&n, s, n.op == Op::Addmm && spec->beta != 0.0};
 }
 
-Node* view(Graph& g, Node* before, Value* x, Shape shape) {
-  Node* v = g.insert_before(before, Op::View, {Operand::of(x)}, {TensorType::contiguous(x->type.dtype, shape)});
+// The rewrites of one run: every split's nodes are appended and placed before
+// their matmul, and the matmuls' uses moved to their sums, in one walk each at
+// the end (inserting and replacing one split at a time walks the graph per
+// split: an unrolled loop splits a matmul in every step).
+struct Rewrites {
+  std::unordered_map<const Node*, std::vector<Node*>> before;  // matmul -> its split's nodes, in order
+  std::unordered_map<const Value*, Value*> moved;              // matmul's result -> its sum's
+  std::vector<Node*> dead;                                     // the matmuls, and unused attempts
+
+  Node* add(Graph& g, Node* at, Op op, std::vector<Operand> operands, std::vector<TensorType> types, Attrs attrs = {}) {
+    Node* n = g.add_node(op, std::move(operands), std::move(types), std::move(attrs));
+    before[at].push_back(n);
+    return n;
+  }
+
+  void apply(Graph& g) {
+    if (before.empty()) return;
+    std::unordered_set<const Node*> placed;
+    for (const auto& [at, nodes] : before) placed.insert(nodes.begin(), nodes.end());
+    std::vector<Node*> order;
+    for (const auto& n : g.nodes()) {
+      if (placed.count(n.get())) continue;
+      if (auto it = before.find(n.get()); it != before.end())
+        order.insert(order.end(), it->second.begin(), it->second.end());
+      order.push_back(n.get());
+    }
+    g.set_node_order(order);
+    g.replace_all_uses(moved);
+    g.erase_nodes(dead);
+  }
+};
+
+Node* view(Graph& g, Rewrites& rw, Node* at, Value* x, Shape shape) {
+  Node* v = rw.add(g, at, Op::View, {Operand::of(x)}, {TensorType::contiguous(x->type.dtype, shape)});
   v->result()->type = infer_result_types(*v).at(0);
   return v;
 }
 
-// Rewrites the matmul into its sliced products and their sum; false (graph
-// unchanged) when the bmm is no GEMM kernel's. Splitting one dim of a 2-D
-// operand is always a view (no copy), whatever its strides.
-bool split(Graph& g, const Split& sp) {
+// Rewrites the matmul into its sliced products and their sum (applied by
+// Rewrites::apply); false when the bmm is no GEMM kernel's (its nodes then
+// dropped). Splitting one dim of a 2-D operand is always a view (no copy),
+// whatever its strides.
+bool split(Graph& g, Rewrites& rw, const Split& sp) {
   Node* n = sp.n;
   const int64_t s = sp.slices;
   const bool addmm = n->op == Op::Addmm;
@@ -83,23 +118,24 @@ bool split(Graph& g, const Split& sp) {
   Value* b = n->input(addmm ? 2 : 1);
   const TensorType& y = n->result()->type;
   const int64_t m = y.shape[0], cols = y.shape[1], k = a->type.shape[1], slice = k / s;
-  Node* av = view(g, n, a, {m, s, slice});
-  Node* at = g.insert_before(n, Op::Permute, {Operand::of(av->result())}, {a->type},
-                             {{"dims", std::vector<int64_t>{1, 0, 2}}});
+  Node* av = view(g, rw, n, a, {m, s, slice});
+  Node* at =
+      rw.add(g, n, Op::Permute, {Operand::of(av->result())}, {a->type}, {{"dims", std::vector<int64_t>{1, 0, 2}}});
   at->result()->type = infer_result_types(*at).at(0);
-  Node* bv = view(g, n, b, {s, slice, cols});
-  Node* bmm = g.insert_before(n, Op::Bmm, {Operand::of(at->result()), Operand::of(bv->result())},
-                              {TensorType::contiguous(y.dtype, {s, m, cols})});
+  Node* bv = view(g, rw, n, b, {s, slice, cols});
+  Node* bmm = rw.add(g, n, Op::Bmm, {Operand::of(at->result()), Operand::of(bv->result())},
+                     {TensorType::contiguous(y.dtype, {s, m, cols})});
   if (!fusion::match_gemm(*bmm)) {
-    g.erase_nodes(std::vector<Node*>{bmm, bv, at, av});
+    std::vector<Node*>& added = rw.before[n];
+    rw.dead.insert(rw.dead.end(), added.begin(), added.end());
     return false;
   }
-  Node* sum = g.insert_before(n, Op::Sum, {Operand::of(bmm->result())}, {TensorType::contiguous(y.dtype, {m, cols})},
-                              {{"dims", std::vector<int64_t>{0}}, {"keepdim", false}});
+  Node* sum = rw.add(g, n, Op::Sum, {Operand::of(bmm->result())}, {TensorType::contiguous(y.dtype, {m, cols})},
+                     {{"dims", std::vector<int64_t>{0}}, {"keepdim", false}});
   Node* last = sum;
-  if (sp.bias) last = g.insert_before(n, Op::Add, {Operand::of(sum->result()), Operand::of(n->input(0))}, {y});
-  g.replace_all_uses(n->result(), last->result());
-  g.erase_nodes(std::vector<Node*>{n});
+  if (sp.bias) last = rw.add(g, n, Op::Add, {Operand::of(sum->result()), Operand::of(n->input(0))}, {y});
+  rw.moved[n->result()] = last->result();
+  rw.dead.push_back(n);
   return true;
 }
 
@@ -112,8 +148,10 @@ class SplitGemmK final : public Pass {
     std::vector<Split> todo;
     for (auto& n : g.nodes())
       if (auto sp = plan_split(*n, wave_)) todo.push_back(*sp);
+    Rewrites rw;
     bool changed = false;
-    for (const Split& sp : todo) changed |= split(g, sp);  // inserting invalidates iteration over g.nodes()
+    for (const Split& sp : todo) changed |= split(g, rw, sp);
+    rw.apply(g);
     return changed;
   }
 
