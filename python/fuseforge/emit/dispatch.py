@@ -27,9 +27,9 @@ forward.py writes for it) goes one of two ways:
   the faster; a capture that fails leaves the signature plain with one
   warning.
 
-CUDA_GRAPHS in the file (True: graphs where faster; "always": every graph
-that captures, untimed; False: none) and FUSEFORGE_CUDA_GRAPHS (0: none;
-always) choose; `_ff_graph_choices(model)` says what each signature got.
+CUDA_GRAPHS in the file (False, the default: none; True: graphs where
+faster; "always": every graph that captures, untimed) and
+FUSEFORGE_CUDA_GRAPHS (off or 0: none; auto; always) choose; `_ff_graph_choices(model)` says what each signature got.
 """
 
 import contextlib
@@ -44,8 +44,8 @@ from fuseforge.runtime.options import ENV_CUDA_GRAPHS
 
 # ---- the emitted file's own definitions (writer.py writes them there)
 
-#: The file's switch: True, "always" or False.
-CUDA_GRAPHS: Any = True
+#: The file's switch: False, True or "always".
+CUDA_GRAPHS: Any = False
 _FF_CUDA_GRAPHS_VAR = ENV_CUDA_GRAPHS  # the variable that overrides it
 _FF_EXT: Any = None  # the built extension (built by _ff_extension before any graph exists)
 _FF_NEEDS_SM90A = False
@@ -336,11 +336,11 @@ def _ff_time_ms(fn: "Callable[[], Any]", reps: int, calls: int = 3) -> float:
 
 
 def _ff_graphs_setting() -> "Any":
-    """CUDA_GRAPHS (True, "always" or False), unless FUSEFORGE_CUDA_GRAPHS is off (or 0) or always."""
+    """CUDA_GRAPHS (False, True or "always"), unless FUSEFORGE_CUDA_GRAPHS says off (or 0), auto or always."""
     env = os.environ.get(_FF_CUDA_GRAPHS_VAR)
-    if env in ("0", "off") or not CUDA_GRAPHS:
+    if env in ("0", "off"):
         return False
-    return "always" if env == "always" else CUDA_GRAPHS
+    return {"auto": True, "always": "always"}.get(env or "", CUDA_GRAPHS)
 
 
 def _ff_context() -> tuple:
