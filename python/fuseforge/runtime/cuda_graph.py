@@ -86,8 +86,8 @@ class PlanGraph:
         fixed: list[tuple[int, bool, Any]] = []
         inputs = [env[s] for s in ex.input_slots if isinstance(env[s], torch.Tensor)]
         input_storage = {_storage(x) for x in inputs}
-        kept = set(ex._kept)
-        for s in dict.fromkeys([*ex.input_slots, *ex._kept]):
+        kept = set(ex.kept_slots)
+        for s in dict.fromkeys([*ex.input_slots, *ex.kept_slots]):
             x = env[s]
             if not isinstance(x, torch.Tensor):
                 fixed.append((s, False, x))
@@ -110,14 +110,10 @@ class PlanGraph:
         with torch.cuda.stream(side):
             # One run outside the capture first, on the capturing stream:
             # libraries set up per stream state (handles, workspaces) lazily.
-            warm = list(graph_env)
-            for run in ex._run:
-                run(warm)
-            del warm
+            ex.run_steps(list(graph_env))
             graph.capture_begin(capture_error_mode="thread_local")
             try:
-                for run in ex._run:
-                    run(graph_env)
+                ex.run_steps(graph_env)
                 for slot, buffer in self.buffers:
                     buffer.copy_(graph_env[slot])
             except Exception as e:
@@ -169,8 +165,7 @@ class PlanGraph:
         the plan step by step where the graph cannot serve this call."""
         if self.graph is None or not self._matches(env):
             if not self._recapture(env):
-                for run in self.executor._run:
-                    run(env)
+                self.executor.run_steps(env)
                 return
         for s, t in self.copy_in:
             x = env[s]

@@ -92,7 +92,7 @@ class Executor:
         self._run = [self._step(s) for s in plan.run]
         # The values prepare leaves for run, and the weights it reads (whose
         # identity, storage and version decide whether they are still valid).
-        self._kept = list(plan.prepare_keeps)
+        self.kept_slots = list(plan.prepare_keeps)
         self._weights = list(plan.prepare_reads)
         self._prepared: dict = {}
         #: The run section as a CUDA graph, where it replays (runtime/cuda_graph.py adopts one).
@@ -387,7 +387,7 @@ class Executor:
         if self._prepare and "values" not in self._prepared:
             return None
         by_slot = dict(zip(self.input_slots, inputs))
-        return ([(b, by_slot[b]) for b in self._weights], list(zip(self._kept, self._prepared.get("values", []))))
+        return ([(b, by_slot[b]) for b in self._weights], list(zip(self.kept_slots, self._prepared.get("values", []))))
 
     # ---- call
 
@@ -398,9 +398,9 @@ class Executor:
         def compute() -> list:
             for run in self._prepare:
                 run(env)
-            return [env[b] for b in self._kept]
+            return [env[b] for b in self.kept_slots]
 
-        for b, v in zip(self._kept, cached_prepare(self._prepared, [env[b] for b in self._weights], compute)):
+        for b, v in zip(self.kept_slots, cached_prepare(self._prepared, [env[b] for b in self._weights], compute)):
             env[b] = v
 
     def pending_tuning(self) -> bool:
@@ -417,14 +417,18 @@ class Executor:
             self._prepare_section(env)
         return env
 
+    def run_steps(self, env: Env) -> None:
+        """Runs the run section on `env` step by step (no CUDA graph)."""
+        for run in self._run:
+            run(env)
+
     def __call__(self, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Runs the plan; returns (outputs, new buffer values) in plan order."""
         env = self.slots_for(inputs)
         if self.graph is not None:
             self.graph.run(env)
         else:
-            for run in self._run:
-                run(env)
+            self.run_steps(env)
         return [env[s] for s in self.output_slots], [env[s] for s in self.mutation_slots]
 
 
