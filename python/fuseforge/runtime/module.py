@@ -205,10 +205,12 @@ class OptimizedModule(nn.Module):
             # arguments from now on (capture would fail the same way again).
             self._ff_split_keys.add(key)
             reason = one_line(e, _source_file(self._ff_model))
-            self._warn_once(
+            split = (
                 f"{type(self._ff_model).__name__}: cannot capture it whole ({reason}); "
                 "dynamo splits it: its captured parts compiled, the rest eager"
             )
+            log.warning("fuseforge: %s", split)
+            self._warn_once(split)
             return self._split_call(args)
         candidates.append(spec)
         inputs = spec.gather(args)
