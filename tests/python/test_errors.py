@@ -41,7 +41,7 @@ CAPTURE_FAILURES = [
     ("nonzero", "return torch.nonzero(x > 0).float()", ["nonzero", "static shapes"]),
     ("fft", "return torch.fft.fft(x).real", ["complex64", "outside fuseforge's IR"]),
     ("inplace_on_input", "x.add_(1); return x * 2", ["mutates its input 'x'", "x.clone()"]),
-    ("wrong_input_shape", "return x @ torch.ones(32, 4)", ["RuntimeError", "check get_inputs()"]),
+    ("wrong_input_shape", "return x @ torch.ones(32, 4, device=x.device)", ["RuntimeError", "check get_inputs()"]),
 ]
 
 

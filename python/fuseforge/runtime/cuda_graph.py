@@ -92,6 +92,10 @@ class PlanGraph:
             if not isinstance(x, torch.Tensor):
                 fixed.append((s, False, x))
             elif s in self.varying:
+                if torch._debug_has_internal_overlap(x) != 0:
+                    # An expanded input (stride 0): a tensor of its strides
+                    # cannot be copied into, and the plan reads those strides.
+                    raise CaptureRefused("an input's elements share memory (an expanded tensor)")
                 t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
                 graph_env[s] = t
                 copy_in.append((s, t))

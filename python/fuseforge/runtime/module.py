@@ -236,20 +236,12 @@ class OptimizedModule(nn.Module):
             warnings.warn(f"fuseforge: {text}", stacklevel=3)
 
     def _split_call(self, args: Sequence[Any]) -> Any:
-        """A call through the model split by dynamo (SplitStep). Eager runs a
-        call dynamo cannot (bad inputs among them: eager raises the model's
-        own error for those), logged."""
+        """A call through the model split by dynamo (SplitStep)."""
         self._ff_model.training = self.training
         if self._ff_split is None:
             object.__setattr__(self, "_ff_split", SplitStep(self._ff_model, self.precision))
         assert self._ff_split is not None
-        try:
-            return self._ff_split(args)
-        except Exception as e:  # dynamo's failures have no common type
-            log.warning(
-                "fuseforge: dynamo could not run %s split (%s); eager", type(self._ff_model).__name__, one_line(e)
-            )
-            return self._eager(*args)
+        return self._ff_split(args)
 
     def _bind_kwargs(self, args: tuple, kwargs: dict) -> tuple:
         sig = inspect.signature(self._ff_model.forward)

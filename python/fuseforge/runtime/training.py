@@ -335,9 +335,11 @@ class SplitStep:
     module, data-dependent Python): dynamo splits it where it cannot
     capture, each captured part goes through the fuseforge backend (its own
     compiled forward and backward), the rest runs eagerly. Dynamo guards and
-    retraces by itself."""
+    retraces by itself. A call dynamo cannot run (bad inputs among them:
+    eager then raises the model's own error for those) runs eagerly, logged."""
 
     def __init__(self, model: nn.Module, precision: str):
+        self.model = model
         self.fn = torch.compile(model, backend="fuseforge", options={"precision": precision})
         self.graphs: list[CompiledGraph] = []
 
@@ -345,7 +347,11 @@ class SplitStep:
         return True
 
     def __call__(self, args: Sequence[Any]) -> Any:
-        return self.fn(*args)
+        try:
+            return self.fn(*args)
+        except Exception as e:  # dynamo's failures have no common type
+            log.warning("fuseforge: dynamo could not run %s split (%s); eager", type(self.model).__name__, one_line(e))
+            return self.model(*args)
 
 
 def compile_step(
