@@ -4,9 +4,12 @@
 // written) and the one that reads its result per element (the epilogue:
 // `cumsum(x) - x` is computed as the scan stores, so the scan's result is
 // never written or read back), when a row fits the threads that share it
-// (ScanStrategy). Longer rows stay library calls.
+// (ScanStrategy). Longer rows stay library calls. Scans along the same rows
+// that read the same tensor share a kernel (an exclusive cumsum and a reverse
+// cumprod of x read x once from memory).
 #include <algorithm>
 #include <optional>
+#include <unordered_set>
 
 #include "codegen/cuda/scan.h"
 #include "fusion/scheduler.h"
@@ -51,7 +54,14 @@ std::optional<codegen::ScanStrategy> choose_scan_strategy(int64_t length, size_t
   return s;
 }
 
+// Registers an element of a scan takes (2 for f64 sums), and the most of a group's scans.
 int element_words(const Node& scan) { return scan.result()->type.dtype == DType::f64 ? 2 : 1; }
+int element_words(const std::vector<Node*>& nodes) {
+  int words = 1;
+  for (const Node* n : nodes)
+    if (op_kind(n->op) == OpKind::Scan) words = std::max(words, element_words(*n));
+  return words;
+}
 
 // Tensors a group's kernel reads (scalars aside) and writes.
 size_t held_arrays(const Group& g) {
@@ -60,9 +70,18 @@ size_t held_arrays(const Group& g) {
   return n;
 }
 
-int64_t scan_length(const Node& n) {
-  const Shape& shape = n.result()->type.shape;
-  return shape[static_cast<size_t>(normalize_dim(n.attr_int("dim"), static_cast<int64_t>(shape.size())))];
+size_t scan_dim(const Node& n) {
+  return static_cast<size_t>(normalize_dim(n.attr_int("dim"), static_cast<int64_t>(n.result()->type.shape.size())));
+}
+
+int64_t scan_length(const Node& n) { return n.result()->type.shape[scan_dim(n)]; }
+
+// Whether a scan kernel computes `n`: a floating-point scan of its own dtype
+// along rows a strategy covers.
+bool kernel_scan(const PartitionBuilder& p, const Node& n, int arch) {
+  if (op_kind(n.op) != OpKind::Scan || p.group_of(&n) || n.result()->type.shape.empty()) return false;
+  if (!is_floating(n.result()->type.dtype) || n.result()->type.dtype != n.input(0)->type.dtype) return false;
+  return choose_scan_strategy(scan_length(n), 2, element_words(n), arch).has_value();
 }
 
 class ScanScheduler final : public Scheduler {
@@ -71,37 +90,24 @@ class ScanScheduler final : public Scheduler {
 
   void claim(PartitionBuilder& p, const FusionOptions& options) const override {
     if (!options.reductions) return;
-    for (auto& np : p.graph().nodes()) {
-      Node* n = np.get();
-      if (op_kind(n->op) != OpKind::Scan || p.group_of(n) || n->result()->type.shape.empty()) continue;
-      if (!is_floating(n->result()->type.dtype) || n->result()->type.dtype != n->input(0)->type.dtype) continue;
-      const int64_t length = scan_length(*n);
-      const int words = element_words(*n);
-      if (!choose_scan_strategy(length, 2, words, options.arch)) continue;
-      // The prologue's and the epilogue's inputs too, each if a thread's
-      // registers hold them with the rest. No cycle can form: nothing outside
-      // reads the prologue's result or the scan's.
-      std::vector<Node*> members{n};
-      auto fits = [&](const std::vector<Node*>& nodes) {
-        return choose_scan_strategy(length, held_arrays(p.describe_nodes(Group::Kind::Scan, nodes)), words,
-                                    options.arch)
-            .has_value();
-      };
-      if (const auto pro = p.pointwise_prologue(n)) {
-        std::vector<Node*> with = p.describe(*pro).nodes;
-        with.insert(with.end(), members.begin(), members.end());
-        if (fits(with)) {
-          members = p.release(*pro);
-          members.push_back(n);
-        }
-      }
-      if (const auto epi = p.pointwise_epilogue(n)) {
-        std::vector<Node*> with = members, after = p.describe(*epi).nodes;
-        with.insert(with.end(), after.begin(), after.end());
-        if (fits(with)) {
-          after = p.release(*epi);
-          members.insert(members.end(), after.begin(), after.end());
-        }
+    const auto& nodes = p.graph().nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Node* n = nodes[i].get();
+      if (!kernel_scan(p, *n, options.arch)) continue;
+      Part first = part(p, n, {}, options);
+      std::vector<Node*> members = take(p, first);
+      // Later scans along the same rows that read a tensor this one reads
+      // join its kernel: one pass over what they share instead of one each
+      // (each scan in turn; its loads of the shared rows hit the cache).
+      for (size_t j = i + 1; j < nodes.size(); ++j) {
+        Node* m = nodes[j].get();
+        if (!kernel_scan(p, *m, options.arch) || m->result()->type.shape != n->result()->type.shape ||
+            scan_dim(*m) != scan_dim(*n))
+          continue;
+        const Part next = part(p, m, members, options);
+        if (!next.joins) continue;
+        std::vector<Node*> more = take(p, next);
+        members.insert(members.end(), more.begin(), more.end());
       }
       p.add_group(Group::Kind::Scan, std::move(members));
     }
@@ -110,7 +116,67 @@ class ScanScheduler final : public Scheduler {
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions& options) const override {
     const Node& scan = codegen::scan_node(g);
     return codegen::generate_scan(
-        g, *choose_scan_strategy(scan_length(scan), held_arrays(g), element_words(scan), options.arch), id);
+        g, *choose_scan_strategy(scan_length(scan), held_arrays(g), element_words(g.nodes), options.arch), id);
+  }
+
+ private:
+  // A scan with the pointwise groups its kernel takes in: the prologue's and
+  // the epilogue's inputs too, each if a thread's registers hold them with
+  // the rest (with `with`, the nodes of a kernel it would join). No cycle can
+  // form: nothing outside reads the prologue's result or the scan's.
+  struct Part {
+    Node* scan;
+    std::optional<int> prologue, epilogue;
+    bool joins = true;  // with `with`: it shares a tensor input with it, and neither reaches the other
+  };
+
+  static Part part(const PartitionBuilder& p, Node* n, const std::vector<Node*>& with, const FusionOptions& options) {
+    Part out{n, std::nullopt, std::nullopt};
+    auto fits = [&](std::vector<Node*> nodes) {
+      nodes.insert(nodes.begin(), with.begin(), with.end());
+      return choose_scan_strategy(scan_length(*n), held_arrays(p.describe_nodes(Group::Kind::Scan, nodes)),
+                                  element_words(nodes), options.arch)
+          .has_value();
+    };
+    std::vector<Node*> nodes{n};
+    if (const auto pro = p.pointwise_prologue(n)) {
+      std::vector<Node*> before = p.describe(*pro).nodes;
+      before.push_back(n);
+      if (fits(before)) {
+        out.prologue = pro;
+        nodes = before;
+      }
+    }
+    if (const auto epi = p.pointwise_epilogue(n)) {
+      std::vector<Node*> after = nodes, epilogue = p.describe(*epi).nodes;
+      after.insert(after.end(), epilogue.begin(), epilogue.end());
+      if (fits(after)) {
+        out.epilogue = epi;
+        nodes = after;
+      }
+    }
+    if (with.empty()) return out;
+    const Group mine = p.describe_nodes(Group::Kind::Scan, nodes), theirs = p.describe_nodes(Group::Kind::Scan, with);
+    out.joins = fits(nodes) && std::any_of(mine.inputs.begin(), mine.inputs.end(), [&](const Value* v) {
+                  return !(v->is_input() && v->input_kind == InputKind::Scalar) &&
+                         std::find(theirs.inputs.begin(), theirs.inputs.end(), v) != theirs.inputs.end();
+                });
+    const std::unordered_set<const Node*> mine_set(nodes.begin(), nodes.end()), theirs_set(with.begin(), with.end());
+    out.joins = out.joins && !p.reaches(std::vector<const Node*>(nodes.begin(), nodes.end()), theirs_set) &&
+                !p.reaches(std::vector<const Node*>(with.begin(), with.end()), mine_set);
+    return out;
+  }
+
+  // The part's nodes in the order its kernel computes them, taken from their groups.
+  static std::vector<Node*> take(PartitionBuilder& p, const Part& part) {
+    std::vector<Node*> nodes;
+    if (part.prologue) nodes = p.release(*part.prologue);
+    nodes.push_back(part.scan);
+    if (part.epilogue) {
+      std::vector<Node*> after = p.release(*part.epilogue);
+      nodes.insert(nodes.end(), after.begin(), after.end());
+    }
+    return nodes;
   }
 };
 

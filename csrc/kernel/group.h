@@ -24,16 +24,17 @@ namespace ff::fusion {
 // shape or a per-row one. Pool: one max_pool/avg_pool with the pointwise
 // nodes that produce its input (computed at every window tap; shapes
 // broadcast to the pooled input's) and those that read its result (shapes
-// broadcast to the result's, the iteration shape). Scan: one cumsum or
-// cumprod with the pointwise nodes that produce its input and those that read
-// its result (the iteration shape). Conv: one convolution that a generated
-// implicit-GEMM or direct kernel computes (`conv` says how), followed by the
-// pointwise epilogue it applies before writing; a direct kernel's may instead
-// be a reduction over the output channels with the pointwise nodes before and
-// after it (conv.channel_reduce), so that only the reduced result is written.
-// A conv group with nodes after the conv also has a library form: cuDNN's
-// conv, then those nodes as a kernel of their own (library_epilogue), what
-// runs where the conv kernel does not.
+// broadcast to the result's, the iteration shape). Scan: cumsums and
+// cumprods along the same rows, each with the pointwise nodes that produce
+// its input and those that read its result (the iteration shape). Conv: one
+// convolution that a generated implicit-GEMM or direct kernel computes
+// (`conv` says how), followed by the pointwise epilogue it applies before
+// writing; a direct kernel's may instead be a reduction over the output
+// channels with the pointwise nodes before and after it (conv.channel_reduce),
+// so that only the reduced result is written. A conv group with nodes after
+// the conv also has a library form: cuDNN's conv, then those nodes as a
+// kernel of their own (library_epilogue), what runs where the conv kernel
+// does not.
 struct Group {
   enum class Kind { Pointwise, Gemm, Reduction, Pool, Scan, Conv } kind = Kind::Pointwise;
   GemmSpec gemm;                // Kind::Gemm only

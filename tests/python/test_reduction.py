@@ -57,7 +57,7 @@ POOLS = {
 # and that reads the scan's result.
 SCANS = {
     "cumsum_rows": [["mul", "cumsum"]],
-    "scans_exclusive_reverse": [["cumsum", "sub"], ["mul", "add", "cumprod"]],
+    "scans_exclusive_reverse": [["cumsum", "sub", "mul", "add", "cumprod"]],  # x read once
 }
 _REDUCTIONS = {
     "sum",

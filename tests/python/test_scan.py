@@ -1,7 +1,8 @@
 """Scans without a GPU: torch's cumsums and cumprods (forward, reverse as
-flip -> scan -> flip, exclusive, masked, followed by pointwise work) plan as
-scan kernels only, with the pointwise work around them, and the plan run on
-the CPU executor (kernels on the reference interpreter) gives eager's values."""
+flip -> scan -> flip, exclusive, masked, followed by pointwise work, several
+of one tensor) plan as scan kernels only, with the pointwise work around them,
+and the plan run on the CPU executor (kernels on the reference interpreter)
+gives eager's values."""
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ CASES = {
     "exclusive_and_reverse_product": (
         lambda m, x: (torch.cumsum(x, 1) - x, torch.flip(torch.cumprod(torch.flip(1 + 1e-3 * x, [1]), 1), [1])),
         [torch.randn(64, 600)],
-        [["cumsum", "sub"], ["mul", "add", "cumprod"]],
+        [["cumsum", "sub", "mul", "add", "cumprod"]],  # one kernel: x read once from memory
     ),
     "reverse_cumsum_middle_dim": (
         lambda m, x: _flip_scan(torch.cumsum, x, 1),
@@ -33,6 +34,11 @@ CASES = {
         lambda m, x: _flip_scan(torch.cumsum, x, 0) - x,
         [torch.randn(300, 7)],
         [["cumsum", "sub"]],
+    ),
+    "three_scans_of_one_tensor": (
+        lambda m, x: (torch.cumsum(x, 0), _flip_scan(torch.cumsum, x, 0) * 2, torch.cumprod(x, 1)),
+        [torch.randn(40, 30)],
+        [["cumsum", "cumsum", "mul"], ["cumprod"]],  # the scans down the columns share a kernel
     ),
     "masked_cumsum_then_pointwise": (
         lambda m, x, k, y: torch.cumsum(x * k, -1) * 0.5 + y,
