@@ -52,9 +52,25 @@ std::optional<int> PartitionBuilder::group_of_all_users(const Node* n) const {
   return g;
 }
 
-std::optional<int> PartitionBuilder::pointwise_epilogue(const Node* n) const {
-  const auto gi = group_of_all_users(n);
+std::optional<int> PartitionBuilder::pointwise_epilogue(const Node* n, bool shared) const {
+  auto gi = group_of_all_users(n);
+  std::vector<const Node*> others;  // readers outside the group (shared only)
+  if (!gi && shared) {
+    for (Node* u : users(n)) {
+      const auto g = group_of(u);
+      if (!g || describe(*g).kind != Group::Kind::Pointwise)
+        others.push_back(u);
+      else if (gi && *gi != *g)
+        return std::nullopt;  // two pointwise groups read it
+      else
+        gi = g;
+    }
+  }
   if (!gi || !pointwise_at(*gi, n->result()->type.shape)) return std::nullopt;
+  if (!others.empty()) {
+    const Group pg = describe(*gi);
+    if (reaches(others, std::unordered_set<const Node*>(pg.nodes.begin(), pg.nodes.end()))) return std::nullopt;
+  }
   return gi;
 }
 

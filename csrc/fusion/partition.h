@@ -34,7 +34,10 @@ class PartitionBuilder {
   // That group when it is a pointwise one whose outputs have `n`'s result
   // shape and whose nodes and inputs broadcast to it (per-channel vectors,
   // residuals): an epilogue a kernel computing `n` can apply per element.
-  std::optional<int> pointwise_epilogue(const Node* n) const;
+  // With `shared`, `n`'s result may also be a graph output or read by nodes
+  // outside that group that lead nowhere into it (its one pointwise group
+  // among the readers): the kernel then writes the result too.
+  std::optional<int> pointwise_epilogue(const Node* n, bool shared = false) const;
   // Whether group `group` is a pointwise one whose outputs have `shape` and
   // whose nodes and inputs broadcast to it: the test pointwise_epilogue
   // applies to the group it finds.

@@ -2,11 +2,11 @@
 // becomes a kernel with the pointwise group that makes its input (the
 // prologue: `x * mask` is computed as the scan loads x and mask, and never
 // written) and the one that reads its result per element (the epilogue:
-// `cumsum(x) - x` is computed as the scan stores, so the scan's result is
-// never written or read back), when a row fits the threads that share it
-// (ScanStrategy). Longer rows stay library calls. Scans along the same rows
-// that read the same tensor share a kernel (an exclusive cumsum and a reverse
-// cumprod of x read x once from memory).
+// `cumsum(x) - x` is computed as the scan stores, so the scan's result is not
+// read back, nor written unless returned or read elsewhere too), when a row
+// fits the threads that share it (ScanStrategy). Longer rows stay library
+// calls. Scans along the same rows that read the same tensor share a kernel
+// (an exclusive cumsum and a reverse cumprod of x: one pass over x).
 #include <algorithm>
 #include <optional>
 #include <unordered_set>
@@ -147,7 +147,7 @@ class ScanScheduler final : public Scheduler {
         nodes = before;
       }
     }
-    if (const auto epi = p.pointwise_epilogue(n)) {
+    if (const auto epi = p.pointwise_epilogue(n, true)) {
       std::vector<Node*> after = nodes, epilogue = p.describe(*epi).nodes;
       after.insert(after.end(), epilogue.begin(), epilogue.end());
       if (fits(after)) {

@@ -40,6 +40,11 @@ CASES = {
         [torch.randn(40, 30)],
         [["cumsum", "cumsum", "mul"], ["cumprod"]],  # the scans down the columns share a kernel
     ),
+    "cumsum_returned_and_scaled": (
+        lambda m, x: (torch.cumsum(x, 1), torch.cumsum(x, 1) * 2),
+        [torch.randn(32, 500)],
+        [["cumsum", "mul"]],  # the kernel writes both
+    ),
     "masked_cumsum_then_pointwise": (
         lambda m, x, k, y: torch.cumsum(x * k, -1) * 0.5 + y,
         [torch.randn(16, 700), (torch.rand(16, 700) > 0.5).float(), torch.randn(16, 1)],
