@@ -123,7 +123,8 @@ class ScanScheduler final : public Scheduler {
   // A scan with the pointwise groups its kernel takes in: the prologue's and
   // the epilogue's inputs too, each if a thread's registers hold them with
   // the rest (with `with`, the nodes of a kernel it would join). No cycle can
-  // form: nothing outside reads the prologue's result or the scan's.
+  // form: nothing outside reads the prologue's result, and no other reader of
+  // the scan's leads into the epilogue (pointwise_epilogue's shared form).
   struct Part {
     Node* scan;
     std::optional<int> prologue, epilogue;

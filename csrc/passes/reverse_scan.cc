@@ -153,7 +153,8 @@ class ReverseScan final : public Pass {
     std::vector<const Node*> old(after.begin(), after.end());
     old.push_back(scan);
     for (auto it = b->pointwise.rbegin(); it != b->pointwise.rend(); ++it) old.push_back(*it);
-    for (const Value* f : b->flipped) old.push_back(f->producer);
+    for (auto it = g.nodes().rbegin(); it != g.nodes().rend(); ++it)
+      if (b->flipped.count((*it)->result())) old.push_back(it->get());
     std::unordered_set<const Node*> dead;
     for (const Node* n : old) {
       bool unread = !g.is_graph_output(n->result());
