@@ -52,6 +52,7 @@ CASES = {
         [_r(256, 20000)],
     ),
     "reverse_cumsum_columns": (lambda m, x: x.flip(0).cumsum(0).flip(0), [_r(2000, 300)]),
+    "reverse_half_rows": (lambda m, x: -x.flip(1).cumsum(1).flip(1), [_r(2048, 3000, dtype=torch.float16)]),
     "reverse_exclusive_odd_rows": (lambda m, x: x.flip(-1).cumsum(-1).flip(-1) - x, [_r(1000, 4097)]),
     "exclusive_and_reverse_product": (
         lambda m, x: (torch.cumsum(x, 1) - x, torch.flip(torch.cumprod(torch.flip(1 + 1e-3 * x, [1]), 1), [1])),
