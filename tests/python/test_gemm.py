@@ -92,6 +92,37 @@ def test_autotune_times_once_and_caches_the_choice(monkeypatch, tmp_path):
     assert autotune.load() == {}
 
 
+def test_autotune_reads_its_file_again_only_after_it_changed(monkeypatch, tmp_path):
+    """A compile asks the cache once per kernel or conv: the file this process
+    wrote is not parsed again, one another process renamed into place is."""
+    import json
+    import os
+
+    from fuseforge.runtime import autotune
+
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
+    parsed = []
+    real_loads = json.loads
+    monkeypatch.setattr(autotune.json, "loads", lambda text: parsed.append(text) or real_loads(text))
+    autotune.store("sm90-a", "x_64x64")
+    for _ in range(5):
+        assert autotune.load() == {"sm90-a": "x_64x64"}
+    assert parsed == []
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"sm90-a": "y_64x64"}, indent=1, sort_keys=True))  # as long as ours
+    os.replace(other, tmp_path / "autotune.json")
+    assert autotune.load() == {"sm90-a": "y_64x64"} and autotune.load() == {"sm90-a": "y_64x64"}
+    assert len(parsed) == 1
+
+
+def test_autotune_choices_name_what_a_candidate_is_not_its_kernel_number():
+    from fuseforge.runtime import autotune
+
+    assert autotune.label("ff_gemm_addmm_relu_3xtf32_128x64_17") == "ff_gemm_addmm_relu_3xtf32_128x64"
+    assert autotune.label("ff_conv2d_add_relu_3xtf32_sm90_205") == autotune.label("ff_conv2d_add_relu_3xtf32_sm90_212")
+    assert autotune.label("library") == "library"
+
+
 def test_autotune_plans_list_the_other_tiles(monkeypatch):
     torch.manual_seed(0)
     x = torch.randn(512, 12)

@@ -3,9 +3,11 @@
 The cost model picks each GEMM kernel's tile; with autotuning on, a GEMM
 kernel's plan lists its other candidate tiles, and its first run compiles
 them, times each once
-on the real operands and keeps the fastest. The choice is cached on disk per
-kernel source (which fixes shape, dtype, layouts and epilogue) and GPU
-architecture, in <cache dir>/autotune.json, so later processes skip the timing.
+on the real operands and keeps the fastest. The choice is cached per kernel
+code (Kernel.compile_key: the source less its name and comments, which fixes
+shape, dtype, layouts and epilogue; the kernels of a network's repeated
+blocks share it) and GPU architecture, in <cache dir>/autotune.json, so later
+kernels of that code and later processes skip the timing.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
@@ -20,6 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from fuseforge._native import core
+
+
+def label(name: str) -> str:
+    """A kernel or candidate tile's name without the kernel's number in its
+    plan (ff_gemm_mm_3xtf32_64x64_12 -> ff_gemm_mm_3xtf32_64x64): what a
+    choice records, the same for every kernel of the same code."""
+    return re.sub(r"_\d+$", "", name)
 
 
 def key(source: str, arch: int) -> str:
@@ -35,14 +45,38 @@ def _path(file: str) -> Path | None:
     return Path(directory) / file if directory else None
 
 
+#: Each cache file as this process last read or wrote it, by path: its stat (a write
+#: renames a new file into place: a new inode) and its records.
+_read: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def load(file: str = CHOICES) -> dict[str, Any]:
     """A cache file's records (the tile choices: kernel key -> name of the
-    chosen candidate); {} if none or unreadable."""
+    chosen candidate); {} if none or unreadable. Parsed again only when the
+    file changed: a compile asks once per kernel or conv, and parsing the
+    whole file each time grew with the square of a network's size."""
     path = _path(file)
+    if path is None:
+        return {}
     try:
-        return json.loads(path.read_text()) if path is not None and path.is_file() else {}
+        st = path.stat()
+    except OSError:
+        return {}
+    known = _read.get(path)
+    if known is not None and known[0] == _stamp(st):
+        return dict(known[1])
+    try:
+        records = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+    if not isinstance(records, dict):
+        return {}
+    _read[path] = (_stamp(st), records)
+    return dict(records)
 
 
 def store(k: str, value: Any, file: str = CHOICES) -> None:
@@ -58,6 +92,7 @@ def store(k: str, value: Any, file: str = CHOICES) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
         os.replace(tmp, path)
+        _read[path] = (_stamp(path.stat()), data)
     except OSError:
         pass
 
@@ -100,7 +135,10 @@ def choose(
     timer: Callable[[Callable[[], object]], float] = cuda_time,
 ) -> int:
     """Index of the candidate to use: the cached choice for `k` if it names one
-    of `names`, else the fastest under `timer` (then cached)."""
+    of `names`, else the fastest under `timer` (then cached). `k` and `names`
+    say what the candidates compute, not which kernel of a plan they are, so
+    that kernels of the same code (the repeated blocks of a network) are timed
+    once."""
     cached = load().get(k)
     if cached is not None and cached in names:
         return list(names).index(cached)

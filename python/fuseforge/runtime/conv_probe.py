@@ -237,25 +237,52 @@ def _arch(device: torch.device) -> int:
     return core.device_arch(_index(device))
 
 
-def _timed_direct(env: str, conv: dict, device: torch.device) -> float | None:
-    """measure_direct's answer, cached per kernel source; None (with a
-    warning where it cannot run) where no direct kernel was timed."""
-    try:
-        found = _direct_kernel(conv, _arch(device))
-        if found is None:
-            return None
-        kernel, out = found
-        digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:16]
-        return _cached(f"{env}|{conv['signature']}|direct {digest}", lambda: measure_direct(conv, device, kernel, out))[
-            "direct_ms"
-        ]
-    except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
-        warnings.warn(
-            f"fuseforge: could not time `{conv['text']}` on the direct kernel ({str(e)[:200]}); the "
-            "cost model weighs it",
-            stacklevel=2,
-        )
-        return None
+def _direct_key(env: str, conv: dict, kernel: Any) -> str:
+    digest = hashlib.sha256(kernel.source.encode()).hexdigest()[:16]
+    return f"{env}|{conv['signature']}|direct {digest}"
+
+
+def _timed_directs(env: str, convs: list[dict], device: torch.device) -> dict[str, float]:
+    """measure_direct's answers (per signature, cached per kernel source)
+    for the convs whose direct kernel is to be timed; none (with a warning
+    where it cannot run) where no direct kernel was timed. The kernels not
+    timed before compile together first: core.load_kernels spreads them over
+    every core, where one at a time a network's many conv shapes took
+    NVRTC's time for each in turn."""
+    found: list[tuple[dict, Any, list[int]]] = []
+    for conv in convs:
+        try:
+            direct = _direct_kernel(conv, _arch(device))
+        except RuntimeError as e:
+            _cannot_time_direct(conv, e)
+            continue
+        if direct is not None:
+            found.append((conv, *direct))
+    known = autotune.load(MEASUREMENTS)
+    new = [
+        k for conv, k, _ in found if _direct_key(env, conv, k) not in _memory and _direct_key(env, conv, k) not in known
+    ]
+    if new:
+        core.load_kernels(new, _arch(device))  # into the in-memory kernel cache measure_direct loads from
+    out: dict[str, float] = {}
+    for conv, kernel, shape in found:
+        try:
+            ms = _cached(_direct_key(env, conv, kernel), lambda: measure_direct(conv, device, kernel, shape))[
+                "direct_ms"
+            ]
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError included
+            _cannot_time_direct(conv, e)
+            continue
+        if ms is not None:
+            out[conv["signature"]] = ms
+    return out
+
+
+def _cannot_time_direct(conv: dict, e: Exception) -> None:
+    warnings.warn(
+        f"fuseforge: could not time `{conv['text']}` on the direct kernel ({str(e)[:200]}); the cost model weighs it",
+        stacklevel=3,
+    )
 
 
 def _probed_tf32(key: str, conv: dict, device: torch.device) -> bool:
@@ -299,6 +326,7 @@ def decide(
     conv_channels_last: dict[str, bool] = {}
     conv_cudnn_ms: dict[str, tuple[float, float]] = {}
     conv_direct_ms: dict[str, float] = {}
+    direct: list[dict] = []  # IEEE convs whose direct kernel the model cannot tell from cuDNN
     env = _environment(device) if convs else ""
     for conv in convs:
         sig = conv["signature"]
@@ -326,9 +354,9 @@ def decide(
                 and model is not None
                 and cudnn / DIRECT_BAND < model < cudnn * DIRECT_BAND
             ):
-                direct = _timed_direct(env, conv, device)
-                if direct is not None:
-                    conv_direct_ms[sig] = direct
+                direct.append(conv)
+    if direct:
+        conv_direct_ms = _timed_directs(env, direct, device)
     return {
         "conv_tf32": conv_tf32,
         "conv_channels_last": conv_channels_last,

@@ -292,9 +292,11 @@ class Executor:
         if library is not None:
             candidates.append(("library", None))
             runs.append(library)
-        # A choice against a library form is keyed by its epilogue kernel too.
-        epilogues = "".join(self.plan.kernels[s.kernel].source for s in k.library_steps if s.kind == "launch")
-        best = autotune.choose(autotune.key(k.source + epilogues, self.arch), [n for n, _ in candidates], runs)
+        # Keyed by the code, not the kernel (a network's repeated blocks share
+        # the timing); a choice against a library form by its epilogue kernel too.
+        epilogues = "".join(self.plan.kernels[s.kernel].compile_key for s in k.library_steps if s.kind == "launch")
+        labels = [autotune.label(n) for n, _ in candidates]
+        best = autotune.choose(autotune.key(k.compile_key + epilogues, self.arch), labels, runs)
         return candidates[best][1]
 
     def _interpreted(self, index: int) -> Run:
