@@ -165,6 +165,7 @@ class Builder {
     for (const auto& n : ks.outputs) k.outputs.push_back(buffer(n));
     for (const auto& n : ks.inputs) k.inputs.push_back({buffer(n), -1, false});
     for (const auto& n : ks.scalars) k.scalars.push_back(buffer(n));
+    k.constants = ks.constants;
     for (const auto& v : variants)
       k.variants.push_back({v.name,
                             v.translation_unit(),
@@ -172,7 +173,8 @@ class Builder {
                             {v.block, v.block_y, 1},
                             v.shared_bytes,
                             v.cutlass,
-                            v.sm90a});
+                            v.sm90a,
+                            v.constants});
     k.graph = print(*fusion::extract_subgraph(group, ks.name), /*keep_names=*/true);
     for (const Value* v : group.inputs) k.graph_inputs.push_back(id(v));
     std::unordered_set<const Value*> outputs(group.outputs.begin(), group.outputs.end());

@@ -159,6 +159,8 @@ class Parser {
         k.align_bytes = number(value);
       else if (key == "variants")
         k.variants.resize(number(value));
+      else if (key == "constants")
+        k.constants = list(value);
       else if (key == "cutlass" && value.empty())
         k.cutlass = true;
       else if (key == "sm90a" && value.empty())
@@ -198,6 +200,13 @@ class Parser {
       if (used == s.size() && v >= 0) return v;
     } catch (const std::exception&) {}
     fail("expected a non-negative integer, got '" + s + "'");
+  }
+  std::vector<int64_t> list(const std::string& s) const {
+    if (s.size() < 2 || s.front() != '[' || s.back() != ']') fail("expected [X,...], got '" + s + "'");
+    std::vector<int64_t> out;
+    std::istringstream in(s.substr(1, s.size() - 2));
+    for (std::string part; std::getline(in, part, ',');) out.push_back(number(part));
+    return out;
   }
   std::array<int64_t, 3> dims(const std::string& s) const {
     std::array<int64_t, 3> d{};

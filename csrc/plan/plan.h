@@ -74,6 +74,7 @@ struct Kernel {
     std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
     int shared_bytes = 0;
     bool cutlass = false, sm90a = false;  // as the kernel's own (a Hopper kernel's candidates are CUTLASS's)
+    std::vector<int64_t> constants;       // its launch constants (KernelSource::constants)
   };
   std::string name;
   std::vector<std::string> includes;  // its #include lines (not in the text form)
@@ -88,6 +89,9 @@ struct Kernel {
   std::vector<int> outputs;  // buffers, parameter order
   std::vector<KernelInput> inputs;
   std::vector<int> scalars;  // scalar-input buffers (passed as doubles)
+  // Passed after the scalars, a long long each (KernelSource::constants): a
+  // GEMM's sizes and strides, which kernels of the same code take apart.
+  std::vector<int64_t> constants;
   std::vector<Variant> variants;
   std::string graph;              // the group as a standalone graph (IR text, plan names)
   std::vector<int> graph_inputs;  // the buffers `graph` takes, in its parameter order

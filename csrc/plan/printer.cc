@@ -6,6 +6,7 @@
 //       %0: f32[32,24]{1,32} alias %w         ones (those a library form writes
 //       %2: f32[8,16,30,30] interior          are listed): role, an alias's memory
 //     kernel @NAME KIND grid=[..] block=[..] shared=N vector=N [cutlass] [sm90a] [align=N] [variants=N]
+//            [constants=[..]]
 //       graph @NAME(...) { ... }              the kernel's nodes (plan names)
 //       library:                              a conv kernel's library form:
 //         call %2 = convolution(%x, %w) ...   its conv,
@@ -108,6 +109,11 @@ class Printer {
     if (k.sm90a) os_ << " sm90a";
     if (k.align_bytes) os_ << " align=" << k.align_bytes;
     if (!k.variants.empty()) os_ << " variants=" << k.variants.size();
+    if (!k.constants.empty()) {
+      os_ << " constants=[";
+      for (size_t i = 0; i < k.constants.size(); ++i) os_ << (i ? "," : "") << k.constants[i];
+      os_ << "]";
+    }
     os_ << "\n";
     std::istringstream lines(k.graph);
     for (std::string line; std::getline(lines, line);) os_ << "    " << line << "\n";

@@ -72,23 +72,26 @@ nb::dict attrs_of(const Step& s) {
 class LaunchableKernel {
  public:
   // `name`: the plan kernel's; `k` may be another kernel's compile of the same code.
+  // `constants`: the kernel's own (Kernel::constants), passed after the scalars.
   LaunchableKernel(std::string name, runtime::CompiledKernel k, std::array<int64_t, 3> grid,
-                   std::array<int64_t, 3> block, int shared)
+                   std::array<int64_t, 3> block, int shared, std::vector<int64_t> constants)
       : name_(std::move(name)),
         kernel_(std::move(k)),
         grid_{static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]), static_cast<unsigned>(grid[2])},
         block_{static_cast<unsigned>(block[0]), static_cast<unsigned>(block[1]), static_cast<unsigned>(block[2])},
-        shared_(static_cast<unsigned>(shared)) {}
+        shared_(static_cast<unsigned>(shared)),
+        constants_(constants.begin(), constants.end()) {}
 
   // Parameters in the kernel's order: a device pointer per output and per
-  // input, a double per scalar; on `stream` (a CUstream handle).
+  // input, a double per scalar, then its constants; on `stream` (a CUstream handle).
   void launch(int device, const uintptr_t* pointers, size_t n_pointers, const double* scalars, size_t n_scalars,
               uintptr_t stream) {
     if (grid_.x == 0 || grid_.y == 0 || grid_.z == 0) return;  // empty tensors
     std::vector<void*> args;
-    args.reserve(n_pointers + n_scalars);
+    args.reserve(n_pointers + n_scalars + constants_.size());
     for (size_t i = 0; i < n_pointers; ++i) args.push_back(const_cast<uintptr_t*>(pointers + i));
     for (size_t i = 0; i < n_scalars; ++i) args.push_back(const_cast<double*>(scalars + i));
+    for (long long& c : constants_) args.push_back(&c);
     kernel_.launch(device, grid_, block_, shared_, args.data(), stream);
   }
   const std::string& name() const { return name_; }
@@ -98,6 +101,7 @@ class LaunchableKernel {
   runtime::LoadedKernel kernel_;
   runtime::Dim3 grid_, block_;
   unsigned shared_;
+  std::vector<long long> constants_;
 };
 
 // LaunchableKernel::launch for callers outside this extension
@@ -165,7 +169,7 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
       continue;
     }
     out.push_back(nb::cast(new LaunchableKernel(kernels[i].name, compiled[first[i]], kernels[i].grid, kernels[i].block,
-                                                kernels[i].shared_bytes),
+                                                kernels[i].shared_bytes, kernels[i].constants),
                            nb::rv_policy::take_ownership));
   }
   return out;
@@ -250,7 +254,8 @@ void bind_plan(nb::module_& m) {
       .def_ro("block", &Kernel::Variant::block)
       .def_ro("shared_bytes", &Kernel::Variant::shared_bytes)
       .def_ro("cutlass", &Kernel::Variant::cutlass)
-      .def_ro("sm90a", &Kernel::Variant::sm90a);
+      .def_ro("sm90a", &Kernel::Variant::sm90a)
+      .def_ro("constants", &Kernel::Variant::constants);
 
   nb::class_<Kernel>(m, "Kernel", "A generated kernel with its launch geometry and parameters.")
       .def_ro("name", &Kernel::name)
@@ -270,6 +275,7 @@ void bind_plan(nb::module_& m) {
       .def_ro("outputs", &Kernel::outputs)
       .def_ro("inputs", &Kernel::inputs, nb::rv_policy::reference_internal)
       .def_ro("scalars", &Kernel::scalars)
+      .def_ro("constants", &Kernel::constants, "passed after the scalars, a long long each (a GEMM's sizes)")
       .def_ro("variants", &Kernel::variants, nb::rv_policy::reference_internal)
       .def_ro("graph", &Kernel::graph, "the group's nodes as a standalone IR graph")
       .def_ro("graph_inputs", &Kernel::graph_inputs, "the buffers `graph` takes, in its parameter order")
@@ -352,7 +358,7 @@ void bind_plan(nb::module_& m) {
       "load_variant",
       [](const Kernel::Variant& v, int arch) {
         return new LaunchableKernel(v.name, compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a), v.grid,
-                                    v.block, v.shared_bytes);
+                                    v.block, v.shared_bytes, v.constants);
       },
       "variant"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
 }

@@ -572,6 +572,9 @@ class KernelVariant:
     @property
     def sm90a(self) -> bool: ...
 
+    @property
+    def constants(self) -> list[int]: ...
+
 class Kernel:
     """A generated kernel with its launch geometry and parameters."""
 
@@ -628,6 +631,10 @@ class Kernel:
 
     @property
     def scalars(self) -> list[int]: ...
+
+    @property
+    def constants(self) -> list[int]:
+        """passed after the scalars, a long long each (a GEMM's sizes)"""
 
     @property
     def variants(self) -> VariantList: ...

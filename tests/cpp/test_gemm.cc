@@ -108,13 +108,34 @@ TEST(Gemm, GroupReadingOnlyTheResultBecomesTheEpilogue) {
   EXPECT_NE(k.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
   EXPECT_NE(k.source.find("cutlass::layout::ColumnMajor"), std::string::npos);
   EXPECT_NE(k.source.find("ff_sigmoid(v)"), std::string::npos) << k.source;
-  EXPECT_NE(k.source.find("{const_cast<Element*>(bias), 0}"), std::string::npos);  // bias row broadcast
+  EXPECT_NE(k.source.find("{const_cast<Element*>(bias), ldc}"), std::string::npos);
+  // m, n, k, lda, batch stride (one batch: 0), ldb, batch stride, ldc (0: the bias row broadcast), batch stride, batch
+  EXPECT_EQ(k.constants, (std::vector<int64_t>{64, 16, 32, 32, 0, 32, 0, 0, 0, 1}));
   EXPECT_EQ(k.inputs, (std::vector<std::string>{"x", "0", "b"}));
   EXPECT_EQ(k.outputs, (std::vector<std::string>{"4"}));
   EXPECT_EQ(k.grid[0], 1);  // 64x16 fits one 64x64 tile
   EXPECT_EQ(k.shared_bytes, 5 * (64 * 16 + 16 * 64) * 4);  // 64x64x16 tile, 5 stages
   EXPECT_EQ(k.block, 128);                                  // 2x2 warps of 32x32
   EXPECT_EQ(k.align_bytes, 16);
+}
+
+TEST(Gemm, KernelsOfOneTemplateShareTheirCodeWhateverTheirShapes) {
+  // Attention's q @ k.T in two stages of a windowed transformer: the same
+  // 49 x 49 x 32 products, batches of 384 and 96 windows x heads.
+  CompileOptions opts;
+  opts.gemm_dtypes = kAllGemm.gemm_dtypes;
+  const auto cg = compile_graph(R"(graph @g(%a: f32[384,49,32], %b: f32[384,32,49], %c: f32[96,49,32], %d: f32[96,32,49]) {
+  %0 = bmm(%a, %b) : f32[384,49,49]
+  %1 = bmm(%c, %d) : f32[96,49,49]
+  return %0, %1
+})",
+                                opts);
+  ASSERT_EQ(cg.plan.kernels.size(), 2u);
+  const plan::Kernel &first = cg.plan.kernels[0], &second = cg.plan.kernels[1];
+  EXPECT_EQ(first.compile_key(), second.compile_key());  // one compile for both
+  EXPECT_EQ(first.constants, (std::vector<int64_t>{49, 49, 32, 32, 1568, 49, 1568, 49, 2401, 384}));
+  EXPECT_EQ(second.constants, (std::vector<int64_t>{49, 49, 32, 32, 1568, 49, 1568, 49, 2401, 96}));
+  EXPECT_EQ(second.grid[2], 96);
 }
 
 TEST(Gemm, OneMoreTensorOfTheResultsLayoutBecomesTheSource) {

@@ -288,27 +288,44 @@ KernelSource generate_gemm(const fusion::Group& group, const fusion::GemmSpec& s
      << "static_assert(sizeof(Gemm::SharedStorage) <= " << ks.shared_bytes << ", \"shared memory size\");\n"
      << "static_assert(Gemm::kThreadCount == " << ks.block << ", \"block size\");\n"
      << "}  // namespace\n\n";
+  // The sizes and strides are launch arguments (KernelSource::constants), as
+  // CUTLASS's own Params come from the host: every GEMM of this template, tile
+  // and epilogue shares the code, and one compile, whatever its shape (a
+  // network's stages, its attention's batches). The grid's tile counts are
+  // the launch's own.
+  const bool own_source = s.source == Source::None;
+  ks.constants = {s.m,
+                  s.n,
+                  s.k,
+                  s.a.ld,
+                  s.a.batch_stride,
+                  s.b.ld,
+                  s.b.batch_stride,
+                  own_source ? s.n : s.ldc,
+                  own_source ? s.m * s.n : s.batch_stride_c,
+                  s.batch};
   os << "FF_EXTERN_C __global__ void __launch_bounds__(" << ks.block << ") " << ks.name
      << "(Element* out, const Element* a, const Element* b" << (addmm ? ", const Element* bias" : "")
-     << (source_input ? ", const Element* source" : "") << ") {\n"
+     << (source_input ? ", const Element* source" : "")
+     << ",\n    long long m, long long n, long long k, long long lda, long long batch_stride_a, long long ldb,\n"
+     << "    long long batch_stride_b, long long ldc, long long batch_stride_c, long long batch) {\n"
      << "  extern __shared__ __align__(16) unsigned char smem[];\n"
-     << "  const cutlass::gemm::GemmCoord problem(" << s.m << ", " << s.n << ", " << s.k << ");\n"
-     << "  const Gemm::Params params(problem, cutlass::gemm::GemmCoord(" << ks.grid[0] << ", " << ks.grid[1]
-     << ", 1),\n"
-     << "      {const_cast<Element*>(a), " << s.a.ld << "}, " << s.a.batch_stride << "LL,\n"
-     << "      {const_cast<Element*>(b), " << s.b.ld << "}, " << s.b.batch_stride << "LL,\n"
+     << "  const cutlass::gemm::GemmCoord problem(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));\n"
+     << "  const Gemm::Params params(problem,\n"
+     << "      cutlass::gemm::GemmCoord(static_cast<int>(gridDim.x), static_cast<int>(gridDim.y), 1),\n"
+     << "      {const_cast<Element*>(a), lda}, batch_stride_a,\n"
+     << "      {const_cast<Element*>(b), ldb}, batch_stride_b,\n"
      << "      {"
      << (s.source == Source::Bias            ? "const_cast<Element*>(bias)"
          : s.source == Source::EpilogueInput ? "const_cast<Element*>(source)"
                                              : "out")
-     << ", " << (s.source == Source::None ? s.n : s.ldc) << "}, "
-     << (s.source == Source::None ? s.m * s.n : s.batch_stride_c) << "LL,\n"
-     << "      {out, " << s.n << "}, " << s.m * s.n << "LL,\n"
+     << ", ldc}, batch_stride_c,\n"
+     << "      {out, n}, m * n,\n"
      << "      {" << f32_literal(s.alpha) << ", "
      << f32_literal(s.source == Source::Bias            ? s.beta
                     : s.source == Source::EpilogueInput ? 1.0
                                                         : 0.0)
-     << "}, " << s.batch << ");\n"
+     << "}, static_cast<int>(batch));\n"
      << "  Gemm op;\n"
      << "  op(params, *reinterpret_cast<Gemm::SharedStorage*>(smem));\n"
      << "}\n";

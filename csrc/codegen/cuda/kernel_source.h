@@ -6,7 +6,8 @@
 namespace ff::codegen {
 
 // One generated kernel and how to call it. Parameters are, in order: a pointer
-// per output, a pointer per tensor input, a double per scalar input. The
+// per output, a pointer per tensor input, a double per scalar input, a long
+// long per `constants` entry. The
 // kernel walks `items` work items (each covering `vector_width` elements)
 // with a grid-stride loop of `block`-thread blocks, `unroll` items per thread
 // per iteration: a grid of ceil(items / (block * unroll)) blocks covers all.
@@ -19,6 +20,10 @@ struct KernelSource {
   std::vector<std::string> outputs;   // IR value names, parameter order
   std::vector<std::string> inputs;    // IR value names of tensor inputs
   std::vector<std::string> scalars;   // IR value names of scalar inputs
+  // Values the launch passes after the scalars (a GEMM's sizes and strides):
+  // kept out of the source, so that kernels of one template, tile and
+  // epilogue share their code, and its compile, whatever their shapes.
+  std::vector<int64_t> constants;
   int64_t items = 0;
   int vector_width = 1;
   int block = 256;

@@ -119,6 +119,9 @@ def _kernel_host(fn: str, k: Any, plan: Any) -> str:
     if n_s:
         lines.append(f"  double s[] = {{{', '.join(f'scalars[{i}]' for i in range(n_s))}}};")
         args += [f"&s[{i}]" for i in range(n_s)]
+    if k.constants:  # after the scalars: the kernel's sizes and strides (Kernel.constants)
+        lines.append(f"  long long c[] = {{{', '.join(f'{int(c)}LL' for c in k.constants)}}};")
+        args += [f"&c[{i}]" for i in range(len(k.constants))]
     lines += [
         f"  void* args[] = {{{', '.join(args)}}};",
         f"  const cudaError_t err = {fn}_cuda::launch(args, at::cuda::getCurrentCUDAStream(device.index()).stream());",
