@@ -152,3 +152,30 @@ def test_plan_elements_keep_the_compiled_plan_alive():
     assert [s.op for s in steps] == ["cumsum"]
     assert steps[0].torch_expr(["x"]).startswith("torch.cumsum(x, 1")
     assert kernel.kind == "pointwise" and [n.op for n in kernel.nodes] == ["neg"]
+
+
+def test_a_kernel_whose_code_was_tuned_before_compiles_only_the_chosen_candidate(monkeypatch, tmp_path):
+    """Autotuning keys its choice by the kernel's code: another kernel of
+    that code (a later block of the network, another process) takes it
+    without timing, compiling the chosen tile alone."""
+    from types import SimpleNamespace
+
+    from fuseforge.runtime import autotune, executor
+
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
+    compiled = []
+    monkeypatch.setattr(executor.core, "load_variant", lambda v, arch: compiled.append(v.name) or v.name)
+    monkeypatch.setattr(executor, "_raw_stream", lambda device: 0)
+
+    def kernel(number):
+        tiles = ("128x64", "64x64")
+        variants = [SimpleNamespace(name=f"ff_gemm_mm_3xtf32_{t}_{number}") for t in tiles]
+        return SimpleNamespace(name=f"ff_gemm_mm_3xtf32_128x128_{number}", compile_key="code", variants=variants)
+
+    ex = Executor.__new__(Executor)
+    ex.device, ex.arch = torch.device("cuda", 0), 90
+    autotune.store(autotune.key("code", 90), "ff_gemm_mm_3xtf32_64x64")  # as block 3's timing left it
+    assert ex._tuned(kernel(17), "default", [], []) == "ff_gemm_mm_3xtf32_64x64_17"
+    assert compiled == ["ff_gemm_mm_3xtf32_64x64_17"]
+    autotune.store(autotune.key("code", 90), "ff_gemm_mm_3xtf32_128x128")
+    assert ex._tuned(kernel(18), "default", [], []) == "default" and len(compiled) == 1

@@ -276,8 +276,20 @@ class Executor:
         wins (autotune.choose). `scalars`: the kernel's scalar arguments, which
         candidate tiles (GEMMs) do not take."""
         dev_index = self.device.index or 0
+        # Keyed by the code, not the kernel (a network's repeated blocks share
+        # the timing); a choice against a library form by its epilogue kernel too.
+        epilogues = "".join(self.plan.kernels[s.kernel].compile_key for s in k.library_steps if s.kind == "launch")
+        key = autotune.key(k.compile_key + epilogues, self.arch)
+        # A choice made before (this kernel's code elsewhere in the network, an
+        # earlier process) compiles the chosen candidate alone.
+        chosen = autotune.load().get(key)
+        if chosen == autotune.label(k.name):
+            return default
+        if chosen == "library" and library is not None:
+            return None
+        variants = [v for v in k.variants if autotune.label(v.name) == chosen] or k.variants
         candidates = [(k.name, default)]
-        for v in k.variants:
+        for v in variants:
             try:
                 candidates.append((v.name, core.load_variant(v, self.arch)))
             except RuntimeError as e:
@@ -292,11 +304,7 @@ class Executor:
         if library is not None:
             candidates.append(("library", None))
             runs.append(library)
-        # Keyed by the code, not the kernel (a network's repeated blocks share
-        # the timing); a choice against a library form by its epilogue kernel too.
-        epilogues = "".join(self.plan.kernels[s.kernel].compile_key for s in k.library_steps if s.kind == "launch")
-        labels = [autotune.label(n) for n, _ in candidates]
-        best = autotune.choose(autotune.key(k.compile_key + epilogues, self.arch), labels, runs)
+        best = autotune.choose(key, [autotune.label(n) for n, _ in candidates], runs)
         return candidates[best][1]
 
     def _interpreted(self, index: int) -> Run:
