@@ -122,7 +122,7 @@ def _runtime(path, monkeypatch, fail=None):
     monkeypatch.setattr(mod, "_ff_extension", lambda: None)
     monkeypatch.setattr(mod, "_ff_device_ready", lambda dev: True)
     monkeypatch.delenv("FUSEFORGE_CUDA_GRAPHS", raising=False)
-    monkeypatch.setattr(mod, "CUDA_GRAPHS", True)  # files are written with graphs off
+    monkeypatch.setattr(mod, "CUDA_GRAPHS", True)
     cuda = _Cuda(monkeypatch)
 
     def run(ext, dev, xs, args, st, pre, cs):

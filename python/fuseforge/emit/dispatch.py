@@ -27,8 +27,8 @@ forward.py writes for it) goes one of two ways:
   the faster; a capture that fails leaves the signature plain with one
   warning.
 
-CUDA_GRAPHS in the file (False, the default: none; True: graphs where
-faster; "always": every graph that captures, untimed) and
+CUDA_GRAPHS in the file (True, as written: graphs where faster; False:
+none; "always": every graph that captures, untimed) and
 FUSEFORGE_CUDA_GRAPHS (off or 0: none; auto; always) choose; `_ff_graph_choices(model)` says what each signature got.
 """
 
@@ -45,7 +45,7 @@ from fuseforge.runtime.options import ENV_CUDA_GRAPHS
 # ---- the emitted file's own definitions (writer.py writes them there)
 
 #: The file's switch: False, True or "always".
-CUDA_GRAPHS: Any = False
+CUDA_GRAPHS: Any = True
 _FF_CUDA_GRAPHS_VAR = ENV_CUDA_GRAPHS  # the variable that overrides it
 _FF_EXT: Any = None  # the built extension (built by _ff_extension before any graph exists)
 _FF_NEEDS_SM90A = False

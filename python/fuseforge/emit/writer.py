@@ -5,7 +5,7 @@ writes one per problem file: harness/emit.py loads the problem and calls
 The emitted file imports torch (and whatever standard-library modules the
 model's source itself imports), never fuseforge. It holds, in this order:
 
-- `CUDA_GRAPHS = False`, the switch for CUDA graphs (see ModelNew below);
+- `CUDA_GRAPHS = True`, the switch for CUDA graphs (see ModelNew below);
 - the source that defines `Model`, verbatim (so `Model` is defined exactly as given);
 - the generated CUDA kernels (pointwise ones, and GEMM kernels with their
   fused epilogues, which include CUTLASS's headers), each in its own C++
@@ -42,8 +42,8 @@ model's source itself imports), never fuseforge. It holds, in this order:
     are; prepared values computed again are copied into the graph's);
     otherwise it captures again (at most three times). A capture that fails
     leaves those inputs on the plain path, warning once.
-    `CUDA_GRAPHS` at the top of the file (False, the default: none; True;
-    "always": untimed) and FUSEFORGE_CUDA_GRAPHS (auto, always, off) choose;
+    `CUDA_GRAPHS` at the top of the file (True, as written: where faster;
+    False: none; "always": untimed) and FUSEFORGE_CUDA_GRAPHS (auto, always, off) choose;
     `_ff_graph_choices(model)` says what each kind of inputs got.
   It runs plain `Model.forward` instead when the mode has no plan, when the
   inputs' or state's shapes, dtypes or devices differ from the emitted
@@ -316,7 +316,7 @@ def emit_model(
         "",
         "# CUDA graphs: False (none), True (kept for each kind of inputs where a replay",
         '# times faster than the plain call), "always" (every graph that captures, untimed).',
-        "CUDA_GRAPHS = False",
+        "CUDA_GRAPHS = True",
         f"_FF_CUDA_GRAPHS_VAR = {ENV_CUDA_GRAPHS!r}  # the environment variable that overrides it",
         "",
         f"# ---- {os.path.basename(path)}, verbatim",
