@@ -247,6 +247,7 @@ def test_a_conv_kernel_is_timed_against_its_library_calls_once(monkeypatch, tmp_
 
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "always")
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "off")  # the conv's choice alone in the cache
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.GELU()).cuda().eval()
     x = torch.randn(8, 16, 32, 32, device="cuda")
