@@ -170,7 +170,9 @@ def test_a_kernel_whose_code_was_tuned_before_compiles_only_the_chosen_candidate
     def kernel(number):
         tiles = ("128x64", "64x64")
         variants = [SimpleNamespace(name=f"ff_gemm_mm_3xtf32_{t}_{number}") for t in tiles]
-        return SimpleNamespace(name=f"ff_gemm_mm_3xtf32_128x128_{number}", compile_key="code", variants=variants)
+        return SimpleNamespace(
+            name=f"ff_gemm_mm_3xtf32_128x128_{number}", compile_key="code", variants=variants, library_steps=[]
+        )
 
     ex = Executor.__new__(Executor)
     ex.device, ex.arch = torch.device("cuda", 0), 90
