@@ -240,11 +240,11 @@ std::optional<ReductionStrategy> staged_rows(const codegen::ReductionLayout& l, 
 }
 
 ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& again, int inputs, int acc_words,
-                          bool chunked, const FusionOptions& options) {
+                          bool chunked, const FusionOptions& options, int max_vector) {
   ReductionStrategy s;
   s.form = ReductionStrategy::Form::Columns;
   const size_t c = static_cast<size_t>(l.contiguous_kept());
-  s.vector = vector_width(l, l.kept[c], false, c, false);
+  s.vector = std::min(max_vector, vector_width(l, l.kept[c], false, c, false));
   const int64_t column_threads = (l.rows + s.vector - 1) / s.vector;
   const int64_t target = int64_t{options.target.sm_count} * 2048;
   // Each thread takes a round of loads (kColumnRound) of its columns before
@@ -369,7 +369,19 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
   const int acc_words = probe.accumulator_words();
   bool chunked = false;
   for (int p = 1; p <= d.levels; ++p) chunked |= probe.chunked(p);
-  if (!l.inner() && l.contiguous_kept() >= 0) return columns(l, again, inputs, acc_words, chunked, options);
+  if (!l.inner() && l.contiguous_kept() >= 0) {
+    // Where a block's wider column groups would leave the GPU idle
+    // (parallel_enough) and the kernel fuses more than its one reduction,
+    // narrower loads: more blocks, a warp still reading adjacent columns, and
+    // the kernel keeps its fused work, where the scheduler would leave the
+    // reduction to ATen with its prologue written out (a backward's bias
+    // gradient: the sum over 8192 rows of 2048 columns of a product). A lone
+    // reduction stays ATen's, which reads its input once as well.
+    ReductionStrategy s = columns(l, again, inputs, acc_words, chunked, options, 16);
+    while (g.nodes.size() > 1 && s.vector > 1 && !parallel_enough(s, l, options))
+      s = columns(l, again, inputs, acc_words, chunked, options, s.vector / 2);
+    return s;
+  }
   if (auto s = staged_rows(l, again, inputs, acc_words, options)) return *s;
   return rows(l, again, inputs, acc_words, false, options);
 }
