@@ -1,5 +1,6 @@
 #include "codegen/cuda/kernel_text.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -101,6 +102,17 @@ int64_t max_offset(const Shape& shape, const Shape& strides) {
   int64_t off = 0;
   for (size_t d = 0; d < shape.size(); ++d) off += (shape[d] - 1) * std::llabs(strides[d]);
   return off;
+}
+
+KernelReach kernel_reach(int64_t elements, const std::vector<const Value*>& values, const std::vector<Node*>& nodes) {
+  const auto is_half = [](DType t) { return t == DType::f16 || t == DType::bf16; };
+  KernelReach r{elements, false};
+  for (const Value* v : values) {
+    r.offset = std::max(r.offset, max_offset(v->type.shape, v->type.strides));
+    r.half |= is_half(v->type.dtype);
+  }
+  for (const Node* n : nodes) r.half |= is_half(n->result()->type.dtype);
+  return r;
 }
 
 std::string dims_text(const Shape& v) {

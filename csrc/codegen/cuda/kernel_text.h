@@ -42,6 +42,14 @@ std::string cuda_compute_type(DType t);
 // The largest element offset `strides` reach over `shape` (what decides a
 // kernel's index type).
 int64_t max_offset(const Shape& shape, const Shape& strides);
+// What a kernel's index type and half-precision helpers depend on: the
+// largest element offset `values` reach (at least `elements`), and whether
+// any of them or of `nodes`' results is f16 or bf16.
+struct KernelReach {
+  int64_t offset = 0;
+  bool half = false;
+};
+KernelReach kernel_reach(int64_t elements, const std::vector<const Value*>& values, const std::vector<Node*>& nodes);
 // "2x3x4": a shape or a window's entries in a kernel's head comment.
 std::string dims_text(const Shape& v);
 
