@@ -155,9 +155,10 @@ def test_plan_elements_keep_the_compiled_plan_alive():
 
 
 def test_a_kernel_whose_code_was_tuned_before_compiles_only_the_chosen_candidate(monkeypatch, tmp_path):
-    """Autotuning keys its choice by the kernel's code: another kernel of
-    that code (a later block of the network, another process) takes it
-    without timing, compiling the chosen tile alone."""
+    """Autotuning keys its choice by the kernel's code and launch sizes:
+    another kernel of that code and sizes (a later block of the network,
+    another process) takes it without timing, compiling the chosen tile
+    alone."""
     from types import SimpleNamespace
 
     from fuseforge.runtime import autotune, executor
@@ -167,17 +168,26 @@ def test_a_kernel_whose_code_was_tuned_before_compiles_only_the_chosen_candidate
     monkeypatch.setattr(executor.core, "load_variant", lambda v, arch: compiled.append(v.name) or v.name)
     monkeypatch.setattr(executor, "_raw_stream", lambda device: 0)
 
-    def kernel(number):
+    def kernel(number, sizes=(512, 512, 512)):
         tiles = ("128x64", "64x64")
         variants = [SimpleNamespace(name=f"ff_gemm_mm_3xtf32_{t}_{number}") for t in tiles]
         return SimpleNamespace(
-            name=f"ff_gemm_mm_3xtf32_128x128_{number}", compile_key="code", variants=variants, library_steps=[]
+            name=f"ff_gemm_mm_3xtf32_128x128_{number}",
+            compile_key="code",
+            constants=list(sizes),
+            variants=variants,
+            library_steps=[],
         )
 
     ex = Executor.__new__(Executor)
     ex.device, ex.arch = torch.device("cuda", 0), 90
-    autotune.store(autotune.key("code", 90), "ff_gemm_mm_3xtf32_64x64")  # as block 3's timing left it
+    choice = autotune.kernel_key("code", [512, 512, 512], 90)
+    autotune.store(choice, "ff_gemm_mm_3xtf32_64x64")  # as block 3's timing left it
     assert ex._tuned(kernel(17), "default", [], []) == "ff_gemm_mm_3xtf32_64x64_17"
     assert compiled == ["ff_gemm_mm_3xtf32_64x64_17"]
-    autotune.store(autotune.key("code", 90), "ff_gemm_mm_3xtf32_128x128")
+    autotune.store(choice, "ff_gemm_mm_3xtf32_128x128")
     assert ex._tuned(kernel(18), "default", [], []) == "default" and len(compiled) == 1
+    # The same code launched with other sizes (a GEMM's are launch arguments): every tile timed.
+    monkeypatch.setattr(autotune, "choose", lambda k, names, runs, timer=None: 0)
+    assert ex._tuned(kernel(19, sizes=(512, 512, 64)), "default", [], []) == "default"
+    assert compiled[1:] == ["ff_gemm_mm_3xtf32_128x64_19", "ff_gemm_mm_3xtf32_64x64_19"]

@@ -4,10 +4,11 @@ The cost model picks each GEMM kernel's tile; with autotuning on, a GEMM
 kernel's plan lists its other candidate tiles, and its first run compiles
 them, times each once
 on the real operands and keeps the fastest. The choice is cached per kernel
-code (Kernel.compile_key: the source less its name and comments, which fixes
-shape, dtype, layouts and epilogue; the kernels of a network's repeated
-blocks share it) and GPU architecture, in <cache dir>/autotune.json, so later
-kernels of that code and later processes skip the timing.
+code and launch sizes (Kernel.compile_key: the source less its name and
+comments, which fixes dtype, layouts, epilogue and, but for a GEMM's sizes,
+the shape; Kernel.constants: those sizes; the kernels of a network's
+repeated blocks share it) and GPU architecture, in <cache dir>/autotune.json,
+so later kernels of that code and later processes skip the timing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ def label(name: str) -> str:
 
 def key(source: str, arch: int) -> str:
     return f"sm{arch}-{hashlib.sha256(source.encode()).hexdigest()[:32]}"
+
+
+def kernel_key(code: str, sizes: Sequence[int], arch: int) -> str:
+    """The key of a kernel's choice: its code (Kernel.compile_key) and the
+    sizes it is launched with (Kernel.constants)."""
+    return key(f"{code}{list(sizes)}", arch)
 
 
 #: The file of the tile choices; conv_probe keeps its measurements beside it.

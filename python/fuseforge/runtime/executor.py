@@ -276,10 +276,11 @@ class Executor:
         wins (autotune.choose). `scalars`: the kernel's scalar arguments, which
         candidate tiles (GEMMs) do not take."""
         dev_index = self.device.index or 0
-        # Keyed by the code, not the kernel (a network's repeated blocks share
-        # the timing); a choice against a library form by its epilogue kernel too.
+        # Keyed by the code and the sizes it is launched with (a GEMM's are
+        # launch arguments), not the kernel: a network's repeated blocks share
+        # the timing; a choice against a library form by its epilogue kernel too.
         epilogues = "".join(self.plan.kernels[s.kernel].compile_key for s in k.library_steps if s.kind == "launch")
-        key = autotune.key(k.compile_key + epilogues, self.arch)
+        key = autotune.kernel_key(k.compile_key + epilogues, k.constants, self.arch)
         # A choice made before (this kernel's code elsewhere in the network, an
         # earlier process) compiles the chosen candidate alone.
         chosen = autotune.load().get(key)
