@@ -114,6 +114,14 @@ TEST(IRMalformed, EdgesThatStayValid) {
       "%x: f32[1,8,5,5], %w: f32[8,4,3,3]",
       "convolution(%x, %w) {dilation=[1], output_padding=[1], padding=[1], stride=[2], transposed=true}",
       "f32[1,4,10,10]"))));
+  // A view keeps strides torch gives on its extent-1 dims (an expanded
+  // permuted [64, 1] weight); a step along another dim must still match.
+  EXPECT_NO_THROW(verify(*parse(R"(graph @g(%w: f32[1,64]{1,1}) {
+  %0 = expand(%w) : f32[2,1,64]{0,1,1}
+  %1 = view(%0) : f32[2,1,64]{0,1,1}
+  return %1
+})")));
+  EXPECT_THROW(verify(*parse(graph_text("%x: f32[2,64]", "view(%x)", "f32[2,1,64]{1,64,1}"))), IRError);
 }
 
 }  // namespace
