@@ -198,6 +198,54 @@ def test_fp64_reference_converts_tensor_attributes_on_copies(tmp_path):
     assert result["eager_err_vs_fp64"] is not None and result["eager_err_vs_fp64"] < 1e-5, result
 
 
+RECURRENT_ATTRIBUTE_PROBLEM = textwrap.dedent(
+    """
+    import torch
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+            self.hidden = torch.zeros(4, 16)
+
+        def forward(self, x):
+            self.hidden = torch.tanh(self.lin(x) + self.hidden)
+            return self.hidden * 2
+
+    def get_inputs():
+        return [torch.randn(4, 16)]
+
+    def get_init_inputs():
+        return []
+    """
+)
+
+
+def test_a_tensor_attribute_reassigned_in_forward_is_checked_like_a_buffer(tmp_path):
+    """The new value of a plain tensor attribute a forward reassigns is judged
+    with the outputs (eager's, the plan's, fp64's), and every run starts from
+    the attribute as it was, which the model holds again afterwards."""
+    from fuseforge.harness.cpu_check import check_on_cpu
+
+    path = tmp_path / "recurrent.py"
+    path.write_text(RECURRENT_ATTRIBUTE_PROBLEM)
+    mod, model = build_model(str(path), None, "cpu")
+    model.hidden = torch.randn(4, 16)
+    start = model.hidden.clone()
+    assert set(check.state(model)) == {"hidden"}
+    figures, plan = check_on_cpu(model, [torch.randn(4, 16)], "fp32", 90)
+    assert figures["correct"] and [n for n, _ in plan.mutations], figures
+    assert torch.equal(model.hidden, start)
+    fast = torch.nn.Module()
+    fast.forward = lambda x: model(x)
+    result = check.check_correctness(mod, model, seeds=2, device="cpu", fast=fast)
+    assert result["correct"] and result["accuracy_rule"] == "eager", result
+    assert torch.equal(model.hidden, start)
+    # The same outputs without the new state: incorrect, as a missed buffer update is.
+    fast.forward = lambda x: torch.tanh(model.lin(x) + model.hidden) * 2
+    assert not check.check_correctness(mod, model, seeds=1, device="cpu", fast=fast)["correct"]
+
+
 def _t(*values):
     return torch.tensor(values, dtype=torch.float64)
 

@@ -29,14 +29,32 @@ from fuseforge.harness.compare import Verdict, assess, combine, flatten_tensors
 from fuseforge.harness.problem import problem_inputs
 
 
+def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors a forward may update, by dotted name: the buffers, and
+    tensors modules hold as plain attributes (a hidden state reassigned in
+    forward), which capture carries as buffers under the same names."""
+    tensors = dict(model.named_buffers())
+    for prefix, module in model.named_modules():
+        for name, t in plain_tensors(module):
+            tensors[f"{prefix}.{name}" if prefix else name] = t
+    return tensors
+
+
 def _buffers(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [b.detach().clone() for _, b in sorted(model.named_buffers())]
+    return [b.detach().clone() for _, b in sorted(state(model).items())]
 
 
-def _load_buffers(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
+def load_state(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """Puts `saved` (state's names) back: into the buffers, and as fresh
+    copies into the attributes (a forward may have made them new tensors)."""
+    buffers = dict(model.named_buffers())
     with torch.no_grad():
-        for name, b in model.named_buffers():
-            b.copy_(saved[name])
+        for name, value in saved.items():
+            if name in buffers:
+                buffers[name].copy_(value)
+            else:
+                owner, _, attr = name.rpartition(".")
+                vars(model.get_submodule(owner))[attr] = value.clone()
 
 
 def _tensor_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
@@ -93,8 +111,8 @@ def float64_run(model: torch.nn.Module, inputs: list[Any]) -> tuple[list[torch.T
     inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     with torch.no_grad(), in_float64(model):
         outputs = flatten_tensors(model(*inputs64))
-        buffers = dict(model.named_buffers())
-    own = dict(model.named_buffers())
+        buffers = state(model)
+    own = state(model)
     return outputs, {name: b.clone() if own.get(name) is b else b for name, b in buffers.items()}
 
 
@@ -134,7 +152,7 @@ def check_correctness(
         import fuseforge
 
         fast = fuseforge.optimize(model, precision=precision)
-    start = {name: b.detach().clone() for name, b in model.named_buffers()}
+    start = {name: b.detach().clone() for name, b in state(model).items()}
     versions = {name: p._version for name, p in model.named_parameters()}
     result: dict[str, Any] = {
         "correct": True,
@@ -148,16 +166,16 @@ def check_correctness(
         for seed in range(seeds):
             inputs = problem_inputs(mod, seed, device)
             with torch.no_grad(), precision_context(precision):
-                _load_buffers(model, start)
+                load_state(model, start)
                 ref = flatten_tensors(model(*inputs))
                 ref_buf = _buffers(model)
-                _load_buffers(model, start)
+                load_state(model, start)
                 out = flatten_tensors(fast(*inputs))
             out_buf = _buffers(model)
             del inputs
             verdict = assess(out, ref, None, out_buf, ref_buf)
             if seed == 0 or not verdict.correct:
-                _load_buffers(model, start)
+                load_state(model, start)
                 ref64, buf64 = fp64_run(mod, model, seed, device)
                 verdict = assess(out, ref, ref64, out_buf, ref_buf, [buf64[n] for n in sorted(buf64)])
                 del ref64, buf64
@@ -169,7 +187,7 @@ def check_correctness(
             result["correct"] &= verdict.correct
             result["max_err_vs_eager"] = max(result["max_err_vs_eager"], verdict.err)
     finally:
-        _load_buffers(model, start)
+        load_state(model, start)
     overall = combine(verdicts)
     result["accuracy_rule"] = overall.rule
     result["verdict"] = overall.describe()

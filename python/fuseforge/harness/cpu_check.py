@@ -204,23 +204,22 @@ def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch
     eager); returns the figures, the rule that held and the verdict in words,
     and the plan. The model's buffers are as before afterwards."""
     from fuseforge.capture import capture
-    from fuseforge.harness.check import float64_run
+    from fuseforge.harness.check import float64_run, load_state, state
     from fuseforge.harness.compare import assess, flatten_tensors
     from fuseforge.runtime.executor import Executor
     from fuseforge.runtime.options import compile_ir
 
     captured = capture(model, inputs, name=type(model).__name__)
     plan = compile_ir(captured.text, precision, arch).plan
-    start = {name: b.detach().clone() for name, b in model.named_buffers()}
+    start = {name: b.detach().clone() for name, b in state(model).items()}
 
     def restore() -> None:
-        for name, b in model.named_buffers():
-            b.copy_(start[name])
+        load_state(model, start)
 
     with torch.no_grad():
         outs, new_buffers = Executor(plan, torch.device("cpu"))(captured.graph_inputs(model, inputs))
         ref = flatten_tensors(model(*inputs))
-        ref_buffers = dict(model.named_buffers())
+        ref_buffers = state(model)
         want_buffers = [ref_buffers[n].clone() for n, _ in captured.mutations]
         restore()
         ref64, buffers64 = float64_run(model, inputs)
