@@ -54,6 +54,18 @@ class LayerNormAttention(nn.Module):
         return self.out(torch.nn.functional.gelu(att @ v)), att.mean()
 
 
+class TorchAttention(nn.Module):
+    """nn.MultiheadAttention: scaled_dot_product_attention, which a CPU
+    training step traces as the CPU flash attention and its backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
 def _loss(out):
     leaves = out if isinstance(out, tuple) else (out,)
     return sum((o * torch.linspace(-1, 1, o.numel(), device=o.device).view_as(o)).sum() for o in leaves)
@@ -71,8 +83,13 @@ def _steps(model, x, n, compiled):
 
 @pytest.mark.parametrize(
     "make, shape",
-    [(LinearBatchNormRelu, (8, 6)), (ConvBatchNormResidual, (2, 3, 5, 5)), (LayerNormAttention, (2, 5, 8))],
-    ids=["linear_bn_relu", "conv_bn_residual", "layernorm_attention"],
+    [
+        (LinearBatchNormRelu, (8, 6)),
+        (ConvBatchNormResidual, (2, 3, 5, 5)),
+        (LayerNormAttention, (2, 5, 8)),
+        (TorchAttention, (2, 5, 8)),
+    ],
+    ids=["linear_bn_relu", "conv_bn_residual", "layernorm_attention", "torch_attention"],
 )
 def test_gradients_and_running_statistics_match_eager(make, shape):
     torch.manual_seed(0)

@@ -16,7 +16,9 @@ aten = torch.ops.aten
 # unrolled LSTM is thousands of nodes and much slower than cuDNN), pooling (an
 # IR op of its own, max_pool/avg_pool),
 # resampling, padding and attention, whose decompositions are gathers or worse
-# than the library kernels, and silu (one IR op). Batch norm (train and eval)
+# than the library kernels (the CPU flash attention's also returns the
+# attention weights where its backward, in a traced training step, reads the
+# logsumexp), and silu (one IR op). Batch norm (train and eval)
 # and group norm get decompositions of ours below: one statistics pass and
 # per-channel pointwise math that fuses with its neighbours (measured on H100:
 # small_convnet 0.95x -> 1.38x eager, conv2d_groupnorm_silu 0.93x -> 1.23x);
@@ -67,6 +69,7 @@ _KEEP_WHOLE = {
     "col2im",
     "embedding_bag",
     "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
     "silu",
     "logsumexp",
 }
