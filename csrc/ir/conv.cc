@@ -146,11 +146,7 @@ Shape channels_last_strides(const Shape& s) {
 }
 
 bool is_channels_last(const TensorType& t) {
-  if (t.shape.size() < 3) return false;
-  const Shape cl = channels_last_strides(t.shape);
-  for (size_t d = 0; d < t.shape.size(); ++d)
-    if (t.shape[d] != 1 && t.strides[d] != cl[d]) return false;
-  return true;
+  return t.shape.size() >= 3 && same_strides(t.shape, t.strides, channels_last_strides(t.shape));
 }
 
 }  // namespace ff

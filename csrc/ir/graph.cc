@@ -29,6 +29,13 @@ int64_t numel(const Shape& shape) {
   return n;
 }
 
+bool same_strides(const Shape& shape, const Shape& a, const Shape& b) {
+  if (a.size() != shape.size() || b.size() != shape.size()) return a == b;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1 && a[d] != b[d]) return false;
+  return true;
+}
+
 Shape contiguous_strides(const Shape& shape) {
   Shape s(shape.size());
   int64_t acc = 1;

@@ -39,6 +39,10 @@ int64_t checked_add(int64_t a, int64_t b);
 int64_t numel(const Shape& shape);
 // Row-major strides; size-0 dims count as 1, so they too must not overflow.
 Shape contiguous_strides(const Shape& shape);
+// Whether two stride lists address a tensor of `shape` alike: a dim of
+// extent 1 is never stepped along, so its stride is any (torch keeps an
+// input's there where a rule writes the contiguous one).
+bool same_strides(const Shape& shape, const Shape& a, const Shape& b);
 
 struct TensorType {
   DType dtype = DType::f32;

@@ -15,16 +15,6 @@ std::string type_str(const TensorType& t) {
   for (size_t i = 0; i < t.strides.size(); ++i) s += (i ? "," : "") + std::to_string(t.strides[i]);
   return s + "}";
 }
-
-// Whether two stride lists address a tensor of `shape` alike: a dim of
-// extent 1 is never stepped along, so its stride is any (torch keeps the
-// input's there, where the view rule writes the contiguous one).
-bool same_strides(const Shape& shape, const Shape& a, const Shape& b) {
-  if (a.size() != shape.size() || b.size() != shape.size()) return a == b;
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] != 1 && a[d] != b[d]) return false;
-  return true;
-}
 }  // namespace
 
 void verify(const Graph& g) {
