@@ -316,7 +316,7 @@ def emit_model(
         "",
         "# CUDA graphs: False (none), True (kept for each kind of inputs where a replay",
         '# times faster than the plain call), "always" (every graph that captures, untimed).',
-        "CUDA_GRAPHS = True",
+        f"CUDA_GRAPHS = {dispatch.CUDA_GRAPHS!r}",
         f"_FF_CUDA_GRAPHS_VAR = {ENV_CUDA_GRAPHS!r}  # the environment variable that overrides it",
         "",
         f"# ---- {os.path.basename(path)}, verbatim",

@@ -40,8 +40,13 @@ def state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def saved_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of state(model), for load_state to put back."""
+    return {name: t.detach().clone() for name, t in state(model).items()}
+
+
 def _buffers(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [b.detach().clone() for _, b in sorted(state(model).items())]
+    return [t for _, t in sorted(saved_state(model).items())]
 
 
 def load_state(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
@@ -152,7 +157,7 @@ def check_correctness(
         import fuseforge
 
         fast = fuseforge.optimize(model, precision=precision)
-    start = {name: b.detach().clone() for name, b in state(model).items()}
+    start = saved_state(model)
     versions = {name: p._version for name, p in model.named_parameters()}
     result: dict[str, Any] = {
         "correct": True,

@@ -204,14 +204,14 @@ def check_on_cpu(model: torch.nn.Module, inputs: list[Any], precision: str, arch
     eager); returns the figures, the rule that held and the verdict in words,
     and the plan. The model's buffers are as before afterwards."""
     from fuseforge.capture import capture
-    from fuseforge.harness.check import float64_run, load_state, state
+    from fuseforge.harness.check import float64_run, load_state, saved_state, state
     from fuseforge.harness.compare import assess, flatten_tensors
     from fuseforge.runtime.executor import Executor
     from fuseforge.runtime.options import compile_ir
 
     captured = capture(model, inputs, name=type(model).__name__)
     plan = compile_ir(captured.text, precision, arch).plan
-    start = {name: b.detach().clone() for name, b in state(model).items()}
+    start = saved_state(model)
 
     def restore() -> None:
         load_state(model, start)
