@@ -88,26 +88,39 @@ class MatmulSumToGemv : public Pass {
     return (n.op == Op::Mul || n.op == Op::Div) && n.operands.size() == 2 && is_rank0(n.operands[1]);
   }
 
+  // `x` in f64 (cast unless it is).
+  static Value* wide(Graph& g, Node* at, Value* x) {
+    if (x->type.dtype == DType::f64) return x;
+    return g.insert_before(at, Op::Cast, {Operand::of(x)}, {TensorType::contiguous(DType::f64, x->type.shape)})
+        ->result();
+  }
+
+  // The sums of `x`'s last dim (kept as 1), in f64. The cast is its own node
+  // rather than the sum's result dtype: a reduction kernel takes a cast as
+  // its prologue, reading x once, where ATen's sum into a wider dtype writes
+  // and reads an f64 copy of x first.
+  static Value* wide_row_sums(Graph& g, Node* at, Value* x) {
+    Shape shape = x->type.shape;
+    shape.back() = 1;
+    return g
+        .insert_before(at, Op::Sum, {Operand::of(wide(g, at, x))}, {TensorType::contiguous(DType::f64, shape)},
+                       {{"dims", std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1}}, {"keepdim", true}})
+        ->result();
+  }
+
   // The row sums and the GEMV run in f64 (x cast once), then round to the
   // result dtype: each output is then a correctly rounded dot product, at
   // least as accurate as eager's sum of rounded GEMM outputs.
   // v + (the bias broadcast to [M,N], summed over N), in f64.
   static Value* add_bias_row_sums(Graph& g, Node* at, Value* bias, Value* v, int64_t columns) {
-    Shape shape = bias->type.shape;
-    const TensorType f64_bias = TensorType::contiguous(DType::f64, shape);
     Value* sums = nullptr;
-    if (shape.empty() || shape.back() == 1) {  // one value per row, repeated over the N columns
-      Value* wide = g.insert_before(at, Op::Cast, {Operand::of(bias)}, {f64_bias})->result();
-      sums =
-          g.insert_before(at, Op::Mul, {Operand::of(wide), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
-                          {f64_bias})
-              ->result();
+    if (bias->type.shape.empty() || bias->type.shape.back() == 1) {  // one value per row, repeated over the N columns
+      sums = g.insert_before(at, Op::Mul,
+                             {Operand::of(wide(g, at, bias)), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
+                             {TensorType::contiguous(DType::f64, bias->type.shape)})
+                 ->result();
     } else {
-      shape.back() = 1;
-      sums =
-          g.insert_before(at, Op::Sum, {Operand::of(bias)}, {TensorType::contiguous(DType::f64, shape)},
-                          {{"dims", std::vector<int64_t>{static_cast<int64_t>(shape.size()) - 1}}, {"keepdim", true}})
-              ->result();
+      sums = wide_row_sums(g, at, bias);
     }
     return g.insert_before(at, Op::Add, {Operand::of(v), Operand::of(sums)}, {v->type})->result();
   }
@@ -119,17 +132,13 @@ class MatmulSumToGemv : public Pass {
     Value* b = m.matmul->input(addmm ? 2 : 1);
     const DType dt = m.matmul->result()->type.dtype;
     auto f64 = [](Shape s) { return TensorType::contiguous(DType::f64, std::move(s)); };
-    Shape row_shape = b->type.shape;
-    const int64_t columns = row_shape.back();
-    row_shape.back() = 1;
-    const int64_t last = static_cast<int64_t>(row_shape.size()) - 1;
-    Node* rows = g.insert_before(at, Op::Sum, {Operand::of(b)}, {f64(row_shape)},
-                                 {{"dims", std::vector<int64_t>{last}}, {"keepdim", true}});
-    if (dt != DType::f64) a = g.insert_before(at, Op::Cast, {Operand::of(a)}, {f64(a->type.shape)})->result();
+    const int64_t columns = b->type.shape.back();
+    Value* rows = wide_row_sums(g, at, b);
+    a = wide(g, at, a);
     Shape out_shape = m.matmul->result()->type.shape;
     out_shape.back() = 1;
     const Op product = addmm ? Op::Mm : m.matmul->op;
-    Value* v = g.insert_before(at, product, {Operand::of(a), Operand::of(rows->result())}, {f64(out_shape)})->result();
+    Value* v = g.insert_before(at, product, {Operand::of(a), Operand::of(rows)}, {f64(out_shape)})->result();
     if (addmm) v = add_bias_row_sums(g, at, m.matmul->input(0), v, columns);
     if (m.reduce->op == Op::Mean) {
       v = g.insert_before(at, Op::Div, {Operand::of(v), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
