@@ -115,10 +115,11 @@ class MatmulSumToGemv : public Pass {
   static Value* add_bias_row_sums(Graph& g, Node* at, Value* bias, Value* v, int64_t columns) {
     Value* sums = nullptr;
     if (bias->type.shape.empty() || bias->type.shape.back() == 1) {  // one value per row, repeated over the N columns
-      sums = g.insert_before(at, Op::Mul,
-                             {Operand::of(wide(g, at, bias)), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
-                             {TensorType::contiguous(DType::f64, bias->type.shape)})
-                 ->result();
+      sums =
+          g.insert_before(at, Op::Mul,
+                          {Operand::of(wide(g, at, bias)), Operand::of(Scalar::of_float(static_cast<double>(columns)))},
+                          {TensorType::contiguous(DType::f64, bias->type.shape)})
+              ->result();
     } else {
       sums = wide_row_sums(g, at, bias);
     }
