@@ -1,7 +1,7 @@
 // ff-opt: parses IR text and runs passes over it, or compiles it to a kernel
 // plan, and prints the result (like mlir-opt); the driver of the golden tests.
 //   ff-opt [--passes=canonicalize,cse,dce] [FILE]            IR after the passes
-//   ff-opt --plan [--arch=N] [--precision=P] [--gemm=POLICY] [--conv=POLICY] [--autotune] [FILE]
+//   ff-opt --plan [--arch=N] [--precision=P] [--gemm=POLICY] [--conv=POLICY] [--autotune] [--release-inputs] [FILE]
 //                                                           the plan (default pipeline)
 // FILE defaults to stdin.
 #include <fstream>
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
       plan = true;
     } else if (a == "-h" || a == "--help") {
       std::cout << "usage: ff-opt [--passes=p1,p2,...] [FILE]\n"
-                   "       ff-opt --plan [--arch=N] [--precision=fp32|tf32] [--gemm=auto|all|off] [--conv=direct|auto|always|off] [--autotune] [FILE]\n"
+                   "       ff-opt --plan [--arch=N] [--precision=fp32|tf32] [--gemm=auto|all|off] "
+                   "[--conv=direct|auto|always|off] [--autotune] [--release-inputs] [FILE]\n"
                    "passes:";
       for (auto& p : ff::passes::pass_names()) std::cout << " " << p;
       std::cout << "\n";

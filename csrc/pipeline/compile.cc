@@ -74,9 +74,12 @@ CompileOptions parse_compile_flags(std::string_view flags) {
       set_conv_policy(o, value);
     else if (f == "--autotune")
       o.autotune = true;
+    else if (f == "--release-inputs")
+      o.release_inputs = true;
     else
-      throw std::invalid_argument("unknown or malformed flag '" + f +
-                                  "' (flags: --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune)");
+      throw std::invalid_argument(
+          "unknown or malformed flag '" + f +
+          "' (flags: --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune --release-inputs)");
   }
   o.gemm_dtypes = gemm_dtypes(gemm, o.precision);
   return o;
@@ -156,7 +159,7 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
     out.kernel_variants.emplace_back();
   }
   phase_done("codegen");
-  out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants);
+  out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants, options.release_inputs);
   phase_done("plan");
   return out;
 }

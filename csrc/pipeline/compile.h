@@ -57,6 +57,9 @@ struct CompileOptions {
   // unset: those of arch's usual part (compile_target()).
   std::optional<Target> target;
   bool reductions = true;  // reductions, norms, softmax, pools and scans as generated kernels (else library calls)
+  // The caller hands its input tensors over: the plan frees each after its
+  // last read (plan::build's release_inputs).
+  bool release_inputs = false;
   // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
   // under the user's flags, as probed on the GPU (conv_precision.cc), and
   // whether it timed faster channels-last (autotuning; conv_layout.cc).
@@ -100,7 +103,7 @@ Target compile_target(const CompileOptions& options);
 CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& options = {});
 
 // Options from command-line style flags, space-separated (ff-opt --plan and
-// the plan golden tests): --arch=N --precision=P --gemm=POLICY --autotune.
+// the plan golden tests): --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune --release-inputs.
 // Throws std::invalid_argument naming an unknown or malformed flag.
 CompileOptions parse_compile_flags(std::string_view flags);
 

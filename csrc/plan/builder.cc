@@ -52,7 +52,8 @@ bool weight_role(Role r) { return r == Role::Param || r == Role::State || r == R
 
 class Builder {
  public:
-  Builder(std::unique_ptr<Graph> graph, const fusion::Partition& partition) : part_(partition) {
+  Builder(std::unique_ptr<Graph> graph, const fusion::Partition& partition, bool release_inputs)
+      : part_(partition), release_inputs_(release_inputs) {
     p_.name = graph->name;
     p_.graph = std::move(graph);
   }
@@ -107,6 +108,7 @@ class Builder {
 
  private:
   const fusion::Partition& part_;
+  const bool release_inputs_;
   Plan p_;
   std::unordered_map<const Value*, int> id_;
 
@@ -277,15 +279,18 @@ class Builder {
   }
 
   // Adds free steps after each buffer's last read in `steps`: temporaries,
-  // and in the prepare section the prepared values that the run section does
-  // not read.
+  // in the prepare section the prepared values that the run section does
+  // not read, and in the run section inputs handed over (release_inputs_).
   std::vector<Step> with_frees(const std::vector<Step>& steps, bool prepare) {
-    std::unordered_set<int> read_by_run;
+    std::unordered_set<int> read_by_run, returned;  // returned: what the outputs and buffer updates hold
     if (prepare)
       for (const Step& s : p_.run)
         for (int b : reads(s)) read_by_run.insert(b);
+    for (int o : p_.outputs) returned.insert({o, p_.memory_of(o)});
+    for (const Plan::Mutation& m : p_.mutations) returned.insert({m.buffer, m.value, p_.memory_of(m.value)});
     auto freeable = [&](int b) {
       const Role r = p_.buffers[b].role;
+      if (r == Role::Input) return release_inputs_ && !prepare && !returned.count(b);
       return r == Role::Temp || (prepare && r == Role::Prepared && !read_by_run.count(b));
     };
     std::unordered_map<int, size_t> last;  // buffer -> index of its last read (its definition if never read)
@@ -297,6 +302,11 @@ class Builder {
     for (auto& [b, i] : last)
       if (freeable(b)) frees[i].push_back(b);
     std::vector<Step> out;
+    Step unread;  // inputs handed over that no step reads: freed first
+    unread.kind = Step::Kind::Free;
+    for (int b : p_.inputs)
+      if (!last.count(b) && freeable(b)) unread.results.push_back(b);
+    if (!unread.results.empty()) out.push_back(std::move(unread));
     for (size_t i = 0; i < steps.size(); ++i) {
       out.push_back(steps[i]);
       if (frees[i].empty()) continue;
@@ -360,8 +370,8 @@ int Plan::find(std::string_view name) const {
 
 Plan build(std::unique_ptr<Graph> graph, const fusion::Partition& partition,
            const std::vector<codegen::KernelSource>& kernels,
-           const std::vector<std::vector<codegen::KernelSource>>& variants) {
-  return Builder(std::move(graph), partition).build(kernels, variants);
+           const std::vector<std::vector<codegen::KernelSource>>& variants, bool release_inputs) {
+  return Builder(std::move(graph), partition, release_inputs).build(kernels, variants);
 }
 
 }  // namespace ff::plan

@@ -150,9 +150,12 @@ struct Plan {
 // `variants[i]`) is the kernel of partition.groups[i], then of
 // partition.library_epilogues[i - groups.size()]. The plan takes `graph`
 // over; the partition's nodes must be its nodes.
+// `release_inputs`: the caller hands its input tensors over (a backward's
+// saved values, which AOTAutograd lets go of as it calls): the run section
+// frees each input that is no output after its last read, as a temporary.
 Plan build(std::unique_ptr<Graph> graph, const fusion::Partition& partition,
            const std::vector<codegen::KernelSource>& kernels,
-           const std::vector<std::vector<codegen::KernelSource>>& variants);
+           const std::vector<std::vector<codegen::KernelSource>>& variants, bool release_inputs = false);
 
 std::string print(const Plan& p);
 std::string print_step(const Plan& p, const Step& s);  // one step's line, as print() writes it

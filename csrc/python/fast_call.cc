@@ -188,7 +188,16 @@ class FastCall {
   // The outputs in plan order, or None when this call is not the armed
   // one's kind. A call with an input that requires grad under grad mode is
   // declined: it takes the training path (runtime/training.py).
-  py::object call(py::handle module, py::tuple args) {
+  py::object call(py::handle module, py::tuple args) { return run_call(module, std::move(args), nullptr); }
+
+  // As call, with arguments the caller hands over (a backward's saved
+  // values): once they are in their slots the list is emptied, so that the
+  // plan's frees release each after its last read. A declined call leaves the
+  // list as it was.
+  py::object call_handed_over(py::handle module, py::list args) { return run_call(module, py::tuple(args), &args); }
+
+ private:
+  py::object run_call(py::handle module, py::tuple args, py::list* handed_over) {
     if (!guard(module, args)) return py::none();
     py::list env(n_slots_);
     for (int i = 0; i < n_slots_; ++i) PyList_SET_ITEM(env.ptr(), i, py::none().release().ptr());
@@ -218,6 +227,10 @@ class FastCall {
       if (is_tensor(v) && (tensor(v)._version() != w.version || tensor(v).data_ptr() != w.data)) return py::none();
     }
     for (const auto& [slot, value] : kept_) env[slot] = value;
+    if (handed_over != nullptr) {
+      args = py::tuple();
+      if (PyList_SetSlice(handed_over->ptr(), 0, PY_SSIZE_T_MAX, nullptr) != 0) throw py::error_already_set();
+    }
     {
       c10::AutoGradMode no_grad(false);
       for (const Step& s : steps_) run(s, env);
@@ -233,7 +246,6 @@ class FastCall {
     return out;
   }
 
- private:
   struct Mutation {
     int slot;
     py::object dict, name;
@@ -368,5 +380,7 @@ PYBIND11_MODULE(_fast_call, m) {
       .def(py::init<int, bool, py::tuple, py::list, py::list, py::list, py::list, py::list, py::list, py::list, int,
                     uintptr_t>())
       .def("__call__", &FastCall::call, py::arg("module"), py::arg("args"))
+      .def("call_handed_over", &FastCall::call_handed_over, py::arg("module"), py::arg("args"),
+           "As __call__, emptying `args` (a list) once its tensors are in their slots.")
       .def_property_readonly("served", &FastCall::served, "how many calls ran here");
 }

@@ -30,8 +30,9 @@ void check_golden(const GoldenCase& c) {
   const std::string actual = plan::print(compile_case(c).plan);
   if (actual != c.expected)
     ADD_FAILURE() << "the plan of " << c.path << " (flags '" << c.run << "') differs.\n"
-                  << "diff (- expected, + actual):\n" << testing::line_diff(c.expected, actual)
-                  << "actual plan, to paste after '// CHECK:':\n" << actual;
+                  << "diff (- expected, + actual):\n"
+                  << testing::line_diff(c.expected, actual) << "actual plan, to paste after '// CHECK:':\n"
+                  << actual;
 }
 
 void check_round_trip(const GoldenCase& c) {
@@ -96,13 +97,16 @@ void check_library_form(const plan::Plan& p, const plan::Kernel& k, std::vector<
 // What the walkers rely on: every read buffer holds a value (an input, a kept
 // prepared value, or written earlier and not yet freed); each temporary is
 // freed once, after its last read; prepare reads only weights and writes only
-// prepared values; aliases view a non-alias and are never written; each
+// prepared values; inputs are freed only where the caller hands them over
+// (--release-inputs), then each one no output holds, once; aliases view a
+// non-alias and are never written; each
 // kernel is launched exactly once, by a section or by a conv kernel's library
 // form (check_library_form).
 void check_invariants(const GoldenCase& c) {
   SCOPED_TRACE(c.path);
   const CompiledGraph cg = compile_case(c);
   const plan::Plan& p = cg.plan;
+  const bool releases = parse_compile_flags(c.run).release_inputs;
   auto role = [&](int b) { return p.buffers[b].role; };
   std::set<int> live;
   for (int b : p.inputs) live.insert(b);
@@ -133,7 +137,7 @@ void check_invariants(const GoldenCase& c) {
     if (s.kind == Kind::Launch) launches[s.kernel]++;
     if (s.kind != Kind::Free) continue;
     for (int b : s.results) {
-      EXPECT_EQ(role(b), Role::Temp) << "run frees %" << p.buffers[b].name;
+      EXPECT_TRUE(role(b) == Role::Temp || (releases && role(b) == Role::Input)) << "run frees %" << p.buffers[b].name;
       for (size_t j = i + 1; j < p.run.size(); ++j)
         for (int r : reads(p, p.run[j])) EXPECT_NE(r, b) << "%" << p.buffers[b].name << " is read after its free";
       live.erase(b);
@@ -142,6 +146,9 @@ void check_invariants(const GoldenCase& c) {
   }
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     if (p.buffers[b].role == Role::Temp) EXPECT_EQ(freed.count(static_cast<int>(b)), 1u) << "%" << p.buffers[b].name;
+    const bool returned = std::count(p.outputs.begin(), p.outputs.end(), static_cast<int>(b)) != 0;
+    if (releases && p.buffers[b].role == Role::Input && !returned)
+      EXPECT_EQ(freed.count(static_cast<int>(b)), 1u) << "%" << p.buffers[b].name;
     if (p.buffers[b].role == Role::Alias) {
       EXPECT_GE(p.buffers[b].alias_of, 0);
       EXPECT_NE(role(p.buffers[b].alias_of), Role::Alias);
@@ -303,11 +310,12 @@ TEST(PlanBuild, AConvKernelsLibraryFormIsThePlanWithoutConvKernels) {
   }
   EXPECT_EQ(p.kernels[1].compile_key(), q.kernels[0].compile_key());
   // Without an epilogue there is no library form: the conv alone runs op by op.
-  const CompiledGraph alone = compile_graph(R"(graph @g(%x: f32[2,16,10,10]{1600,1,160,16}, %w: f32[32,16,3,3]{144,1,48,16} param) {
+  const CompiledGraph alone =
+      compile_graph(R"(graph @g(%x: f32[2,16,10,10]{1600,1,160,16}, %w: f32[32,16,3,3]{144,1,48,16} param) {
   %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,32,8,8]{2048,1,256,32}
   return %0
 })",
-                                            parse_compile_flags("--arch=90 --conv=always"));
+                    parse_compile_flags("--arch=90 --conv=always"));
   ASSERT_EQ(alone.plan.kernels.size(), 1u);
   EXPECT_TRUE(alone.plan.kernels[0].library_steps.empty());
 }

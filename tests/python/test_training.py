@@ -146,6 +146,26 @@ def test_grads_accumulate_and_buffers_need_none():
     assert int(model.bn.num_batches_tracked) == 2
 
 
+def test_a_backward_frees_its_saved_values_after_their_last_read():
+    """AOTAutograd hands the backward its saved values and lets go of them:
+    the backward's plan frees every input it does not return once read for
+    the last time (as eager's autograd drops a node's saved tensors), and
+    the call empties the list it was handed; the forward's inputs (the
+    caller's tensors) are never freed."""
+    torch.manual_seed(0)
+    model = ConvBatchNormResidual()
+    _, step = _steps(model, torch.randn(2, 3, 5, 5), 1, compiled=True)
+    forward, backward = (g.executor for g in step.graphs)
+    assert forward.released_inputs == frozenset()
+    assert backward.released_inputs == frozenset(backward.input_slots) - frozenset(backward.output_slots)
+    frees = [line for line in backward.step_texts if line.startswith("free ")]
+    assert any("%tangents_1" in line for line in frees), backward.step_texts
+    types = [backward.types[s] for s in backward.input_slots]
+    inputs = [torch.randn(t.shape, dtype=t.dtype).as_strided(t.shape, t.strides) for t in types]
+    backward(inputs, handed_over=True)
+    assert inputs == []
+
+
 def test_double_backward_is_one_clear_error():
     torch.manual_seed(0)
     model = LinearBatchNormRelu()

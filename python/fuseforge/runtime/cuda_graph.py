@@ -11,7 +11,8 @@ What a replay keeps of a plain run's semantics:
 
 - Tensors the caller passes (`varying` inputs) are copied into tensors the
   graph owns: callers pass new tensors each call, so the graph never reads
-  one at its own address.
+  one at its own address. Those the plan frees (a backward's saved values)
+  are dropped once copied.
 - Parameters, buffers, constants and scalar arguments are read where, and
   as, they were at capture: checked before each replay (a data pointer, a
   value). A change (a replaced parameter, `.data` set anew, another scalar)
@@ -73,6 +74,7 @@ class PlanGraph:
         self.fixed: list[tuple[int, bool, Any]] = []  # (slot, is a tensor, data pointer or value at capture)
         self.clone_out: list[tuple[int, torch.Tensor]] = []  # (slot, the graph's tensor of it)
         self.views: list[tuple[int, int, tuple, tuple, int]] = []  # (slot, input slot, size, stride, offset)
+        self.released: list[int] = []  # input slots dropped once copied in (the plan frees them)
 
     # ---- capture
 
@@ -132,8 +134,11 @@ class PlanGraph:
         clone_out, views = [], []
         # An output that views an input (a transposed weight a forward saves
         # for its backward) views the caller's tensor, as a plain run's does.
-        viewed = {_storage(graph_env[s]): s for s, _ in copy_in}
-        viewed.update({_storage(env[s]): s for s, is_tensor, _ in fixed if is_tensor})
+        # (From the tensors themselves: a plan that releases its inputs has
+        # freed their slots by now.)
+        source: dict[int, Any] = {s: t for s, t in copy_in}
+        source.update({s: env[s] for s, is_tensor, _ in fixed if is_tensor})
+        viewed = {_storage(t): s for s, t in source.items()}
         passed = {*ex.input_slots, *viewed.values(), *written}  # outputs the caller's env already holds
         for s in dict.fromkeys([*ex.output_slots, *ex.mutation_slots]):
             if s in passed:
@@ -145,11 +150,11 @@ class PlanGraph:
             if base is None:
                 clone_out.append((s, t))
             else:
-                views.append(
-                    (s, base, tuple(t.shape), t.stride(), t.storage_offset() - graph_env[base].storage_offset())
-                )
+                views.append((s, base, tuple(t.shape), t.stride(), t.storage_offset() - source[base].storage_offset()))
         self.graph, self.copy_in, self.fixed = graph, copy_in, fixed
         self.clone_out, self.views = clone_out, views
+        bases = {base for _, base, *_ in views}
+        self.released = [s for s, _ in copy_in if s in ex.released_inputs and s not in bases]
         self.captures += 1
 
     # ---- replay
@@ -175,6 +180,8 @@ class PlanGraph:
             x = env[s]
             if x is not t:
                 t.copy_(x)
+        for s in self.released:
+            env[s] = None
         assert self.graph is not None
         self.graph.replay()
         for s, t in self.clone_out:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -87,6 +87,10 @@ class Executor:
         self.input_slots = list(plan.inputs)
         self.output_slots = list(plan.outputs)
         self.mutation_slots = [v for _, v in plan.mutations]
+        #: The inputs the run section frees (a plan for a caller that hands its inputs over).
+        self.released_inputs = frozenset(
+            s for step in plan.run if step.kind == "free" for s in step.results
+        ) & frozenset(self.input_slots)
         self._tuning: set[int] = set()  # kernels whose candidates are timed at their first run
         self._prepare = [self._step(s) for s in plan.prepare]
         self._run = [self._step(s) for s in plan.run]
@@ -433,9 +437,13 @@ class Executor:
         for run in self._run:
             run(env)
 
-    def __call__(self, inputs: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """Runs the plan; returns (outputs, new buffer values) in plan order."""
+    def __call__(self, inputs: Sequence[Any], handed_over: bool = False) -> tuple[list[Any], list[Any]]:
+        """Runs the plan; returns (outputs, new buffer values) in plan order.
+        `handed_over`: `inputs` (a list) is emptied once they are in their
+        slots, so that a plan that frees its inputs releases them."""
         env = self.slots_for(inputs)
+        if handed_over:
+            cast(list, inputs).clear()
         if self.graph is not None:
             self.graph.run(env)
         else:

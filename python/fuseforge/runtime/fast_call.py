@@ -62,8 +62,11 @@ class GraphCall:
     def __init__(self, fast: Any):
         self.fast = fast
 
-    def __call__(self, args: Sequence[Any]) -> list | None:
-        return self.fast(self, tuple(args))
+    def __call__(self, args: list) -> list | None:
+        """The outputs, or None for a call unlike the armed one. `args` is
+        handed over: emptied once its tensors are in their slots (left as it
+        was for a declined call)."""
+        return self.fast.call_handed_over(self, args)
 
     @property
     def served(self) -> int:

@@ -100,7 +100,10 @@ class CompiledGraph:
         self.captured = capture_fx(gm, name, weights)
         arch = core.device_arch(self.device.index or 0) if self.device.type == "cuda" else 0
         cuda = self.device if self.device.type == "cuda" else None
-        self.compiled = compile_ir(self.captured.text, precision, arch, device=cuda)
+        # AOTAutograd hands a backward its saved values and lets go of them
+        # (the argument list is emptied below): the plan frees each after its
+        # last read, as eager's autograd frees a node's saved tensors.
+        self.compiled = compile_ir(self.captured.text, precision, arch, device=cuda, release_inputs=name == "backward")
         self.executor = Executor(self.compiled.plan, self.device)
         self.getters = self.captured.input_getters(gm, self.device)
         self.precision = precision
@@ -126,7 +129,7 @@ class CompiledGraph:
         arm = tuple(args) if self.fast is not False and self.device.type == "cuda" else None
         args.clear()
         with torch.no_grad(), precision_context(self.precision):
-            outputs, _ = self.executor(inputs)
+            outputs, _ = self.executor(inputs, handed_over=arm is None)
         if arm is not None:
             self.fast = fast_call.arm_graph(self.executor, self.getters, arm, inputs, self.precision) or False
             if self.graphed is None:
@@ -140,7 +143,7 @@ class CompiledGraph:
 
         def armed_call() -> Callable[[], object]:
             fast = fast_call.arm_graph(self.executor, self.getters, args, inputs, self.precision)
-            return (lambda: fast(args)) if fast else (lambda: self.executor(inputs))
+            return (lambda: fast(list(args))) if fast else (lambda: self.executor(inputs))
 
         with torch.no_grad(), precision_context(self.precision):
             training = self.kind != "inference"
