@@ -41,6 +41,19 @@ class ConvBatchNormResidual(nn.Module):
         return torch.nn.functional.silu(self.bn(self.conv(x))) + x
 
 
+class ConvGroupNormSilu(nn.Module):
+    """Group norm traced for training in its input's own shape
+    (decompositions._group_norm_for_training), groups of several channels."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.silu(self.norm(self.conv(x)))
+
+
 class LayerNormAttention(nn.Module):
     def __init__(self):
         super().__init__()
@@ -86,10 +99,11 @@ def _steps(model, x, n, compiled):
     [
         (LinearBatchNormRelu, (8, 6)),
         (ConvBatchNormResidual, (2, 3, 5, 5)),
+        (ConvGroupNormSilu, (2, 3, 5, 5)),
         (LayerNormAttention, (2, 5, 8)),
         (TorchAttention, (2, 5, 8)),
     ],
-    ids=["linear_bn_relu", "conv_bn_residual", "layernorm_attention", "torch_attention"],
+    ids=["linear_bn_relu", "conv_bn_residual", "conv_groupnorm_silu", "layernorm_attention", "torch_attention"],
 )
 def test_gradients_and_running_statistics_match_eager(make, shape):
     torch.manual_seed(0)

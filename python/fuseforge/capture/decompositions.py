@@ -175,6 +175,42 @@ def _group_norm(
     return out.to(x.dtype).reshape(x.shape), mean.reshape(n, groups), rstd.reshape(n, groups)
 
 
+def _group_norm_for_training(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    n: int,
+    c: int,
+    hw: int,
+    groups: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Group norm with every full-size tensor in its input's own shape, for
+    graphs that are differentiated: per-channel statistics over the spatial
+    dims, combined into each group's (equal counts: the group's variance is
+    the mean of its channels' variances plus that of their means around the
+    group's mean), then x * scale + shift with per-sample, per-channel scale
+    and shift (ATen's CUDA kernel's form). The backward autograd derives from
+    it then reduces and scales full-size tensors in that one shape, where
+    that of _group_norm's grouped view recomputes the normalization there
+    and must write it out to meet the per-channel sums across the reshape."""
+    xc = _compute_input(x)
+    per_channel = [n, c] + [1] * (x.dim() - 2)
+    var_c, mean_c = torch.var_mean(xc, dim=list(range(2, x.dim())), correction=0)
+    mean_g = mean_c.reshape(n, groups, c // groups)
+    mean = mean_g.mean(2, keepdim=True)
+    var = (var_c.reshape(n, groups, c // groups) + (mean_g - mean).square()).mean(2, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    scale = rstd.expand(n, groups, c // groups)
+    if weight is not None:
+        scale = scale * weight.reshape(1, groups, c // groups)
+    shift = -mean * scale
+    if bias is not None:
+        shift = shift + bias.reshape(1, groups, c // groups)
+    out = xc * scale.reshape(per_channel) + shift.reshape(per_channel)
+    return out.to(x.dtype), mean.reshape(n, groups), rstd.reshape(n, groups)
+
+
 def _instance_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -212,9 +248,11 @@ def _instance_norm(
 _TABLE: dict | None = None
 
 
-def decomposition_table() -> dict:
+def decomposition_table(training: bool = False) -> dict:
     """torch.export's default decompositions minus the ops fuseforge keeps whole
-    (a fresh dict: run_decompositions consumes the one it is given)."""
+    (a fresh dict: run_decompositions consumes the one it is given).
+    `training`: for graphs AOTAutograd differentiates (group norm in the form
+    whose backward stays in the input's shape)."""
     global _TABLE
     if _TABLE is None:
         table = dict(torch.export.default_decompositions().items())
@@ -228,7 +266,10 @@ def decomposition_table() -> dict:
         table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
         table[aten.instance_norm.default] = _instance_norm
         _TABLE = table
-    return dict(_TABLE)
+    table = dict(_TABLE)
+    if training:
+        table[aten.native_group_norm.default] = _group_norm_for_training
+    return table
 
 
 _CIA: tuple[set, set] | None = None  # (CIA ops export overrides, CIA ops left to their own kernel)

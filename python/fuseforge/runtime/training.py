@@ -260,7 +260,7 @@ def aot_compilers(precision: str, compiled: list[CompiledGraph] | None = None, s
         bw_compiler=graph_compiler("backward", precision, compiled),
         inference_compiler=graph_compiler("inference", precision, compiled, state),
         partition_fn=min_cut_rematerialization_partition,
-        decompositions=decomposition_table(),
+        decompositions=decomposition_table(training=True),
     )
 
 
