@@ -260,3 +260,17 @@ def test_graphs_switched_off_leave_every_call_plain(emitted_file, monkeypatch, s
     for _ in range(4):
         assert torch.equal(mod._ff_call(m, plan, (x, 3.0)), _want(m, x))
     assert "_ff_graphs" not in m.__dict__ and float(m.count) == 4 and mod._ff_graph_choices(m) == {}
+
+
+def test_calls_within_the_callers_own_capture_stay_plain(emitted_file, monkeypatch):
+    """A caller capturing a CUDA graph of its own: no graph of ours is
+    captured or replayed inside it (CUDA cannot), the plain path runs."""
+    mod, plan, cuda = _runtime(emitted_file, monkeypatch)
+    mod.CUDA_GRAPHS = "always"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    m = _Counted()
+    x = torch.arange(4.0)
+    for _ in range(4):
+        assert torch.equal(mod._ff_call(m, plan, (x, 3.0)), _want(m, x))
+    assert "_ff_graphs" not in m.__dict__ and float(m.count) == 4

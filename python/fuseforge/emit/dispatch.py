@@ -27,6 +27,10 @@ forward.py writes for it) goes one of two ways:
   the faster; a capture that fails leaves the signature plain with one
   warning.
 
+A call made while the caller captures a CUDA graph of its own takes the
+plain path, which that capture records (one graph cannot replay or capture
+another inside it).
+
 CUDA_GRAPHS in the file (True, as written: graphs where faster; False:
 none; "always": every graph that captures, untimed) and
 FUSEFORGE_CUDA_GRAPHS (off or 0: none; auto; always) choose; `_ff_graph_choices(model)` says what each signature got.
@@ -359,6 +363,13 @@ def _ff_device_ready(dev: "torch.device") -> bool:
     return ready
 
 
+def _ff_capturing() -> bool:
+    """Whether the caller is capturing a CUDA graph of its own: one cannot
+    replay or capture another within it, so the plain path runs (and is
+    captured into the caller's)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _ff_call(module: "Any", plan: _FFPlan, args: tuple) -> "Any":
     """`plan`'s outputs for `args` (grad mode off), or a _FFFallback: a
     signature with a graph replays it where the graph still applies (see the
@@ -367,7 +378,7 @@ def _ff_call(module: "Any", plan: _FFPlan, args: tuple) -> "Any":
         picked = plan.pick(module, args)
         if picked is not None:
             rec = module.__dict__.get("_ff_graphs", _FF_NO_GRAPHS).get((plan.name, picked[1], _ff_context()))
-            if rec is not None and rec.graph is not None and _ff_graphs_setting():
+            if rec is not None and rec.graph is not None and _ff_graphs_setting() and not _ff_capturing():
                 st = plan.state(module)
                 if rec.takes(picked[0]) and rec.holds(st):
                     dev = picked[1][0]
@@ -391,7 +402,7 @@ def _ff_plain(module: "Any", plan: _FFPlan, args: tuple) -> "Any":
     st = plan.state(module)
     cs = plan.consts_on(dev)
     pre = plan.prepared_for(module, ext, dev, st, cs)
-    if plan.graphs and _ff_graphs_setting():
+    if plan.graphs and _ff_graphs_setting() and not _ff_capturing():
         graphs = module.__dict__.get("_ff_graphs")
         if graphs is None:
             graphs = module.__dict__["_ff_graphs"] = _FFGraphs()
@@ -424,6 +435,7 @@ EMITTED: list[Any] = [
     _ff_graphs_setting,
     _ff_context,
     _ff_device_ready,
+    _ff_capturing,
     _ff_call,
     _ff_plain,
     _ff_graph_choices,

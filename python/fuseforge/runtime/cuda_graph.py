@@ -171,7 +171,12 @@ class PlanGraph:
 
     def run(self, env: Env) -> None:
         """Runs the run section on `env` (the executor's slots): a replay, or
-        the plan step by step where the graph cannot serve this call."""
+        the plan step by step where the graph cannot serve this call, or
+        where the caller is capturing a graph of its own (which cannot
+        replay another: the steps are captured into the caller's)."""
+        if torch.cuda.is_current_stream_capturing():
+            self.executor.run_steps(env)
+            return
         if self.graph is None or not self._matches(env):
             if not self._recapture(env):
                 self.executor.run_steps(env)
