@@ -180,6 +180,34 @@ def test_a_backward_frees_its_saved_values_after_their_last_read():
     assert inputs == []
 
 
+@pytest.mark.parametrize(
+    "pool, shape, broadcast",
+    [
+        (nn.AvgPool2d(2), (2, 3, 7, 7), True),  # tiles 4x4 of the conv's 5x5; the last row and column get zeros
+        (nn.AvgPool2d(3, stride=2), (2, 3, 9, 9), False),  # overlapping windows
+        (nn.AvgPool3d(2), (2, 3, 6, 6, 6), True),
+    ],
+    ids=["tiling_2d", "overlapping_2d", "tiling_3d"],
+)
+def test_average_pooling_gradient_is_a_broadcast_where_windows_tile(pool, shape, broadcast):
+    """Where the windows tile the input (stride = kernel, no padding) the
+    pooling's gradient is its window's over the window's size, a broadcast
+    the backward's kernels compute; elsewhere ATen's kernel. Both equal
+    eager's, and the tiling one no longer needs the conv's result saved."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3) if len(shape) == 4 else nn.Conv3d(3, 4, 3)
+    model = nn.Sequential(conv, pool, nn.Sigmoid())
+    reference = copy.deepcopy(model)
+    x = torch.randn(shape)
+    _, step = _steps(model, x, 1, compiled=True)
+    _loss(reference(x)).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)
+    backward = step.graphs[1].captured.text
+    assert ("avg_pool" not in backward) == broadcast, backward
+    assert ("%convolution" in backward) != broadcast, backward
+
+
 def test_double_backward_is_one_clear_error():
     torch.manual_seed(0)
     model = LinearBatchNormRelu()

@@ -5,6 +5,7 @@ decompositions of ours."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 
 import torch
@@ -245,6 +246,39 @@ def _instance_norm(
     return out
 
 
+def _avg_pool_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> torch.Tensor:
+    """Average pooling's gradient where the windows tile the input without
+    overlap or padding (stride = kernel, each window whole): every input
+    element gets its window's gradient over the window's size, a broadcast
+    that fuses with the pointwise work before it; rows and columns past the
+    last window get zeros. Other poolings keep ATen's kernel."""
+    spatial = 3 if len(padding) == 3 else 2
+
+    def per_dim(v: list[int]) -> list[int]:  # ATen's [k] means [k] * spatial
+        return list(v) * spatial if len(v) == 1 else list(v)
+
+    k, s = per_dim(kernel_size), per_dim(stride) or per_dim(kernel_size)
+    out, full = list(grad.shape[-spatial:]), list(x.shape[-spatial:])
+    if s != k or any(padding) or any(o * kk > f for o, kk, f in zip(out, k, full)):
+        return NotImplemented
+    divisor = divisor_override or math.prod(k)
+    lead = list(grad.shape[:-spatial])
+    windows = lead + [e for o in out for e in (o, 1)]
+    cells = lead + [e for o, kk in zip(out, k) for e in (o, kk)]
+    up = (grad / divisor).reshape(windows).expand(cells).reshape(lead + [o * kk for o, kk in zip(out, k)])
+    pad = [e for o, kk, f in reversed(list(zip(out, k, full))) for e in (0, f - o * kk)]
+    return torch.nn.functional.pad(up, pad) if any(pad) else up
+
+
 _TABLE: dict | None = None
 
 
@@ -265,6 +299,8 @@ def decomposition_table(training: bool = False) -> dict:
         table[aten._native_batch_norm_legit_functional.default] = _batch_norm_train
         table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
         table[aten.instance_norm.default] = _instance_norm
+        table[aten.avg_pool2d_backward.default] = _avg_pool_backward
+        table[aten.avg_pool3d_backward.default] = _avg_pool_backward
         _TABLE = table
     table = dict(_TABLE)
     if training:
