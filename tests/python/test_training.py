@@ -54,6 +54,18 @@ class ConvGroupNormSilu(nn.Module):
         return torch.nn.functional.silu(self.norm(self.conv(x)))
 
 
+class LinearGroupNorm(nn.Module):
+    """Group norm of [N, C]: no spatial dims."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.norm = nn.GroupNorm(2, 8)
+
+    def forward(self, x):
+        return self.norm(self.fc(x))
+
+
 class LayerNormAttention(nn.Module):
     def __init__(self):
         super().__init__()
@@ -100,10 +112,18 @@ def _steps(model, x, n, compiled):
         (LinearBatchNormRelu, (8, 6)),
         (ConvBatchNormResidual, (2, 3, 5, 5)),
         (ConvGroupNormSilu, (2, 3, 5, 5)),
+        (LinearGroupNorm, (4, 6)),
         (LayerNormAttention, (2, 5, 8)),
         (TorchAttention, (2, 5, 8)),
     ],
-    ids=["linear_bn_relu", "conv_bn_residual", "conv_groupnorm_silu", "layernorm_attention", "torch_attention"],
+    ids=[
+        "linear_bn_relu",
+        "conv_bn_residual",
+        "conv_groupnorm_silu",
+        "linear_groupnorm",
+        "layernorm_attention",
+        "torch_attention",
+    ],
 )
 def test_gradients_and_running_statistics_match_eager(make, shape):
     torch.manual_seed(0)
@@ -185,7 +205,7 @@ def test_a_backward_frees_its_saved_values_after_their_last_read():
     [
         (nn.AvgPool2d(2), (2, 3, 7, 7), True),  # tiles 4x4 of the conv's 5x5; the last row and column get zeros
         (nn.AvgPool2d(3, stride=2), (2, 3, 9, 9), False),  # overlapping windows
-        (nn.AvgPool3d(2), (2, 3, 6, 6, 6), True),
+        (nn.AvgPool3d(2, padding=(0,)), (2, 3, 6, 6, 6), True),
     ],
     ids=["tiling_2d", "overlapping_2d", "tiling_3d"],
 )

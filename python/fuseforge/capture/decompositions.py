@@ -1,15 +1,18 @@
 """The decomposition table capture lowers to core ATen with: torch.export's
 default one minus the ops fuseforge keeps whole, plus batch and group norm
-decompositions of ours."""
+decompositions of ours, and average pooling's gradient where it is a
+broadcast."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 
 import torch
 import torch.export.exported_program
+from torch._prims_common import suggest_memory_format
 
 aten = torch.ops.aten
 
@@ -197,7 +200,10 @@ def _group_norm_for_training(
     and must write it out to meet the per-channel sums across the reshape."""
     xc = _compute_input(x)
     per_channel = [n, c] + [1] * (x.dim() - 2)
-    var_c, mean_c = torch.var_mean(xc, dim=list(range(2, x.dim())), correction=0)
+    if x.dim() == 2:  # no spatial dims: each channel's statistics are its one value's
+        var_c, mean_c = torch.zeros_like(xc), xc
+    else:
+        var_c, mean_c = torch.var_mean(xc, dim=list(range(2, x.dim())), correction=0)
     mean_g = mean_c.reshape(n, groups, c // groups)
     mean = mean_g.mean(2, keepdim=True)
     var = (var_c.reshape(n, groups, c // groups) + (mean_g - mean).square()).mean(2, keepdim=True)
@@ -247,6 +253,7 @@ def _instance_norm(
 
 
 def _avg_pool_backward(
+    spatial: int,
     grad: torch.Tensor,
     x: torch.Tensor,
     kernel_size: list[int],
@@ -260,8 +267,8 @@ def _avg_pool_backward(
     overlap or padding (stride = kernel, each window whole): every input
     element gets its window's gradient over the window's size, a broadcast
     that fuses with the pointwise work before it; rows and columns past the
-    last window get zeros. Other poolings keep ATen's kernel."""
-    spatial = 3 if len(padding) == 3 else 2
+    last window get zeros; the gradient takes the input's memory format, as
+    ATen's. Other poolings keep ATen's kernel. `spatial`: the pooled dims."""
 
     def per_dim(v: list[int]) -> list[int]:  # ATen's [k] means [k] * spatial
         return list(v) * spatial if len(v) == 1 else list(v)
@@ -276,7 +283,8 @@ def _avg_pool_backward(
     cells = lead + [e for o, kk in zip(out, k) for e in (o, kk)]
     up = (grad / divisor).reshape(windows).expand(cells).reshape(lead + [o * kk for o, kk in zip(out, k)])
     pad = [e for o, kk, f in reversed(list(zip(out, k, full))) for e in (0, f - o * kk)]
-    return torch.nn.functional.pad(up, pad) if any(pad) else up
+    up = torch.nn.functional.pad(up, pad) if any(pad) else up
+    return up.contiguous(memory_format=suggest_memory_format(x))
 
 
 _TABLE: dict | None = None
@@ -299,8 +307,8 @@ def decomposition_table(training: bool = False) -> dict:
         table[aten._native_batch_norm_legit_functional.default] = _batch_norm_train
         table[aten._native_batch_norm_legit.no_stats] = _batch_norm_no_stats
         table[aten.instance_norm.default] = _instance_norm
-        table[aten.avg_pool2d_backward.default] = _avg_pool_backward
-        table[aten.avg_pool3d_backward.default] = _avg_pool_backward
+        table[aten.avg_pool2d_backward.default] = functools.partial(_avg_pool_backward, 2)
+        table[aten.avg_pool3d_backward.default] = functools.partial(_avg_pool_backward, 3)
         _TABLE = table
     table = dict(_TABLE)
     if training:

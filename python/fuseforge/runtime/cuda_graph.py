@@ -251,6 +251,9 @@ def adopt(
         return False
     if executor.device.type != "cuda" or executor.pending_tuning():
         return False
+    if torch.cuda.is_current_stream_capturing():  # the caller's capture cannot hold ours, nor its timing
+        log.info("fuseforge: a plan first ran within a CUDA graph capture: it runs step by step")
+        return False
     key = _choice_key(executor)
     choice = "graph" if mode == "always" else autotune.load().get(key)
     if choice == "plain":

@@ -119,9 +119,10 @@ class CompiledGraph:
 
     def __call__(self, args: list) -> list:
         if self.fast:
-            outputs = self.fast(args)  # natively (fast_call.arm_graph), or None for a call unlike the armed one
+            outputs = self.fast(
+                args
+            )  # natively (fast_call.arm_graph; it empties args), or None for a call unlike the armed one
             if outputs is not None:
-                args.clear()
                 return list(self.captured.unflatten_outputs(outputs))
         inputs = [src(args) if kind == "arg" else src for kind, src in self.getters]
         # Armed after the first run (kernels autotuned at it launch natively),
