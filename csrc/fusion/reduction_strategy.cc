@@ -13,12 +13,13 @@ namespace {
 using codegen::ReductionAccess;
 using codegen::ReductionStrategy;
 
-constexpr int kMaxCacheWords = 64;             // registers a thread may spend holding its inputs' items
-constexpr int kRegisterOverhead = 40;          // registers for everything else (indices, temporaries)
-constexpr int kColumnRound = 4;                // elements of its columns a thread reads at least (columns form)
-constexpr int64_t kInFlightBytes = 64 * 1024;  // loads in flight per SM that keep HBM busy
-constexpr int64_t kStaticShared = 46 * 1024;   // a kernel's static shared memory (48 KiB), with room to spare
-constexpr int64_t kMergeShared = 32 * 1024;    // of it, the columns form's merge along threadIdx.y at most
+constexpr int kMaxCacheWords = 64;              // registers a thread may spend holding its inputs' items
+constexpr int kRegisterOverhead = 40;           // registers for everything else (indices, temporaries)
+constexpr int kColumnRound = 4;                 // elements of its columns a thread reads at least (columns form)
+constexpr int64_t kInFlightBytes = 64 * 1024;   // loads in flight per SM that keep HBM busy
+constexpr int64_t kStaticShared = 46 * 1024;    // a kernel's static shared memory (48 KiB), with room to spare
+constexpr int64_t kMaxSerialColumnTerms = 256;  // rows one thread of a narrowed columns form sums in a row
+constexpr int64_t kMergeShared = 32 * 1024;     // of it, the columns form's merge along threadIdx.y at most
 
 int pow2_ceil(int64_t x) {
   int p = 1;
@@ -376,11 +377,16 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
     // the kernel keeps its fused work, where the scheduler would leave the
     // reduction to ATen with its prologue written out (a backward's bias
     // gradient: the sum over 8192 rows of 2048 columns of a product). A lone
-    // reduction stays ATen's, which reads its input once as well.
-    ReductionStrategy s = columns(l, again, inputs, acc_words, chunked, options, 16);
+    // reduction stays ATen's, which reads its input once as well; so does
+    // one whose narrowed form would leave each thread a serial run of more
+    // than kMaxSerialColumnTerms rows (an f32 sum of n terms in a row errs by
+    // up to n ulps: a weight gradient summed over 32768 rows, 1024 per thread,
+    // came out 3x further from fp64 than ATen's).
+    const ReductionStrategy wide = columns(l, again, inputs, acc_words, chunked, options, 16);
+    ReductionStrategy s = wide;
     while (g.nodes.size() > 1 && s.vector > 1 && !parallel_enough(s, l, options))
       s = columns(l, again, inputs, acc_words, chunked, options, s.vector / 2);
-    return s;
+    return (l.length + s.threads - 1) / s.threads <= kMaxSerialColumnTerms ? s : wide;
   }
   if (auto s = staged_rows(l, again, inputs, acc_words, options)) return *s;
   return rows(l, again, inputs, acc_words, false, options);
