@@ -228,6 +228,28 @@ def test_average_pooling_gradient_is_a_broadcast_where_windows_tile(pool, shape,
     assert ("%convolution" in backward) != broadcast, backward
 
 
+def test_group_norm_keeps_its_grouped_form_in_an_inference_graph():
+    """The torch.compile backend's AOTAutograd traces inference graphs with
+    the training table too: without grad, group norm keeps the grouped view
+    [N, groups, C / groups, HW] that one kernel computes; a training step's
+    forward computes it in the input's own shape."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from fuseforge.runtime.training import aot_compilers
+
+    torch.manual_seed(0)
+    model, x = ConvGroupNormSilu(), torch.randn(2, 3, 5, 5)
+    compiled: list = []
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend=lambda gm, ex: aot_autograd(**aot_compilers("fp32", compiled))(gm, ex))
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), model(x), atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()
+    assert "[2,2,4,25]" in compiled[0].captured.text, compiled[0].captured.text
+    _, step = _steps(ConvGroupNormSilu(), x, 1, compiled=True)
+    assert "[2,2,4,25]" not in step.graphs[0].captured.text, step.graphs[0].captured.text
+
+
 def test_double_backward_is_one_clear_error():
     torch.manual_seed(0)
     model = LinearBatchNormRelu()

@@ -197,7 +197,11 @@ def _group_norm_for_training(
     and shift (ATen's CUDA kernel's form). The backward autograd derives from
     it then reduces and scales full-size tensors in that one shape, where
     that of _group_norm's grouped view recomputes the normalization there
-    and must write it out to meet the per-channel sums across the reshape."""
+    and must write it out to meet the per-channel sums across the reshape.
+    An inference graph AOTAutograd traces with this table (grad off) keeps
+    _group_norm's form, which one kernel computes."""
+    if not torch.is_grad_enabled():
+        return _group_norm(x, weight, bias, n, c, hw, groups, eps)
     xc = _compute_input(x)
     per_channel = [n, c] + [1] * (x.dim() - 2)
     if x.dim() == 2:  # no spatial dims: each channel's statistics are its one value's
