@@ -4,7 +4,13 @@
 // pointwise node starts a group that pulls in its pointwise producers when
 // (a) the producer has the group's shape, or it broadcasts to it and every
 // user of it is in the group (then it is recomputed per element), and
-// (b) pulling it in creates no cycle through nodes outside the group.
+// (b) pulling it in creates no cycle through nodes outside the group, and
+// (c) the group then reads at most kMaxFullSizeInputs full-size tensors made
+// outside it: a kernel keeps each one it reads alive until it runs, and the
+// sum of an unrolled loop's per-step results (a shared layer's weight
+// gradient, 160 steps of [1152, 512]) fused whole would hold every step's at
+// once where the chain of adds frees each as it goes (kernels run as soon as
+// their inputs are ready: fusion/partition.cc's schedule).
 #include <algorithm>
 
 #include "codegen/cuda/pointwise.h"
@@ -14,7 +20,17 @@ namespace ff::fusion {
 
 namespace {
 
+constexpr size_t kMaxFullSizeInputs = 16;
+
 bool fusible(const Node* n) { return op_kind(n->op) == OpKind::Pointwise; }
+
+// The full-size values (`elements` of them) `n` reads that no member makes.
+void add_full_size_inputs(const Node& n, int64_t elements, const std::unordered_set<const Node*>& members,
+                          std::unordered_set<const Value*>& out) {
+  for (const Operand& o : n.operands)
+    if (o.is_value() && numel(o.value->type.shape) == elements && !members.count(o.value->producer))
+      out.insert(o.value);
+}
 
 class PointwiseScheduler final : public Scheduler {
  public:
@@ -55,15 +71,26 @@ class PointwiseScheduler final : public Scheduler {
 
   static void grow(PartitionBuilder& p, Node* sink) {
     const Shape shape = sink->result()->type.shape;
+    const int64_t elements = numel(shape);
     std::unordered_set<const Node*> members{sink};
     std::vector<Node*> order{sink};
+    std::unordered_set<const Value*> wide;  // full-size values read from outside (see (c))
+    add_full_size_inputs(*sink, elements, members, wide);
     for (bool changed = true; changed;) {
       changed = false;
       for (size_t i = 0; i < order.size(); ++i)
         for (auto& o : order[i]->operands) {
           Node* producer = o.is_value() ? o.value->producer : nullptr;
           if (!producer || members.count(producer) || !can_pull(p, producer, shape, members)) continue;
+          std::unordered_set<const Value*> pulled = wide;
+          pulled.erase(producer->result());
           members.insert(producer);
+          add_full_size_inputs(*producer, elements, members, pulled);
+          if (pulled.size() > kMaxFullSizeInputs && pulled.size() > wide.size()) {
+            members.erase(producer);
+            continue;
+          }
+          wide = std::move(pulled);
           order.push_back(producer);
           changed = true;
         }
