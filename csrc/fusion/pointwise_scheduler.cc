@@ -84,13 +84,10 @@ class PointwiseScheduler final : public Scheduler {
           if (!producer || members.count(producer) || !can_pull(p, producer, shape, members)) continue;
           std::unordered_set<const Value*> pulled = wide;
           pulled.erase(producer->result());
-          members.insert(producer);
           add_full_size_inputs(*producer, elements, members, pulled);
-          if (pulled.size() > kMaxFullSizeInputs && pulled.size() > wide.size()) {
-            members.erase(producer);
-            continue;
-          }
+          if (pulled.size() > kMaxFullSizeInputs && pulled.size() > wide.size()) continue;
           wide = std::move(pulled);
+          members.insert(producer);
           order.push_back(producer);
           changed = true;
         }

@@ -18,8 +18,8 @@ constexpr int kRegisterOverhead = 40;           // registers for everything else
 constexpr int kColumnRound = 4;                 // elements of its columns a thread reads at least (columns form)
 constexpr int64_t kInFlightBytes = 64 * 1024;   // loads in flight per SM that keep HBM busy
 constexpr int64_t kStaticShared = 46 * 1024;    // a kernel's static shared memory (48 KiB), with room to spare
-constexpr int64_t kMaxSerialColumnTerms = 256;  // rows one thread of a narrowed columns form sums in a row
 constexpr int64_t kMergeShared = 32 * 1024;     // of it, the columns form's merge along threadIdx.y at most
+constexpr int64_t kMaxSerialColumnTerms = 256;  // rows one thread of a narrowed columns form sums in a row
 
 int pow2_ceil(int64_t x) {
   int p = 1;

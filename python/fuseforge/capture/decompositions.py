@@ -208,16 +208,17 @@ def _group_norm_for_training(
         var_c, mean_c = torch.zeros_like(xc), xc
     else:
         var_c, mean_c = torch.var_mean(xc, dim=list(range(2, x.dim())), correction=0)
-    mean_g = mean_c.reshape(n, groups, c // groups)
+    grouped = (n, groups, c // groups)
+    mean_g = mean_c.reshape(grouped)
     mean = mean_g.mean(2, keepdim=True)
-    var = (var_c.reshape(n, groups, c // groups) + (mean_g - mean).square()).mean(2, keepdim=True)
+    var = (var_c.reshape(grouped) + (mean_g - mean).square()).mean(2, keepdim=True)
     rstd = torch.rsqrt(var + eps)
-    scale = rstd.expand(n, groups, c // groups)
+    scale = rstd.expand(grouped)
     if weight is not None:
-        scale = scale * weight.reshape(1, groups, c // groups)
+        scale = scale * weight.reshape(1, *grouped[1:])
     shift = -mean * scale
     if bias is not None:
-        shift = shift + bias.reshape(1, groups, c // groups)
+        shift = shift + bias.reshape(1, *grouped[1:])
     out = xc * scale.reshape(per_channel) + shift.reshape(per_channel)
     return out.to(x.dtype), mean.reshape(n, groups), rstd.reshape(n, groups)
 

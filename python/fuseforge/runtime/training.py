@@ -119,9 +119,8 @@ class CompiledGraph:
 
     def __call__(self, args: list) -> list:
         if self.fast:
-            outputs = self.fast(
-                args
-            )  # natively (fast_call.arm_graph; it empties args), or None for a call unlike the armed one
+            # Natively (fast_call.arm_graph; it empties args), or None for a call unlike the armed one.
+            outputs = self.fast(args)
             if outputs is not None:
                 return list(self.captured.unflatten_outputs(outputs))
         inputs = [src(args) if kind == "arg" else src for kind, src in self.getters]
