@@ -9,9 +9,11 @@
 //
 // Each copy fuses into its reader's kernel (a reduction's prologue, a pointwise
 // group), which reads %conv where it read %y: the same bytes, and %y is never
-// written. Reductions over the same dims (var and mean, as above) share one
-// copy, being one kernel. Only where every reader fuses (pointwise ops and
-// reductions that become kernels): a library call would need %y written anyway.
+// written. Readers that land in one kernel share one copy: reductions over
+// the same dims (var and mean, as above), pointwise readers of one group
+// (mish's links); a value only one kernel reads is left as it is. Only where
+// every reader fuses (pointwise ops and reductions that become kernels): a
+// library call would need %y written anyway.
 // Only nodes reading one tensor of their size and small others (per-channel
 // values, scalars), so no reader reads more than it did; that tensor an input,
 // an ATen op's or a convolution's result (a GEMM kernel would take the node
@@ -32,6 +34,7 @@
 // the copies back.
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kernel/reduction_domain.h"
 #include "passes/pass.h"
@@ -49,26 +52,33 @@ class RecomputePointwise : public Pass {
  public:
   std::string_view name() const override { return "recompute_pointwise"; }
 
-  // Single nodes first (a conv's bias add read by both links of a hardswish),
-  // then whole chains ending in a node several kernels read.
+  // Single nodes first (a conv's bias add read by a norm's statistics and
+  // its apply), then whole chains ending in a node several kernels read.
   bool run(Graph& g) override { return recompute(g, false) | recompute(g, true); }
 
  private:
+  // A chain to copy (in order, the node last) and the kernel each reader of
+  // its node lands in (kernel_of).
+  struct Candidate {
+    std::vector<Node*> chain;
+    std::unordered_map<const Node*, std::string> kernel_of;
+  };
+
   bool recompute(Graph& g, bool chains) const {
-    std::vector<std::vector<Node*>> candidates;  // each node's chain, in order, the node last
+    std::vector<Candidate> candidates;
     {
       const Users users(g);  // the search changes nothing: one walk for every node's users
       for (auto& n : g.nodes()) {
-        std::vector<Node*> chain = recomputable(g, users, *n, chains);
-        if (!chain.empty()) candidates.push_back(std::move(chain));
+        Candidate c = recomputable(g, users, *n, chains);
+        if (!c.chain.empty()) candidates.push_back(std::move(c));
       }
     }
     std::vector<const Node*> dead;
-    for (const std::vector<Node*>& chain : candidates) {
+    for (const Candidate& c : candidates) {
+      const std::vector<Node*>& chain = c.chain;
       Node* n = chain.back();
-      // Reductions over the same dims share a copy: they become one kernel
-      // (var and mean in one pass), which a copy each would split. The first
-      // reader that is not a reshape keeps n itself.
+      // Readers that land in one kernel share a copy: the first reader's
+      // kernel keeps n itself.
       std::vector<std::pair<std::string, Value*>> shared;
       for (Node* u : g.users(n->result())) {
         if (u->op == Op::View) {  // a copy in the reshape's shape takes its place
@@ -76,13 +86,13 @@ class RecomputePointwise : public Pass {
           dead.push_back(u);
           continue;
         }
-        const std::string key = reduction_key(*u);
+        const std::string& kernel = c.kernel_of.at(u);
         Value* value = nullptr;
         for (const auto& [k, v] : shared)
-          if (!key.empty() && k == key) value = v;
+          if (k == kernel) value = v;
         if (value == nullptr) {
           value = shared.empty() ? n->result() : copy_before(g, u, chain);
-          shared.emplace_back(key, value);
+          shared.emplace_back(kernel, value);
         }
         for (Operand& o : u->operands)
           if (o.is_value() && o.value == n->result()) o = Operand::of(value);
@@ -130,12 +140,21 @@ class RecomputePointwise : public Pass {
     return broadcast_through_reshape(v.type.shape, from, to);
   }
 
-  // What a reduction reduces ("" for other nodes): reductions with equal keys
-  // over one value are computed in one kernel.
-  static std::string reduction_key(const Node& u) {
-    if (op_kind(u.op) != OpKind::Reduction || !u.has_attr("dims")) return "";
-    std::string key = u.attr_bool_or("keepdim", false) ? "keep" : "drop";
-    for (int64_t d : u.attr_ints("dims")) key += " " + std::to_string(d);
+  // The kernel a reader of a recomputed value lands in, as a key: readers
+  // with equal keys are one kernel. A reduction's key is what it reduces
+  // (reductions over the same dims are computed in one kernel: var and mean
+  // in one pass); a pointwise reader's is that of the reduction its chain of
+  // sole readers ends in (its prologue), else one key for them all: the
+  // pointwise group they join. A copy for each of those would be computed
+  // side by side in one kernel (mish's links: x * tanh(softplus(x))).
+  static std::string kernel_of(const Graph& g, const Users& readers, const Node& u) {
+    const Node* x = &u;
+    while (op_kind(x->op) == OpKind::Pointwise && x->results.size() == 1 && !g.is_graph_output(x->result()) &&
+           readers.of(x->result()).size() == 1)
+      x = readers.of(x->result()).front();
+    if (op_kind(x->op) != OpKind::Reduction || !x->has_attr("dims")) return "pointwise";
+    std::string key = x->attr_bool_or("keepdim", false) ? "keep" : "drop";
+    for (int64_t d : x->attr_ints("dims")) key += " " + std::to_string(d);
     return key;
   }
 
@@ -175,18 +194,28 @@ class RecomputePointwise : public Pass {
   }
 
   // The nodes to copy for each further reader of n (n last, the others in
-  // graph order), or none where n is not worth it: n pointwise, read by
-  // several kernels that take pointwise work in (pointwise groups,
-  // reductions, directly or through a reshape); its full-size operands lead,
-  // through pointwise nodes that only the chain reads (`chains`; else n
-  // alone), to one materialized tensor of n's size, every other operand small. The copies then read that
-  // tensor where the readers read n: the same bytes, and n is never written.
-  std::vector<Node*> recomputable(const Graph& g, const Users& readers, const Node& n, bool chains) const {
+  // graph order) and the kernel each reader lands in, or none where n is not
+  // worth it: n pointwise, read by several kernels that take pointwise work
+  // in (pointwise groups, reductions, directly or through a reshape); its
+  // full-size operands lead, through pointwise nodes that only the chain
+  // reads (`chains`; else n alone), to one materialized tensor of n's size,
+  // every other operand small. The copies then read that tensor where the
+  // readers read n: the same bytes, and n is never written.
+  Candidate recomputable(const Graph& g, const Users& readers, const Node& n, bool chains) const {
     if (!pointwise_link(g, n)) return {};
     const std::vector<Node*>& users = readers.of(n.result());
     if (users.size() < 2) return {};
-    for (const Node* u : users)
+    Candidate found;
+    std::unordered_set<std::string> kernels;
+    for (const Node* u : users) {
       if (!fuses(*u) && !fused_reshape(g, readers, n, *u)) return {};
+      if (u->op == Op::View) {
+        kernels.insert("view " + u->result()->name);
+        continue;
+      }
+      kernels.insert(found.kernel_of[u] = kernel_of(g, readers, *u));
+    }
+    if (kernels.size() < 2) return {};  // one kernel reads it all: nothing to save
     const int64_t size = numel(n.result()->type.shape);
     std::vector<const Node*> chain{&n}, pending{&n};
     const Value* root = nullptr;
@@ -207,8 +236,6 @@ class RecomputePointwise : public Pass {
         if (!chains) return {};
         if (std::find(chain.begin(), chain.end(), p) != chain.end()) continue;
         if (!pointwise_link(g, *p)) return {};
-        for (const Node* u : readers.of(p->result()))
-          if (std::find(chain.begin(), chain.end(), u) == chain.end()) return {};  // read outside the chain
         chain.push_back(p);
         pending.push_back(p);
         if (chain.size() > kMostChained) return {};
@@ -216,12 +243,14 @@ class RecomputePointwise : public Pass {
     }
     // Single nodes: n alone. Chains: more than n (n alone was the first round's).
     if (root == nullptr || (chains && chain.size() == 1)) return {};
+    for (const Node* c : chain)  // the links only the chain reads (a bias add read by two of them)
+      for (const Node* u : readers.of(c->result()))
+        if (c != &n && std::find(chain.begin(), chain.end(), u) == chain.end()) return {};
     for (const Node* u : users)
       if (u->op == Op::View && !reshapes(chain, *root, u->result()->type.shape)) return {};
-    std::vector<Node*> ordered;
     for (const auto& node : g.nodes())
-      if (std::find(chain.begin(), chain.end(), node.get()) != chain.end()) ordered.push_back(node.get());
-    return ordered;
+      if (std::find(chain.begin(), chain.end(), node.get()) != chain.end()) found.chain.push_back(node.get());
+    return found;
   }
 };
 
