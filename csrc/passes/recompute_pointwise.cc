@@ -10,8 +10,8 @@
 // Each copy fuses into its reader's kernel (a reduction's prologue, a pointwise
 // group), which reads %conv where it read %y: the same bytes, and %y is never
 // written. Readers that land in one kernel share one copy: reductions over
-// the same dims (var and mean, as above), pointwise readers of one group
-// (mish's links); a value only one kernel reads is left as it is. Only where
+// the same dims (var and mean, as above), pointwise readers whose chains meet
+// in one node (mish's links); a value only one kernel reads is left as it is. Only where
 // every reader fuses (pointwise ops and reductions that become kernels): a
 // library call would need %y written anyway.
 // Only nodes reading one tensor of their size and small others (per-channel
@@ -143,19 +143,22 @@ class RecomputePointwise : public Pass {
   // The kernel a reader of a recomputed value lands in, as a key: readers
   // with equal keys are one kernel. A reduction's key is what it reduces
   // (reductions over the same dims are computed in one kernel: var and mean
-  // in one pass); a pointwise reader's is that of the reduction its chain of
-  // sole readers ends in (its prologue), else one key for them all: the
-  // pointwise group they join. A copy for each of those would be computed
-  // side by side in one kernel (mish's links: x * tanh(softplus(x))).
+  // in one pass). A pointwise reader's is where its chain of sole readers
+  // ends: a reduction's prologue, or the node that ends it (read by
+  // several, or returned), whose pointwise group takes in the whole chain.
+  // Readers whose chains meet there (mish's links: x * tanh(softplus(x)))
+  // would compute a copy each side by side.
   static std::string kernel_of(const Graph& g, const Users& readers, const Node& u) {
+    if (op_kind(u.op) == OpKind::Reduction && u.has_attr("dims")) {
+      std::string key = u.attr_bool_or("keepdim", false) ? "keep" : "drop";
+      for (int64_t d : u.attr_ints("dims")) key += " " + std::to_string(d);
+      return key;
+    }
     const Node* x = &u;
     while (op_kind(x->op) == OpKind::Pointwise && x->results.size() == 1 && !g.is_graph_output(x->result()) &&
            readers.of(x->result()).size() == 1)
       x = readers.of(x->result()).front();
-    if (op_kind(x->op) != OpKind::Reduction || !x->has_attr("dims")) return "pointwise";
-    std::string key = x->attr_bool_or("keepdim", false) ? "keep" : "drop";
-    for (int64_t d : x->attr_ints("dims")) key += " " + std::to_string(d);
-    return key;
+    return "node " + x->results.front()->name;
   }
 
   static bool fuses(const Node& u) { return op_kind(u.op) == OpKind::Pointwise || fusion::is_kernel_reduction(u); }
