@@ -11,9 +11,9 @@
 // group), which reads %conv where it read %y: the same bytes, and %y is never
 // written. Readers that land in one kernel share one copy: reductions over
 // the same dims (var and mean, as above), pointwise readers whose chains meet
-// in one node (mish's links); a value only one kernel reads is left as it is. Only where
-// every reader fuses (pointwise ops and reductions that become kernels): a
-// library call would need %y written anyway.
+// in one node (mish's links); a value only one kernel reads is left as it
+// is. Only where every reader fuses (pointwise ops and reductions that
+// become kernels): a library call would need %y written anyway.
 // Only nodes reading one tensor of their size and small others (per-channel
 // values, scalars), so no reader reads more than it did; that tensor an input,
 // an ATen op's or a convolution's result (a GEMM kernel would take the node
