@@ -189,7 +189,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.merge:
         if args.paths:
             raise ValueError("give either problem files or --merge, not both")
-        return _finish(merge_reports(args.merge), args)
+        return _finish(merge_reports(args.merge, replace=args.replace), args)
     if not args.paths:
         raise ValueError("no problem files given")
     check_precision(args.precision)

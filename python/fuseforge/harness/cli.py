@@ -502,6 +502,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="JSON",
         help="instead of running: combine --json reports of parts of a suite into one",
     )
+    bench.add_argument(
+        "--replace",
+        action="store_true",
+        help="with --merge: a problem a later report measured again replaces its row from an earlier one",
+    )
     bench.set_defaults(fn=_lazy("fuseforge.harness.bench", "cmd_bench"))
     emit = sub.add_parser("emit", parents=[common], help="write a standalone ModelNew file (torch only, CUDA inline)")
     emit.add_argument("problem")

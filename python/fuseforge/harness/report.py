@@ -205,10 +205,12 @@ def write_plot(report: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
-def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
+def merge_reports(paths: Sequence[str], replace: bool = False) -> dict[str, Any]:
     """One report from several `--json` reports of the same device, torch,
-    precision, mode and eager conv math (a suite run in parts); raises
-    ValueError if they differ or name a problem twice."""
+    precision, mode and eager conv math (a suite run in parts, or a merged
+    report and a part); raises ValueError if they differ or, unless
+    `replace` (a later part's row of a problem replaces an earlier one's: a
+    few problems measured again), name a problem twice."""
     merged: dict[str, Any] | None = None
     for path in paths:
         with open(path) as f:
@@ -222,11 +224,11 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
                     f"cannot merge {path}: {key} is {part.get(key, 'default')!r}, not {merged.get(key, 'default')!r}"
                 )
         twice = merged["problems"].keys() & part["problems"].keys()
-        if twice:
+        if twice and not replace:
             raise ValueError(f"cannot merge {path}: {', '.join(sorted(twice))} already in an earlier part")
         merged["problems"].update(part["problems"])
-        merged["command"].append(part["command"])
-        merged["date"].append(part["date"])
+        for key in ("command", "date"):  # a merged report's are lists already
+            merged[key] += part[key] if isinstance(part[key], list) else [part[key]]
     if merged is None:
         raise ValueError("--merge needs at least one JSON report")
     return merged
