@@ -246,9 +246,9 @@ class RecomputePointwise : public Pass {
     }
     // Single nodes: n alone. Chains: more than n (n alone was the first round's).
     if (root == nullptr || (chains && chain.size() == 1)) return {};
-    for (const Node* c : chain)  // the links only the chain reads (a bias add read by two of them)
-      for (const Node* u : readers.of(c->result()))
-        if (c != &n && std::find(chain.begin(), chain.end(), u) == chain.end()) return {};
+    for (size_t i = 1; i < chain.size(); ++i)  // links only the chain reads (a bias add read by two of them)
+      for (const Node* u : readers.of(chain[i]->result()))
+        if (std::find(chain.begin(), chain.end(), u) == chain.end()) return {};
     for (const Node* u : users)
       if (u->op == Op::View && !reshapes(chain, *root, u->result()->type.shape)) return {};
     for (const auto& node : g.nodes())
