@@ -8,9 +8,10 @@
 // against those the specialization was armed with, checks that the prepare
 // section's weights are unchanged, then walks the executor's run steps:
 // kernel launches natively (outputs from torch's caching allocator, on
-// torch's current stream), every other step (library calls, views, kernels
-// run otherwise) through the executor's own Python closure over the same
-// slot list. Any mismatch returns None and the Python path decides (and, for
+// torch's current stream), views natively where the executor found their
+// offset and layout, every other step (library calls, kernels run
+// otherwise) through the executor's own Python closure over the same slot
+// list. Any mismatch returns None and the Python path decides (and, for
 // this specialization, arms a new FastCall), so this file holds no policy.
 //
 // This module links libtorch (for tensors and streams); the core does not.
@@ -96,14 +97,15 @@ struct KernelInput {
 };
 
 struct Step {
-  enum Kind { Launch, Python, Free } kind;
-  std::vector<int> slots;  // Launch: outputs; Free: the slots it frees
-  std::vector<Layout> outputs;
+  enum Kind { Launch, View, Python, Free } kind;
+  std::vector<int> slots;       // Launch: outputs; View: source, result; Free: the slots it frees
+  std::vector<Layout> outputs;  // View: the source's layout, then the result's (its dtype unused)
+  int64_t offset = 0;           // View: the result's storage offset from the source's
   std::vector<KernelInput> inputs;
   std::vector<int> scalars;
   int64_t align = 0;
   void* kernel = nullptr;
-  py::object keep;  // Launch: the LaunchableKernel (kept alive); Python: the closure over the slot list
+  py::object keep;  // Launch: the LaunchableKernel (kept alive); View, Python: the closure over the slot list
 };
 
 struct Weight {
@@ -268,6 +270,14 @@ class FastCall {
     } else if (kind == "python") {
       s.kind = Step::Python;
       s.keep = py::reinterpret_borrow<py::object>(t[1]);
+    } else if (kind == "view") {
+      // ("view", source slot, result slot, dtype, shape, strides, result shape, result strides, offset, closure)
+      s.kind = Step::View;
+      s.slots = {t[1].cast<int>(), t[2].cast<int>()};
+      s.outputs.push_back(layout(t[3], t[4], t[5]));
+      s.outputs.push_back(layout(t[3], t[6], t[7]));
+      s.offset = t[8].cast<int64_t>();
+      s.keep = py::reinterpret_borrow<py::object>(t[9]);
     } else {
       // ("launch", kernel, handle, [(slot, dtype, shape, strides)], [(memory, relayout, dtype, shape, strides)],
       //  align, [scalar slots])
@@ -317,6 +327,20 @@ class FastCall {
   void run(const Step& s, py::list& env) const {
     if (s.kind == Step::Free) {
       for (int slot : s.slots) env[slot] = py::none();
+      return;
+    }
+    if (s.kind == Step::View) {
+      // The view as the executor's closure makes it, without a trip through
+      // Python; a source in another layout than recorded takes the closure.
+      py::handle v = env[s.slots[0]];
+      if (!is_tensor(v) || !s.outputs[0].matches(tensor(v))) {
+        s.keep(env);
+        return;
+      }
+      const at::Tensor& x = tensor(v);
+      const Layout& r = s.outputs[1];
+      env[s.slots[1]] = py::reinterpret_steal<py::object>(
+          THPVariable_Wrap(x.as_strided(r.shape, r.strides, x.storage_offset() + s.offset)));
       return;
     }
     if (s.kind == Step::Python) {

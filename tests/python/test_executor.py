@@ -194,3 +194,38 @@ def test_a_kernel_whose_code_was_tuned_before_compiles_only_the_chosen_candidate
     monkeypatch.setattr(autotune, "choose", lambda k, names, runs, timer=None: 0)
     assert ex._tuned(kernel(19, sizes=(512, 512, 64)), "default", [], []) == "default"
     assert compiled[1:] == ["ff_gemm_mm_3xtf32_128x64_19", "ff_gemm_mm_3xtf32_64x64_19"]
+
+
+class PoolHead(nn.Module):
+    """Views between kernels and a library GEMM: a flatten of the pooled
+    tensor, the weight's transpose, and a slice with an offset."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 12)
+
+    def forward(self, x):
+        pooled = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
+        return torch.log_softmax(self.fc(pooled), dim=1)[:, 2:]
+
+
+def test_native_views_reproduce_their_closures():
+    """Each view step FastCall makes natively (source layout, result layout,
+    storage offset found on a meta tensor) gives the tensor the step's own
+    closure gives on a source laid out as recorded."""
+    model = PoolHead()
+    x = torch.randn(6, 32, 3, 3)
+    cap = capture(model, [x], name="m")
+    executor = Executor(compile_ir(cap.text).plan, torch.device("cpu"))
+    views = [s for s in executor.fast_steps() if s[0] == "view"]
+    assert views, [s[0] for s in executor.fast_steps()]
+    for _, source, result, dtype, shape, strides, view_shape, view_strides, offset, closure in views:
+        base = torch.randn(sum((n - 1) * s for n, s in zip(shape, strides)) + 1 + 5, dtype=dtype)
+        src = base.as_strided(shape, strides, 5)  # a source that starts past its storage's start
+        env = [None] * len(executor.types)
+        env[source] = src
+        closure(env)
+        native = src.as_strided(view_shape, view_strides, src.storage_offset() + offset)
+        assert torch.equal(native, env[result])
+        assert native.untyped_storage().data_ptr() == env[result].untyped_storage().data_ptr()
+        assert native.storage_offset() == env[result].storage_offset()

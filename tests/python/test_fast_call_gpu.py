@@ -163,3 +163,50 @@ def test_batchnorm_running_statistics_follow_eager_through_native_calls():
     assert _served(fast) == 3
     for name in ("running_mean", "running_var", "num_batches_tracked"):
         torch.testing.assert_close(getattr(model[1], name), getattr(reference[1], name), rtol=1e-5, atol=1e-6)
+
+
+class PoolHead(torch.nn.Module):
+    """Views between kernels: a slice with an offset of the last kernel's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 12)
+
+    def forward(self, x):
+        pooled = torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1)
+        return torch.log_softmax(self.fc(pooled), dim=1)[:, 2:]
+
+
+def test_views_between_kernels_are_made_natively():
+    torch.manual_seed(0)
+    model = PoolHead().cuda()
+    fast = fuseforge.optimize(model)
+    x = torch.randn(64, 32, 3, 3, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            out, want = fast(x), model(x)
+            torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+            assert (out.stride(), out.storage_offset()) == (want.stride(), want.storage_offset())
+    (spec,) = fast.specializations()
+    kinds = [s[0] for s in spec.executor.fast_steps()]
+    assert "view" in kinds and "python" not in kinds, kinds
+    assert spec.fast.served == 2
+
+
+def test_training_graphs_make_their_views_natively():
+    torch.manual_seed(0)
+    model = PoolHead().cuda()
+    reference = PoolHead().cuda()
+    reference.load_state_dict(model.state_dict())
+    fast = fuseforge.optimize(model)
+    x = torch.randn(64, 32, 3, 3, device="cuda")
+    for _ in range(3):
+        for m in (fast, reference):
+            m.zero_grad(set_to_none=True)
+            (m(x) ** 2).sum().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+    graphs = [g for step in fast._ff_training.values() for g in step.graphs]
+    assert {g.kind for g in graphs} == {"forward", "backward"}
+    assert all(g.fast and g.fast.served == 2 for g in graphs)
+    assert any(s[0] == "view" for g in graphs for s in g.executor.fast_steps())

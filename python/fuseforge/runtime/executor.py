@@ -387,9 +387,36 @@ class Executor:
                 outs = [(o, *self._layout(o)) for o in k.outputs]
                 ins = [(i.memory, bool(i.relayout), *self._layout(i.memory)) for i in k.inputs]
                 out.append(("launch", kernel, kernel.handle, outs, ins, int(k.align_bytes), list(k.scalars)))
+            elif step.kind == "view" and (view := self._native_view(step)) is not None:
+                out.append(("view", *view, run))
             else:
                 out.append(("python", run))
         return out
+
+    def _native_view(self, step: Any) -> tuple | None:
+        """A view step as FastCall makes it natively, (source slot, result
+        slot, source layout, result shape, strides and storage offset from
+        the source's), where its torch expression, applied to a meta tensor
+        laid out as recorded, gives a view laid out as recorded; else None
+        (it then runs through its closure). A source that arrives in another
+        layout at run time takes the closure too."""
+        buffers = [o.buffer for o in step.operands if o.buffer >= 0]
+        if len(buffers) != 1 or len(step.results) != 1:
+            return None
+        (source,), (result,) = buffers, step.results
+        src, dst = self.types[source], self.types[result]
+        meta = torch.empty_strided(src.shape, src.strides, dtype=src.dtype, device="meta")
+        try:
+            view = library_calls.make_call(step, meta.device)(
+                [meta if o.buffer >= 0 else o.literal for o in step.operands]
+            )
+        except Exception:  # an expression that needs real data
+            return None
+        if not isinstance(view, torch.Tensor) or view._base is not meta or not _same_layout(view, dst):
+            return None
+        if tuple(view.shape) != dst.shape or view.dtype != dst.dtype:
+            return None
+        return source, result, *self._layout(source), dst.shape, dst.strides, view.storage_offset()
 
     def _layout(self, slot: int) -> tuple:
         t = self.types[slot]

@@ -6,8 +6,9 @@ executor), `arm` describes that call to fuseforge._fast_call.FastCall
 from, the prepare section's weights and kept values, and the executor's run
 steps. The next call with the same kind of arguments then runs in C++: it
 checks what the guard key and `Specialization.gather` check, and that the
-prepare section's weights are unchanged, launches the compiled kernels and
-runs every other step through the executor's own closure. Anything it does
+prepare section's weights are unchanged, launches the compiled kernels,
+makes views whose layout and offset the executor found (Executor.fast_steps)
+and runs every other step through the executor's own closure. Anything it does
 not find as armed sends the call back to the Python path.
 
 Why: for a small model the Python path's host time is the GPU's idle time
