@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "codegen/cuda/reduction_emit.h"
+#include "kernel/reduction_domain.h"
 #include "kernel/reduction_staging.h"
 
 namespace ff::fusion {
@@ -13,13 +14,12 @@ namespace {
 using codegen::ReductionAccess;
 using codegen::ReductionStrategy;
 
-constexpr int kMaxCacheWords = 64;              // registers a thread may spend holding its inputs' items
-constexpr int kRegisterOverhead = 40;           // registers for everything else (indices, temporaries)
-constexpr int kColumnRound = 4;                 // elements of its columns a thread reads at least (columns form)
-constexpr int64_t kInFlightBytes = 64 * 1024;   // loads in flight per SM that keep HBM busy
-constexpr int64_t kStaticShared = 46 * 1024;    // a kernel's static shared memory (48 KiB), with room to spare
-constexpr int64_t kMergeShared = 32 * 1024;     // of it, the columns form's merge along threadIdx.y at most
-constexpr int64_t kMaxSerialColumnTerms = 256;  // rows one thread of a narrowed columns form sums in a row
+constexpr int kMaxCacheWords = 64;             // registers a thread may spend holding its inputs' items
+constexpr int kRegisterOverhead = 40;          // registers for everything else (indices, temporaries)
+constexpr int kColumnRound = 4;                // elements of its columns a thread reads at least (columns form)
+constexpr int64_t kInFlightBytes = 64 * 1024;  // loads in flight per SM that keep HBM busy
+constexpr int64_t kStaticShared = 46 * 1024;   // a kernel's static shared memory (48 KiB), with room to spare
+constexpr int64_t kMergeShared = 32 * 1024;    // of it, the columns form's merge along threadIdx.y at most
 
 int pow2_ceil(int64_t x) {
   int p = 1;
@@ -251,8 +251,8 @@ ReductionStrategy columns(const codegen::ReductionLayout& l, const Rereads& agai
   // Each thread takes a round of loads (kColumnRound) of its columns before
   // the merge along y: a split-K sum of 8 partials at 8 threads along y (one
   // load each, three shared-memory merges) ran 10.8 us for 9 MB.
-  const int max_y =
-      static_cast<int>(std::min<int64_t>(32, std::max<int64_t>(1, pow2_ceil(l.length + 1) / 2 / kColumnRound)));
+  const int max_y = static_cast<int>(
+      std::min<int64_t>(kMaxColumnLanes, std::max<int64_t>(1, pow2_ceil(l.length + 1) / 2 / kColumnRound)));
   s.threads = std::min(max_y, pow2_ceil((target + column_threads - 1) / column_threads));
   auto fit_block = [&] { s.block = std::max(32, 256 / s.threads) * s.threads; };
   fit_block();
@@ -379,9 +379,7 @@ codegen::ReductionStrategy choose_reduction_strategy(const Group& g, const Reduc
     // gradient: the sum over 8192 rows of 2048 columns of a product). A lone
     // reduction stays ATen's, which reads its input once as well; so does
     // one whose narrowed form would leave each thread a serial run of more
-    // than kMaxSerialColumnTerms rows (an f32 sum of n terms in a row errs by
-    // up to n ulps: a weight gradient summed over 32768 rows, 1024 per thread,
-    // came out 3x further from fp64 than ATen's).
+    // than kMaxSerialColumnTerms rows (kernel/reduction_domain.h).
     const ReductionStrategy wide = columns(l, again, inputs, acc_words, chunked, options, 16);
     ReductionStrategy s = wide;
     while (g.nodes.size() > 1 && s.vector > 1 && !parallel_enough(s, l, options))

@@ -40,6 +40,16 @@ bool is_normalization(Op op);
 // decomposed so that its statistics split (passes/decompose_long_norm.cc).
 bool leaves_gpu_idle(int64_t blocks, int64_t elements, const Target& target);
 
+// The columns form of a reduction kernel (the kept dim innermost in memory)
+// gives each column at most kMaxColumnLanes threads, and each thread sums at
+// most kMaxSerialColumnTerms rows in a row: an f32 sum of n terms in a row
+// errs by up to n ulps (a weight gradient summed over 32768 rows, 1024 per
+// thread, came out 3x further from fp64 than ATen's). Longer columns are
+// split into partials first (passes/split_long_reduction.cc).
+constexpr int kMaxColumnLanes = 32;
+constexpr int64_t kMaxSerialColumnTerms = 256;
+constexpr int64_t kLongestColumn = kMaxColumnLanes * kMaxSerialColumnTerms;
+
 struct ReductionDomain {
   Shape shape;                // the reduced tensor's shape
   std::vector<bool> reduced;  // per dim of `shape`

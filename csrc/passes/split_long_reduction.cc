@@ -12,6 +12,12 @@
 // reduction has rows enough to fill it and reads the input once; its
 // consumers' work (running statistics, rsqrt) fuses into the small final one.
 //
+// Columns longer than kLongestColumn (the kept dim innermost in memory: a
+// weight gradient's sum over 16 x 2048 rows of 4096 columns) are split along
+// their reduced dims however many they are: one kernel would sum too many
+// rows in a row per thread (kernel/reduction_domain.h), and the scheduler
+// would hand the sum to ATen with its prologue written out.
+//
 // The partials keep the reduced dims outermost in memory and reduce the rest,
 // so each partial row reads a contiguous stretch where the layout allows.
 // Exact regroupings, for f32 and f64 (the others would round each partial to
@@ -74,11 +80,24 @@ struct Split {
 // instance norm's statistics over a channels-last conv output (6144 columns
 // of 8836) took 89.6 us on an H100 whole, 101 us split per image row (the
 // partials stored channels innermost) plus 6 us for the final merges.
-int64_t partial_target(const TensorType& x, const std::vector<bool>& mask) {
+// The input's innermost dim in memory of size > 1, or -1 for none.
+int64_t innermost_dim(const TensorType& x) {
   int64_t innermost = -1;
   for (int64_t d = 0; d < static_cast<int64_t>(x.shape.size()); ++d)
     if (x.shape[d] > 1 && (innermost < 0 || x.strides[d] < x.strides[innermost])) innermost = d;
+  return innermost;
+}
+
+int64_t partial_target(const TensorType& x, const std::vector<bool>& mask) {
+  const int64_t innermost = innermost_dim(x);
   return innermost >= 0 && mask[innermost] ? kFewRows : kPartialColumns;
+}
+
+// Whether the reduction is over columns (its innermost dim kept) longer than
+// one kernel sums accurately.
+bool long_columns(const TensorType& x, const std::vector<bool>& mask, int64_t length) {
+  const int64_t innermost = innermost_dim(x);
+  return innermost >= 0 && !mask[innermost] && length > fusion::kLongestColumn;
 }
 
 // The split of a reduction of `x` over the dims in `mask`, or nothing when it
@@ -88,7 +107,8 @@ std::optional<Split> plan_split(const TensorType& x, const std::vector<bool>& ma
   std::vector<int64_t> reduced, kept;
   for (int64_t d = 0; d < rank; ++d) (mask[d] ? reduced : kept).push_back(d);
   const int64_t rows = product(x.shape, kept), length = product(x.shape, reduced);
-  if (rows >= kFewRows || rows * length < kMinElements) return std::nullopt;
+  const bool few_rows = rows < kFewRows, too_long = long_columns(x, mask, length);
+  if ((!few_rows && !too_long) || rows * length < kMinElements) return std::nullopt;
   // Outermost in memory first: the partials then read contiguous stretches.
   std::vector<int64_t> order;
   for (int64_t d : reduced)
@@ -97,7 +117,10 @@ std::optional<Split> plan_split(const TensorType& x, const std::vector<bool>& ma
   const int64_t target = partial_target(x, mask);
   Split s;
   int64_t kept_extent = 1;
-  for (size_t i = 0; i + 1 < order.size() && rows * kept_extent < target; ++i) {
+  auto more = [&] {
+    return (few_rows && rows * kept_extent < target) || (too_long && length / kept_extent > fusion::kLongestColumn);
+  };
+  for (size_t i = 0; i + 1 < order.size() && more(); ++i) {
     if (length / (kept_extent * x.shape[order[i]]) < kMinChunk) break;
     kept_extent *= x.shape[order[i]];
     s.keep.push_back(order[i]);
@@ -145,6 +168,13 @@ std::optional<NodeSplit> plan_reduction(const TensorType& x, std::vector<bool> m
   for (size_t d = 0; d < ns.mask.size(); ++d)
     if (ns.mask[d] && x.shape[d] > 1) long_dims.push_back(static_cast<int64_t>(d));
   if (long_dims.size() != 1) return std::nullopt;
+  // Viewing the input separates the partial reduction from the pointwise
+  // work before it (a kernel of its own, its result written out): worth it
+  // where few rows leave the GPU idle, not for long columns alone.
+  int64_t rows = 1;
+  for (size_t d = 0; d < ns.mask.size(); ++d)
+    if (!ns.mask[d]) rows *= x.shape[d];
+  if (rows >= kFewRows) return std::nullopt;
   const int64_t d = long_dims[0];
   ns.view = two_dim_view(x, ns.mask, d);
   if (!ns.view) return std::nullopt;
