@@ -74,7 +74,8 @@ def _sgd(model: nn.Module, lr: float) -> None:
     sums large outputs has large gradients, and a plain step would send the
     weights (and every later comparison) off to infinity."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    scale = lr / max(float(g.abs().max()) for g in grads) if grads else 0.0
+    peak = max((float(g.abs().max()) for g in grads), default=0.0)
+    scale = lr / peak if peak > 0 else 0.0
     with torch.no_grad():
         for p in model.parameters():
             if p.grad is not None:
