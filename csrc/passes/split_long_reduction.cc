@@ -68,6 +68,14 @@ int64_t product(const Shape& shape, const std::vector<int64_t>& dims) {
   return p;
 }
 
+// The rows a reduction over the dims in `mask` leaves: its kept elements.
+int64_t kept_rows(const Shape& shape, const std::vector<bool>& mask) {
+  int64_t rows = 1;
+  for (size_t d = 0; d < mask.size(); ++d)
+    if (!mask[d]) rows *= shape[d];
+  return rows;
+}
+
 // How to split one reduction: the dims its partials keep (P) and reduce (Q).
 struct Split {
   std::vector<int64_t> keep, reduce;
@@ -136,9 +144,7 @@ std::optional<Split> plan_split(const TensorType& x, const std::vector<bool>& ma
 // rows.
 std::optional<Shape> two_dim_view(const TensorType& x, const std::vector<bool>& mask, int64_t d) {
   if (!x.is_contiguous()) return std::nullopt;
-  int64_t rows = 1;
-  for (size_t i = 0; i < mask.size(); ++i)
-    if (!mask[i]) rows *= x.shape[i];
+  const int64_t rows = kept_rows(x.shape, mask);
   const int64_t extent = x.shape[d], target = partial_target(x, mask);
   for (int64_t b = 4096; b >= kMinChunk; b /= 2)
     if (extent % b == 0 && extent / b >= 2 && (rows * (extent / b) >= target || b == kMinChunk)) {
@@ -171,10 +177,7 @@ std::optional<NodeSplit> plan_reduction(const TensorType& x, std::vector<bool> m
   // Viewing the input separates the partial reduction from the pointwise
   // work before it (a kernel of its own, its result written out): worth it
   // where few rows leave the GPU idle, not for long columns alone.
-  int64_t rows = 1;
-  for (size_t d = 0; d < ns.mask.size(); ++d)
-    if (!ns.mask[d]) rows *= x.shape[d];
-  if (rows >= kFewRows) return std::nullopt;
+  if (kept_rows(x.shape, ns.mask) >= kFewRows) return std::nullopt;
   const int64_t d = long_dims[0];
   ns.view = two_dim_view(x, ns.mask, d);
   if (!ns.view) return std::nullopt;
