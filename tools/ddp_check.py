@@ -87,7 +87,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
     from fuseforge.harness.check import in_float64
     from fuseforge.harness.compare import max_err
     from fuseforge.harness.problem import build_model, problem_inputs
-    from fuseforge.harness.train import judge, parameter_grads, train_step, worst
+    from fuseforge.harness.train import describe_grads, judge, parameter_grads, train_step
     from fuseforge.runtime import training
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -106,7 +106,6 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
         refused = _couples_batch(model)
         if refused:
             raise ValueError(refused)
-        names = sorted(name for name, p in model.named_parameters() if p.requires_grad)  # parameter_grads' order
         reference = copy.deepcopy(model)  # one GPU, the whole batch
         eager_ddp = DDP(copy.deepcopy(model), device_ids=[rank])
         fast_ddp = torch.compile(DDP(copy.deepcopy(model), device_ids=[rank]), backend="fuseforge")
@@ -140,14 +139,11 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
 
                 # The one rule, eager's computation being eager DDP on the same shards.
                 verdict = judge(got, eager_got, fp64)
-                text = verdict.describe()
-                if not verdict.correct and verdict.reason is None:
-                    text += f" (furthest: {worst(names, got, eager_got)}.grad)"
                 steps.append(
                     {
                         "step": step,
                         "grads_correct": verdict.correct,
-                        "verdict": text,
+                        "verdict": describe_grads(verdict, model, got, eager_got),
                         "ranks_equal": all(torch.equal(g, gathered[0]) for g in gathered),
                         "err_vs_one_gpu": max_err(got, want),
                         "eager_ddp_err_vs_one_gpu": max_err(eager_got, want),

@@ -160,10 +160,18 @@ def judge(
     return assess([], [], [], ours, eager, exact) if buffers else assess(ours, eager, exact, [], [])
 
 
-def worst(names: Sequence[str], ours: Sequence[torch.Tensor], eager: Sequence[torch.Tensor]) -> str:
-    """The name whose tensor is furthest from eager's: where to look first."""
-    errs = [max_err([a], [b]) for a, b in zip(ours, eager)]
-    return names[max(range(len(errs)), key=errs.__getitem__)]
+def describe_grads(
+    verdict: Verdict, model: nn.Module, ours: Sequence[torch.Tensor], eager: Sequence[torch.Tensor]
+) -> str:
+    """The verdict on gradients (parameter_grads of `model`'s parameters) in
+    one line; where their values were judged wrong, it names the parameter
+    whose gradient is furthest from eager's: where to look first."""
+    text = verdict.describe()
+    if not verdict.correct and verdict.reason is None:
+        names = [name for name, _ in _trained(model)]
+        errs = [max_err([a], [b]) for a, b in zip(ours, eager)]
+        text += f" (furthest: {names[max(range(len(errs)), key=errs.__getitem__)]}.grad)"
+    return text
 
 
 def first_fuseforge_step(fast: nn.Module, inputs: Sequence[Any]) -> list[torch.Tensor]:
@@ -193,15 +201,12 @@ def check_training(
     gave `eager_grads`): gradients after one step, buffers after
     BUFFER_STEPS; `make` builds another fresh copy for the fp64 reference."""
     fp64 = functools.cache(lambda: fp64_reference(make(), inputs))  # computed at its first use, if any
-    names = [name for name, _ in _trained(eager)]
     with precision_context(precision):
         grads = first_fuseforge_step(fast, inputs)
         eager_buffers = more_steps(eager, inputs, BUFFER_STEPS - 1)
         buffers = more_steps(fast, inputs, BUFFER_STEPS - 1)
     verdict = judge(grads, eager_grads, lambda: fp64()[0])
-    text = verdict.describe()
-    if not verdict.correct and verdict.reason is None:
-        text += f" (furthest: {worst(names, grads, eager_grads)}.grad)"
+    text = describe_grads(verdict, eager, grads, eager_grads)
     out: dict[str, Any] = {"grads_correct": verdict.correct, "grads_verdict": text, "buffers_correct": None}
     if eager_buffers:
         out["buffers_correct"] = judge(buffers, eager_buffers, lambda: fp64()[1], buffers=True).correct
