@@ -84,7 +84,7 @@ def _sgd(model: nn.Module, lr: float) -> None:
 
 
 def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
-    from fuseforge.harness.check import in_float64
+    from fuseforge.harness.check import float64_inputs, in_float64
     from fuseforge.harness.compare import max_err
     from fuseforge.harness.problem import build_model, problem_inputs
     from fuseforge.harness.train import describe_grads, judge, parameter_grads, train_step
@@ -130,11 +130,8 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
             if rank == 0:
 
                 def fp64(model: nn.Module = fp64_model) -> list[torch.Tensor]:
-                    inputs64 = [
-                        x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
-                    ]
                     with in_float64(model):
-                        train_step(model, inputs64)
+                        train_step(model, float64_inputs(inputs))
                         return [g / world for g in parameter_grads(model)]
 
                 # The one rule, eager's computation being eager DDP on the same shards.

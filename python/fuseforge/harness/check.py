@@ -18,7 +18,7 @@ only case where the verdict needs it."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -107,13 +107,18 @@ def in_float64(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         convert(back=True)
 
 
+def float64_inputs(inputs: Sequence[Any]) -> list[Any]:
+    """`inputs` with their floating tensors in float64 (the rest as they are)."""
+    return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+
+
 def float64_run(model: torch.nn.Module, inputs: list[Any]) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
     """Outputs of `model` computed in float64 (in_float64) on `inputs` with
     their floating tensors in float64, and its buffers as that run left them
     (floating ones in float64), by name. The model's buffers hold their own
     dtype again afterwards; the ones returned are not the model's (a buffer
     the conversion left alone is cloned), so restoring the model's keeps them."""
-    inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    inputs64 = float64_inputs(inputs)
     with torch.no_grad(), in_float64(model):
         outputs = flatten_tensors(model(*inputs64))
         buffers = state(model)

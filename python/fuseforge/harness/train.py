@@ -36,7 +36,7 @@ from rich.table import Table
 from torch import nn
 
 from fuseforge.diagnostics import one_line
-from fuseforge.harness.check import in_float64
+from fuseforge.harness.check import float64_inputs, in_float64
 from fuseforge.harness.compare import Verdict, assess, flatten_tensors, max_err, mismatch
 from fuseforge.harness.report import geomean
 from fuseforge.harness.timing import time_cuda
@@ -133,7 +133,7 @@ def fp64_reference(model: nn.Module, inputs: Sequence[Any]) -> tuple[list[torch.
     """The gradients of one step and the buffers after BUFFER_STEPS steps of
     `model` (a fresh copy, as the others started) in float64 on float64
     inputs; floating buffers come back in float64."""
-    inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    inputs64 = float64_inputs(inputs)
     with in_float64(model):
         grads = step_grads(model, inputs64)
         buffers = more_steps(model, inputs64, BUFFER_STEPS - 1)
