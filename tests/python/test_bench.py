@@ -11,7 +11,7 @@ import pytest
 
 from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 from fuseforge.harness import bench, cli
-from fuseforge.harness.report import render_markdown
+from fuseforge.harness.report import COMPILE_LEGEND, render_markdown
 from fuseforge.harness.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
 
@@ -178,6 +178,7 @@ def test_markdown_report_lists_every_problem_and_failure():
     assert lines[header + 2].startswith("| fast | eval | yes | — | — | 2.000 | — | 1.000 | 2.00 |")
     assert lines[header + 3].startswith("| hung | — | FAILED |")
     assert lines[-1] == "- hung: timed out after 300 s"
+    assert COMPILE_LEGEND in lines  # the compile columns say how they were measured
 
 
 def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, monkeypatch, capsys):

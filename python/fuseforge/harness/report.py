@@ -97,6 +97,14 @@ def _title(report: dict[str, Any]) -> str:
     )
 
 
+#: What the compile columns mean, and why a suite's figures exceed one problem's alone.
+COMPILE_LEGEND = (
+    "compile s / cached s: seconds of the first call with an empty / a filled kernel cache; bench measures "
+    "them while --jobs problems compile at once, so they include waiting for the CPU "
+    "(`fuseforge run FILE --compile-times` measures one problem alone)"
+)
+
+
 def _summary_line(summary: dict[str, Any]) -> str:
     """Correct count, geomean speedups over the correct problems and fast_1 counts."""
     parts = [f"{summary['correct']}/{summary['problems']} correct"]
@@ -123,7 +131,7 @@ def render_table(report: dict[str, Any]) -> Table:
         if cells[2] != "yes":
             cells[2] = f"[red]{cells[2]}[/red]"
         table.add_row(*cells)
-    table.caption = _summary_line(report["summary"]) + "\n" + ROOFLINE_LEGEND
+    table.caption = "\n".join((_summary_line(report["summary"]), ROOFLINE_LEGEND, COMPILE_LEGEND))
     if "train_steps" in report["summary"]:  # bench --train
         from fuseforge.harness.train import train_summary_line
 
@@ -152,7 +160,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for name, r in report["problems"].items():
         lines.append("| " + " | ".join(_cells(name, r) + ([str(r.get("gpu", "—"))] if gpu else [])) + " |")
-    lines += ["", ROOFLINE_LEGEND]
+    lines += ["", ROOFLINE_LEGEND, "", COMPILE_LEGEND]
     errors = [f"- {name}: {r['error']}" for name, r in report["problems"].items() if "error" in r]
     if errors:
         lines += ["", "Failures:", *errors]
