@@ -37,6 +37,11 @@ Node* reshape_read(const Node& n) {
   Node* reshape = x->producer;
   const Value* src = reshape->input(0);
   if (!src->type.is_contiguous() || !x->type.is_contiguous() || src->type.shape.empty()) return nullptr;
+  // A graph input has no kernel for the work to join before the reshape;
+  // moved, it would only part from its readers after it (a reduction over
+  // the reshaped dims reads it in that shape, and takes pointwise work in
+  // that shape alone).
+  if (!src->producer) return nullptr;
   return reshape;
 }
 
