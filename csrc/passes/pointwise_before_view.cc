@@ -24,8 +24,10 @@ namespace {
 
 bool is_reshape(Op op) { return op == Op::View || op == Op::Squeeze || op == Op::Unsqueeze; }
 
-// The reshape that `n` reads as its only tensor operand, if it can move.
-Node* reshape_read(const Node& n) {
+// The one tensor `n` reads (maybe several times), if `n` is pointwise work
+// with a contiguous result that could move; the other operands are literals
+// or 0-d values.
+const Value* sole_tensor_read(const Node& n) {
   if (op_kind(n.op) != OpKind::Pointwise || n.op == Op::Full || !n.result()->type.is_contiguous()) return nullptr;
   const Value* x = nullptr;
   for (const Operand& o : n.operands) {
@@ -33,6 +35,12 @@ Node* reshape_read(const Node& n) {
     if (x && o.value != x) return nullptr;
     x = o.value;
   }
+  return x;
+}
+
+// The reshape that `n` reads as its only tensor operand, if it can move.
+Node* reshape_read(const Graph& g, const Node& n) {
+  const Value* x = sole_tensor_read(n);
   if (!x || !x->producer || !is_reshape(x->producer->op)) return nullptr;
   Node* reshape = x->producer;
   const Value* src = reshape->input(0);
@@ -42,6 +50,11 @@ Node* reshape_read(const Node& n) {
   // the reshaped dims reads it in that shape, and takes pointwise work in
   // that shape alone).
   if (!src->producer) return nullptr;
+  // Every reader of the reshape moves, or none: moving some parts them from
+  // the rest (a GELU's terms from the sum that reads the view and them),
+  // which then runs in a kernel of its own reading what they wrote.
+  for (const Node* u : g.users(x))
+    if (sole_tensor_read(*u) != x) return nullptr;
   return reshape;
 }
 
@@ -54,7 +67,7 @@ class PointwiseBeforeView final : public Pass {
     std::vector<Node*> order;
     for (auto& n : g.nodes()) order.push_back(n.get());
     for (Node* n : order) {
-      Node* reshape = reshape_read(*n);
+      Node* reshape = reshape_read(g, *n);
       if (!reshape) continue;
       Value* src = reshape->input(0);
       Value* x = reshape->result();
@@ -70,7 +83,7 @@ class PointwiseBeforeView final : public Pass {
     // The moved nodes' old forms are unused now.
     std::unordered_set<const Node*> dead;
     for (auto& n : g.nodes())
-      if (reshape_read(*n) && g.users(n->result()).empty() && !g.is_graph_output(n->result())) dead.insert(n.get());
+      if (reshape_read(g, *n) && g.users(n->result()).empty() && !g.is_graph_output(n->result())) dead.insert(n.get());
     g.erase_nodes_if([&](const Node* n) { return dead.count(n) != 0; });
     return changed;
   }
