@@ -11,6 +11,10 @@
 // gradient, 160 steps of [1152, 512]) fused whole would hold every step's at
 // once where the chain of adds frees each as it goes (kernels run as soon as
 // their inputs are ready: fusion/partition.cc's schedule).
+// Then the one-element groups that read only the graph's inputs (a train-mode
+// batch norm's num_batches_tracked + 1, one per norm) become one kernel:
+// nothing the graph computes comes before them, so merging them makes no
+// cycle, and a network's dozens of one-thread launches become one.
 #include <algorithm>
 
 #include "codegen/cuda/pointwise.h"
@@ -42,6 +46,7 @@ class PointwiseScheduler final : public Scheduler {
       Node* n = it->get();
       if (fusible(n) && !p.group_of(n)) grow(p, n);
     }
+    merge_scalars_of_inputs(p);
   }
 
   codegen::KernelSource generate(const Group& g, int id, const FusionOptions&) const override {
@@ -94,6 +99,26 @@ class PointwiseScheduler final : public Scheduler {
     }
     std::sort(order.begin(), order.end(), [&](Node* a, Node* b) { return p.index(a) < p.index(b); });
     p.add_group(Group::Kind::Pointwise, std::move(order));
+  }
+
+  static void merge_scalars_of_inputs(PartitionBuilder& p) {
+    std::vector<int> scalars;
+    for (int g = 0; g < p.num_groups(); ++g) {
+      const Group d = p.describe(g);
+      if (d.kind != Group::Kind::Pointwise || d.nodes.empty()) continue;
+      bool merge = true;
+      for (const Node* n : d.nodes) merge &= numel(n->result()->type.shape) == 1;
+      for (const Value* v : d.inputs) merge &= v->producer == nullptr;
+      if (merge) scalars.push_back(g);
+    }
+    if (scalars.size() < 2) return;
+    std::vector<Node*> nodes;
+    for (int g : scalars) {
+      std::vector<Node*> released = p.release(g);
+      nodes.insert(nodes.end(), released.begin(), released.end());
+    }
+    std::sort(nodes.begin(), nodes.end(), [&](Node* a, Node* b) { return p.index(a) < p.index(b); });
+    p.add_group(Group::Kind::Pointwise, std::move(nodes));
   }
 };
 
