@@ -13,8 +13,6 @@
 // unsqueeze of a contiguous tensor, the other operands literals or 0-d values,
 // and whose result is contiguous: every element is computed as before, only
 // addressed through the other shape.
-#include <unordered_set>
-
 #include "passes/pass.h"
 #include "passes/patterns.h"
 
@@ -63,9 +61,9 @@ class PointwiseBeforeView final : public Pass {
   std::string_view name() const override { return "pointwise_before_view"; }
 
   bool run(Graph& g) override {
-    bool changed = false;
     std::vector<Node*> order;
     for (auto& n : g.nodes()) order.push_back(n.get());
+    std::vector<Node*> replaced;  // the moved nodes' old forms, unused once moved
     for (Node* n : order) {
       Node* reshape = reshape_read(g, *n);
       if (!reshape) continue;
@@ -78,14 +76,11 @@ class PointwiseBeforeView final : public Pass {
       Node* moved = g.insert_before(n, n->op, ops, {TensorType::contiguous(t.dtype, src->type.shape)}, n->attrs);
       Node* back = g.insert_before(n, Op::View, {Operand::of(moved->result())}, {t});
       g.replace_all_uses(n->result(), back->result());
-      changed = true;
+      replaced.push_back(n);
     }
-    // The moved nodes' old forms are unused now.
-    std::unordered_set<const Node*> dead;
-    for (auto& n : g.nodes())
-      if (reshape_read(g, *n) && g.users(n->result()).empty() && !g.is_graph_output(n->result())) dead.insert(n.get());
-    g.erase_nodes_if([&](const Node* n) { return dead.count(n) != 0; });
-    return changed;
+    if (replaced.empty()) return false;
+    g.erase_nodes(replaced);
+    return true;
   }
 };
 
