@@ -103,15 +103,11 @@ def test_conv_kernels_keep_the_contract_on_every_conv_problem(monkeypatch):
         fast = fuseforge.optimize(copy.deepcopy(model))
         with torch.no_grad():
             fast(*[x.cuda() if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()])
-        # Implicit GEMMs; a conv they do not cover (grouped) may be a direct kernel.
-        kernels = [
-            k
-            for s in fast.specializations()
-            for k in s.compiled.plan.kernels
-            if k.kind == "conv" and "_direct_" not in k.name
-        ]
+        # Implicit GEMMs, or direct kernels: those also take grouped convs, and
+        # convs whose norm-and-activation prologue they fuse (a DenseNet's).
+        kernels = [k for s in fast.specializations() for k in s.compiled.plan.kernels if k.kind == "conv"]
         covered = kernel_convs(core.convolutions(fast.specializations()[0].compiled.ir_after))
-        assert len(kernels) == len(covered), (path.stem, [k.name for k in kernels])
+        assert len(kernels) >= len(covered), (path.stem, [k.name for k in kernels])
         torch.cuda.empty_cache()
 
 
