@@ -262,7 +262,7 @@ std::vector<TensorType> layout(const Node& n) {
       return {t};
     }
     case Op::Flip: {  // a copy (contiguous, as ATen's of a contiguous tensor), not a view
-      std::vector<bool> seen(static_cast<size_t>(rank), false);
+      std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(rank, 1)), false);  // a 0-d tensor has dim 0
       for (int64_t d : n.attr_ints("dims")) {
         const int64_t nd = normalize_dim(d, rank);
         if (seen[nd]) fail(n, "dims lists dim " + std::to_string(nd) + " twice");

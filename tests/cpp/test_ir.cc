@@ -157,6 +157,10 @@ TEST(IR, FlipIsAContiguousCopy) {
     auto b = parse(std::string("graph @g(%x: f32[4,8]{1,4}) {\n  %0 = ") + bad + "\n  return %0\n}");
     EXPECT_THROW(verify(*b), IRError) << bad;
   }
+  // A 0-d tensor has dim 0 (and -1), as in torch.flip; nothing else.
+  EXPECT_NO_THROW(verify(*parse("graph @g(%x: f32[]) {\n  %0 = flip(%x) {dims=[0]} : f32[]\n  return %0\n}")));
+  EXPECT_THROW(verify(*parse("graph @g(%x: f32[]) {\n  %0 = flip(%x) {dims=[1]} : f32[]\n  return %0\n}")), IRError);
+  EXPECT_THROW(verify(*parse("graph @g(%x: f32[]) {\n  %0 = flip(%x) {dims=[0]} : f32[4,8]\n  return %0\n}")), IRError);
 }
 
 TEST(IR, ViewStridesFollowATen) {
