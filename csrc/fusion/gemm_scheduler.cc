@@ -21,13 +21,9 @@ class GemmScheduler final : public Scheduler {
   // The pointwise group that holds all of a matmul's users joins it as the
   // epilogue where it can, so the GEMM writes only the epilogue's output.
   void claim(PartitionBuilder& p, const FusionOptions& options) const override {
-    if (options.gemm_dtypes.empty()) return;
     for (auto& n : p.graph().nodes()) {
-      auto spec = match_gemm(*n);
-      if (!spec ||
-          std::find(options.gemm_dtypes.begin(), options.gemm_dtypes.end(), spec->dtype) == options.gemm_dtypes.end())
-        continue;
-      spec->tf32 = options.tf32 && spec->dtype == DType::f32;
+      auto spec = generated_gemm(*n, options);
+      if (!spec) continue;
       std::vector<Node*> members{n.get()};
       if (const auto epilogue = epilogue_group(p, n.get(), *spec)) {
         std::vector<Node*> ep = p.release(*epilogue);
@@ -125,6 +121,15 @@ class GemmScheduler final : public Scheduler {
 };
 
 }  // namespace
+
+std::optional<GemmSpec> generated_gemm(const Node& n, const FusionOptions& options) {
+  auto spec = match_gemm(n);
+  if (!spec ||
+      std::find(options.gemm_dtypes.begin(), options.gemm_dtypes.end(), spec->dtype) == options.gemm_dtypes.end())
+    return std::nullopt;
+  spec->tf32 = options.tf32 && spec->dtype == DType::f32;
+  return spec;
+}
 
 const Scheduler& gemm_scheduler() {
   static const GemmScheduler s;

@@ -10,7 +10,14 @@
 // sum of an unrolled loop's per-step results (a shared layer's weight
 // gradient, 160 steps of [1152, 512]) fused whole would hold every step's at
 // once where the chain of adds frees each as it goes (kernels run as soon as
-// their inputs are ready: fusion/partition.cc's schedule).
+// their inputs are ready: fusion/partition.cc's schedule), and
+// (d) a group that reads two or more results of GEMM kernels reads nothing
+// else full-size: then one GEMM takes it as epilogue with the other result as
+// its source operand (an LSTM's gates, x W + h U). Grown further, it would
+// hold each partial product until the last is made where the GEMMs could
+// each add their own into a running sum (`acc + a @ b`, the running sum the
+// source), freeing them as they go: a shared layer's per-step weight
+// gradients, held 16 at a time otherwise.
 // Then the one-element groups that read only the graph's inputs (a train-mode
 // batch norm's num_batches_tracked + 1, one per norm) become one kernel:
 // nothing the graph computes comes before them, so merging them makes no
@@ -28,6 +35,11 @@ constexpr size_t kMaxFullSizeInputs = 16;
 
 bool fusible(const Node* n) { return op_kind(n->op) == OpKind::Pointwise; }
 
+size_t gemm_results(const std::unordered_set<const Value*>& values, const FusionOptions& options) {
+  return std::count_if(values.begin(), values.end(),
+                       [&](const Value* v) { return v->producer && generated_gemm(*v->producer, options); });
+}
+
 // The full-size values (`elements` of them) `n` reads that no member makes.
 void add_full_size_inputs(const Node& n, int64_t elements, const std::unordered_set<const Node*>& members,
                           std::unordered_set<const Value*>& out) {
@@ -40,11 +52,11 @@ class PointwiseScheduler final : public Scheduler {
  public:
   Group::Kind kind() const override { return Group::Kind::Pointwise; }
 
-  void claim(PartitionBuilder& p, const FusionOptions&) const override {
+  void claim(PartitionBuilder& p, const FusionOptions& options) const override {
     const auto& nodes = p.graph().nodes();
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       Node* n = it->get();
-      if (fusible(n) && !p.group_of(n)) grow(p, n);
+      if (fusible(n) && !p.group_of(n)) grow(p, n, options);
     }
     merge_scalars_of_inputs(p);
   }
@@ -74,7 +86,7 @@ class PointwiseScheduler final : public Scheduler {
     return true;
   }
 
-  static void grow(PartitionBuilder& p, Node* sink) {
+  static void grow(PartitionBuilder& p, Node* sink, const FusionOptions& options) {
     const Shape shape = sink->result()->type.shape;
     const int64_t elements = numel(shape);
     std::unordered_set<const Node*> members{sink};
@@ -91,6 +103,9 @@ class PointwiseScheduler final : public Scheduler {
           pulled.erase(producer->result());
           add_full_size_inputs(*producer, elements, members, pulled);
           if (pulled.size() > kMaxFullSizeInputs && pulled.size() > wide.size()) continue;
+          if (const size_t gemms = gemm_results(pulled, options);
+              gemms > 1 && pulled.size() > 2 && gemms > gemm_results(wide, options))
+            continue;
           wide = std::move(pulled);
           members.insert(producer);
           order.push_back(producer);

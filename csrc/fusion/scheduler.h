@@ -3,6 +3,7 @@
 // (`claim`, in the order of schedulers(): pointwise groups first, so that the
 // others can take them in as prologues and epilogues) and owns the kernel
 // choice for them (`generate`: which kernel form, tile or strategy).
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +43,10 @@ class Scheduler {
     return {};
   }
 };
+
+// The GEMM kernel `n` becomes under `options` (the GEMM scheduler's choice,
+// which the pointwise scheduler reads ahead of it); nullopt: a library call.
+std::optional<GemmSpec> generated_gemm(const Node& n, const FusionOptions& options);
 
 // Every scheduler, in claim order.
 const std::vector<const Scheduler*>& schedulers();
