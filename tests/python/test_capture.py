@@ -1214,3 +1214,64 @@ def test_a_written_tensor_attribute_is_captured_as_state():
     assert sorted(name for name, _ in captured.mutations) == ["_count", "h"], captured.text
     assert "%h: f32[4,8] buffer" in captured.text
     assert not dict(model.named_buffers()) and torch.equal(model.h, torch.zeros(4, 8))
+
+
+class _UnrolledCell(nn.Module):
+    """A GRU-like cell unrolled over 40 steps: the same few decomposed nodes
+    (linear, chunk, rsub, stack) again and again."""
+
+    def __init__(self):
+        super().__init__()
+        self.x2h, self.h2h = nn.Linear(8, 24), nn.Linear(8, 24)
+
+    def forward(self, x):
+        h, outs = torch.zeros(x.shape[1], 8), []
+        for t in range(x.shape[0]):
+            r, z, n = (self.x2h(x[t]) + self.h2h(h)).chunk(3, 1)
+            h = (1 - torch.sigmoid(z)) * torch.tanh(n * torch.sigmoid(r)) + torch.sigmoid(z) * h
+            outs.append(h)
+        return torch.stack(outs)
+
+
+def _canonical(text: str) -> str:
+    """IR text with its values renamed in order of appearance."""
+    names: dict[str, str] = {}
+    return re.sub(r"%[A-Za-z_][\w.]*", lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), text)
+
+
+def _capture_by_node(model, inputs, monkeypatch):
+    """capture's text, and whether the decompositions went node by node."""
+    from fuseforge.capture import decompositions, node_decompositions
+
+    taken = []
+
+    def spy(*args):
+        taken.append(node_decompositions.decompose_by_node(*args) is not None)
+        return args[0] if taken[-1] else None
+
+    monkeypatch.setattr(decompositions, "decompose_by_node", spy)
+    text = capture(model, inputs, name="m").text
+    monkeypatch.undo()
+    return text, taken == [True]
+
+
+def test_unrolled_loop_decomposes_node_by_node_to_the_same_graph(monkeypatch):
+    # Each distinct node exported and decomposed alone, spliced in for every
+    # node like it: the graph the whole re-trace gives, names aside.
+    from fuseforge.capture import decompositions
+
+    model, inputs = _UnrolledCell(), [_r(40, 4, 8)]
+    by_node, taken = _capture_by_node(model, inputs, monkeypatch)
+    assert taken
+    monkeypatch.setattr(decompositions, "decompose_by_node", lambda *args: None)
+    assert _canonical(capture(model, inputs, name="m").text) == _canonical(by_node)
+
+
+@pytest.mark.parametrize("case", ["batchnorm_train", "few_repeats"])
+def test_node_by_node_leaves_mutations_and_few_repeats_to_the_retrace(case, monkeypatch):
+    if case == "batchnorm_train":  # the running statistics are written
+        model, inputs = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train(), [_r(4, 8)]
+    else:  # too few nodes per distinct decomposed node for exports of their own to pay
+        model, inputs = _UnrolledCell(), [_r(2, 4, 8)]
+    _, taken = _capture_by_node(model, inputs, monkeypatch)
+    assert not taken

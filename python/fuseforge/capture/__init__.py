@@ -13,7 +13,8 @@ live on the CPU, on a CUDA device, or on the ``meta`` device (a model and inputs
 built under ``torch.device("meta")`` capture without allocating anything).
 
 The modules, by job: graph (CapturedGraph, InputBinding, CaptureError),
-decompositions (the table), irtext (IR text formatting), values and lowering
+decompositions (the table; node_decompositions: node by node for graphs
+that mutate nothing and repeat their nodes), irtext (IR text formatting), values and lowering
 (the exported graph to IR text), aten_handlers (one handler per ATen op;
 aten_handlers_layout: views, slices, cat; aten_handlers_reduce: reductions with
 several results), export (torch.export and scalar lifting: ``capture``). Op facts (which ATen

@@ -14,6 +14,8 @@ import torch
 import torch.export.exported_program
 from torch._prims_common import suggest_memory_format
 
+from fuseforge.capture.node_decompositions import decompose_by_node
+
 aten = torch.ops.aten
 
 # Ops that stay whole although the default table decomposes them: RNNs (an
@@ -361,7 +363,29 @@ def _overriding_only(ops: set) -> Iterator[None]:
 
 def run_decompositions(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """`ep` lowered to core ATen with decomposition_table(), the ops kept whole
-    left whole.
+    left whole: node by node where the graph mutates nothing
+    (node_decompositions.py), else by export's whole re-trace."""
+    split = _cia_split()
+    if split is not None:
+        table = decomposition_table()
+        kept_whole = {op for op in split[0] if op not in table}
+
+        def decomposes(op: object) -> bool:
+            # The table's ops, and the CIA ops export does not keep (views such as reshape and chunk).
+            return op in table or (
+                isinstance(op, torch._ops.OpOverload)
+                and op not in kept_whole
+                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+            )
+
+        by_node = decompose_by_node(ep, decomposes, _retrace)
+        if by_node is not None:
+            return by_node
+    return _retrace(ep)
+
+
+def _retrace(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """Export's run_decompositions with decomposition_table().
 
     run_decompositions registers an override on every functional
     CompositeImplicitAutograd op torch has (564) and removes it again: about
@@ -372,8 +396,8 @@ def run_decompositions(ep: torch.export.ExportedProgram) -> torch.export.Exporte
     CIA kernel, which is what the table's entry for them does too. So export
     is shown only the former, and the table hands it no entry for the others.
     tests/python/test_capture.py checks that the graphs are the same."""
-    split = _cia_split()
     table = decomposition_table()
+    split = _cia_split()
     if split is None:
         return ep.run_decompositions(table)
     overridden, own_kernel = split
