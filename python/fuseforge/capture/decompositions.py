@@ -396,8 +396,8 @@ def _retrace(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     CIA kernel, which is what the table's entry for them does too. So export
     is shown only the former, and the table hands it no entry for the others.
     tests/python/test_capture.py checks that the graphs are the same."""
-    table = decomposition_table()
     split = _cia_split()
+    table = decomposition_table()
     if split is None:
         return ep.run_decompositions(table)
     overridden, own_kernel = split
