@@ -15,6 +15,7 @@
 // addressed through the other shape.
 #include "passes/pass.h"
 #include "passes/patterns.h"
+#include "passes/rewrites.h"
 
 namespace ff::passes {
 
@@ -37,10 +38,15 @@ const Value* sole_tensor_read(const Node& n) {
 }
 
 // The reshape that `n` reads as its only tensor operand, if it can move.
-Node* reshape_read(const Graph& g, const Node& n) {
-  const Value* x = sole_tensor_read(n);
-  if (!x || !x->producer || !is_reshape(x->producer->op)) return nullptr;
-  Node* reshape = x->producer;
+// `moved`: the results this run replaces, each by the view back of its moved
+// form, which a reader of it reads as its reshape.
+const Node* reshape_read(const Users& users, const Rewrites& rw, const Node& n) {
+  const Value* read = sole_tensor_read(n);
+  if (!read) return nullptr;
+  const auto replaced = rw.moved.find(read);
+  const Value* x = replaced == rw.moved.end() ? read : replaced->second;
+  if (!x->producer || !is_reshape(x->producer->op)) return nullptr;
+  const Node* reshape = x->producer;
   const Value* src = reshape->input(0);
   if (!src->type.is_contiguous() || !x->type.is_contiguous() || src->type.shape.empty()) return nullptr;
   // A graph input has no kernel for the work to join before the reshape;
@@ -51,8 +57,8 @@ Node* reshape_read(const Graph& g, const Node& n) {
   // Every reader of the reshape moves, or none: moving some parts them from
   // the rest (a GELU's terms from the sum that reads the view and them),
   // which then runs in a kernel of its own reading what they wrote.
-  for (const Node* u : g.users(x))
-    if (sole_tensor_read(*u) != x) return nullptr;
+  for (const Node* u : users.of(read))
+    if (sole_tensor_read(*u) != read) return nullptr;
   return reshape;
 }
 
@@ -60,26 +66,29 @@ class PointwiseBeforeView final : public Pass {
  public:
   std::string_view name() const override { return "pointwise_before_view"; }
 
+  // In graph order, so that a chain of pointwise nodes moves whole: each
+  // reads the view back of the one moved before it.
   bool run(Graph& g) override {
-    std::vector<Node*> order;
+    const Users users(g);
+    std::vector<Node*> order;  // the nodes before this run adds any
     for (auto& n : g.nodes()) order.push_back(n.get());
-    std::vector<Node*> replaced;  // the moved nodes' old forms, unused once moved
+    Rewrites rw;
     for (Node* n : order) {
-      Node* reshape = reshape_read(g, *n);
+      const Node* reshape = reshape_read(users, rw, *n);
       if (!reshape) continue;
-      Value* src = reshape->input(0);
-      Value* x = reshape->result();
+      const Value* read = sole_tensor_read(*n);
       std::vector<Operand> ops = n->operands;
       for (Operand& o : ops)
-        if (o.is_value() && o.value == x) o.value = src;
+        if (o.is_value() && o.value == read) o.value = reshape->input(0);
       const TensorType& t = n->result()->type;
-      Node* moved = g.insert_before(n, n->op, ops, {TensorType::contiguous(t.dtype, src->type.shape)}, n->attrs);
-      Node* back = g.insert_before(n, Op::View, {Operand::of(moved->result())}, {t});
-      g.replace_all_uses(n->result(), back->result());
-      replaced.push_back(n);
+      const Shape& shape = reshape->input(0)->type.shape;
+      Node* moved = rw.add(g, n, n->op, ops, {TensorType::contiguous(t.dtype, shape)}, n->attrs);
+      Node* back = rw.add(g, n, Op::View, {Operand::of(moved->result())}, {t});
+      rw.moved[n->result()] = back->result();
+      rw.dead.push_back(n);
     }
-    if (replaced.empty()) return false;
-    g.erase_nodes(replaced);
+    if (rw.dead.empty()) return false;
+    rw.apply(g);
     return true;
   }
 };

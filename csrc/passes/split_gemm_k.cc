@@ -23,11 +23,10 @@
 // split_gemm_reduction the pipeline runs it only where f32 matmuls become
 // GEMM kernels (compile.cc): a library GEMM splits K itself.
 #include <optional>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "kernel/gemm.h"
 #include "passes/pass.h"
+#include "passes/rewrites.h"
 
 namespace ff::passes {
 
@@ -67,38 +66,6 @@ std::optional<Split> plan_split(Node& n, int64_t wave) {
   if (s < 2) return std::nullopt;
   return Split{&n, s, n.op == Op::Addmm && spec->beta != 0.0};
 }
-
-// The rewrites of one run: every split's nodes are appended and placed before
-// their matmul, and the matmuls' uses moved to their sums, in one walk each at
-// the end (inserting and replacing one split at a time walks the graph per
-// split: an unrolled loop splits a matmul in every step).
-struct Rewrites {
-  std::unordered_map<const Node*, std::vector<Node*>> before;  // matmul -> its split's nodes, in order
-  std::unordered_map<const Value*, Value*> moved;              // matmul's result -> its sum's
-  std::vector<Node*> dead;                                     // the matmuls, and unused attempts
-
-  Node* add(Graph& g, Node* at, Op op, std::vector<Operand> operands, std::vector<TensorType> types, Attrs attrs = {}) {
-    Node* n = g.add_node(op, std::move(operands), std::move(types), std::move(attrs));
-    before[at].push_back(n);
-    return n;
-  }
-
-  void apply(Graph& g) {
-    if (before.empty()) return;
-    std::unordered_set<const Node*> placed;
-    for (const auto& [at, nodes] : before) placed.insert(nodes.begin(), nodes.end());
-    std::vector<Node*> order;
-    for (const auto& n : g.nodes()) {
-      if (placed.count(n.get())) continue;
-      if (auto it = before.find(n.get()); it != before.end())
-        order.insert(order.end(), it->second.begin(), it->second.end());
-      order.push_back(n.get());
-    }
-    g.set_node_order(order);
-    g.replace_all_uses(moved);
-    g.erase_nodes(dead);
-  }
-};
 
 Node* view(Graph& g, Rewrites& rw, Node* at, Value* x, Shape shape) {
   Node* v = rw.add(g, at, Op::View, {Operand::of(x)}, {TensorType::contiguous(x->type.dtype, shape)});

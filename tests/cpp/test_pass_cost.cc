@@ -25,6 +25,20 @@ std::string permuted_weight_steps(int steps) {
   return text + "  return %h" + std::to_string(steps) + "\n}\n";
 }
 
+// `steps` steps of h = view(relu(view(exp(h)))): every relu reads a view of
+// the kernel result before it, as a norm's activation reads the norm's view back.
+std::string viewed_relu_steps(int steps) {
+  std::string text = "graph @g(%h0: f32[4,8]) {\n";
+  for (int i = 0; i < steps; ++i) {
+    const std::string s = std::to_string(i);
+    text += "  %e" + s + " = exp(%h" + s + ") : f32[4,8]\n";
+    text += "  %v" + s + " = view(%e" + s + ") : f32[32]\n";
+    text += "  %r" + s + " = relu(%v" + s + ") : f32[32]\n";
+    text += "  %h" + std::to_string(i + 1) + " = view(%r" + s + ") : f32[4,8]\n";
+  }
+  return text + "  return %h" + std::to_string(steps) + "\n}\n";
+}
+
 struct PassRun {
   int64_t walks = 0;
   int nodes = 0;
@@ -59,6 +73,18 @@ TEST(PassCost, SplitGemmKRewritesEveryMatmulInBoundedWalks) {
   const PassRun many = run_pass("split_gemm_k", permuted_weight_steps(32));
   EXPECT_EQ(few.nodes, 8 * 7);  // per step: permute, views, permute, bmm, sum, tanh
   EXPECT_EQ(many.nodes, 32 * 7);
+  EXPECT_EQ(many.walks, few.walks);
+}
+
+TEST(PassCost, PointwiseBeforeViewMovesEveryStepInBoundedWalks) {
+  const PassRun few = run_pass("pointwise_before_view", viewed_relu_steps(8));
+  const PassRun many = run_pass("pointwise_before_view", viewed_relu_steps(32));
+  auto g = parse(viewed_relu_steps(32));
+  auto p = passes::create_pass("pointwise_before_view");
+  p->configure(passes::PassOptions{});
+  p->run(*g);
+  for (auto& n : g->nodes())
+    if (n->op == Op::Relu) EXPECT_EQ(n->result()->type.shape, (Shape{4, 8}));  // every relu moved before its view
   EXPECT_EQ(many.walks, few.walks);
 }
 
