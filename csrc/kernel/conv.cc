@@ -58,7 +58,9 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   if (!spec || !conv_kernel_covers(*spec)) return std::nullopt;
   const TensorType& x = n.input(0)->type;
   const TensorType& w = n.input(1)->type;
-  if (!is_channels_last(x) || w.strides != conv_kernel_weight_strides(*spec, w.shape) ||
+  // Strides of extent-1 dims do not move an element: a 1x1 window's
+  // contiguous weight is the kernel's layout too.
+  if (!is_channels_last(x) || !same_strides(w.shape, w.strides, conv_kernel_weight_strides(*spec, w.shape)) ||
       !is_channels_last(n.result()->type) || x.dtype != spec->dtype || w.dtype != spec->dtype)
     return std::nullopt;
   if (spec->has_bias && n.input(2)->type.dtype != spec->dtype) return std::nullopt;

@@ -69,6 +69,22 @@ TEST(ConvKernel, CoversChannelsLastForwardConvsWithoutGroups) {
   EXPECT_FALSE(s->conv.tf32);
 }
 
+// A 1x1 window's weight is laid out the same whichever strides its extent-1
+// dims carry (the contiguous ones a layout pass leaves as they are).
+TEST(ConvKernel, CoversOneByOneConvsWhateverTheirWeightsUnitStrides) {
+  const auto s = kernel_spec_of(R"(graph @g(%x: f32[2,96,8,8]{6144,1,768,96}, %w: f32[48,96,1,1]{96,1,1,1} param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : f32[2,48,8,8]{3072,1,384,48}
+  return %0
+})");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->gemm_k(), 96);
+  // A 3x3 window's contiguous weight is not the kernel's layout.
+  EXPECT_FALSE(kernel_spec_of(R"(graph @g(%x: f32[2,96,8,8]{6144,1,768,96}, %w: f32[48,96,3,3] param) {
+  %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, padding=[1, 1], stride=[1, 1], transposed=false} : f32[2,48,8,8]{3072,1,384,48}
+  return %0
+})"));
+}
+
 TEST(ConvKernel, LeavesContiguousTransposedGroupedAndNarrowConvsToCudnn) {
   const char* cases[] = {
       // contiguous operands
