@@ -138,6 +138,28 @@ def test_library_calls_take_numbers_where_torch_needs_tensors():
     )
 
 
+def test_steps_of_one_expression_share_one_compiled_call():
+    """An unrolled loop's steps compute the same expression over other
+    operands (buffers and literals alike are operands): each distinct
+    expression is compiled once per device."""
+    plan = compile_ir("""graph @g(%x: f32[3], %y: f32[3]) {
+  %0 = maximum(%x, 0.5) : f32[3]
+  %1 = maximum(%y, 0.25) : f32[3]
+  %2 = minimum(%x, 0.5) : f32[3]
+  %3 = add(%0, %1) : f32[3]
+  %4 = add(%3, %2) : f32[3]
+  return %4
+}""").plan
+    (k,) = plan.kernels
+    first, second, other = k.nodes[:3]
+    cpu = torch.device("cpu")
+    call = library_calls.make_call(first, cpu)
+    assert library_calls.make_call(second, cpu) is call
+    assert library_calls.make_call(other, cpu) is not call
+    assert library_calls.make_call(first, torch.device("meta")) is not call
+    torch.testing.assert_close(call([torch.tensor([0.0, 1.0]), 0.25]), torch.tensor([0.25, 1.0]))
+
+
 def test_plan_elements_keep_the_compiled_plan_alive():
     """A step, kernel or buffer taken from a temporary compile's lists (indexed
     or iterated) stays valid after everything else is dropped: a call step

@@ -1,6 +1,6 @@
 """Plan steps run as library calls. The torch expression of each IR op is
 written once, in C++ (codegen/torch/library_call.cc, `Step.torch_expr`);
-here it is compiled once per step into a function of the operand list.
+here each distinct expression is compiled once into a function of the operand list.
 `fuseforge emit` writes the same text into emitted files (emit.ops.step_expr),
 so both run the very same calls.
 
@@ -11,6 +11,7 @@ prefix)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -60,6 +61,13 @@ conv_fp32_precision = _ff_conv_fp32
 def make_call(step: core.Step, device: torch.device) -> Call:
     """The library call of a call step (or a kernel's node) as a function of
     its operand list: tensors for buffers, Python numbers for literals."""
-    text = step.torch_expr([f"a[{i}]" for i in range(len(step.operands))])
+    return _compiled(step.torch_expr([f"a[{i}]" for i in range(len(step.operands))]), device)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(text: str, device: torch.device) -> Call:
+    """`text` over the operand list `a` as a function, compiled once per text
+    and device: an unrolled loop's thousands of steps share a few texts, and
+    compiling each anew took most of a warm start's plan setup."""
     namespace = {"torch": torch, "dev": device, **{f.__name__: f for f in HELPERS}}
     return eval(f"lambda a: {text}", namespace)  # noqa: S307 - the core's own text
