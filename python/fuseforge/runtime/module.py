@@ -285,10 +285,12 @@ class OptimizedModule(nn.Module):
             outputs, new_buffers = spec.executor(inputs)
             for (mod, name), value in zip(spec.mutation_targets, new_buffers):
                 getattr(mod, name).copy_(value)
-        if spec.fast is None or rearm:
-            spec.fast = fast_call.arm(self, spec, args, inputs) or False
+        # The graph first: adopting one arms the native path for its replay,
+        # and arming the step-by-step path before would be wasted work.
         if spec.graphed is None:
             spec.graphed = self._adopt_graph(spec, args, inputs)
+        if spec.fast is None or rearm:
+            spec.fast = fast_call.arm(self, spec, args, inputs) or False
         return spec.captured.unflatten_outputs(outputs)
 
     def _adopt_graph(self, spec: Specialization, args: Sequence[Any], inputs: list) -> bool:
