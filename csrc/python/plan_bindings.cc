@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <unordered_map>
 #include <variant>
@@ -71,9 +72,10 @@ nb::dict attrs_of(const Step& s) {
 // A kernel compiled for one GPU architecture, bound to its launch geometry.
 class LaunchableKernel {
  public:
-  // `name`: the plan kernel's; `k` may be another kernel's compile of the same code.
+  // `name`: the plan kernel's; `k` may be shared with the kernels of the same
+  // code (an unrolled loop's steps load one image, not one copy each).
   // `constants`: the kernel's own (Kernel::constants), passed after the scalars.
-  LaunchableKernel(std::string name, runtime::CompiledKernel k, std::array<int64_t, 3> grid,
+  LaunchableKernel(std::string name, std::shared_ptr<runtime::LoadedKernel> k, std::array<int64_t, 3> grid,
                    std::array<int64_t, 3> block, int shared, std::vector<int64_t> constants)
       : name_(std::move(name)),
         kernel_(std::move(k)),
@@ -92,13 +94,13 @@ class LaunchableKernel {
     for (size_t i = 0; i < n_pointers; ++i) args.push_back(const_cast<uintptr_t*>(pointers + i));
     for (size_t i = 0; i < n_scalars; ++i) args.push_back(const_cast<double*>(scalars + i));
     for (long long& c : constants_) args.push_back(&c);
-    kernel_.launch(device, grid_, block_, shared_, args.data(), stream);
+    kernel_->launch(device, grid_, block_, shared_, args.data(), stream);
   }
   const std::string& name() const { return name_; }
 
  private:
   std::string name_;
-  runtime::LoadedKernel kernel_;
+  std::shared_ptr<runtime::LoadedKernel> kernel_;
   runtime::Dim3 grid_, block_;
   unsigned shared_;
   std::vector<long long> constants_;
@@ -128,8 +130,8 @@ runtime::CompiledKernel compile(const std::string& source, const std::string& na
 // an unrolled loop's steps share their kernels' code), on as many threads as
 // the machine has cores (NVRTC is thread-safe; one thread per kernel would
 // hold hundreds of compiles' memory at once). A kernel that does not compile
-// gets its error message instead. A kernel that shares another's code
-// launches that one's function (the launcher loads each image once).
+// gets its error message instead. Kernels of the same code share one
+// LoadedKernel: one image, loaded once per context.
 std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arch) {
   std::vector<size_t> first(kernels.size());  // the kernel whose compile each one takes
   std::vector<size_t> distinct;
@@ -141,7 +143,7 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
       if (added) distinct.push_back(i);
     }
   }
-  std::vector<runtime::CompiledKernel> compiled(kernels.size());
+  std::vector<std::shared_ptr<runtime::LoadedKernel>> compiled(kernels.size());
   std::vector<std::string> errors(kernels.size());
   {
     nb::gil_scoped_release release;
@@ -150,7 +152,8 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
       for (size_t j = next++; j < distinct.size(); j = next++) {
         const Kernel& k = kernels[distinct[j]];
         try {
-          compiled[distinct[j]] = compile(k.translation_unit(), k.name, arch, k.cutlass, k.sm90a);
+          compiled[distinct[j]] =
+              std::make_shared<runtime::LoadedKernel>(compile(k.translation_unit(), k.name, arch, k.cutlass, k.sm90a));
         } catch (const std::exception& e) {
           errors[distinct[j]] = e.what();
         }
@@ -357,8 +360,10 @@ void bind_plan(nb::module_& m) {
   m.def(
       "load_variant",
       [](const Kernel::Variant& v, int arch) {
-        return new LaunchableKernel(v.name, compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a), v.grid,
-                                    v.block, v.shared_bytes, v.constants);
+        return new LaunchableKernel(
+            v.name,
+            std::make_shared<runtime::LoadedKernel>(compile(v.translation_unit, v.name, arch, v.cutlass, v.sm90a)),
+            v.grid, v.block, v.shared_bytes, v.constants);
       },
       "variant"_a, "arch"_a, "A kernel's autotuning candidate, compiled for `arch`.");
 }
