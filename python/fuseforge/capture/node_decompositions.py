@@ -39,17 +39,23 @@ class _NotApplicable(Exception):
     pass
 
 
+def _mutates_or_reads_attributes(node: fx.Node) -> bool:
+    """Whether `node` reads a module attribute or calls a mutable ATen overload."""
+    return node.op == "get_attr" or (
+        node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+    )
+
+
 def _functional(ep: Program) -> bool:
     """Whether `ep` mutates nothing and calls only ATen overloads."""
     sig = ep.graph_signature
     if sig.buffers_to_mutate or sig.user_inputs_to_mutate or sig.parameters_to_mutate or sig.output_tokens:
         return False
     for node in ep.graph.nodes:
-        if node.op == "get_attr":
+        if _mutates_or_reads_attributes(node):
             return False
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        if not isinstance(node.target, torch._ops.OpOverload) or node.target._schema.is_mutable:
+        calls_other = node.op == "call_function" and not isinstance(node.target, torch._ops.OpOverload)
+        if calls_other and node.target is not operator.getitem:
             return False
     return True
 
@@ -97,11 +103,8 @@ def _decomposed(node: fx.Node, run: Callable[[Program], Program]) -> fx.Graph:
         raise _NotApplicable from e
     if any(s.kind != InputKind.USER_INPUT for s in ep.graph_signature.input_specs):
         raise _NotApplicable  # constants would have to be lifted into the program's inputs
-    for n in ep.graph.nodes:
-        if n.op == "get_attr" or (
-            n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-        ):
-            raise _NotApplicable
+    if any(_mutates_or_reads_attributes(n) for n in ep.graph.nodes):
+        raise _NotApplicable
     return ep.graph
 
 
