@@ -38,7 +38,7 @@ const Value* sole_tensor_read(const Node& n) {
 }
 
 // The reshape that `n` reads as its only tensor operand, if it can move.
-// `moved`: the results this run replaces, each by the view back of its moved
+// `rw.moved`: the results this run replaces, each by the view back of its moved
 // form, which a reader of it reads as its reshape.
 const Node* reshape_read(const Users& users, const Rewrites& rw, const Node& n) {
   const Value* read = sole_tensor_read(n);
