@@ -26,6 +26,7 @@
 #include "python/plan_bindings.h"
 #include "runtime/cache.h"
 #include "runtime/check.h"
+#include "runtime/compile_workers.h"
 #include "runtime/compiler.h"
 #include "runtime/cuda_libs.h"
 #include "runtime/launcher.h"
@@ -269,6 +270,9 @@ NB_MODULE(_core, m) {
       "Compiles with NVRTC (disk-cached; `options` added to the defaults; sm90a: for the arch-specific "
       "sm_90a target); returns (is_cubin, image bytes, log).");
   m.def("add_cutlass_include_dir", &ff::runtime::add_cutlass_include_dir);
+  m.def("set_compile_worker", &ff::runtime::set_compile_worker,
+        "The fuseforge-nvrtc executable kernels compiled together compile in, each in a process of its own "
+        "(NVRTC serializes one process's compiles); \"\" compiles them in this process.");
   m.def("cutlass_options", &ff::runtime::cutlass_options);
   m.def("nvrtc_version", &ff::runtime::nvrtc_version);
   m.def("nvrtc_compile_count", [] { return static_cast<uint64_t>(ff::runtime::nvrtc_compile_count()); });

@@ -121,17 +121,18 @@ const char* launch_entry(void* kernel, int device, const uintptr_t* pointers, si
   }
 }
 
-runtime::CompiledKernel compile(const std::string& source, const std::string& name, int arch, bool cutlass,
-                                bool sm90a) {
-  return runtime::compile_cached(source, name, arch, kernel_options(cutlass), sm90a);
+runtime::CompiledKernel compile(const std::string& source, const std::string& name, int arch, bool cutlass, bool sm90a,
+                                bool in_worker = false) {
+  return runtime::compile_cached(source, name, arch, kernel_options(cutlass), sm90a, in_worker);
 }
 
 // Compiles every kernel for `arch`, each distinct one once (Kernel::compile_key:
-// an unrolled loop's steps share their kernels' code), on as many threads as
-// the machine has cores (NVRTC is thread-safe; one thread per kernel would
-// hold hundreds of compiles' memory at once). A kernel that does not compile
-// gets its error message instead. Kernels of the same code share one
-// LoadedKernel: one image, loaded once per context.
+// an unrolled loop's steps share their kernels' code), as many at a time as
+// the machine has cores, each in a worker process (NVRTC serializes a
+// process's compiles; one compile per kernel at once would hold hundreds of
+// compiles' memory). A kernel that does not compile gets its error message
+// instead. Kernels of the same code share one LoadedKernel: one image, loaded
+// once per context.
 std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arch) {
   std::vector<size_t> first(kernels.size());  // the kernel whose compile each one takes
   std::vector<size_t> distinct;
@@ -147,19 +148,19 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
   std::vector<std::string> errors(kernels.size());
   {
     nb::gil_scoped_release release;
+    const size_t threads = std::min<size_t>(distinct.size(), std::max(1u, std::thread::hardware_concurrency()));
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t j = next++; j < distinct.size(); j = next++) {
         const Kernel& k = kernels[distinct[j]];
         try {
-          compiled[distinct[j]] =
-              std::make_shared<runtime::LoadedKernel>(compile(k.translation_unit(), k.name, arch, k.cutlass, k.sm90a));
+          compiled[distinct[j]] = std::make_shared<runtime::LoadedKernel>(
+              compile(k.translation_unit(), k.name, arch, k.cutlass, k.sm90a, threads > 1));
         } catch (const std::exception& e) {
           errors[distinct[j]] = e.what();
         }
       }
     };
-    const size_t threads = std::min<size_t>(distinct.size(), std::max(1u, std::thread::hardware_concurrency()));
     std::vector<std::thread> pool;
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
     work();

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "runtime/compile_workers.h"
+#include "runtime/cuda_libs.h"
 #include "runtime/env.h"
 
 namespace ff::runtime {
@@ -170,7 +172,7 @@ void clear_memory_cache() {
 }
 
 CompiledKernel compile_cached(const std::string& source, const std::string& kernel_name, int arch,
-                              const std::vector<std::string>& extra_options, bool sm90a) {
+                              const std::vector<std::string>& extra_options, bool sm90a, bool in_worker) {
   const CompilePlan plan = plan_compile(arch, extra_options, sm90a);
   const int version = nvrtc_version();
   std::string key;
@@ -204,7 +206,8 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
     }
   }
   if (!result) {
-    result = compile_kernel(source, kernel_name, arch, extra_options, sm90a);
+    if (in_worker) result = compile_in_worker({source, kernel_name, arch, extra_options, sm90a, nvrtc_path()});
+    if (!result) result = compile_kernel(source, kernel_name, arch, extra_options, sm90a);
     std::string why;
     if (!dir.empty() && !write_entry(dir, file, result->image, why)) warn_unwritable_once(dir, why);
   }

@@ -19,8 +19,11 @@
 
 namespace ff::runtime {
 
+// `in_worker`: a miss compiles in a worker process (compile_workers.h), for
+// callers compiling several kernels at once on threads of their own.
 CompiledKernel compile_cached(const std::string& source, const std::string& kernel_name, int arch,
-                              const std::vector<std::string>& extra_options = {}, bool sm90a = false);
+                              const std::vector<std::string>& extra_options = {}, bool sm90a = false,
+                              bool in_worker = false);
 
 // The directory entries go to (it may not exist yet); empty when no location
 // can be derived (no $HOME).

@@ -96,6 +96,8 @@ int nvrtc_version() {
 
 std::uint64_t nvrtc_compile_count() { return g_compile_count.load(); }
 
+void count_worker_compile() { ++g_compile_count; }
+
 CompilePlan plan_compile(int arch, const std::vector<std::string>& extra_options, bool sm90a) {
   const std::vector<int>& archs = supported_archs();
   CompilePlan plan;

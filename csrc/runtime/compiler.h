@@ -43,8 +43,10 @@ std::vector<std::string> cutlass_options();  // the NVRTC options such kernels n
 // NVRTC's version as major*1000 + minor*10 (12.4 -> 12040).
 int nvrtc_version();
 
-// How many times this process has run nvrtcCompileProgram (lets tests and
-// diagnostics tell cache hits from compiles).
+// How many kernels NVRTC has compiled for this process, in it or in its
+// worker processes (lets tests and diagnostics tell cache hits from compiles).
 std::uint64_t nvrtc_compile_count();
+// Counts a compile a worker process ran (compile_workers.cc).
+void count_worker_compile();
 
 }  // namespace ff::runtime

@@ -81,6 +81,11 @@ std::vector<std::string>& search_dirs() {  // guarded by nvrtc_mutex()
   return dirs;
 }
 
+std::string& loaded_nvrtc_path() {  // guarded by nvrtc_mutex()
+  static std::string path;
+  return path;
+}
+
 std::vector<std::string> nvrtc_candidates_locked() {
   std::vector<std::string> out;
   if (std::string library = env::nvrtc_library(); !library.empty()) out.push_back(std::move(library));
@@ -122,8 +127,15 @@ const NvrtcApi& nvrtc() {
   }
   preload_builtins_next_to(path, attempt);
   api = attempt;
+  loaded_nvrtc_path() = path;
   loaded = true;
   return api;
+}
+
+std::string nvrtc_path() {
+  nvrtc();
+  std::lock_guard<std::mutex> lock(nvrtc_mutex());
+  return loaded_nvrtc_path();
 }
 
 void add_library_search_dir(const std::string& dir) {

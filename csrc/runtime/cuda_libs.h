@@ -65,6 +65,9 @@ const DriverApi& driver();
 // call, so directories registered in between are picked up.
 const NvrtcApi& nvrtc();
 
+// The path (or soname) nvrtc() loaded the library from, loading it first.
+std::string nvrtc_path();
+
 // Registers a directory to search for libnvrtc.so.{13,12,} (e.g. torch/lib or
 // site-packages/nvidia/cu13/lib). Only affects loads that have not succeeded yet.
 void add_library_search_dir(const std::string& dir);

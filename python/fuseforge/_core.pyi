@@ -795,6 +795,11 @@ def nvrtc_compile(source: str, name: str, arch: int, cutlass: bool = False, opti
 
 def add_cutlass_include_dir(arg: str, /) -> None: ...
 
+def set_compile_worker(arg: str, /) -> None:
+    """
+    The fuseforge-nvrtc executable kernels compiled together compile in, each in a process of its own (NVRTC serializes one process's compiles); "" compiles them in this process.
+    """
+
 def cutlass_options() -> list[str]: ...
 
 def nvrtc_version() -> int: ...

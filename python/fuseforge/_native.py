@@ -79,6 +79,11 @@ for _d in _library_dirs():
     _core.add_library_search_dir(_d)
 for _d in _cutlass_include_dirs():
     _core.add_cutlass_include_dir(_d)
+# Installed beside the extension (CMakeLists.txt): kernels compiled together
+# compile in parallel in it; without it they compile here, one at a time.
+_worker = os.path.join(os.path.dirname(_core.__file__), "fuseforge-nvrtc")
+if os.access(_worker, os.X_OK):
+    _core.set_compile_worker(_worker)
 
 core = _core
 

@@ -1,0 +1,163 @@
+#include "runtime/compile_workers.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ff::runtime {
+namespace fs = std::filesystem;
+namespace {
+
+std::mutex g_worker_mutex;
+std::string g_worker;   // guarded by g_worker_mutex
+bool g_warned = false;  // guarded by g_worker_mutex
+
+void put_field(std::string& out, std::string_view field) {
+  out += std::to_string(field.size());
+  out += '\n';
+  out += field;
+}
+
+std::string_view take_field(std::string_view& in) {
+  const size_t newline = in.find('\n');
+  if (newline == std::string_view::npos || newline == 0 || newline > 19)
+    throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
+  size_t size = 0;
+  for (char c : in.substr(0, newline)) {
+    if (c < '0' || c > '9') throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
+    size = size * 10 + static_cast<size_t>(c - '0');
+  }
+  in.remove_prefix(newline + 1);
+  if (size > in.size()) throw std::invalid_argument("fuseforge-nvrtc: truncated job file");
+  const std::string_view field = in.substr(0, size);
+  in.remove_prefix(size);
+  return field;
+}
+
+int to_int(std::string_view field) {
+  int v = 0;
+  for (char c : field) {
+    if (c < '0' || c > '9' || v > 100000) throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+void warn_once(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(g_worker_mutex);
+    if (g_warned) return;
+    g_warned = true;
+  }
+  std::fprintf(stderr, "fuseforge: warning: %s; kernels compile in this process, one at a time\n", why.c_str());
+}
+
+// Removes the job's files however compile_in_worker returns.
+struct TempFiles {
+  std::string job, out;
+  ~TempFiles() {
+    std::error_code ec;
+    if (!job.empty()) fs::remove(job, ec);
+    if (!out.empty()) fs::remove(out, ec);
+  }
+};
+
+}  // namespace
+
+void set_compile_worker(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_worker_mutex);
+  g_worker = path;
+}
+
+std::string compile_worker() {
+  std::lock_guard<std::mutex> lock(g_worker_mutex);
+  return g_worker;
+}
+
+std::string encode_job(const CompileJob& job) {
+  std::string out;
+  put_field(out, job.nvrtc_library);
+  put_field(out, job.name);
+  put_field(out, std::to_string(job.arch));
+  put_field(out, job.sm90a ? "1" : "0");
+  put_field(out, std::to_string(job.options.size()));
+  for (const std::string& o : job.options) put_field(out, o);
+  put_field(out, job.source);
+  return out;
+}
+
+CompileJob decode_job(std::string_view text) {
+  CompileJob job;
+  job.nvrtc_library = take_field(text);
+  job.name = take_field(text);
+  job.arch = to_int(take_field(text));
+  job.sm90a = take_field(text) == "1";
+  const int options = to_int(take_field(text));
+  for (int i = 0; i < options; ++i) job.options.emplace_back(take_field(text));
+  job.source = take_field(text);
+  if (!text.empty()) throw std::invalid_argument("fuseforge-nvrtc: trailing bytes in job file");
+  return job;
+}
+
+std::optional<CompiledKernel> compile_in_worker(const CompileJob& job) {
+  const std::string worker = compile_worker();
+  if (worker.empty()) return std::nullopt;
+  TempFiles files;
+  {
+    std::error_code ec;
+    std::string pattern = (fs::temp_directory_path(ec) / "fuseforge-nvrtc-XXXXXX").string();
+    const int fd = mkstemp(pattern.data());
+    if (fd < 0) {
+      warn_once("cannot create a compile job file (" + std::string(std::strerror(errno)) + ")");
+      return std::nullopt;
+    }
+    close(fd);
+    files.job = pattern;
+    files.out = pattern + ".image";
+    std::ofstream out(files.job, std::ios::binary | std::ios::trunc);
+    out << encode_job(job);
+    if (!out.flush()) {
+      warn_once("cannot write compile job file " + files.job);
+      return std::nullopt;
+    }
+  }
+
+  // The worker's own stderr would repeat the error the in-process retry reports.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  std::vector<char*> argv = {const_cast<char*>(worker.c_str()), files.job.data(), files.out.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    warn_once("cannot start the compile worker " + worker + " (" + std::strerror(rc) + ")");
+    return std::nullopt;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return std::nullopt;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+
+  std::ifstream in(files.out, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  count_worker_compile();
+  return CompiledKernel{job.name, std::move(image), plan_compile(job.arch, job.options, job.sm90a).is_cubin, ""};
+}
+
+}  // namespace ff::runtime

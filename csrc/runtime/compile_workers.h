@@ -1,0 +1,43 @@
+#pragma once
+// NVRTC compiles in worker processes.
+//
+// NVRTC serializes the compiles of one process: threads compiling different
+// kernels take as long as compiling them one after another. Kernels compiled
+// together (load_kernels) therefore each compile in a process of their own,
+// the `fuseforge-nvrtc` executable (tools/nvrtc_worker.cc) installed beside
+// the extension, which the caller's threads start and wait for.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/compiler.h"
+
+namespace ff::runtime {
+
+// What compile_kernel takes, as a worker receives it.
+struct CompileJob {
+  std::string source;
+  std::string name;
+  int arch = 0;
+  std::vector<std::string> options;  // compile_kernel's extra_options
+  bool sm90a = false;
+  std::string nvrtc_library;  // the NVRTC the worker loads: the caller's, so both compile alike
+};
+
+// The worker executable; "" (the default) compiles in the calling process.
+void set_compile_worker(const std::string& path);
+std::string compile_worker();
+
+// `job` compiled by a worker process, waited for. nullopt when no worker is
+// registered, it cannot be started (reported once on stderr) or the compile
+// fails: the caller then compiles in its own process, which reports NVRTC's
+// error with its log.
+std::optional<CompiledKernel> compile_in_worker(const CompileJob& job);
+
+// The job file a worker reads: length-prefixed fields.
+std::string encode_job(const CompileJob& job);
+// Throws std::invalid_argument on a malformed file.
+CompileJob decode_job(std::string_view text);
+
+}  // namespace ff::runtime

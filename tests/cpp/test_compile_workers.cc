@@ -1,0 +1,93 @@
+// NVRTC compiles in worker processes (csrc/runtime/compile_workers.cc): the
+// job file round-trips, a worker's image is the one the caller would have
+// compiled, and every way a worker can fail leaves the compile to the caller.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "runtime/cache.h"
+#include "runtime/compile_workers.h"
+#include "runtime/compiler.h"
+#include "runtime/cuda_libs.h"
+#include "runtime_test_util.h"
+
+using namespace ff::runtime;
+using namespace ff::testing;
+
+namespace {
+
+// Registers the built worker for one test, and none after it.
+class CompileWorkers : public RuntimeCache {
+ protected:
+  void SetUp() override {
+    RuntimeCache::SetUp();
+    set_compile_worker(FF_NVRTC_WORKER);
+  }
+  void TearDown() override {
+    set_compile_worker("");
+    RuntimeCache::TearDown();
+  }
+  static CompileJob add_job() { return {kAddSource, "ff_test_add", 90, {"-DUNUSED=1"}, false, nvrtc_path()}; }
+};
+
+}  // namespace
+
+TEST(CompileJobFile, RoundTripsEveryField) {
+  const CompileJob job{"line one\n12\nline three", "k", 90, {"-I/a b", "", "-DX=\n"}, true, "/lib/libnvrtc.so.13"};
+  const CompileJob back = decode_job(encode_job(job));
+  EXPECT_EQ(back.source, job.source);
+  EXPECT_EQ(back.name, job.name);
+  EXPECT_EQ(back.arch, 90);
+  EXPECT_EQ(back.options, job.options);
+  EXPECT_TRUE(back.sm90a);
+  EXPECT_EQ(back.nvrtc_library, job.nvrtc_library);
+}
+
+TEST(CompileJobFile, MalformedFilesAreRefused) {
+  const std::string good = encode_job({"src", "k", 90, {"-x"}, false, ""});
+  for (const std::string& bad : {std::string(), good.substr(0, good.size() - 1), good + "x", "abc\n" + good,
+                                 std::string("99999999999999999999\n")})
+    EXPECT_THROW(decode_job(bad), std::invalid_argument) << bad;
+}
+
+TEST_F(CompileWorkers, WorkerCompilesWhatTheCallerWould) {
+  const CompileJob job = add_job();
+  const CompiledKernel here = compile_kernel(job.source, job.name, job.arch, job.options);
+  const std::uint64_t before = nvrtc_compile_count();
+  const std::optional<CompiledKernel> there = compile_in_worker(job);
+  ASSERT_TRUE(there.has_value());
+  EXPECT_EQ(nvrtc_compile_count(), before + 1);  // counted although another process ran it
+  EXPECT_TRUE(is_elf(there->image));
+  EXPECT_EQ(there->is_cubin, here.is_cubin);
+  EXPECT_EQ(there->name, "ff_test_add");
+  EXPECT_EQ(there->image.size(), here.image.size());
+}
+
+TEST_F(CompileWorkers, FailuresLeaveTheCompileToTheCaller) {
+  CompileJob broken = add_job();
+  broken.source += "this is not CUDA";
+  EXPECT_FALSE(compile_in_worker(broken).has_value());
+
+  set_compile_worker(std::string(FF_NVRTC_WORKER) + "-missing");
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(compile_in_worker(add_job()).has_value());
+  // compile_cached falls back to compiling in this process, and says once that it does.
+  const std::uint64_t before = nvrtc_compile_count();
+  const CompiledKernel k = compile_cached(kAddSource, "ff_test_add", 90, {}, false, /*in_worker=*/true);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(nvrtc_compile_count(), before + 1);
+  EXPECT_TRUE(is_elf(k.image));
+  EXPECT_NE(err.find("cannot start the compile worker"), std::string::npos) << err;
+}
+
+TEST_F(CompileWorkers, CachedCompileInAWorkerFillsTheDiskCache) {
+  const CompiledKernel first = compile_cached(kAddSource, "ff_test_add", 90, {}, false, /*in_worker=*/true);
+  ASSERT_EQ(files_in(dir_.path()).size(), 1u);
+  clear_memory_cache();
+  const std::uint64_t before = nvrtc_compile_count();
+  const CompiledKernel again = compile_cached(kAddSource, "ff_test_add", 90);
+  EXPECT_EQ(nvrtc_compile_count(), before);  // a disk hit
+  EXPECT_EQ(again.image, first.image);
+}
