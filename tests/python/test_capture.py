@@ -1255,23 +1255,41 @@ def _capture_by_node(model, inputs, monkeypatch):
     return text, taken == [True]
 
 
-def test_unrolled_loop_decomposes_node_by_node_to_the_same_graph(monkeypatch):
-    # Each distinct node exported and decomposed alone, spliced in for every
-    # node like it: the graph the whole re-trace gives, names aside.
+class _DistinctOps(nn.Module):
+    """Convs of different channels, an eval BatchNorm, a linear, chunk and
+    stack: distinct nodes exported and decomposed together, then split."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 4, 3), nn.Conv2d(4, 6, 1)
+        self.bn, self.fc = nn.BatchNorm2d(6).eval(), nn.Linear(6 * 4 * 4, 9)
+
+    def forward(self, x):
+        y = self.fc(self.bn(self.c2(torch.relu(self.c1(x)))).flatten(1))
+        a, b, c = y.chunk(3, 1)
+        return torch.stack([a * b, c.softmax(1)])
+
+
+@pytest.mark.parametrize("case", ["unrolled_loop", "two_steps", "distinct_ops"])
+def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeypatch):
+    # The distinct nodes exported together and decomposed, each one's part
+    # spliced in for every node like it: the graph the whole re-trace gives,
+    # names aside.
     from fuseforge.capture import decompositions
 
-    model, inputs = _UnrolledCell(), [_r(40, 4, 8)]
+    model, inputs = {
+        "unrolled_loop": (_UnrolledCell(), [_r(40, 4, 8)]),
+        "two_steps": (_UnrolledCell(), [_r(2, 4, 8)]),
+        "distinct_ops": (_DistinctOps(), [_r(2, 3, 6, 6)]),
+    }[case]
     by_node, taken = _capture_by_node(model, inputs, monkeypatch)
     assert taken
     monkeypatch.setattr(decompositions, "decompose_by_node", lambda *args: None)
     assert _canonical(capture(model, inputs, name="m").text) == _canonical(by_node)
 
 
-@pytest.mark.parametrize("case", ["batchnorm_train", "few_repeats"])
-def test_node_by_node_leaves_mutations_and_few_repeats_to_the_retrace(case, monkeypatch):
-    if case == "batchnorm_train":  # the running statistics are written
-        model, inputs = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train(), [_r(4, 8)]
-    else:  # too few nodes per distinct decomposed node for exports of their own to pay
-        model, inputs = _UnrolledCell(), [_r(2, 4, 8)]
+def test_node_by_node_leaves_mutations_to_the_retrace(monkeypatch):
+    # Train-mode BatchNorm writes its running statistics.
+    model, inputs = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train(), [_r(4, 8)]
     _, taken = _capture_by_node(model, inputs, monkeypatch)
     assert not taken

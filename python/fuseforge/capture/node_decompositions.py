@@ -1,16 +1,16 @@
 """run_decompositions node by node, for exported graphs that mutate nothing.
 
-torch.export's run_decompositions re-traces the whole program (about 1 ms a
-node on a 2-core laptop CPU: an unrolled 160-step GRU cell's 3700 nodes take 4 s).
-A graph that mutates nothing needs nothing of that re-trace but the
-decompositions, and those depend only on a node's op and its arguments'
-metadata: each distinct node the table decomposes is exported alone (about
-10 ms) and decomposed by run_decompositions itself, and its graph replaces
-every node like it (an unrolled loop's steps share one). A mutation, an op
-that is not an ATen overload, or a decomposition that makes constants
-leaves the graph to the whole re-trace. tests/python/test_capture.py checks
-that both ways lower to the same IR.
-"""
+torch.export's run_decompositions re-traces the whole program (about 1.5 ms
+a node on a 2-core laptop CPU: an unrolled 160-step GRU cell's 3700 nodes
+take 5.6 s). A graph that mutates nothing needs nothing of that re-trace but
+the decompositions, and those depend only on a node's op and its arguments'
+metadata: the distinct nodes the table decomposes are exported together, on
+arguments of their own, and decomposed by run_decompositions itself; each
+one's part of the result replaces every node like it (an unrolled loop's
+steps share one: 0.8 s for that GRU). A mutation, an op that is not an ATen
+overload, or a decomposition that makes constants leaves the graph to the
+whole re-trace. tests/python/test_capture.py checks that both ways lower to
+the same IR."""
 
 from __future__ import annotations
 
@@ -21,18 +21,11 @@ from typing import Any, cast
 
 import torch
 import torch.fx as fx
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 Program = torch.export.ExportedProgram
 log = logging.getLogger("fuseforge")
-
-
-#: How many nodes the whole re-trace goes through in the time one node takes
-#: exported and decomposed alone (about 1 ms against 10-20 ms, whatever the
-#: CPU): fewer nodes per distinct decomposed node than this, and the whole
-#: re-trace is cheaper (a DenseNet's convs each have channels of their own).
-RETRACE_NODES_PER_EXPORT = 16
 
 
 class _NotApplicable(Exception):
@@ -76,36 +69,88 @@ def _signature(node: fx.Node) -> tuple:
     return (node.target, str(spec), tuple(token(a) for a in leaves))
 
 
-class _OneNode(torch.nn.Module):
-    """A module whose forward is `node`'s op, its tensor arguments passed in."""
+class _DistinctNodes(torch.nn.Module):
+    """A module whose forward calls each node's op on tensors passed in (one
+    per tensor argument, in order) and returns all their results."""
 
-    def __init__(self, node: fx.Node):
+    def __init__(self, nodes: list[fx.Node]):
         super().__init__()
-        self.op = cast(torch._ops.OpOverload, node.target)
-        self.leaves, self.spec = pytree.tree_flatten((node.args, node.kwargs))
-        self.slots = [i for i, a in enumerate(self.leaves) if isinstance(a, fx.Node)]
+        self.calls = []
+        for node in nodes:
+            leaves, spec = pytree.tree_flatten((node.args, node.kwargs))
+            slots = [i for i, a in enumerate(leaves) if isinstance(a, fx.Node)]
+            self.calls.append((cast(torch._ops.OpOverload, node.target), leaves, spec, slots))
 
-    def forward(self, *tensors: torch.Tensor) -> Any:
-        filled = list(self.leaves)
-        for i, t in zip(self.slots, tensors):
-            filled[i] = t
-        args, kwargs = pytree.tree_unflatten(filled, self.spec)
-        return self.op(*args, **kwargs)
+    def forward(self, *tensors: torch.Tensor) -> tuple:
+        given = iter(tensors)
+        results = []
+        for op, leaves, spec, slots in self.calls:
+            filled = list(leaves)
+            for i in slots:
+                filled[i] = next(given)
+            args, kwargs = pytree.tree_unflatten(filled, spec)
+            results.append(op(*args, **kwargs))
+        return tuple(results)
 
 
-def _decomposed(node: fx.Node, run: Callable[[Program], Program]) -> fx.Graph:
-    """`node` exported alone, on its arguments' fake values, and decomposed by `run`."""
-    one = _OneNode(node)
-    fakes = tuple(one.leaves[i].meta["val"] for i in one.slots)
+def _fresh(node: fx.Node) -> torch.Tensor:
+    """A new fake tensor like `node`'s value: each argument its own input, as
+    in the graph it came from (a tensor passed twice would alias)."""
+    v = node.meta["val"]
+    with v.fake_mode:
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
+
+
+def _decomposed(nodes: list[fx.Node], run: Callable[[Program], Program]) -> list[fx.Graph]:
+    """Each of `nodes` decomposed by `run`: all exported together, on fake
+    arguments (one export costs about as much as 100 nodes of it), and the
+    decomposed graph split back into one graph per node."""
+    module = _DistinctNodes(nodes)
+    fakes = tuple(_fresh(leaves[i]) for _, leaves, _, slots in module.calls for i in slots)
     try:
-        ep = run(torch.export.export(one, fakes, strict=False))
+        ep = run(torch.export.export(module, fakes, strict=False))
     except Exception as e:  # an op export cannot take alone: the whole re-trace decides
         raise _NotApplicable from e
     if any(s.kind != InputKind.USER_INPUT for s in ep.graph_signature.input_specs):
         raise _NotApplicable  # constants would have to be lifted into the program's inputs
+    if any(s.kind != OutputKind.USER_OUTPUT for s in ep.graph_signature.output_specs):
+        raise _NotApplicable  # a decomposition that writes its input (instance_norm's running statistics)
     if any(_mutates_or_reads_attributes(n) for n in ep.graph.nodes):
         raise _NotApplicable
-    return ep.graph
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    outputs = list(ep.graph.output_node().args[0])
+    graphs = []
+    for node, (_, _, _, slots) in zip(nodes, module.calls):
+        mine, placeholders = placeholders[: len(slots)], placeholders[len(slots) :]
+        count = len(node.meta["val"]) if isinstance(node.meta.get("val"), (list, tuple)) else 1
+        results, outputs = outputs[:count], outputs[count:]
+        graphs.append(_own_graph(ep.graph, mine, results))
+    return graphs
+
+
+def _own_graph(graph: fx.Graph, inputs: list[fx.Node], results: list[fx.Node]) -> fx.Graph:
+    """The part of `graph` that computes `results` from `inputs`, as a graph of
+    its own; _NotApplicable where it reads any other input."""
+    needed: set[fx.Node] = set()
+    stack = list(results)
+    while stack:
+        n = stack.pop()
+        if n not in needed:
+            needed.add(n)
+            stack.extend(n.all_input_nodes)
+    own = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for p in inputs:
+        env[p] = own.placeholder(p.name)
+        env[p].meta = dict(p.meta)
+    for n in graph.nodes:
+        if n not in needed or n in env:
+            continue
+        if n.op == "placeholder":
+            raise _NotApplicable  # shared with another node's decomposition
+        env[n] = own.node_copy(n, lambda x: env[x])
+    own.output([env[r] for r in results])
+    return own
 
 
 def _splice(graph: fx.Graph, node: fx.Node, decomposed: fx.Graph) -> None:
@@ -148,18 +193,16 @@ def decompose_by_node(
         keys = [_signature(n) for n in targets]
     except _NotApplicable:
         return None
-    if len(ep.graph.nodes) < RETRACE_NODES_PER_EXPORT * len(set(keys)):
-        return None  # the whole re-trace is cheaper
     if any(
         isinstance(n.meta.get("val"), (list, tuple)) and any(u.target is not operator.getitem for u in n.users)
         for n in targets
     ):
         return None
-    graphs: dict[tuple, fx.Graph] = {}
+    first: dict[tuple, fx.Node] = {}  # each distinct node's first occurrence
+    for node, key in zip(targets, keys):
+        first.setdefault(key, node)
     try:
-        for node, key in zip(targets, keys):
-            if key not in graphs:
-                graphs[key] = _decomposed(node, run)
+        graphs = dict(zip(first, _decomposed(list(first.values()), run)))
     except _NotApplicable:
         return None
     gm = ep.graph_module
