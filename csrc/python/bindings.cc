@@ -273,6 +273,7 @@ NB_MODULE(_core, m) {
   m.def("set_compile_worker", &ff::runtime::set_compile_worker,
         "The fuseforge-nvrtc executable kernels compiled together compile in, each in a process of its own "
         "(NVRTC serializes one process's compiles); \"\" compiles them in this process.");
+  m.def("compile_worker", &ff::runtime::compile_worker, "The registered fuseforge-nvrtc executable; \"\" if none.");
   m.def("cutlass_options", &ff::runtime::cutlass_options);
   m.def("nvrtc_version", &ff::runtime::nvrtc_version);
   m.def("nvrtc_compile_count", [] { return static_cast<uint64_t>(ff::runtime::nvrtc_compile_count()); });

@@ -800,6 +800,9 @@ def set_compile_worker(arg: str, /) -> None:
     The fuseforge-nvrtc executable kernels compiled together compile in, each in a process of its own (NVRTC serializes one process's compiles); "" compiles them in this process.
     """
 
+def compile_worker() -> str:
+    """The registered fuseforge-nvrtc executable; "" if none."""
+
 def cutlass_options() -> list[str]: ...
 
 def nvrtc_version() -> int: ...

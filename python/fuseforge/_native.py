@@ -11,6 +11,7 @@ f32 matmuls become GEMM kernels (FUSEFORGE_GEMM=1: every dtype; =0: none).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -84,6 +85,10 @@ for _d in _cutlass_include_dirs():
 _worker = os.path.join(os.path.dirname(_core.__file__), "fuseforge-nvrtc")
 if os.access(_worker, os.X_OK):
     _core.set_compile_worker(_worker)
+else:
+    logging.getLogger("fuseforge").warning(
+        "fuseforge: %s is missing (reinstall fuseforge): kernels compile one at a time", _worker
+    )
 
 core = _core
 

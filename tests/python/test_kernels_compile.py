@@ -3,6 +3,8 @@ GPU needed), GEMM kernels included (CUTLASS headers from the pinned wheel; the
 Hopper wgmma kernels for sm_90a), and the optimized plan agrees with the
 captured graph's meaning."""
 
+import os
+
 import pytest
 import torch
 
@@ -57,6 +59,13 @@ def test_kernels_with_the_same_code_compile_once(monkeypatch):
     # Code that differs in anything but comments and the name keeps its own key.
     scaled = capture(_UnrolledLoop(), [torch.randn(6, 256, 384), torch.randn(256, 384)], name="loop").text
     assert not set(keys) & {k.compile_key for k in _plan(scaled, arch=90).kernels}
+
+
+def test_the_installed_package_compiles_kernels_in_worker_processes():
+    """pip install puts fuseforge-nvrtc beside the extension, and importing
+    fuseforge registers it: a plan's kernels compile in parallel."""
+    worker = core.compile_worker()
+    assert os.path.dirname(worker) == os.path.dirname(core.__file__) and os.access(worker, os.X_OK), worker
 
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
