@@ -2,8 +2,9 @@
 // several at once (runtime/compile_workers.h says why they are processes).
 //   fuseforge-nvrtc JOB IMAGE
 // reads the job file JOB, writes the cubin or PTX to IMAGE and exits 0; on
-// any failure prints one line on stderr and exits 1 (the caller then compiles
-// the kernel itself and reports NVRTC's error).
+// any failure prints why on stderr and exits 1 (the caller then compiles the
+// kernel itself: it reports NVRTC's error, or this failure if its own
+// compile succeeds).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>

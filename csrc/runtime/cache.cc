@@ -206,8 +206,15 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
     }
   }
   if (!result) {
-    if (in_worker) result = compile_in_worker({source, kernel_name, arch, extra_options, sm90a, nvrtc_path()});
-    if (!result) result = compile_kernel(source, kernel_name, arch, extra_options, sm90a);
+    WorkerResult worker;
+    if (in_worker) worker = compile_in_worker({source, kernel_name, arch, extra_options, sm90a, nvrtc_path()});
+    result = std::move(worker.kernel);
+    if (!result) {
+      result = compile_kernel(source, kernel_name, arch, extra_options, sm90a);  // throws NVRTC's error
+      if (!worker.failure.empty())
+        std::fprintf(stderr, "fuseforge: warning: the compile worker failed on %s (%s); it compiled in this process\n",
+                     kernel_name.c_str(), worker.failure.c_str());
+    }
     std::string why;
     if (!dir.empty() && !write_entry(dir, file, result->image, why)) warn_unwritable_once(dir, why);
   }

@@ -67,13 +67,18 @@ void warn_once(const std::string& why) {
 
 // Removes the job's files however compile_in_worker returns.
 struct TempFiles {
-  std::string job, out;
+  std::string job, out, log;
   ~TempFiles() {
     std::error_code ec;
-    if (!job.empty()) fs::remove(job, ec);
-    if (!out.empty()) fs::remove(out, ec);
+    for (const std::string* path : {&job, &out, &log})
+      if (!path->empty()) fs::remove(*path, ec);
   }
 };
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 }  // namespace
 
@@ -112,9 +117,9 @@ CompileJob decode_job(std::string_view text) {
   return job;
 }
 
-std::optional<CompiledKernel> compile_in_worker(const CompileJob& job) {
+WorkerResult compile_in_worker(const CompileJob& job) {
   const std::string worker = compile_worker();
-  if (worker.empty()) return std::nullopt;
+  if (worker.empty()) return {};
   TempFiles files;
   {
     std::error_code ec;
@@ -122,42 +127,45 @@ std::optional<CompiledKernel> compile_in_worker(const CompileJob& job) {
     const int fd = mkstemp(pattern.data());
     if (fd < 0) {
       warn_once("cannot create a compile job file (" + std::string(std::strerror(errno)) + ")");
-      return std::nullopt;
+      return {};
     }
     close(fd);
     files.job = pattern;
     files.out = pattern + ".image";
+    files.log = pattern + ".log";
     std::ofstream out(files.job, std::ios::binary | std::ios::trunc);
     out << encode_job(job);
     if (!out.flush()) {
       warn_once("cannot write compile job file " + files.job);
-      return std::nullopt;
+      return {};
     }
   }
 
-  // The worker's own stderr would repeat the error the in-process retry reports.
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, files.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   std::vector<char*> argv = {const_cast<char*>(worker.c_str()), files.job.data(), files.out.data(), nullptr};
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, worker.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     warn_once("cannot start the compile worker " + worker + " (" + std::strerror(rc) + ")");
-    return std::nullopt;
+    return {};
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return std::nullopt;
+    if (errno != EINTR) return {std::nullopt, std::string("waitpid: ") + std::strerror(errno)};
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-
-  std::ifstream in(files.out, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (WIFSIGNALED(status)) return {std::nullopt, "killed by signal " + std::to_string(WTERMSIG(status))};
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string message = read_all(files.log);
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    return {std::nullopt, message.empty() ? "exit status " + std::to_string(WEXITSTATUS(status)) : message};
+  }
+  std::string image = read_all(files.out);
+  if (image.empty()) return {std::nullopt, "it wrote no image"};
   count_worker_compile();
-  return CompiledKernel{job.name, std::move(image), plan_compile(job.arch, job.options, job.sm90a).is_cubin, ""};
+  return {CompiledKernel{job.name, std::move(image), plan_compile(job.arch, job.options, job.sm90a).is_cubin, ""}, ""};
 }
 
 }  // namespace ff::runtime

@@ -29,11 +29,16 @@ struct CompileJob {
 void set_compile_worker(const std::string& path);
 std::string compile_worker();
 
-// `job` compiled by a worker process, waited for. nullopt when no worker is
-// registered, it cannot be started (reported once on stderr) or the compile
-// fails: the caller then compiles in its own process, which reports NVRTC's
-// error with its log.
-std::optional<CompiledKernel> compile_in_worker(const CompileJob& job);
+// `job` compiled by a worker process, waited for. No kernel when no worker is
+// registered, it cannot be started (reported once on stderr) or it fails:
+// the caller then compiles in its own process, which reports NVRTC's error
+// with its log, and `failure` says how the worker failed (its message, or
+// the signal that ended it), for a caller whose own compile succeeds.
+struct WorkerResult {
+  std::optional<CompiledKernel> kernel;
+  std::string failure;  // empty unless the worker ran and failed
+};
+WorkerResult compile_in_worker(const CompileJob& job);
 
 // The job file a worker reads: length-prefixed fields.
 std::string encode_job(const CompileJob& job);

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "runtime/cache.h"
 #include "runtime/compile_workers.h"
@@ -56,8 +59,9 @@ TEST_F(CompileWorkers, WorkerCompilesWhatTheCallerWould) {
   const CompileJob job = add_job();
   const CompiledKernel here = compile_kernel(job.source, job.name, job.arch, job.options);
   const std::uint64_t before = nvrtc_compile_count();
-  const std::optional<CompiledKernel> there = compile_in_worker(job);
-  ASSERT_TRUE(there.has_value());
+  const WorkerResult result = compile_in_worker(job);
+  ASSERT_TRUE(result.kernel.has_value()) << result.failure;
+  const CompiledKernel* there = &*result.kernel;
   EXPECT_EQ(nvrtc_compile_count(), before + 1);  // counted although another process ran it
   EXPECT_TRUE(is_elf(there->image));
   EXPECT_EQ(there->is_cubin, here.is_cubin);
@@ -68,11 +72,15 @@ TEST_F(CompileWorkers, WorkerCompilesWhatTheCallerWould) {
 TEST_F(CompileWorkers, FailuresLeaveTheCompileToTheCaller) {
   CompileJob broken = add_job();
   broken.source += "this is not CUDA";
-  EXPECT_FALSE(compile_in_worker(broken).has_value());
+  const WorkerResult failed = compile_in_worker(broken);
+  EXPECT_FALSE(failed.kernel.has_value());
+  EXPECT_NE(failed.failure.find("ff_test_add"), std::string::npos) << failed.failure;  // NVRTC's error, named
 
   set_compile_worker(std::string(FF_NVRTC_WORKER) + "-missing");
   ::testing::internal::CaptureStderr();
-  EXPECT_FALSE(compile_in_worker(add_job()).has_value());
+  const WorkerResult unstarted = compile_in_worker(add_job());
+  EXPECT_FALSE(unstarted.kernel.has_value());
+  EXPECT_EQ(unstarted.failure, "");
   // compile_cached falls back to compiling in this process, and says once that it does.
   const std::uint64_t before = nvrtc_compile_count();
   const CompiledKernel k = compile_cached(kAddSource, "ff_test_add", 90, {}, false, /*in_worker=*/true);
@@ -80,6 +88,27 @@ TEST_F(CompileWorkers, FailuresLeaveTheCompileToTheCaller) {
   EXPECT_EQ(nvrtc_compile_count(), before + 1);
   EXPECT_TRUE(is_elf(k.image));
   EXPECT_NE(err.find("cannot start the compile worker"), std::string::npos) << err;
+}
+
+// A worker that dies, or exits with an error while the kernel compiles in
+// this process, is reported: the kernel is compiled, not silently.
+TEST_F(CompileWorkers, AWorkerThatFailsOnAGoodKernelIsReported) {
+  const std::string killed = dir_.path() + "/killed-worker";
+  std::ofstream(killed) << "#!/bin/sh\nkill -9 $$\n";
+  std::filesystem::permissions(killed, std::filesystem::perms::owner_all);
+  for (const auto& [worker, why] :
+       {std::pair<std::string, std::string>{"/bin/false", "exit status 1"}, {killed, "killed by signal 9"}}) {
+    set_compile_worker(worker);
+    EXPECT_EQ(compile_in_worker(add_job()).failure, why);
+    clear_memory_cache();
+    std::filesystem::remove_all(dir_.path() + "/cache");
+    ScopedEnv cache("FUSEFORGE_CACHE_DIR", dir_.path() + "/cache");
+    ::testing::internal::CaptureStderr();
+    const CompiledKernel k = compile_cached(kAddSource, "ff_test_add", 90, {}, false, /*in_worker=*/true);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(is_elf(k.image));
+    EXPECT_NE(err.find("the compile worker failed on ff_test_add (" + why + ")"), std::string::npos) << err;
+  }
 }
 
 TEST_F(CompileWorkers, CachedCompileInAWorkerFillsTheDiskCache) {
