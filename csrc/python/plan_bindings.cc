@@ -23,6 +23,7 @@
 #include "runtime/cache.h"
 #include "runtime/check.h"
 #include "runtime/compiler.h"
+#include "runtime/env.h"
 #include "runtime/launcher.h"
 
 NB_MAKE_OPAQUE(std::vector<ff::plan::Buffer>)
@@ -128,7 +129,7 @@ runtime::CompiledKernel compile(const std::string& source, const std::string& na
 
 // Compiles every kernel for `arch`, each distinct one once (Kernel::compile_key:
 // an unrolled loop's steps share their kernels' code), as many at a time as
-// the machine has cores, each in a worker process (NVRTC serializes a
+// the machine has cores or FUSEFORGE_COMPILE_JOBS says, each in a worker process (NVRTC serializes a
 // process's compiles; one compile per kernel at once would hold hundreds of
 // compiles' memory). A kernel that does not compile gets its error message
 // instead. Kernels of the same code share one LoadedKernel: one image, loaded
@@ -146,9 +147,11 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
   }
   std::vector<std::shared_ptr<runtime::LoadedKernel>> compiled(kernels.size());
   std::vector<std::string> errors(kernels.size());
+  const int jobs = runtime::env::compile_jobs();
   {
     nb::gil_scoped_release release;
-    const size_t threads = std::min<size_t>(distinct.size(), std::max(1u, std::thread::hardware_concurrency()));
+    const size_t threads = std::min<size_t>(
+        distinct.size(), jobs > 0 ? static_cast<unsigned>(jobs) : std::max(1u, std::thread::hardware_concurrency()));
     std::atomic<size_t> next{0};
     auto work = [&] {
       for (size_t j = next++; j < distinct.size(); j = next++) {

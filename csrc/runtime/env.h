@@ -24,4 +24,10 @@ std::string dump_dir();
 // unset or empty.
 std::string nvrtc_library();
 
+// FUSEFORGE_COMPILE_JOBS: how many kernels compile at once when a plan's
+// kernels compile together (1: one at a time, in the calling process); 0
+// when unset or empty: as many as the machine has cores. Throws
+// std::invalid_argument on anything but a positive integer.
+int compile_jobs();
+
 }  // namespace ff::runtime::env

@@ -14,6 +14,7 @@
 #include "runtime/compile_workers.h"
 #include "runtime/compiler.h"
 #include "runtime/cuda_libs.h"
+#include "runtime/env.h"
 #include "runtime_test_util.h"
 
 using namespace ff::runtime;
@@ -119,4 +120,19 @@ TEST_F(CompileWorkers, CachedCompileInAWorkerFillsTheDiskCache) {
   const CompiledKernel again = compile_cached(kAddSource, "ff_test_add", 90);
   EXPECT_EQ(nvrtc_compile_count(), before);  // a disk hit
   EXPECT_EQ(again.image, first.image);
+}
+
+TEST(CompileJobsSetting, TakesPositiveIntegersOnly) {
+  {
+    ScopedEnv unset("FUSEFORGE_COMPILE_JOBS", std::nullopt);
+    EXPECT_EQ(env::compile_jobs(), 0);  // one per core
+  }
+  {
+    ScopedEnv three("FUSEFORGE_COMPILE_JOBS", "3");
+    EXPECT_EQ(env::compile_jobs(), 3);
+  }
+  for (const char* bad : {"0", "-1", "two", "2.5", " 4", "99999999999"}) {
+    ScopedEnv set("FUSEFORGE_COMPILE_JOBS", bad);
+    EXPECT_THROW(env::compile_jobs(), std::invalid_argument) << bad;
+  }
 }

@@ -68,6 +68,15 @@ def test_the_installed_package_compiles_kernels_in_worker_processes():
     assert os.path.dirname(worker) == os.path.dirname(core.__file__) and os.access(worker, os.X_OK), worker
 
 
+def test_compile_jobs_setting_is_refused_unless_a_positive_count(monkeypatch):
+    kernels = _plan(capture(_UnrolledLoop(), [torch.randn(2, 8, 16), torch.randn(8, 16)], name="loop").text).kernels
+    monkeypatch.setenv("FUSEFORGE_COMPILE_JOBS", "many")
+    with pytest.raises(ValueError, match="FUSEFORGE_COMPILE_JOBS='many': expected a positive number"):
+        core.load_kernels(kernels, 90)
+    monkeypatch.setenv("FUSEFORGE_COMPILE_JOBS", "1")  # one at a time, in this process
+    assert all(not isinstance(k, str) for k in core.load_kernels(kernels, 90))
+
+
 @pytest.mark.parametrize("path", PROBLEMS, ids=problem_name)
 def test_every_kernel_compiles_for_sm90(path):
     text = _capture(path).text

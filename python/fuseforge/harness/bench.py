@@ -59,6 +59,7 @@ from fuseforge.harness.measure import temporary_cache_dir
 from fuseforge.harness.problem import problem_name
 from fuseforge.harness.report import check_plotting, merge_reports, render_markdown, render_table, summarize, write_plot
 from fuseforge.harness.worker import Worker
+from fuseforge.runtime.options import ENV_COMPILE_JOBS
 
 #: Keys every problem's entry has in the JSON report (None where not measured).
 PROBLEM_KEYS = (
@@ -122,17 +123,19 @@ def run_problem(
     phase: str = "--compile-times",
     worker: Worker | None = None,
     gpu: str | None = None,
+    compile_jobs: int | None = None,
 ) -> dict[str, Any]:
     """One problem's row from `fuseforge run PATH <phase>` (phase:
     --compile-times, --compile-only, or "" for check and timing only) in
-    `worker`, or in a fresh worker process of its own (on GPU `gpu`, a
-    CUDA_VISIBLE_DEVICES name, if given) when none is given, with the wall
-    seconds it took in `wall_s`; on a crash or a timeout, a row with
-    correct=False and the reason in `error`."""
+    `worker`, or in a fresh worker process of its own when none is given (on
+    GPU `gpu`, a CUDA_VISIBLE_DEVICES name, and compiling `compile_jobs`
+    kernels at once, where given), with the wall seconds it took in `wall_s`;
+    on a crash or a timeout, a row with correct=False and the reason in
+    `error`."""
     started = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="fuseforge-bench-") as tmp,
-        contextlib.nullcontext(worker) if worker is not None else Worker(_gpu_env(gpu)) as runner,
+        contextlib.nullcontext(worker) if worker is not None else Worker(_worker_env(gpu, compile_jobs)) as runner,
     ):
         out = os.path.join(tmp, "row.json")
         argv = [
@@ -175,8 +178,13 @@ def run_problem(
         return row
 
 
-def _gpu_env(gpu: str | None) -> dict[str, str] | None:
-    return {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
+def _worker_env(gpu: str | None, compile_jobs: int | None = None) -> dict[str, str] | None:
+    """The environment a worker process adds: the GPU it sees and, for one of
+    several compile jobs at once, its share of the cores to compile kernels on."""
+    env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+    if compile_jobs is not None:
+        env[ENV_COMPILE_JOBS] = str(compile_jobs)
+    return env or None
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -254,9 +262,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         progress = stack.enter_context(Progress(console=console, transient=True))
         if args.jobs > 1 and torch.cuda.is_available():
             task = progress.add_task(f"compiling, {args.jobs} at a time on {len(gpus)} GPU(s)", total=len(problems))
+            share = max(1, (os.cpu_count() or 1) // args.jobs)  # the cores, shared out: compile s stays honest
             with ThreadPoolExecutor(args.jobs) as pool:
                 jobs = pool.map(
-                    lambda ip: run_problem(ip[1], args, "--compile-only", gpu=gpus[ip[0] % len(gpus)]),
+                    lambda ip: run_problem(
+                        ip[1], args, "--compile-only", gpu=gpus[ip[0] % len(gpus)], compile_jobs=share
+                    ),
                     enumerate(problems),
                 )
                 for path, row in zip(problems, jobs):
@@ -268,7 +279,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             todo.put(path)
 
         def time_on(gpu: str | None) -> None:
-            with Worker(_gpu_env(gpu)) as worker:  # one process for every problem that runs well
+            with Worker(_worker_env(gpu)) as worker:  # one process for every problem that runs well
                 while True:
                     try:
                         path = todo.get_nowait()

@@ -73,6 +73,8 @@ ENV_CUDA_GRAPHS = "FUSEFORGE_CUDA_GRAPHS"
 ENV_DISABLE_CACHE = "FUSEFORGE_DISABLE_CACHE"
 #: The kernel cache's directory: read by the core (csrc/runtime/env.cc), never here.
 ENV_CACHE_DIR = "FUSEFORGE_CACHE_DIR"
+#: How many kernels compile at once: read by the core (env.cc), never here; bench sets it for its compile jobs.
+ENV_COMPILE_JOBS = "FUSEFORGE_COMPILE_JOBS"
 
 
 def fast_call_enabled() -> bool:
