@@ -129,11 +129,11 @@ runtime::CompiledKernel compile(const std::string& source, const std::string& na
 
 // Compiles every kernel for `arch`, each distinct one once (Kernel::compile_key:
 // an unrolled loop's steps share their kernels' code), as many at a time as
-// the machine has cores or FUSEFORGE_COMPILE_JOBS says, each in a worker process (NVRTC serializes a
-// process's compiles; one compile per kernel at once would hold hundreds of
-// compiles' memory). A kernel that does not compile gets its error message
-// instead. Kernels of the same code share one LoadedKernel: one image, loaded
-// once per context.
+// the machine has cores (or FUSEFORGE_COMPILE_JOBS says), each in a worker
+// process (NVRTC serializes a process's compiles; all of a plan's at once
+// would hold hundreds of compiles' memory). A kernel that does not compile
+// gets its error message instead. Kernels of the same code share one
+// LoadedKernel: one image, loaded once per context.
 std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arch) {
   std::vector<size_t> first(kernels.size());  // the kernel whose compile each one takes
   std::vector<size_t> distinct;

@@ -62,7 +62,7 @@ void warn_once(const std::string& why) {
     if (g_warned) return;
     g_warned = true;
   }
-  std::fprintf(stderr, "fuseforge: warning: %s; kernels compile in this process, one at a time\n", why.c_str());
+  std::fprintf(stderr, "fuseforge: warning: %s; kernels compile in this process instead, one at a time\n", why.c_str());
 }
 
 // Removes the job's files however compile_in_worker returns.

@@ -122,9 +122,14 @@ def _decomposed(nodes: list[fx.Node], run: Callable[[Program], Program]) -> list
     graphs = []
     for node, (_, _, _, slots) in zip(nodes, module.calls):
         mine, placeholders = placeholders[: len(slots)], placeholders[len(slots) :]
-        count = len(node.meta["val"]) if isinstance(node.meta.get("val"), (list, tuple)) else 1
-        results, outputs = outputs[:count], outputs[count:]
+        value = node.meta.get("val")
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if not all(isinstance(v, torch.Tensor) for v in values):
+            raise _NotApplicable  # a None among the results: the flat outputs would not line up
+        results, outputs = outputs[: len(values)], outputs[len(values) :]
         graphs.append(_own_graph(ep.graph, mine, results))
+    if placeholders or outputs:
+        raise _NotApplicable
     return graphs
 
 
