@@ -22,6 +22,7 @@
 #include "pipeline/compile.h"
 #include "runtime/cache.h"
 #include "runtime/check.h"
+#include "runtime/compile_workers.h"
 #include "runtime/compiler.h"
 #include "runtime/env.h"
 #include "runtime/launcher.h"
@@ -153,12 +154,20 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
     const size_t threads = std::min<size_t>(
         distinct.size(), jobs > 0 ? static_cast<unsigned>(jobs) : std::max(1u, std::thread::hardware_concurrency()));
     std::atomic<size_t> next{0};
+    std::atomic<bool> interrupted{false};  // Ctrl-C: the kernels not compiled yet are left so
     auto work = [&] {
       for (size_t j = next++; j < distinct.size(); j = next++) {
         const Kernel& k = kernels[distinct[j]];
+        if (interrupted) {
+          errors[distinct[j]] = "fuseforge: compiling " + k.name + " was interrupted";
+          continue;
+        }
         try {
           compiled[distinct[j]] = std::make_shared<runtime::LoadedKernel>(
               compile(k.translation_unit(), k.name, arch, k.cutlass, k.sm90a, threads > 1));
+        } catch (const runtime::CompileInterrupted& e) {
+          interrupted = true;
+          errors[distinct[j]] = e.what();
         } catch (const std::exception& e) {
           errors[distinct[j]] = e.what();
         }

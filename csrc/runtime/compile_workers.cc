@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -156,7 +157,10 @@ WorkerResult compile_in_worker(const CompileJob& job) {
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return {std::nullopt, std::string("waitpid: ") + std::strerror(errno)};
   }
-  if (WIFSIGNALED(status)) return {std::nullopt, "killed by signal " + std::to_string(WTERMSIG(status))};
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    return {std::nullopt, "killed by signal " + std::to_string(signal), signal == SIGINT || signal == SIGTERM};
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string message = read_all(files.log);
     while (!message.empty() && message.back() == '\n') message.pop_back();

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/check.h"
 #include "runtime/compiler.h"
 
 namespace ff::runtime {
@@ -34,11 +35,20 @@ std::string compile_worker();
 // the caller then compiles in its own process, which reports NVRTC's error
 // with its log, and `failure` says how the worker failed (its message, or
 // the signal that ended it), for a caller whose own compile succeeds.
+// `interrupted`: SIGINT or SIGTERM ended the worker (Ctrl-C reaches the
+// whole foreground process group): the caller stops instead of compiling on.
 struct WorkerResult {
   std::optional<CompiledKernel> kernel;
   std::string failure;  // empty unless the worker ran and failed
+  bool interrupted = false;
 };
 WorkerResult compile_in_worker(const CompileJob& job);
+
+// What compile_cached throws for a kernel whose worker was interrupted.
+class CompileInterrupted : public CudaError {
+ public:
+  using CudaError::CudaError;
+};
 
 // The job file a worker reads: length-prefixed fields.
 std::string encode_job(const CompileJob& job);

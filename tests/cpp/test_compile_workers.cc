@@ -136,3 +136,17 @@ TEST(CompileJobsSetting, TakesPositiveIntegersOnly) {
     EXPECT_THROW(env::compile_jobs(), std::invalid_argument) << bad;
   }
 }
+
+// Ctrl-C (or a kill of the process group) reaches the workers too: the caller
+// stops rather than compiling every remaining kernel in its own process.
+TEST_F(CompileWorkers, AnInterruptedWorkerStopsTheCompile) {
+  const std::string interrupted = dir_.path() + "/interrupted-worker";
+  std::ofstream(interrupted) << "#!/bin/sh\nkill -TERM $$\nsleep 5\n";
+  std::filesystem::permissions(interrupted, std::filesystem::perms::owner_all);
+  set_compile_worker(interrupted);
+  const WorkerResult result = compile_in_worker(add_job());
+  EXPECT_TRUE(result.interrupted) << result.failure;
+  const std::uint64_t before = nvrtc_compile_count();
+  EXPECT_THROW(compile_cached(kAddSource, "ff_test_add", 90, {}, false, /*in_worker=*/true), CompileInterrupted);
+  EXPECT_EQ(nvrtc_compile_count(), before);  // not compiled here instead
+}
