@@ -180,7 +180,8 @@ def full_plan(mod: ModuleType, mode: str | None, precision: str, arch: int) -> A
 def compile_phases(mod: ModuleType, mode: str | None, precision: str, arch: int) -> dict[str, float]:
     """Seconds of each phase (fuseforge.phases) of a cold compile of the
     problem's full-size plan: capture on the meta device, the core's stages,
-    and NVRTC of each distinct kernel with an empty kernel cache."""
+    and NVRTC of each distinct kernel with an empty kernel cache, compiled as
+    a GPU run compiles them (core.load_kernels: in parallel)."""
     from fuseforge import phases
     from fuseforge._native import core
     from fuseforge.harness.measure import temporary_cache_dir
@@ -189,11 +190,9 @@ def compile_phases(mod: ModuleType, mode: str | None, precision: str, arch: int)
         core.clear_memory_cache()
         plan = full_plan(mod, mode, precision, arch).plan
         with phases.timed("NVRTC"):
-            compiled: set[str] = set()  # kernels with the same code compile once
-            for k in plan.kernels:
-                if k.compile_key not in compiled:
-                    compiled.add(k.compile_key)
-                    core.nvrtc_compile(k.translation_unit, k.name, arch, cutlass=k.cutlass, sm90a=k.sm90a)
+            failed = [k for k in core.load_kernels(plan.kernels, arch) if isinstance(k, str)]
+        if failed:
+            raise RuntimeError(failed[0])
     return seconds
 
 
