@@ -1270,18 +1270,21 @@ class _DistinctOps(nn.Module):
         return torch.stack([a * b, c.softmax(1)])
 
 
-@pytest.mark.parametrize("case", ["unrolled_loop", "two_steps", "distinct_ops"])
+@pytest.mark.parametrize("case", ["unrolled_loop", "two_steps", "distinct_ops", "programs_of_two"])
 def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeypatch):
-    # The distinct nodes exported together and decomposed, each one's part
-    # spliced in for every node like it: the graph the whole re-trace gives,
-    # names aside.
-    from fuseforge.capture import decompositions
+    # The distinct nodes exported together (or NODES_PER_EXPORT at a time)
+    # and decomposed, each one's part spliced in for every node like it: the
+    # graph the whole re-trace gives, names aside.
+    from fuseforge.capture import decompositions, node_decompositions
 
     model, inputs = {
         "unrolled_loop": (_UnrolledCell(), [_r(40, 4, 8)]),
         "two_steps": (_UnrolledCell(), [_r(2, 4, 8)]),
         "distinct_ops": (_DistinctOps(), [_r(2, 3, 6, 6)]),
+        "programs_of_two": (_DistinctOps(), [_r(2, 3, 6, 6)]),
     }[case]
+    if case == "programs_of_two":
+        monkeypatch.setattr(node_decompositions, "NODES_PER_EXPORT", 2)
     by_node, taken = _capture_by_node(model, inputs, monkeypatch)
     assert taken
     monkeypatch.setattr(decompositions, "decompose_by_node", lambda *args: None)

@@ -4,13 +4,13 @@ torch.export's run_decompositions re-traces the whole program (about 1.5 ms
 a node on a 2-core laptop CPU: an unrolled 160-step GRU cell's 3700 nodes
 take 5.6 s). A graph that mutates nothing needs nothing of that re-trace but
 the decompositions, and those depend only on a node's op and its arguments'
-metadata: the distinct nodes the table decomposes are exported together, on
-arguments of their own, and decomposed by run_decompositions itself; each
-one's part of the result replaces every node like it (an unrolled loop's
-steps share one: 0.8 s for that GRU). A mutation, an op that is not an ATen
-overload, or a decomposition that makes constants leaves the graph to the
-whole re-trace. tests/python/test_capture.py checks that both ways lower to
-the same IR."""
+metadata: the distinct nodes the table decomposes are exported together (up
+to NODES_PER_EXPORT a program), on arguments of their own, and decomposed by
+run_decompositions itself; each one's part of the result replaces every node
+like it (an unrolled loop's steps share one: 0.8 s for that GRU). A
+mutation, an op that is not an ATen overload, or a decomposition that makes
+constants leaves the graph to the whole re-trace. tests/python/test_capture.py
+checks that both ways lower to the same IR."""
 
 from __future__ import annotations
 
@@ -26,6 +26,13 @@ from torch.utils import _pytree as pytree
 
 Program = torch.export.ExportedProgram
 log = logging.getLogger("fuseforge")
+
+
+#: Distinct nodes exported in one program. Export's guard setup grows with the
+#: square of a program's inputs (torch 2.11's _unlift: 9 of the 12 s that a
+#: DenseNet-201's 212 distinct nodes took in one program on a 2-core CPU); in
+#: programs of 60, 100 and 200 nodes they took 10.5, 8.7 and 9.3 s.
+NODES_PER_EXPORT = 100
 
 
 class _NotApplicable(Exception):
@@ -206,10 +213,16 @@ def decompose_by_node(
     first: dict[tuple, fx.Node] = {}  # each distinct node's first occurrence
     for node, key in zip(targets, keys):
         first.setdefault(key, node)
+    distinct = list(first.values())
     try:
-        graphs = dict(zip(first, _decomposed(list(first.values()), run)))
+        decomposed = [
+            g
+            for i in range(0, len(distinct), NODES_PER_EXPORT)
+            for g in _decomposed(distinct[i : i + NODES_PER_EXPORT], run)
+        ]
     except _NotApplicable:
         return None
+    graphs = dict(zip(first, decomposed))
     gm = ep.graph_module
     with gm._set_replace_hook(ep.graph_signature.get_replace_hook()):
         for node, key in zip(targets, keys):
