@@ -159,7 +159,7 @@ std::vector<nb::object> load_kernels(const std::vector<Kernel>& kernels, int arc
       for (size_t j = next++; j < distinct.size(); j = next++) {
         const Kernel& k = kernels[distinct[j]];
         if (interrupted) {
-          errors[distinct[j]] = "fuseforge: compiling " + k.name + " was interrupted";
+          errors[distinct[j]] = runtime::CompileInterrupted(k.name).what();
           continue;
         }
         try {

@@ -208,7 +208,7 @@ CompiledKernel compile_cached(const std::string& source, const std::string& kern
   if (!result) {
     WorkerResult worker;
     if (in_worker) worker = compile_in_worker({source, kernel_name, arch, extra_options, sm90a, nvrtc_path()});
-    if (worker.interrupted) throw CompileInterrupted("fuseforge: compiling " + kernel_name + " was interrupted");
+    if (worker.interrupted) throw CompileInterrupted(kernel_name);
     result = std::move(worker.kernel);
     if (!result) {
       result = compile_kernel(source, kernel_name, arch, extra_options, sm90a);  // throws NVRTC's error

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -32,29 +34,31 @@ void put_field(std::string& out, std::string_view field) {
   out += field;
 }
 
+// The decimal number `text` is, whole; nullopt if it is anything else.
+std::optional<size_t> whole_number(std::string_view text) {
+  size_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
 std::string_view take_field(std::string_view& in) {
   const size_t newline = in.find('\n');
-  if (newline == std::string_view::npos || newline == 0 || newline > 19)
-    throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
-  size_t size = 0;
-  for (char c : in.substr(0, newline)) {
-    if (c < '0' || c > '9') throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
-    size = size * 10 + static_cast<size_t>(c - '0');
-  }
+  const std::optional<size_t> size =
+      newline == std::string_view::npos ? std::nullopt : whole_number(in.substr(0, newline));
+  if (!size) throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
   in.remove_prefix(newline + 1);
-  if (size > in.size()) throw std::invalid_argument("fuseforge-nvrtc: truncated job file");
-  const std::string_view field = in.substr(0, size);
-  in.remove_prefix(size);
+  if (*size > in.size()) throw std::invalid_argument("fuseforge-nvrtc: truncated job file");
+  const std::string_view field = in.substr(0, *size);
+  in.remove_prefix(*size);
   return field;
 }
 
 int to_int(std::string_view field) {
-  int v = 0;
-  for (char c : field) {
-    if (c < '0' || c > '9' || v > 100000) throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
-    v = v * 10 + (c - '0');
-  }
-  return v;
+  const std::optional<size_t> v = whole_number(field);
+  if (!v || *v > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw std::invalid_argument("fuseforge-nvrtc: malformed job file");
+  return static_cast<int>(*v);
 }
 
 void warn_once(const std::string& why) {
@@ -79,6 +83,12 @@ struct TempFiles {
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool write_all(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  return static_cast<bool>(out.flush());
 }
 
 }  // namespace
@@ -134,9 +144,7 @@ WorkerResult compile_in_worker(const CompileJob& job) {
     files.job = pattern;
     files.out = pattern + ".image";
     files.log = pattern + ".log";
-    std::ofstream out(files.job, std::ios::binary | std::ios::trunc);
-    out << encode_job(job);
-    if (!out.flush()) {
+    if (!write_all(files.job, encode_job(job))) {
       warn_once("cannot write compile job file " + files.job);
       return {};
     }
@@ -170,6 +178,21 @@ WorkerResult compile_in_worker(const CompileJob& job) {
   if (image.empty()) return {std::nullopt, "it wrote no image"};
   count_worker_compile();
   return {CompiledKernel{job.name, std::move(image), plan_compile(job.arch, job.options, job.sm90a).is_cubin, ""}, ""};
+}
+
+int run_compile_job(const std::string& job_path, const std::string& image_path) {
+  try {
+    if (!fs::exists(job_path)) throw std::runtime_error("cannot read " + job_path);
+    const CompileJob job = decode_job(read_all(job_path));
+    // The caller's NVRTC, so that both compile alike (and hash alike in the cache).
+    if (!job.nvrtc_library.empty()) setenv("FUSEFORGE_NVRTC", job.nvrtc_library.c_str(), 1);
+    const CompiledKernel k = compile_kernel(job.source, job.name, job.arch, job.options, job.sm90a);
+    if (!write_all(image_path, k.image)) throw std::runtime_error("cannot write " + image_path);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuseforge-nvrtc: %s\n", e.what());
+    return 1;
+  }
 }
 
 }  // namespace ff::runtime

@@ -47,12 +47,18 @@ WorkerResult compile_in_worker(const CompileJob& job);
 // What compile_cached throws for a kernel whose worker was interrupted.
 class CompileInterrupted : public CudaError {
  public:
-  using CudaError::CudaError;
+  explicit CompileInterrupted(const std::string& kernel)
+      : CudaError("fuseforge: compiling " + kernel + " was interrupted") {}
 };
 
 // The job file a worker reads: length-prefixed fields.
 std::string encode_job(const CompileJob& job);
 // Throws std::invalid_argument on a malformed file.
 CompileJob decode_job(std::string_view text);
+
+// The worker's side (tools/nvrtc_worker.cc): compiles the job in the file
+// `job_path` and writes the cubin or PTX to `image_path`. Returns its exit
+// status: 0, or 1 after printing why on stderr.
+int run_compile_job(const std::string& job_path, const std::string& image_path);
 
 }  // namespace ff::runtime

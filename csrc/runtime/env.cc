@@ -1,5 +1,6 @@
 #include "runtime/env.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -26,14 +27,8 @@ int compile_jobs() {
   const std::string v = read("FUSEFORGE_COMPILE_JOBS");
   if (v.empty()) return 0;
   int jobs = 0;
-  for (char c : v) {
-    if (c < '0' || c > '9' || jobs > 100000) {
-      jobs = 0;
-      break;
-    }
-    jobs = jobs * 10 + (c - '0');
-  }
-  if (jobs < 1)
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), jobs);
+  if (ec != std::errc() || end != v.data() + v.size() || jobs < 1)
     throw std::invalid_argument("FUSEFORGE_COMPILE_JOBS='" + v +
                                 "': expected a positive number of kernels to compile at once");
   return jobs;
