@@ -228,6 +228,39 @@ def test_average_pooling_gradient_is_a_broadcast_where_windows_tile(pool, shape,
     assert ("%convolution" in backward) != broadcast, backward
 
 
+@pytest.mark.parametrize(
+    "pool, shape, tiles",
+    [
+        (nn.MaxPool2d(2), (2, 3, 7, 7), True),  # tiles 6x6 of 7x7; the last row and column get zeros
+        (nn.MaxPool2d(3, stride=2), (2, 3, 9, 9), False),  # overlapping windows
+        (nn.MaxPool1d(2), (2, 3, 9), True),
+        (nn.MaxPool3d((1, 2, 2)), (2, 3, 4, 6, 6), False),
+    ],
+    ids=["tiling_2d", "overlapping_2d", "tiling_1d", "3d"],
+)
+def test_max_pooling_gradient_follows_the_forward_indices_where_windows_tile(pool, shape, tiles):
+    """Where a 1-D or 2-D pool's windows tile the input, max pooling's
+    gradient is a masked broadcast the backward's kernels compute (each
+    element compared with the index its window's forward picked); elsewhere,
+    and for 3-D pools, ATen's kernel. The input holds few distinct values, so
+    most windows hold ties: the gradient must go to the element ATen's
+    forward picked, not to every maximum."""
+    torch.manual_seed(0)
+    conv = {3: nn.Conv1d, 4: nn.Conv2d, 5: nn.Conv3d}[len(shape)](3, 4, 1)
+    model = nn.Sequential(pool, conv, nn.Sigmoid())
+    reference = copy.deepcopy(model)
+    x = torch.randint(0, 3, shape).float().requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    _, step = _steps(model, x, 1, compiled=True)
+    _loss(reference(x_ref)).backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-6, rtol=1e-6)
+    assert torch.equal(x.grad != 0, x_ref.grad != 0)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)
+    backward = step.graphs[1].captured.text
+    assert ("max_pool" not in backward) == tiles, backward
+
+
 def test_group_norm_keeps_its_grouped_form_in_an_inference_graph():
     """The torch.compile backend's AOTAutograd traces inference graphs with
     the training table too: without grad, group norm keeps the grouped view
