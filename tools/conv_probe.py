@@ -42,7 +42,7 @@ import torch
 from fuseforge._native import core
 from fuseforge.capture import capture
 from fuseforge.harness.bench import find_problems
-from fuseforge.harness.check import fp64_outputs
+from fuseforge.harness.check import fp64_run
 from fuseforge.harness.compare import flatten_tensors
 from fuseforge.harness.problem import build_model, load_problem, problem_inputs, problem_name
 from fuseforge.harness.timing import time_cuda
@@ -221,7 +221,7 @@ def _errors_vs_fp64(mod, model, variants: dict) -> tuple[float, dict[str, float]
 
     snapshot = copy.deepcopy(model.state_dict())
     inputs = problem_inputs(mod, 0, "cuda")
-    ref64 = fp64_outputs(mod, model, 0, "cuda")
+    ref64 = fp64_run(mod, model, 0, "cuda")[0]
     with torch.no_grad():
         eager = max(max_err(o, r) for o, r in zip(flatten_tensors(model(*inputs)), ref64))
     out = {}
