@@ -259,6 +259,34 @@ def _instance_norm(
     return out
 
 
+def _tiling_windows(
+    spatial: int, grad: torch.Tensor, x: torch.Tensor, kernel_size: list[int], stride: list[int], padding: list[int]
+) -> tuple[list[int], list[int], list[int]] | None:
+    """(kernel, windows, input extent) per pooled dim where the windows tile
+    the input without overlap or padding (stride = kernel, each window whole;
+    rows and columns past the last window lie in none); else None.
+    `spatial`: the pooled dims, the last ones of `x` and `grad`."""
+
+    def per_dim(v: list[int]) -> list[int]:  # ATen's [k] means [k] * spatial
+        return list(v) * spatial if len(v) == 1 else list(v)
+
+    k, s = per_dim(kernel_size), per_dim(stride) or per_dim(kernel_size)
+    out, full = list(grad.shape[-spatial:]), list(x.shape[-spatial:])
+    if s != k or any(padding) or any(o * kk > f for o, kk, f in zip(out, k, full)):
+        return None
+    return k, out, full
+
+
+def _windows_to_input(up: torch.Tensor, k: list[int], out: list[int], full: list[int], x: torch.Tensor) -> torch.Tensor:
+    """A gradient computed per window cell, [..., o0, k0, o1, k1, ...], as the
+    input's: the cells merged, zeros past the last window, in the input's
+    memory format, as ATen's gradients are."""
+    up = up.reshape(list(up.shape[: up.dim() - 2 * len(k)]) + [o * kk for o, kk in zip(out, k)])
+    pad = [e for o, kk, f in reversed(list(zip(out, k, full))) for e in (0, f - o * kk)]
+    up = torch.nn.functional.pad(up, pad) if any(pad) else up
+    return up.contiguous(memory_format=suggest_memory_format(x))
+
+
 def _avg_pool_backward(
     spatial: int,
     grad: torch.Tensor,
@@ -270,28 +298,19 @@ def _avg_pool_backward(
     count_include_pad: bool,
     divisor_override: int | None,
 ) -> torch.Tensor:
-    """Average pooling's gradient where the windows tile the input without
-    overlap or padding (stride = kernel, each window whole): every input
-    element gets its window's gradient over the window's size, a broadcast
-    that fuses with the pointwise work before it; rows and columns past the
-    last window get zeros; the gradient takes the input's memory format, as
-    ATen's. Other poolings keep ATen's kernel. `spatial`: the pooled dims."""
-
-    def per_dim(v: list[int]) -> list[int]:  # ATen's [k] means [k] * spatial
-        return list(v) * spatial if len(v) == 1 else list(v)
-
-    k, s = per_dim(kernel_size), per_dim(stride) or per_dim(kernel_size)
-    out, full = list(grad.shape[-spatial:]), list(x.shape[-spatial:])
-    if s != k or any(padding) or any(o * kk > f for o, kk, f in zip(out, k, full)):
+    """Average pooling's gradient where the windows tile the input
+    (_tiling_windows): every input element gets its window's gradient over
+    the window's size, a broadcast that fuses with the pointwise work before
+    it. Other poolings keep ATen's kernel. `spatial`: the pooled dims."""
+    tiling = _tiling_windows(spatial, grad, x, kernel_size, stride, padding)
+    if tiling is None:
         return NotImplemented
-    divisor = divisor_override or math.prod(k)
+    k, out, full = tiling
     lead = list(grad.shape[:-spatial])
     windows = lead + [e for o in out for e in (o, 1)]
     cells = lead + [e for o, kk in zip(out, k) for e in (o, kk)]
-    up = (grad / divisor).reshape(windows).expand(cells).reshape(lead + [o * kk for o, kk in zip(out, k)])
-    pad = [e for o, kk, f in reversed(list(zip(out, k, full))) for e in (0, f - o * kk)]
-    up = torch.nn.functional.pad(up, pad) if any(pad) else up
-    return up.contiguous(memory_format=suggest_memory_format(x))
+    up = (grad / (divisor_override or math.prod(k))).reshape(windows).expand(cells)
+    return _windows_to_input(up, k, out, full, x)
 
 
 def _max_pool_backward(
@@ -305,27 +324,19 @@ def _max_pool_backward(
     ceil_mode: bool,
     indices: torch.Tensor,
 ) -> torch.Tensor:
-    """Max pooling's gradient where the windows tile the input (stride =
-    kernel, no padding or dilation, each window whole): each input element
-    lies in one window and gets its window's gradient where the forward's
-    index names it, else zero. That is a broadcast and a compare with the
-    element's own flat index, pointwise work that fuses with the activation's
-    and the norm's gradients around it, where ATen's kernel scatters into a
-    gradient written and read back whole; the values are ATen's exactly (no
-    sums). Rows and columns past the last window get zeros. Other poolings
-    keep ATen's kernel. `spatial`: the pooled dims."""
-
-    def per_dim(v: list[int]) -> list[int]:  # ATen's [k] means [k] * spatial
-        return list(v) * spatial if len(v) == 1 else list(v)
-
-    k, s = per_dim(kernel_size), per_dim(stride) or per_dim(kernel_size)
-    out, full = list(grad.shape[-spatial:]), list(x.shape[-spatial:])
-    if s != k or any(padding) or any(d != 1 for d in per_dim(dilation) or [1]):
+    """Max pooling's gradient where the windows tile the input
+    (_tiling_windows) undilated: each input element lies in one window and
+    gets its window's gradient where the forward's index names it, else zero.
+    That is a broadcast and a compare with the element's own flat index,
+    pointwise work that fuses with the activation's and the norm's gradients
+    around it, where ATen's kernel scatters into a gradient written and read
+    back whole; the values are ATen's exactly (no sums). Other poolings keep
+    ATen's kernel. `spatial`: the pooled dims."""
+    tiling = _tiling_windows(spatial, grad, x, kernel_size, stride, padding)
+    if tiling is None or any(d != 1 for d in dilation):
         return NotImplemented
-    if any(o * kk > f for o, kk, f in zip(out, k, full)):
-        return NotImplemented
-    lead = list(grad.shape[:-spatial])
-    windows = lead + [e for o in out for e in (o, 1)]
+    k, out, full = tiling
+    windows = list(grad.shape[:-spatial]) + [e for o in out for e in (o, 1)]
     # Each cell's flat index in its input plane, as ATen's indices count:
     # the sum over the pooled dims of (window * kernel + offset) * the dim's
     # stride in the plane, built from small aranges that broadcast.
@@ -340,11 +351,7 @@ def _max_pool_backward(
         offset = torch.arange(kk, dtype=indices.dtype, device=indices.device).reshape(at) * plane_stride
         position = position + window + offset
     picked = indices.reshape(windows) == position
-    up = torch.where(picked, grad.reshape(windows), 0.0)
-    up = up.reshape(lead + [o * kk for o, kk in zip(out, k)])
-    pad = [e for o, kk, f in reversed(list(zip(out, k, full))) for e in (0, f - o * kk)]
-    up = torch.nn.functional.pad(up, pad) if any(pad) else up
-    return up.contiguous(memory_format=suggest_memory_format(x))
+    return _windows_to_input(torch.where(picked, grad.reshape(windows), 0.0), k, out, full, x)
 
 
 _TABLE: dict | None = None
