@@ -10,10 +10,11 @@
 // Each copy fuses into its reader's kernel (a reduction's prologue, a pointwise
 // group), which reads %conv where it read %y: the same bytes, and %y is never
 // written. Readers that land in one kernel share one copy: reductions over
-// the same dims (var and mean, as above), pointwise readers whose chains meet
-// in one node (mish's links); a value only one kernel reads is left as it
-// is. Only where every reader fuses (pointwise ops and reductions that
-// become kernels): a library call would need %y written anyway.
+// the same dims (var and mean, as above), pointwise readers whose work ends
+// in the same places (mish's links; an activation's gradient, kernel_of); a
+// value only one kernel reads is left as it is. Only where every reader fuses
+// (pointwise ops and reductions that become kernels): a library call would
+// need %y written anyway.
 // Only nodes reading one tensor of their size and small others (per-channel
 // values, scalars), so no reader reads more than it did; that tensor an input,
 // an ATen op's or a convolution's result (a GEMM kernel would take the node
@@ -33,6 +34,7 @@
 // The pipeline runs it once, after the others (compile.cc): cse would merge
 // the copies back.
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -47,6 +49,8 @@ namespace {
 constexpr int64_t kSmallRatio = 16;  // an operand this many times smaller than the result is "small"
 
 constexpr size_t kMostChained = 12;  // nodes a recomputed chain may have
+
+constexpr size_t kMostFollowed = 256;  // nodes kernel_of follows from one reader
 
 class RecomputePointwise : public Pass {
  public:
@@ -141,24 +145,48 @@ class RecomputePointwise : public Pass {
   }
 
   // The kernel a reader of a recomputed value lands in, as a key: readers
-  // with equal keys are one kernel. A reduction's key is what it reduces
-  // (reductions over the same dims are computed in one kernel: var and mean
-  // in one pass). A pointwise reader's is where its chain of sole readers
-  // ends: a reduction's prologue, or the node that ends it (read by
-  // several, or returned), whose pointwise group takes in the whole chain.
-  // Readers whose chains meet there (mish's links: x * tanh(softplus(x)))
-  // would compute a copy each side by side.
+  // with equal keys are one kernel. The key is where the reader's work ends:
+  // following every reader on through pointwise nodes, the reductions it
+  // feeds and the nodes no pointwise group continues past (other ops, views,
+  // returned values). A connected pointwise region with the same ends is one
+  // group, so readers whose chains meet inside it (mish's links, x *
+  // tanh(softplus(x)); an activation's gradient, which reads x and its
+  // intermediate values in a dozen nodes that all end in one value) would
+  // compute a copy each side by side. Past kMostFollowed nodes the first
+  // node read by several ends it, which keeps copies apart rather than
+  // merging kernels that may not be one.
   static std::string kernel_of(const Graph& g, const Users& readers, const Node& u) {
-    if (op_kind(u.op) == OpKind::Reduction && u.has_attr("dims")) {
-      std::string key = u.attr_bool_or("keepdim", false) ? "keep" : "drop";
-      for (int64_t d : u.attr_ints("dims")) key += " " + std::to_string(d);
-      return key;
+    std::set<std::string> ends;
+    std::vector<const Node*> pending{&u};
+    std::unordered_set<const Node*> seen{&u};
+    while (!pending.empty()) {
+      const Node* x = pending.back();
+      pending.pop_back();
+      if (!pointwise_link(g, *x)) {
+        ends.insert(end_key(*x));
+        continue;
+      }
+      for (const Node* r : readers.of(x->result()))
+        if (seen.insert(r).second) pending.push_back(r);
+      if (seen.size() > kMostFollowed) {
+        const Node* y = &u;
+        while (pointwise_link(g, *y) && readers.of(y->result()).size() == 1) y = readers.of(y->result()).front();
+        return end_key(*y);
+      }
     }
-    const Node* x = &u;
-    while (op_kind(x->op) == OpKind::Pointwise && x->results.size() == 1 && !g.is_graph_output(x->result()) &&
-           readers.of(x->result()).size() == 1)
-      x = readers.of(x->result()).front();
-    return "node " + x->results.front()->name;
+    std::string key;
+    for (const std::string& e : ends) key += e + ";";
+    return key;
+  }
+
+  // Where pointwise work ends, as a key: a reduction by what it reduces
+  // (reductions over the same dims are computed in one kernel: var and mean
+  // in one pass), any other node by itself.
+  static std::string end_key(const Node& x) {
+    if (op_kind(x.op) != OpKind::Reduction || !x.has_attr("dims")) return "node " + x.results.front()->name;
+    std::string key = x.attr_bool_or("keepdim", false) ? "keep" : "drop";
+    for (int64_t d : x.attr_ints("dims")) key += " " + std::to_string(d);
+    return key;
   }
 
   static bool fuses(const Node& u) { return op_kind(u.op) == OpKind::Pointwise || fusion::is_kernel_reduction(u); }
