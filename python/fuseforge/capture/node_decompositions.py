@@ -111,7 +111,8 @@ def _fresh(node: fx.Node) -> torch.Tensor:
 def _decomposed(nodes: list[fx.Node], run: Callable[[Program], Program]) -> list[fx.Graph]:
     """Each of `nodes` decomposed by `run`: all exported together, on fake
     arguments (one export costs about as much as 100 nodes of it), and the
-    decomposed graph split back into one graph per node."""
+    decomposed graph split back into one graph per node (each node's results
+    tensors, as decompose_by_node checks first)."""
     module = _DistinctNodes(nodes)
     fakes = tuple(_fresh(leaves[i]) for _, leaves, _, slots in module.calls for i in slots)
     try:
@@ -129,15 +130,18 @@ def _decomposed(nodes: list[fx.Node], run: Callable[[Program], Program]) -> list
     graphs = []
     for node, (_, _, _, slots) in zip(nodes, module.calls):
         mine, placeholders = placeholders[: len(slots)], placeholders[len(slots) :]
-        value = node.meta.get("val")
-        values = value if isinstance(value, (list, tuple)) else [value]
-        if not all(isinstance(v, torch.Tensor) for v in values):
-            raise _NotApplicable  # a None among the results: the flat outputs would not line up
-        results, outputs = outputs[: len(values)], outputs[len(values) :]
+        count = len(_results(node))
+        results, outputs = outputs[:count], outputs[count:]
         graphs.append(_own_graph(ep.graph, mine, results))
     if placeholders or outputs:
         raise _NotApplicable
     return graphs
+
+
+def _results(node: fx.Node) -> list[Any]:
+    """`node`'s result values, one per result."""
+    value = node.meta.get("val")
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _own_graph(graph: fx.Graph, inputs: list[fx.Node], results: list[fx.Node]) -> fx.Graph:
@@ -210,6 +214,8 @@ def decompose_by_node(
         for n in targets
     ):
         return None
+    if any(not all(isinstance(v, torch.Tensor) for v in _results(n)) for n in targets):
+        return None  # a None among a node's results: the program's flat outputs would not line up
     first: dict[tuple, fx.Node] = {}  # each distinct node's first occurrence
     for node, key in zip(targets, keys):
         first.setdefault(key, node)
