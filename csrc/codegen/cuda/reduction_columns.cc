@@ -109,6 +109,7 @@ class ColumnsKernel final : public ReductionKernel {
   std::string slot() const override { return slots_ == 1 ? "k" : "k * kUnroll + u"; }
   std::string chunk_slot() const override { return slots_ == 1 ? "k" : "k * kUnroll"; }
   std::string index() const override { return "e"; }
+  std::string valid() const override { return "col_valid"; }
 
   void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
     switch (kind(a)) {

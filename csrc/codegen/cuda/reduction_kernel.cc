@@ -199,7 +199,12 @@ void ReductionKernel::pass(int p, ExprMap& expr_of) {
   w_.emit_element(os, p, in + "  ", local_expr, slot(), chunk_slot(), index());
   for (const ReductionAccess* a : outs) os << in << "  y_" << a->param << "[k] = " << local_expr.at(a->value) << ";\n";
   os << in << "}\n";
-  for (const ReductionAccess* a : outs) store(*a, in);
+  // Only the tensor's rows are written. A thread past the end stands in for
+  // the last row (column) in the merges, and may read it after that row's
+  // own thread wrote an output over it (a backward plan's Kernel::over).
+  if (!outs.empty()) os << in << "if (" << valid() << ") {\n";
+  for (const ReductionAccess* a : outs) store(*a, in + "  ");
+  if (!outs.empty()) os << in << "}\n";
   close_items();
   if (chunked) w_.emit_chunk_end(os, p, ind, chunk_slot());
   if (!s_.persistent) os << "  }\n";

@@ -71,6 +71,9 @@ class ReductionKernel {
   virtual std::string slot() const = 0;        // an accumulator's slot for item u, lane k
   virtual std::string chunk_slot() const = 0;  // the slot of lane k's chunk (every item u of it)
   virtual std::string index() const = 0;       // the element index argmax/argmin push
+  // Whether the thread's row (column) is the tensor's, not the last one
+  // again for a thread past the end that takes part in the merges.
+  virtual std::string valid() const = 0;
   virtual void merge(int p, ExprMap& expr_of) = 0;
   // After a chunk's sweep, before the accumulators rebase on it: where the
   // chunk is a thread's whole share of a row, the form may settle the chunk's

@@ -91,6 +91,7 @@ class RowsKernel final : public ReductionKernel {
   std::string slot() const override { return s_.persistent ? "k" : "u * kVec + k"; }
   std::string chunk_slot() const override { return "k"; }
   std::string index() const override { return "e + k"; }
+  std::string valid() const override { return "row_valid"; }
 
   void load(const ReductionAccess& a, const std::string& dst, const std::string& in) override {
     if (vectorized(a))
