@@ -76,10 +76,13 @@ CompileOptions parse_compile_flags(std::string_view flags) {
       o.autotune = true;
     else if (f == "--release-inputs")
       o.release_inputs = true;
-    else
-      throw std::invalid_argument(
-          "unknown or malformed flag '" + f +
-          "' (flags: --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune --release-inputs)");
+    else if (key == "--donated" && !value.empty()) {
+      std::istringstream names(value);
+      for (std::string name; std::getline(names, name, ',');) o.donated.push_back(name);
+    } else
+      throw std::invalid_argument("unknown or malformed flag '" + f +
+                                  "' (flags: --arch=N --precision=P --gemm=POLICY --conv=POLICY --autotune "
+                                  "--release-inputs --donated=NAME,..)");
   }
   o.gemm_dtypes = gemm_dtypes(gemm, o.precision);
   return o;
@@ -159,7 +162,8 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
     out.kernel_variants.emplace_back();
   }
   phase_done("codegen");
-  out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants, options.release_inputs);
+  out.plan = plan::build(std::move(graph), out.partition, out.kernels, out.kernel_variants, options.release_inputs,
+                         options.donated);
   phase_done("plan");
   return out;
 }

@@ -60,6 +60,9 @@ struct CompileOptions {
   // The caller hands its input tensors over: the plan frees each after its
   // last read (plan::build's release_inputs).
   bool release_inputs = false;
+  // The inputs (by name) handed over to be written over after their last
+  // read as well (plan::build's donated); only with release_inputs.
+  std::vector<std::string> donated;
   // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
   // under the user's flags, as probed on the GPU (conv_precision.cc), and
   // whether it timed faster channels-last (autotuning; conv_layout.cc).

@@ -6,6 +6,7 @@
 // is read after every kernel's header: it launches a kernel listed later.
 // Kernel sources and per-kernel node steps are not in the text: a parsed plan
 // prints and compares, it does not run.
+#include <algorithm>
 #include <initializer_list>
 #include <sstream>
 #include <unordered_set>
@@ -131,6 +132,8 @@ class Parser {
     if (!known) fail("unknown buffer role '" + role + "'");
     if (b.role == Buffer::Role::Alias)
       b.alias_of = buffer_ref(alias);
+    else if (b.role == Buffer::Role::Input && alias == "donated")
+      b.donated = true;
     else if (!alias.empty())
       fail("unexpected '" + alias + "' after the role");
     p_.buffers.push_back(std::move(b));
@@ -286,7 +289,14 @@ class Parser {
     if (space == std::string::npos || s.compare(space, 2, " (") != 0 || arrow == std::string::npos ||
         close == std::string::npos)
       fail("expected 'launch @NAME (OUTPUTS) <- (INPUTS)'");
-    k.outputs = refs(s.substr(space + 2, arrow - space - 2));
+    std::vector<std::string> over;  // per output: the input it is written over ("": none)
+    std::istringstream outs(s.substr(space + 2, arrow - space - 2));
+    for (std::string item; std::getline(outs, item, ',');) {
+      item = trim(item);
+      const size_t sp = item.find(" over ");
+      k.outputs.push_back(buffer_ref(item.substr(0, sp)));
+      over.push_back(sp == std::string::npos ? "" : item.substr(sp + 6));
+    }
     std::istringstream ins(s.substr(arrow + 6, close - arrow - 6));
     for (std::string item; std::getline(ins, item, ',');) {
       item = trim(item);
@@ -299,6 +309,14 @@ class Parser {
         in.relayout = true;
       }
       k.inputs.push_back(in);
+    }
+    for (size_t o = 0; o < over.size(); ++o) {
+      if (over[o].empty()) continue;
+      const int b = buffer_ref(over[o]);
+      auto in = std::find_if(k.inputs.begin(), k.inputs.end(), [&](const KernelInput& i) { return i.buffer == b; });
+      if (in == k.inputs.end()) fail("output written over '" + over[o] + "', which the kernel does not read");
+      if (k.over.empty()) k.over.assign(k.outputs.size(), -1);
+      k.over[o] = static_cast<int>(in - k.inputs.begin());
     }
     const std::string tail = s.substr(close + 1);
     if (starts_with(tail, " scalars (") && tail.back() == ')')

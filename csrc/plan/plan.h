@@ -17,7 +17,9 @@
 //   the epilogue's own kernel (one more entry of `kernels`, which no section
 //   launches), where cuDNN times faster or the conv kernel cannot run.
 // - Steps: launch a kernel, call a library (ATen) op, make a view, free
-//   buffers after their last use.
+//   buffers after their last use. In a backward, a pointwise or reduction
+//   kernel may write an output over an input whose memory dies with it
+//   (Kernel::over): a temporary, or an input its caller donates.
 // - prepare: the steps that depend only on parameters, module buffers and
 //   constants. Their results are kept between calls and computed again only
 //   when something they read changes; `run` is everything else, every call.
@@ -42,6 +44,10 @@ struct Buffer {
   TensorType type;
   Role role = Role::Temp;
   int alias_of = -1;  // Alias: the buffer whose memory this one views (itself never an alias)
+  // Input: the caller hands it over to be written over after its last read
+  // (a backward's saved value that AOTAutograd donates: no output or input
+  // of the forward shares its memory).
+  bool donated = false;
 };
 // A buffer's lifetime: from the step that writes it to the free step after
 // its last read (temporaries; prepared values the run section does not read);
@@ -87,6 +93,11 @@ struct Kernel {
   bool sm90a = false;        // built for sm_90a (wgmma): runs on sm_90 only
   int align_bytes = 0;       // every pointer must be aligned to it (else run op by op)
   std::vector<int> outputs;  // buffers, parameter order
+  // Per output (empty: none): the input (index into `inputs`) whose memory
+  // it is written into, or -1 for memory of its own. The input dies with
+  // the kernel, has the output's layout, and each element is read before
+  // the same thread writes it there (builder.cc: which kernels qualify).
+  std::vector<int> over;
   std::vector<KernelInput> inputs;
   std::vector<int> scalars;  // scalar-input buffers (passed as doubles)
   // Passed after the scalars, a long long each (KernelSource::constants): a
@@ -153,9 +164,11 @@ struct Plan {
 // `release_inputs`: the caller hands its input tensors over (a backward's
 // saved values, which AOTAutograd lets go of as it calls): the run section
 // frees each input that is no output after its last read, as a temporary.
+// `donated`: the inputs (by name) that may also be written over then.
 Plan build(std::unique_ptr<Graph> graph, const fusion::Partition& partition,
            const std::vector<codegen::KernelSource>& kernels,
-           const std::vector<std::vector<codegen::KernelSource>>& variants, bool release_inputs = false);
+           const std::vector<std::vector<codegen::KernelSource>>& variants, bool release_inputs = false,
+           const std::vector<std::string>& donated = {});
 
 std::string print(const Plan& p);
 std::string print_step(const Plan& p, const Step& s);  // one step's line, as print() writes it

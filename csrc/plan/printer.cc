@@ -2,7 +2,7 @@
 //
 //   plan @NAME {
 //     buffers:
-//       %x: f32[16,32] input                 one line per buffer but interior
+//       %x: f32[16,32] input [donated]       one line per buffer but interior
 //       %0: f32[32,24]{1,32} alias %w         ones (those a library form writes
 //       %2: f32[8,16,30,30] interior          are listed): role, an alias's memory
 //     kernel @NAME KIND grid=[..] block=[..] shared=N vector=N [cutlass] [sm90a] [align=N] [variants=N]
@@ -17,6 +17,7 @@
 //     run:
 //       view %5 = permute(%x) {..} : ...
 //       launch @NAME (%7) <- (%5, %1 relayout) scalars (%s)
+//       launch @NAME (%8 over %7) <- (%7)   an output written over an input
 //       free %5, %6
 //     return %7
 //     mutate %bn.running_mean = %9
@@ -49,6 +50,7 @@ class Printer {
         continue;
       os_ << "    " << ref(&b - p_.buffers.data()) << ": " << format_type(b.type) << " " << role_name(b.role);
       if (b.role == Buffer::Role::Alias) os_ << " " << ref(b.alias_of);
+      if (b.donated) os_ << " donated";
       os_ << "\n";
     }
     for (const Kernel& k : p_.kernels) kernel(k);
@@ -78,7 +80,12 @@ class Printer {
         break;
     }
     const Kernel& k = p_.kernels[s.kernel];
-    out += " @" + k.name + " (" + refs(k.outputs) + ") <- (";
+    out += " @" + k.name + " (";
+    for (size_t i = 0; i < k.outputs.size(); ++i) {
+      out += (i ? ", " : "") + ref(k.outputs[i]);
+      if (!k.over.empty() && k.over[i] >= 0) out += " over " + ref(k.inputs[k.over[i]].buffer);
+    }
+    out += ") <- (";
     for (size_t i = 0; i < k.inputs.size(); ++i)
       out += (i ? ", " : "") + ref(k.inputs[i].buffer) + (k.inputs[i].relayout ? " relayout" : "");
     out += ")";

@@ -203,7 +203,7 @@ NB_MODULE(_core, m) {
              const std::map<std::string, bool>& conv_tf32, const std::map<std::string, bool>& conv_channels_last,
              const std::map<std::string, std::pair<double, double>>& conv_cudnn_ms,
              const std::map<std::string, double>& conv_direct_ms, const std::optional<ff::Target>& target,
-             bool release_inputs) {
+             bool release_inputs, const std::vector<std::string>& donated) {
             new (o) ff::CompileOptions(make_options(precision, gemm, autotune, arch, passes, trace, reductions));
             o->target = target;
             set_conv_policy(*o, conv);
@@ -212,12 +212,14 @@ NB_MODULE(_core, m) {
             for (const auto& [sig, ms] : conv_cudnn_ms) o->conv_cudnn[sig] = ff::CudnnTimes{ms.first, ms.second};
             o->conv_direct_ms = conv_direct_ms;
             o->release_inputs = release_inputs;
+            o->donated = donated;
           },
           "precision"_a = "fp32", "gemm"_a = "auto", "autotune"_a = false, "arch"_a = 0,
           "passes"_a = std::vector<std::string>{}, "trace"_a = false, "reductions"_a = true, "conv"_a = "direct",
           "conv_tf32"_a = std::map<std::string, bool>{}, "conv_channels_last"_a = std::map<std::string, bool>{},
           "conv_cudnn_ms"_a = std::map<std::string, std::pair<double, double>>{},
           "conv_direct_ms"_a = std::map<std::string, double>{}, "target"_a = nb::none(), "release_inputs"_a = false,
+          "donated"_a = std::vector<std::string>{},
           "precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 "
           "precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every "
           "GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute "
@@ -232,7 +234,7 @@ NB_MODULE(_core, m) {
           "signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); "
           "conv_direct_ms: per signature, the direct kernel's milliseconds as timed. target: the GPU's facts (a "
           "Target); None: target_for_arch(arch). release_inputs: the caller hands its input tensors over; the plan "
-          "frees each after its last read.")
+          "frees each after its last read. donated: the inputs (by name) it may also write over then.")
       .def_prop_ro("precision",
                    [](const ff::CompileOptions& o) { return std::string(ff::precision_name(o.precision)); })
       .def_prop_ro("gemm_dtypes",
@@ -244,6 +246,7 @@ NB_MODULE(_core, m) {
       .def_ro("autotune", &ff::CompileOptions::autotune)
       .def_ro("reductions", &ff::CompileOptions::reductions)
       .def_ro("release_inputs", &ff::CompileOptions::release_inputs)
+      .def_ro("donated", &ff::CompileOptions::donated)
       .def_ro("arch", &ff::CompileOptions::arch)
       .def_prop_ro(
           "target", [](const ff::CompileOptions& o) { return ff::compile_target(o); },

@@ -102,6 +102,7 @@ struct Step {
   std::vector<Layout> outputs;  // View: the source's layout, then the result's (its dtype unused)
   int64_t offset = 0;           // View: the result's storage offset from the source's
   std::vector<KernelInput> inputs;
+  std::vector<int> over;  // Launch: per output, the input whose memory it may be written over (-1: none)
   std::vector<int> scalars;
   int64_t align = 0;
   void* kernel = nullptr;
@@ -279,14 +280,15 @@ class FastCall {
       s.offset = t[8].cast<int64_t>();
       s.keep = py::reinterpret_borrow<py::object>(t[9]);
     } else {
-      // ("launch", kernel, handle, [(slot, dtype, shape, strides)], [(memory, relayout, dtype, shape, strides)],
-      //  align, [scalar slots])
+      // ("launch", kernel, handle, [(slot, dtype, shape, strides, over)], [(memory, relayout, dtype, shape,
+      //  strides)], align, [scalar slots])
       s.kind = Step::Launch;
       s.keep = py::reinterpret_borrow<py::object>(t[1]);
       s.kernel = reinterpret_cast<void*>(t[2].cast<uintptr_t>());
       for (py::handle o : t[3]) {
         s.slots.push_back(o[py::int_(0)].cast<int>());
         s.outputs.push_back(layout(o[py::int_(1)], o[py::int_(2)], o[py::int_(3)]));
+        s.over.push_back(o[py::int_(4)].cast<int>());
       }
       for (py::handle i : t[4])
         s.inputs.push_back({i[py::int_(0)].cast<int>(), i[py::int_(1)].cast<bool>(),
@@ -347,25 +349,29 @@ class FastCall {
       s.keep(env);
       return;
     }
+    std::vector<at::Tensor> ins;  // as the kernel reads them: re-laid-out or aligned copies where needed
+    ins.reserve(s.inputs.size());
+    for (const KernelInput& in : s.inputs) {
+      const at::Tensor& x = tensor(env[in.memory]);
+      const bool copy = (in.relayout && !in.layout.same_layout(x)) ||
+                        (s.align && reinterpret_cast<uintptr_t>(x.data_ptr()) % s.align);
+      ins.push_back(copy ? copy_to(x, in.layout) : x);
+    }
     std::vector<uintptr_t> pointers;
     pointers.reserve(s.outputs.size() + s.inputs.size());
     std::vector<at::Tensor> outs;
     outs.reserve(s.outputs.size());
     const at::TensorOptions on_device = at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_));
-    for (const Layout& t : s.outputs) {
-      outs.push_back(at::empty_strided(t.shape, t.strides, on_device.dtype(t.dtype)));
+    for (size_t i = 0; i < s.outputs.size(); ++i) {
+      // Written over a dying input where no other tensor shares its memory
+      // (a view of it, or one the caller kept).
+      const int j = s.over[i];
+      const bool over = j >= 0 && ins[j].storage().use_count() == 1;
+      const Layout& t = s.outputs[i];
+      outs.push_back(over ? ins[j] : at::empty_strided(t.shape, t.strides, on_device.dtype(t.dtype)));
       pointers.push_back(reinterpret_cast<uintptr_t>(outs.back().data_ptr()));
     }
-    std::vector<at::Tensor> copies;  // inputs re-laid-out or aligned for this launch
-    for (const KernelInput& in : s.inputs) {
-      const at::Tensor& x = tensor(env[in.memory]);
-      uintptr_t p = reinterpret_cast<uintptr_t>(x.data_ptr());
-      if ((in.relayout && !in.layout.same_layout(x)) || (s.align && p % s.align)) {
-        copies.push_back(copy_to(x, in.layout));
-        p = reinterpret_cast<uintptr_t>(copies.back().data_ptr());
-      }
-      pointers.push_back(p);
-    }
+    for (const at::Tensor& x : ins) pointers.push_back(reinterpret_cast<uintptr_t>(x.data_ptr()));
     std::vector<double> scalars;
     for (int slot : s.scalars) {
       py::handle v = env[slot];

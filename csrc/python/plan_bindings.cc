@@ -247,6 +247,7 @@ void bind_plan(nb::module_& m) {
           "role", [](const Buffer& b) { return std::string(plan::role_name(b.role)); },
           "input, param, state, const, scalar, temp, output, prepared, alias or interior")
       .def_ro("alias_of", &Buffer::alias_of, "alias: the buffer whose memory it views; else -1")
+      .def_ro("donated", &Buffer::donated, "input: the caller hands it over to be written over after its last read")
       .def("__repr__", [](const Buffer& b) {
         return "<Buffer %" + b.name + ": " + format_type(b.type) + " " + std::string(plan::role_name(b.role)) + ">";
       });
@@ -289,6 +290,9 @@ void bind_plan(nb::module_& m) {
       .def_ro("sm90a", &Kernel::sm90a)
       .def_ro("align_bytes", &Kernel::align_bytes)
       .def_ro("outputs", &Kernel::outputs)
+      .def_prop_ro(
+          "over", [](const Kernel& k) { return k.over.empty() ? std::vector<int>(k.outputs.size(), -1) : k.over; },
+          "per output: the input (index into inputs) whose memory it is written over, or -1")
       .def_ro("inputs", &Kernel::inputs, nb::rv_policy::reference_internal)
       .def_ro("scalars", &Kernel::scalars)
       .def_ro("constants", &Kernel::constants, "passed after the scalars, a long long each (a GEMM's sizes)")

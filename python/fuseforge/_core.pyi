@@ -142,9 +142,9 @@ def target_for_arch(arch: int) -> Target:
 class CompileOptions:
     """How to compile (pipeline/compile.h)."""
 
-    def __init__(self, precision: str = 'fp32', gemm: str = 'auto', autotune: bool = False, arch: int = 0, passes: Sequence[str] = [], trace: bool = False, reductions: bool = True, conv: str = 'direct', conv_tf32: Mapping[str, bool] = {}, conv_channels_last: Mapping[str, bool] = {}, conv_cudnn_ms: Mapping[str, tuple[float, float]] = {}, conv_direct_ms: Mapping[str, float] = {}, target: Target | None = None, release_inputs: bool = False) -> None:
+    def __init__(self, precision: str = 'fp32', gemm: str = 'auto', autotune: bool = False, arch: int = 0, passes: Sequence[str] = [], trace: bool = False, reductions: bool = True, conv: str = 'direct', conv_tf32: Mapping[str, bool] = {}, conv_channels_last: Mapping[str, bool] = {}, conv_cudnn_ms: Mapping[str, tuple[float, float]] = {}, conv_direct_ms: Mapping[str, float] = {}, target: Target | None = None, release_inputs: bool = False, donated: Sequence[str] = []) -> None:
         """
-        precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). conv: direct (2-D f32 convs may become generated direct kernels where the cost model prefers them to cuDNN), auto (also implicit-GEMM kernels where the cost model puts them ahead of cuDNN as timed, conv_cudnn_ms; none where CUTLASS's headers are missing), always (every conv an implicit-GEMM kernel covers) or off. conv_tf32: per conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); conv_direct_ms: per signature, the direct kernel's milliseconds as timed. target: the GPU's facts (a Target); None: target_for_arch(arch). release_inputs: the caller hands its input tensors over; the plan frees each after its last read.
+        precision: one of PRECISIONS. gemm: which matmuls become generated GEMM kernels: auto (f32 at the fp32 precision), all (f32, f16, bf16) or off; none where CUTLASS's headers are missing. autotune: list every GEMM and conv kernel's other candidates (timed at its first run). arch: the target GPU's compute capability (90: Hopper kernels; 0: unknown). passes: empty for the default pipeline. trace: record the IR after each pass. reductions: reductions, norms and softmax as generated kernels (else library calls). conv: direct (2-D f32 convs may become generated direct kernels where the cost model prefers them to cuDNN), auto (also implicit-GEMM kernels where the cost model puts them ahead of cuDNN as timed, conv_cudnn_ms; none where CUTLASS's headers are missing), always (every conv an implicit-GEMM kernel covers) or off. conv_tf32: per conv signature (see convolutions()), whether eager's conv uses TF32 (else the fp32 policy keeps it IEEE); conv_channels_last: per signature, whether it timed faster channels-last; conv_cudnn_ms: per signature, cuDNN's (contiguous, channels-last) milliseconds as timed (the cost model's figures otherwise); conv_direct_ms: per signature, the direct kernel's milliseconds as timed. target: the GPU's facts (a Target); None: target_for_arch(arch). release_inputs: the caller hands its input tensors over; the plan frees each after its last read. donated: the inputs (by name) it may also write over then.
         """
 
     @property
@@ -161,6 +161,9 @@ class CompileOptions:
 
     @property
     def release_inputs(self) -> bool: ...
+
+    @property
+    def donated(self) -> list[str]: ...
 
     @property
     def arch(self) -> int: ...
@@ -526,6 +529,10 @@ class Buffer:
     def alias_of(self) -> int:
         """alias: the buffer whose memory it views; else -1"""
 
+    @property
+    def donated(self) -> bool:
+        """input: the caller hands it over to be written over after its last read"""
+
     def __repr__(self) -> str: ...
 
 class Arg:
@@ -628,6 +635,12 @@ class Kernel:
 
     @property
     def outputs(self) -> list[int]: ...
+
+    @property
+    def over(self) -> list[int]:
+        """
+        per output: the input (index into inputs) whose memory it is written over, or -1
+        """
 
     @property
     def inputs(self) -> KernelInputList: ...

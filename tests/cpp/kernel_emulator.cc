@@ -346,7 +346,8 @@ Buffer allocate(const TensorType& t) {
 bool host_compiler_available() { return std::system("c++ --version > /dev/null 2>&1") == 0; }
 
 std::vector<interp::HostTensor> emulate_kernel(const codegen::KernelSource& k, const fusion::Group& g,
-                                               const std::vector<interp::HostTensor>& inputs) {
+                                               const std::vector<interp::HostTensor>& inputs,
+                                               const std::vector<int>& over) {
   char dir_template[] = "/tmp/ff_emu_XXXXXX";
   const char* dir = mkdtemp(dir_template);
   if (!dir) throw std::runtime_error("kernel emulator: cannot create a temporary directory");
@@ -391,6 +392,8 @@ std::vector<interp::HostTensor> emulate_kernel(const codegen::KernelSource& k, c
   }
   for (const auto& name : k.scalars) scalars.push_back(inputs[value_named(g.inputs, name)].data.at(0));
   for (auto& b : buffers) ptrs.push_back(b.bytes.data());
+  auto memory_of = [&](size_t o) { return o < over.size() && over[o] >= 0 ? k.outputs.size() + over[o] : o; };
+  for (size_t o = 0; o < k.outputs.size(); ++o) ptrs[o] = ptrs[memory_of(o)];
   unsigned grid[3], block[3] = {static_cast<unsigned>(k.block), static_cast<unsigned>(k.block_y), 1};
   if (k.grid[0] > 0) {
     for (int i = 0; i < 3; ++i) grid[i] = static_cast<unsigned>(k.grid[i]);
@@ -404,7 +407,7 @@ std::vector<interp::HostTensor> emulate_kernel(const codegen::KernelSource& k, c
   for (size_t o = 0; o < k.outputs.size(); ++o) {
     const TensorType& t = g.outputs[value_named(g.outputs, k.outputs[o])]->type;
     interp::HostTensor h{t.dtype, t.shape, std::vector<double>(static_cast<size_t>(numel(t.shape)))};
-    for_each_element(t, [&](int64_t li, int64_t off) { h.data[li] = load(buffers[o], off); });
+    for_each_element(t, [&](int64_t li, int64_t off) { h.data[li] = load(buffers[memory_of(o)], off); });
     out.push_back(std::move(h));
   }
   dlclose(handle);

@@ -22,7 +22,10 @@ bool host_compiler_available();
 // group input, in order, row-major logical values; each is laid out in
 // memory with its IR strides, as the kernel expects). Throws
 // std::runtime_error naming what failed (compile errors included).
+// `over`: per output, the input (index into k.inputs) whose memory the
+// kernel writes it into, as the plan launches it (plan::Kernel::over), or -1.
 std::vector<interp::HostTensor> emulate_kernel(const codegen::KernelSource& k, const fusion::Group& g,
-                                               const std::vector<interp::HostTensor>& inputs);
+                                               const std::vector<interp::HostTensor>& inputs,
+                                               const std::vector<int>& over = {});
 
 }  // namespace ff::testing

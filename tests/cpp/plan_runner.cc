@@ -20,8 +20,8 @@ std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vec
     for (const Value* v : values) in.push_back(env.at(v));
     return in;
   };
-  auto emulate = [&](const fusion::Group& group, const codegen::KernelSource& k) {
-    auto out = emulate_kernel(k, group, gather(group.inputs));
+  auto emulate = [&](const fusion::Group& group, const codegen::KernelSource& k, const std::vector<int>& over) {
+    auto out = emulate_kernel(k, group, gather(group.inputs), over);
     for (size_t i = 0; i < group.outputs.size(); ++i) {
       // emulate_kernel returns the outputs in the kernel's parameter order.
       for (size_t j = 0; j < k.outputs.size(); ++j)
@@ -46,10 +46,12 @@ std::vector<interp::HostTensor> run_plan(const CompiledGraph& cg, const std::vec
     if (library_forms && group.library_epilogue >= 0) {
       call(group.nodes.front());
       const size_t e = cg.partition.groups.size() + group.library_epilogue;
-      emulate(cg.partition.library_epilogues[group.library_epilogue], cg.kernels[e]);
+      emulate(cg.partition.library_epilogues[group.library_epilogue], cg.kernels[e], {});
       continue;
     }
-    emulate(group, cg.kernels[step.group]);
+    // Outputs written over inputs as the plan launches them: the kernel must
+    // read each element before it writes there.
+    emulate(group, cg.kernels[step.group], cg.plan.kernels[step.group].over);
   }
   std::vector<interp::HostTensor> result;
   for (const Value* v : g.outputs()) result.push_back(env.at(v));

@@ -63,6 +63,11 @@ FusionCase load_case(const fs::path& path) {
       std::stringstream ps(value);
       for (std::string p; std::getline(ps, p, ',');) c.options.passes.push_back(p);
     } else if (key == "reductions") c.options.reductions = value != "off";
+    else if (key == "donated") {  // a backward's inputs handed over, these to be written over
+      c.options.release_inputs = true;
+      std::stringstream names(value);
+      for (std::string n; std::getline(names, n, ',');) c.options.donated.push_back(n);
+    }
     else throw std::runtime_error(c.path + ": unknown RUN option '" + key + "'");
   }
   size_t check = 0;
@@ -88,7 +93,15 @@ std::string describe(const CompiledGraph& cg) {
     out += "kernel " + k.name + ":";
     for (const Node* n : g.nodes) out += " %" + n->result()->name;
     out += " ->";
-    for (const Value* v : g.outputs) out += " %" + v->name;
+    const auto& over = cg.plan.kernels[s.group].over;
+    for (size_t o = 0; o < g.outputs.size(); ++o) {
+      out += " %" + g.outputs[o]->name;
+      // Written over an input's memory (the plan's outputs are in the kernel's parameter order).
+      const auto& pk = cg.plan.kernels[s.group];
+      for (size_t j = 0; j < pk.outputs.size(); ++j)
+        if (k.outputs[j] == g.outputs[o]->name && !over.empty() && over[j] >= 0)
+          out += " (over %" + k.inputs[over[j]] + ")";
+    }
     // The strategy: the generator's header line after its last "; ".
     const std::string head = k.source.substr(0, k.source.find('\n'));
     if (g.kind == fusion::Group::Kind::Reduction || g.kind == fusion::Group::Kind::Pool ||

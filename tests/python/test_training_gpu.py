@@ -63,6 +63,42 @@ def test_the_backward_runs_compiled_kernels(monkeypatch):
     assert [g.fast.served for g in step.graphs] == [2, 2]
 
 
+class SigmoidAndTanh(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(256, 256), nn.Linear(256, 256)
+
+    def forward(self, x):
+        return torch.sigmoid(self.a(x)), torch.tanh(self.b(x)).square().mean(-1)
+
+
+@pytest.mark.parametrize("graphs", ["off", "auto"])
+def test_the_backward_writes_over_saved_values_it_is_given_and_no_others(monkeypatch, graphs):
+    """tanh's saved output is donated to the backward, which writes a
+    gradient over it; sigmoid's is an output of the step, which the caller
+    keeps: it must come out of backward as it went in. Gradients as eager's,
+    step after step (native call path, CUDA graph)."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", graphs)
+    model, reference = _pair(SigmoidAndTanh)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    for _ in range(3):
+        s, m = fast(x)
+        kept = s.detach().clone()
+        (s.sum() + m.sum()).backward()
+        assert torch.equal(s.detach(), kept)
+        s_ref, m_ref = reference(x_ref)
+        (s_ref.sum() + m_ref.sum()).backward()
+    _assert_same_training(model, reference)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-4)
+    (step,) = fast._ff_training.values()
+    backward = step.graphs[1].compiled.plan
+    donated = {b.name for b in backward.buffers if b.donated}
+    over = {backward.buffers[k.inputs[j].memory].name for k in backward.kernels for j in k.over if j >= 0}
+    assert over & donated
+
+
 def test_no_grad_calls_take_the_inference_plan():
     """Under no_grad and inference_mode the inference plan runs (no training
     step is compiled), and train-mode running statistics still update."""

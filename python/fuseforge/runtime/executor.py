@@ -60,6 +60,13 @@ def _type(b: Any) -> _Type:
     return _Type(TORCH[b.dtype], tuple(b.shape), tuple(b.strides))
 
 
+def _sole_owner(x: torch.Tensor) -> bool:
+    """Whether no other tensor shares `x`'s memory (a view of it, or a
+    tensor the caller kept): the plan may then write over it. The count
+    includes the storage object this call makes."""
+    return torch._C._storage_Use_Count(x.untyped_storage()._cdata) == 2
+
+
 def _raw_stream(device_index: int) -> int:
     """torch's current stream handle on a device (the cheap form inductor uses)."""
     return torch._C._cuda_getCurrentRawStream(device_index)
@@ -220,6 +227,9 @@ class Executor:
         device = self.device
         dev_index = device.index or 0
         outs = [(o, self.types[o]) for o in k.outputs]
+        # Outputs the plan writes over a dying input (not while candidates are
+        # timed on these operands: each run would read what the last wrote).
+        over = list(k.over)
         memory = [i.memory for i in k.inputs]
         # Inputs to copy into their recorded layout where they arrive in
         # another; a GEMM kernel also needs every pointer aligned to its
@@ -250,7 +260,12 @@ class Executor:
                 x = ins[j]
                 if (relayout and not _same_layout(x, t)) or (align and x.data_ptr() % align):
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
-            out_tensors = [empty_strided(t.shape, t.strides, dtype=t.dtype, device=device) for _, t in outs]
+            out_tensors = [
+                ins[j]
+                if j >= 0 and index not in tuning and _sole_owner(ins[j])
+                else empty_strided(t.shape, t.strides, dtype=t.dtype, device=device)
+                for j, (_, t) in zip(over, outs)
+            ]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
             values = [float(env[s]) for s in scalars]
             if index in tuning:  # first run: time the candidate tiles (and a conv's cuDNN call) on these operands
@@ -384,7 +399,7 @@ class Executor:
                 out.append(("free", list(step.results)))
             elif kernel is not None and step.kernel not in self._tuning:
                 k = self.plan.kernels[step.kernel]
-                outs = [(o, *self._layout(o)) for o in k.outputs]
+                outs = [(o, *self._layout(o), j) for o, j in zip(k.outputs, k.over)]
                 ins = [(i.memory, bool(i.relayout), *self._layout(i.memory)) for i in k.inputs]
                 out.append(("launch", kernel, kernel.handle, outs, ins, int(k.align_bytes), list(k.scalars)))
             elif step.kind == "view" and (view := self._native_view(step)) is not None:

@@ -156,13 +156,15 @@ def compile_options(
     convs: dict[str, dict] | None = None,
     target: core.Target | None = None,
     release_inputs: bool = False,
+    donated: list[str] | None = None,
 ) -> core.CompileOptions:
     """A core.CompileOptions. `gemm` overrides FUSEFORGE_GEMM; `arch` is the
     target GPU's compute capability (0: unknown); `trace` records the IR after
     each pass; `convs` is conv_probe.decide's answer; `target` the GPU's
     facts (None: core.target_for_arch(arch)); `release_inputs`: the caller
     hands its input tensors over, and the plan frees each after its last
-    read. Raises ValueError naming a bad
+    read; `donated`: the inputs (by name) it may also write over then.
+    Raises ValueError naming a bad
     precision or policy."""
     check_precision(precision)
     policy = gemm_policy(gemm)
@@ -182,6 +184,7 @@ def compile_options(
             conv="direct" if missing and conv in ("auto", "1", "always") else conv,
             target=target,
             release_inputs=release_inputs,
+            donated=donated or [],
             **(convs or {}),
         )
     except ValueError as e:
@@ -245,12 +248,14 @@ def compile_ir(
     passes: list[str] | None = None,
     device: torch.device | None = None,
     release_inputs: bool = False,
+    donated: list[str] | None = None,
 ) -> core.Compiled:
     """Compiles IR text (passes, fusion, CUDA, the plan): a core.Compiled with
     ir_before, ir_after, pass_trace and plan. With a CUDA `device`, each f32
     conv's math and layout follow what eager's conv does there (probed), and
     where the kernels are for its arch, they are chosen for its SM count and
-    shared memory (device_target). `release_inputs`: see compile_options."""
+    shared memory (device_target). `release_inputs`, `donated`: see
+    compile_options."""
     with phases.timed("GPU probes"):
         convs = probe_convs(text, precision, device) if device is not None and device.type == "cuda" else None
     target = compile_target(arch, device)
@@ -263,6 +268,7 @@ def compile_ir(
         convs=convs,
         target=target,
         release_inputs=release_inputs,
+        donated=donated,
     )
     compiled = core.compile(text, options)
     phases.add_all(compiled.phase_seconds)

@@ -103,7 +103,11 @@ class CompiledGraph:
         # AOTAutograd hands a backward its saved values and lets go of them
         # (the argument list is emptied below): the plan frees each after its
         # last read, as eager's autograd frees a node's saved tensors.
-        self.compiled = compile_ir(self.captured.text, precision, arch, device=cuda, release_inputs=name == "backward")
+        backward = name == "backward"
+        donated = _donated_inputs(gm) if backward else []
+        self.compiled = compile_ir(
+            self.captured.text, precision, arch, device=cuda, release_inputs=backward, donated=donated
+        )
         self.executor = Executor(self.compiled.plan, self.device)
         self.getters = self.captured.input_getters(gm, self.device)
         self.precision = precision
@@ -151,6 +155,17 @@ class CompiledGraph:
         if graphed:
             self.fast = fast_call.arm_graph(self.executor, self.getters, args, inputs, self.precision) or False
         return graphed
+
+
+def _donated_inputs(gm: fx.GraphModule) -> list[str]:
+    """The backward's saved values that AOTAutograd donates, by placeholder
+    name: no input or output of the forward shares their memory, and it
+    refuses a backward that keeps its graph (retain_graph) when there are
+    any, so the plan may write over them once it has read them."""
+    context = torch._guards.TracingContext.try_get()
+    indices = getattr(context.fw_metadata, "bw_donated_idxs", None) if context is not None else None
+    names = [n.name for n in gm.graph.find_nodes(op="placeholder")]
+    return [names[i] for i in indices or () if i < len(names)]
 
 
 @atexit.register
@@ -319,7 +334,12 @@ class TrainingStep:
             # The forward's first arguments, as aot_module_simplified lifts them.
             state = len(dict(flat.named_parameters(remove_duplicate=False)))
             state += len(dict(flat.named_buffers(remove_duplicate=False)))
-            self.fn = aot_module_simplified(flat, tensors, **aot_compilers(precision, self.graphs, state))
+            # Under a tracing context of its own (dynamo's, through the
+            # backend), AOTAutograd records which saved values it donates to
+            # the backward (_donated_inputs).
+            context = torch._guards.TracingContext.try_get() or torch._guards.TracingContext(None)
+            with torch._guards.tracing(context):
+                self.fn = aot_module_simplified(flat, tensors, **aot_compilers(precision, self.graphs, state))
         self.out_spec = self.flat.out_spec
 
     def applies(self, model: nn.Module) -> bool:
