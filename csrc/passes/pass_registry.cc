@@ -22,6 +22,7 @@ std::unique_ptr<Pass> make_split_long_reduction();      // split_long_reduction.
 std::unique_ptr<Pass> make_decompose_long_norm();       // decompose_long_norm.cc
 std::unique_ptr<Pass> make_recompute_pointwise();       // recompute_pointwise.cc
 std::unique_ptr<Pass> make_pointwise_before_view();     // pointwise_before_view.cc
+std::unique_ptr<Pass> make_view_before_pointwise();     // view_before_pointwise.cc
 std::unique_ptr<Pass> make_reduction_before_view();     // reduction_before_view.cc
 std::unique_ptr<Pass> make_compose_pools();             // compose_pools.cc
 std::unique_ptr<Pass> make_drop_unit_pool_dim();        // drop_unit_pool_dim.cc
@@ -51,6 +52,7 @@ const Entry kPasses[] = {
     {"decompose_long_norm", make_decompose_long_norm},
     {"recompute_pointwise", make_recompute_pointwise},
     {"pointwise_before_view", make_pointwise_before_view},
+    {"view_before_pointwise", make_view_before_pointwise},
     {"reduction_before_view", make_reduction_before_view},
     {"compose_pools", make_compose_pools},
     {"drop_unit_pool_dim", make_drop_unit_pool_dim},
@@ -90,6 +92,7 @@ std::vector<std::string> default_pipeline() {
           "round_conv_operands",
           "decompose_long_norm",
           "reduction_before_view",
+          "view_before_pointwise",
           "split_long_reduction",
           "pointwise_before_view",
           "cse",
