@@ -1,10 +1,12 @@
 // Golden tests of the fusion decisions: tests/golden/fusion/<case>.ir holds
 //
-//   // RUN: arch=90 passes=dce      <- compile options (defaults: arch=90, passes=dce)
+//   // RUN: arch=90 passes=dce      <- compile options (defaults: arch=90, passes=dce;
+//                                     also reductions=off, donated=a,b: a backward's
+//                                     inputs handed over, those named to be written over)
 //   // free-form comments
 //   graph @g(...) { ... }          <- the input graph
 //   // CHECK:
-//   // kernel ff_reduce_..._0: %0 %1 -> %1 | <strategy>
+//   // kernel ff_reduce_..._0: %0 %1 -> %1 (over %0) | <strategy>   <- (over: the input whose memory it takes)
 //   // library %2 = view(%1) : ...  <- the expected plan, one step a line
 //
 // Each case is registered as three tests:
@@ -13,7 +15,8 @@
 //   FusionRun.<case>     the plan run on the CPU (kernels on the kernel
 //                        emulator, library calls on the interpreter) gives the
 //                        interpreter's outputs of the whole graph, on 2 random
-//                        input sets (f32: rtol 2e-5, atol 2e-5; integers exactly);
+//                        input sets (f32: rtol 2e-5, atol 2e-5; integers exactly),
+//                        outputs written over inputs where the plan says so;
 //                        so do conv kernels' library forms, run instead.
 #include <gtest/gtest.h>
 
