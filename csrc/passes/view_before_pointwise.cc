@@ -51,8 +51,9 @@ class ViewBeforePointwise final : public Pass {
     for (const auto& m : g.mutations()) results.insert(m.value);
     std::vector<Node*> order;
     for (auto& n : g.nodes()) order.push_back(n.get());
+    // The cones of two reshapes are apart: a cone's nodes are read only
+    // inside it, and its top only by its reshape.
     Rewrites rw;
-    std::unordered_set<const Node*> taken;  // nodes a rewrite of this run replaces
     for (Node* view : order) {
       if (view->op != Op::View || !view->result()->type.is_contiguous()) continue;
       const Value* src = view->input(0);
@@ -62,10 +63,7 @@ class ViewBeforePointwise final : public Pass {
         continue;
       if (!read_whole(users, view)) continue;
       const std::vector<Node*> cone = cone_behind(users, results, src->producer, from);
-      if (cone.empty() || std::any_of(cone.begin(), cone.end(), [&](const Node* n) { return taken.count(n); }))
-        continue;
-      if (!move(g, rw, view, cone)) continue;
-      taken.insert(cone.begin(), cone.end());
+      if (!cone.empty()) move(g, rw, view, cone);
     }
     if (rw.dead.empty()) return false;
     rw.apply(g);
@@ -144,9 +142,9 @@ class ViewBeforePointwise final : public Pass {
     return out;
   }
 
-  // Rebuilds `cone` in the view's shape before it; false (nothing added)
-  // where a leaf is broadcast partly across a run of the reshape.
-  static bool move(Graph& g, Rewrites& rw, Node* view, const std::vector<Node*>& cone) {
+  // Rebuilds `cone` in the view's shape before it; nothing where a leaf is
+  // broadcast partly across a run of the reshape.
+  static void move(Graph& g, Rewrites& rw, Node* view, const std::vector<Node*>& cone) {
     const Shape& from = view->input(0)->type.shape;
     const Shape& to = view->result()->type.shape;
     std::unordered_set<const Node*> in(cone.begin(), cone.end());
@@ -156,7 +154,7 @@ class ViewBeforePointwise final : public Pass {
       for (const Operand& o : n->operands) {
         if (is_rank0(o) || in.count(o.value->producer) || !seen.insert(o.value).second) continue;
         const auto shape = broadcast_through_reshape(o.value->type.shape, from, to);
-        if (!shape || !o.value->type.is_contiguous() || reduced(o.value)) return false;
+        if (!shape || !o.value->type.is_contiguous() || reduced(o.value)) return;
         leaves.emplace_back(o.value, *shape);
       }
     std::unordered_map<const Value*, Value*> now;  // old value -> its form in the view's shape
@@ -173,7 +171,6 @@ class ViewBeforePointwise final : public Pass {
     }
     rw.moved[view->result()] = now.at(cone.back()->result());
     rw.dead.push_back(view);
-    return true;
   }
 };
 

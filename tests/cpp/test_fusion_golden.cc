@@ -96,14 +96,12 @@ std::string describe(const CompiledGraph& cg) {
     out += "kernel " + k.name + ":";
     for (const Node* n : g.nodes) out += " %" + n->result()->name;
     out += " ->";
+    // Per output of the plan's kernel (in the kernel's parameter order): the input whose memory it takes.
     const auto& over = cg.plan.kernels[s.group].over;
-    for (size_t o = 0; o < g.outputs.size(); ++o) {
-      out += " %" + g.outputs[o]->name;
-      // Written over an input's memory (the plan's outputs are in the kernel's parameter order).
-      const auto& pk = cg.plan.kernels[s.group];
-      for (size_t j = 0; j < pk.outputs.size(); ++j)
-        if (k.outputs[j] == g.outputs[o]->name && !over.empty() && over[j] >= 0)
-          out += " (over %" + k.inputs[over[j]] + ")";
+    for (const Value* v : g.outputs) {
+      out += " %" + v->name;
+      for (size_t j = 0; j < over.size(); ++j)
+        if (k.outputs[j] == v->name && over[j] >= 0) out += " (over %" + k.inputs[over[j]] + ")";
     }
     // The strategy: the generator's header line after its last "; ".
     const std::string head = k.source.substr(0, k.source.find('\n'));
