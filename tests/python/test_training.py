@@ -228,6 +228,26 @@ def test_average_pooling_gradient_is_a_broadcast_where_windows_tile(pool, shape,
     assert ("%convolution" in backward) != broadcast, backward
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "conv_transpose"])
+def test_a_convs_bias_gradient_is_a_sum_of_the_incoming_gradient(transposed):
+    """A conv's bias gradient is summed in the backward's own kernels (where
+    the activation's gradient before it is computed); ATen's conv backward
+    computes the data and weight gradients only. All equal eager's."""
+    torch.manual_seed(0)
+    conv = nn.ConvTranspose2d(3, 4, 3, stride=2) if transposed else nn.Conv2d(3, 4, 3)
+    model = nn.Sequential(conv, nn.Tanh())
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    _, step = _steps(model, x, 1, compiled=True)
+    _loss(reference(x_ref)).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    backward = step.graphs[1].captured.text
+    assert "[True, True, False]" in backward and "sum(" in backward and "dims=[0, 2, 3]" in backward, backward
+
+
 @pytest.mark.parametrize(
     "pool, shape, tiles",
     [

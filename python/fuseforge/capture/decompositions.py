@@ -354,6 +354,43 @@ def _max_pool_backward(
     return _windows_to_input(torch.where(picked, grad.reshape(windows), 0.0), k, out, full, x)
 
 
+def _convolution_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias_sizes: list[int] | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    output_mask: list[bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """A conv's bias gradient as the plan's own sum over the incoming
+    gradient's batch and spatial dims: a reduction kernel, which shares its
+    partial sums with other sums of that gradient (a learned offset's) where
+    they meet, instead of ATen's separate pass within the conv's backward.
+    The data and weight gradients stay ATen's (cuDNN)."""
+    if not output_mask[2]:
+        return NotImplemented
+    grad_bias = grad.sum([0, *range(2, grad.dim())])
+    grad_x, grad_weight, _ = aten.convolution_backward.default(
+        grad,
+        x,
+        weight,
+        bias_sizes,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        [output_mask[0], output_mask[1], False],
+    )
+    return grad_x, grad_weight, grad_bias
+
+
 _TABLE: dict | None = None
 
 
@@ -384,6 +421,7 @@ def decomposition_table(training: bool = False) -> dict:
     table = dict(_TABLE)
     if training:
         table[aten.native_group_norm.default] = _group_norm_for_training
+        table[aten.convolution_backward.default] = _convolution_backward
     return table
 
 
