@@ -24,6 +24,7 @@ std::unique_ptr<Pass> make_recompute_pointwise();       // recompute_pointwise.c
 std::unique_ptr<Pass> make_pointwise_before_view();     // pointwise_before_view.cc
 std::unique_ptr<Pass> make_view_before_pointwise();     // view_before_pointwise.cc
 std::unique_ptr<Pass> make_reduction_before_view();     // reduction_before_view.cc
+std::unique_ptr<Pass> make_region_before_view();        // region_before_view.cc
 std::unique_ptr<Pass> make_compose_pools();             // compose_pools.cc
 std::unique_ptr<Pass> make_drop_unit_pool_dim();        // drop_unit_pool_dim.cc
 std::unique_ptr<Pass> make_reverse_scan();              // reverse_scan.cc
@@ -54,6 +55,7 @@ const Entry kPasses[] = {
     {"pointwise_before_view", make_pointwise_before_view},
     {"view_before_pointwise", make_view_before_pointwise},
     {"reduction_before_view", make_reduction_before_view},
+    {"region_before_view", make_region_before_view},
     {"compose_pools", make_compose_pools},
     {"drop_unit_pool_dim", make_drop_unit_pool_dim},
     {"reverse_scan", make_reverse_scan},
@@ -91,6 +93,7 @@ std::vector<std::string> default_pipeline() {
           "conv_layout",
           "round_conv_operands",
           "decompose_long_norm",
+          "region_before_view",
           "reduction_before_view",
           "view_before_pointwise",
           "split_long_reduction",

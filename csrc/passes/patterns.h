@@ -31,6 +31,24 @@ inline bool is_pow2(double v) {
   return std::fabs(std::frexp(v, &e)) == 0.5;
 }
 
+// A reduction over its `dims` attribute, with no other operand or epilogue
+// (sum, mean, amax, amin, prod, var, any, logsumexp).
+inline bool reduces_dims(Op op) {
+  switch (op) {
+    case Op::Sum:
+    case Op::Mean:
+    case Op::Amax:
+    case Op::Amin:
+    case Op::Prod:
+    case Op::Var:
+    case Op::Any:
+    case Op::Logsumexp:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // A literal or a 0-d value: a scalar next to a tensor.
 inline bool is_rank0(const Operand& o) { return !o.is_value() || o.value->type.shape.empty(); }
 

@@ -24,22 +24,6 @@ namespace ff::passes {
 
 namespace {
 
-bool reduces_dims(Op op) {
-  switch (op) {
-    case Op::Sum:
-    case Op::Mean:
-    case Op::Amax:
-    case Op::Amin:
-    case Op::Prod:
-    case Op::Var:
-    case Op::Any:
-    case Op::Logsumexp:
-      return true;
-    default:
-      return false;
-  }
-}
-
 class ReductionBeforeView final : public Pass {
  public:
   std::string_view name() const override { return "reduction_before_view"; }
