@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -245,12 +246,21 @@ def test_merge_combines_parts_and_refuses_mismatches(tmp_path):
     assert merged["summary"]["geomean_speedup_vs_eager"] == pytest.approx(4.0)
     assert cli.main(["bench", "--merge", part("c", "p1"), part("d", "p3", device="Y")]) == 2
     assert cli.main(["bench", "--merge", part("e", "p1"), part("f", "p1")]) == 2
-    # A merged report and a part that measured one of its problems again.
+    # A merged report and a part that measured one of its problems again:
+    # the run that measured only that problem leaves the list.
     again = part("k", "p2", speedup=2.0)
     assert cli.main(["bench", "--merge", str(out), again, "--replace", "--json", str(out)]) == 0
     merged = json.loads(out.read_text())
-    assert merged["command"] == ["a", "b", "k"] and merged["date"] == ["d", "d", "d"]
+    assert merged["command"] == ["a", "k"] and merged["date"] == ["d", "d"]
+    assert merged["problems"]["p2"]["run"] == {"command": "k", "date": "d"}
     assert merged["summary"]["geomean_speedup_vs_eager"] == pytest.approx(2.0)
+    # Rows merged before rows named their run: their report's runs all stay.
+    legacy = tmp_path / "legacy.json"
+    legacy.write_text(
+        json.dumps({**json.loads(Path(part("l", "p1")).read_text()), "command": ["l", "m"], "date": ["d", "e"]})
+    )
+    assert cli.main(["bench", "--merge", str(legacy), part("n", "p4"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["command"] == ["l", "m", "n"]
     # A report from before --eager-convs ran with the default; an IEEE one is another experiment.
     assert cli.main(["bench", "--merge", part("g", "p1"), part("h", "p2", eager_convs="default")]) == 0
     assert cli.main(["bench", "--merge", part("i", "p1"), part("j", "p2", eager_convs="ieee")]) == 2

@@ -218,8 +218,11 @@ def merge_reports(paths: Sequence[str], replace: bool = False) -> dict[str, Any]
     precision, mode and eager conv math (a suite run in parts, or a merged
     report and a part); raises ValueError if they differ or, unless
     `replace` (a later part's row of a problem replaces an earlier one's: a
-    few problems measured again), name a problem twice."""
+    few problems measured again), name a problem twice. Each row keeps the
+    command and date of the run that measured it (`run`); the report lists
+    the runs that still measured a row of it."""
     merged: dict[str, Any] | None = None
+    origin: dict[str, list[tuple[str, str]]] = {}  # problem -> the runs its row may come from
     for path in paths:
         with open(path) as f:
             part = json.load(f)
@@ -234,9 +237,17 @@ def merge_reports(paths: Sequence[str], replace: bool = False) -> dict[str, Any]
         twice = merged["problems"].keys() & part["problems"].keys()
         if twice and not replace:
             raise ValueError(f"cannot merge {path}: {', '.join(sorted(twice))} already in an earlier part")
+        commands, dates = (part[k] if isinstance(part[k], list) else [part[k]] for k in ("command", "date"))
+        runs = list(zip(commands, dates))
+        for name, row in part["problems"].items():
+            if "run" not in row and len(runs) == 1:
+                row["run"] = {"command": commands[0], "date": dates[0]}
+            origin[name] = [(row["run"]["command"], row["run"]["date"])] if "run" in row else runs
         merged["problems"].update(part["problems"])
-        for key in ("command", "date"):  # a merged report's are lists already
-            merged[key] += part[key] if isinstance(part[key], list) else [part[key]]
     if merged is None:
         raise ValueError("--merge needs at least one JSON report")
+    kept: list[tuple[str, str]] = []
+    for name in merged["problems"]:
+        kept += [r for r in origin[name] if r not in kept]
+    merged["command"], merged["date"] = [c for c, _ in kept], [d for _, d in kept]
     return merged
