@@ -17,8 +17,8 @@
 // need %y written anyway.
 // Only nodes reading one tensor of their size and small others (per-channel
 // values, scalars), so no reader reads more than it did; that tensor an input,
-// an ATen op's or a convolution's result (a GEMM kernel would take the node
-// into its epilogue). Then chains the same way: a node whose full-size
+// an ATen op's or a convolution's result, or a view of one (a GEMM kernel
+// would take the node into its epilogue). Then chains the same way: a node whose full-size
 // operands come, through pointwise nodes nothing else reads, from one such
 // tensor (an activation of several ops, hardswish or mish, between a conv
 // and a norm's statistics and apply) is copied with its chain, at most
