@@ -88,21 +88,6 @@ namespace {
 
 // ---- helpers on dtypes and literals
 
-bool is_view_op(Op op) {
-  switch (op) {
-    case Op::View:
-    case Op::Permute:
-    case Op::Expand:
-    case Op::Unsqueeze:
-    case Op::Squeeze:
-    case Op::Slice:
-    case Op::Select:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool is_float(DType t) { return is_floating(t); }
 
 // Is `v` exactly a value of dtype `t` (finite, and non-zero unless allow_zero)?

@@ -31,6 +31,23 @@ inline bool is_pow2(double v) {
   return std::fabs(std::frexp(v, &e)) == 0.5;
 }
 
+// A layout op whose result is a view of its operand's memory (not cat or
+// flip, which copy).
+inline bool is_view_op(Op op) {
+  switch (op) {
+    case Op::View:
+    case Op::Permute:
+    case Op::Expand:
+    case Op::Unsqueeze:
+    case Op::Squeeze:
+    case Op::Slice:
+    case Op::Select:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // A reduction over its `dims` attribute, with no other operand or epilogue
 // (sum, mean, amax, amin, prod, var, any, logsumexp).
 inline bool reduces_dims(Op op) {

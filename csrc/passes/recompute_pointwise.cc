@@ -194,11 +194,9 @@ class RecomputePointwise : public Pass {
   // A tensor in memory before the kernels run: an input, a library call's or
   // a conv's result, or a view of one (its reader reads the same bytes).
   static bool materialized(const Node* p) {
-    while (p && is_view(p->op)) p = p->input(0)->producer;
+    while (p && is_view_op(p->op)) p = p->input(0)->producer;
     return p == nullptr || p->op == Op::Opaque || p->op == Op::Convolution;
   }
-
-  static bool is_view(Op op) { return op_kind(op) == OpKind::Layout && op != Op::Cat && op != Op::Flip; }
 
   static bool pointwise_link(const Graph& g, const Node& n) {
     return op_kind(n.op) == OpKind::Pointwise && n.results.size() == 1 && !g.is_graph_output(n.result());

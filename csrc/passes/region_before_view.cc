@@ -171,8 +171,7 @@ class RegionBeforeView final : public Pass {
                broadcast_through_reshape(u.result()->type.shape, from_, to_).has_value();
       if (!reduces_dims(u.op) || !u.has_attr("dims") || u.operands.size() != 1 || !same_rank(u.input(0)->type))
         return false;
-      std::unordered_set<int64_t> reduced;
-      for (int64_t d : u.attr_ints("dims")) reduced.insert(d < 0 ? d + static_cast<int64_t>(from_.size()) : d);
+      const std::unordered_set<int64_t> reduced = reduced_dims(u);
       for (const auto& [in, out] : runs_) {
         size_t hits = 0;
         for (size_t d = in.first; d < in.second; ++d) hits += reduced.count(static_cast<int64_t>(d));
@@ -227,10 +226,16 @@ class RegionBeforeView final : public Pass {
       return now_[v] = made;
     }
 
+    // The dims a reduction of a view-shaped value reduces, negative ones counted from the end.
+    std::unordered_set<int64_t> reduced_dims(const Node& n) const {
+      std::unordered_set<int64_t> out;
+      for (int64_t d : n.attr_ints("dims")) out.insert(d < 0 ? d + static_cast<int64_t>(from_.size()) : d);
+      return out;
+    }
+
     // A region reduction's dims in the split shape: each reduced dim's run.
     std::vector<int64_t> split_dims(const Node& n) const {
-      std::unordered_set<int64_t> reduced;
-      for (int64_t d : n.attr_ints("dims")) reduced.insert(d < 0 ? d + static_cast<int64_t>(from_.size()) : d);
+      const std::unordered_set<int64_t> reduced = reduced_dims(n);
       std::vector<int64_t> dims;
       for (const auto& [in, out] : runs_)
         if (reduced.count(static_cast<int64_t>(in.first)))
