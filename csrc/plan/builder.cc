@@ -99,6 +99,7 @@ class Builder {
     p_.prepare = with_frees(p_.prepare, /*prepare=*/true);
     p_.run = with_frees(p_.run, /*prepare=*/false);
     if (release_inputs_) write_over_dying_inputs();
+    write_mutations_in_place();
     std::set<int> prepare_reads, prepare_keeps;
     for (const Step& s : p_.prepare)
       for (int b : reads(s))
@@ -270,13 +271,14 @@ class Builder {
   }
 
   // A step joins the prepare section when it reads only parameters, module
-  // buffers, constants and prepared values, is not an opaque ATen op (which
+  // buffers the plan does not mutate (those change every call), constants
+  // and prepared values, is not an opaque ATen op (which
   // may be random or have effects), and computes no output (the caller may
   // change an output in place; a kept value must stay as computed).
   void split_prepare(std::vector<Step> steps) {
     for (Step& s : steps) {
       bool prepared = !(s.node != nullptr && s.node->op == Op::Opaque);
-      for (int b : reads(s)) prepared &= weight_role(p_.buffers[b].role);
+      for (int b : reads(s)) prepared &= weight_role(p_.buffers[b].role) && !mutated(b);
       for (int b : writes(s)) prepared &= p_.buffers[b].role == Role::Temp;
       if (prepared)
         for (int b : writes(s)) p_.buffers[b].role = Role::Prepared;
@@ -324,6 +326,77 @@ class Builder {
         }
       }
     }
+  }
+
+  // Lets the kernel that computes a buffer's new value (a mutation:
+  // BatchNorm's running statistics) write it into the buffer itself, where
+  // that kernel reads the old value for the last time: the caller's
+  // write-back after the call then copies a tensor onto itself, which
+  // ATen's copy_ skips. Per buffer and call, a launch fewer on the host
+  // (three per train-mode BatchNorm), where a network's training step
+  // spends its time. The runtime writes there even though the module holds
+  // the buffer: the call replaces its value anyway. Where the old value is
+  // read element for element as the output is laid out: by a pointwise
+  // kernel or a one-pass reduction (written_after_last_read), or as a row
+  // input of a reduction whose row result the new value is (a running
+  // mean from a batch mean): reduction kernels load a row's inputs before
+  // its reduction, which synchronizes the row's threads, and one thread
+  // stores the row's results after it.
+  void write_mutations_in_place() {
+    for (const Plan::Mutation& m : p_.mutations) {
+      const Buffer& buffer = p_.buffers[m.buffer];
+      if (buffer.role != Role::Input && buffer.role != Role::State) continue;
+      if (std::find(p_.outputs.begin(), p_.outputs.end(), m.buffer) != p_.outputs.end()) continue;
+      for (size_t i = 0; i < p_.run.size(); ++i) {
+        const Step& s = p_.run[i];
+        if (s.kind != Step::Kind::Launch) continue;
+        Kernel& k = p_.kernels[s.kernel];
+        const auto o = std::find(k.outputs.begin(), k.outputs.end(), m.value) - k.outputs.begin();
+        if (o == static_cast<long>(k.outputs.size())) continue;
+        const std::string& value = p_.buffers[m.value].name;
+        const bool read_first =
+            (k.kind == fusion::Group::Kind::Pointwise || k.kind == fusion::Group::Kind::Reduction) &&
+            (written_after_last_read(k, value) || row_result(k, value));
+        if (read_after(i, m.buffer) || !(p_.buffers[m.value].type == buffer.type) || !read_first) break;
+        for (size_t j = 0; j < k.inputs.size(); ++j) {
+          const KernelInput& in = k.inputs[j];
+          if (in.memory != m.buffer || !same_elements(in) || !sole_read_of_memory(k, j) ||
+              !read_elementwise(k, p_.buffers[in.buffer].name) || (!k.over.empty() && k.over[o] >= 0))
+            continue;
+          if (k.over.empty()) k.over.assign(k.outputs.size(), -1);
+          k.over[o] = static_cast<int>(j);
+          break;
+        }
+        break;
+      }
+    }
+  }
+
+  // Whether the reduction kernel's output `name` is a row result: computed
+  // from its reductions, with as many elements as one of them gives.
+  static bool row_result(const Kernel& k, const std::string& name) {
+    const std::set<const Node*> behind = reductions_behind(k, name);
+    int64_t elements = -1;
+    for (const Step& st : k.nodes)
+      for (const Value* r : st.node->results)
+        if (r->name == name) elements = numel(r->type.shape);
+    for (const Node* r : behind)
+      if (numel(r->result()->type.shape) == elements) return true;
+    return false;
+  }
+
+  bool mutated(int buffer) const {
+    for (const Plan::Mutation& m : p_.mutations)
+      if (m.buffer == buffer) return true;
+    return false;
+  }
+
+  // Whether a run step after step `i` reads `buffer`'s memory.
+  bool read_after(size_t i, int buffer) const {
+    for (size_t j = i + 1; j < p_.run.size(); ++j)
+      for (int b : reads(p_.run[j]))
+        if (b == buffer) return true;
+    return false;
   }
 
   // Whether the kernel reads its input's memory element for element as laid

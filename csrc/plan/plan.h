@@ -19,7 +19,9 @@
 // - Steps: launch a kernel, call a library (ATen) op, make a view, free
 //   buffers after their last use. In a backward, a pointwise or reduction
 //   kernel may write an output over an input whose memory dies with it
-//   (Kernel::over): a temporary, or an input its caller donates.
+//   (Kernel::over): a temporary, or an input its caller donates; in any
+//   plan, the kernel computing a buffer's new value may write it into the
+//   buffer (a mutation, written in place).
 // - prepare: the steps that depend only on parameters, module buffers and
 //   constants. Their results are kept between calls and computed again only
 //   when something they read changes; `run` is everything else, every call.
@@ -95,8 +97,9 @@ struct Kernel {
   std::vector<int> outputs;  // buffers, parameter order
   // Per output (empty: none): the input (index into `inputs`) whose memory
   // it is written into, or -1 for memory of its own. The input dies with
-  // the kernel, has the output's layout, and each element is read before
-  // the same thread writes it there (builder.cc: which kernels qualify).
+  // the kernel (or is the buffer a mutation gives this output's value), has
+  // the output's layout, and each element is read before the same thread
+  // writes it there (builder.cc: which kernels qualify).
   std::vector<int> over;
   std::vector<KernelInput> inputs;
   std::vector<int> scalars;  // scalar-input buffers (passed as doubles)

@@ -102,7 +102,8 @@ struct Step {
   std::vector<Layout> outputs;  // View: the source's layout, then the result's (its dtype unused)
   int64_t offset = 0;           // View: the result's storage offset from the source's
   std::vector<KernelInput> inputs;
-  std::vector<int> over;  // Launch: per output, the input whose memory it may be written over (-1: none)
+  std::vector<int> over;       // Launch: per output, the input whose memory it may be written over (-1: none)
+  std::vector<bool> replaces;  // Launch: per output, whether that input is a buffer it is the new value of
   std::vector<int> scalars;
   int64_t align = 0;
   void* kernel = nullptr;
@@ -280,8 +281,8 @@ class FastCall {
       s.offset = t[8].cast<int64_t>();
       s.keep = py::reinterpret_borrow<py::object>(t[9]);
     } else {
-      // ("launch", kernel, handle, [(slot, dtype, shape, strides, over)], [(memory, relayout, dtype, shape,
-      //  strides)], align, [scalar slots])
+      // ("launch", kernel, handle, [(slot, dtype, shape, strides, over, replaces)], [(memory, relayout, dtype,
+      //  shape, strides)], align, [scalar slots])
       s.kind = Step::Launch;
       s.keep = py::reinterpret_borrow<py::object>(t[1]);
       s.kernel = reinterpret_cast<void*>(t[2].cast<uintptr_t>());
@@ -289,6 +290,7 @@ class FastCall {
         s.slots.push_back(o[py::int_(0)].cast<int>());
         s.outputs.push_back(layout(o[py::int_(1)], o[py::int_(2)], o[py::int_(3)]));
         s.over.push_back(o[py::int_(4)].cast<int>());
+        s.replaces.push_back(o[py::int_(5)].cast<bool>());
       }
       for (py::handle i : t[4])
         s.inputs.push_back({i[py::int_(0)].cast<int>(), i[py::int_(1)].cast<bool>(),
@@ -364,9 +366,10 @@ class FastCall {
     const at::TensorOptions on_device = at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_));
     for (size_t i = 0; i < s.outputs.size(); ++i) {
       // Written over a dying input where no other tensor shares its memory
-      // (a view of it, or one the caller kept).
+      // (a view of it, or one the caller kept), or into the buffer it is
+      // the new value of (which the module holds).
       const int j = s.over[i];
-      const bool over = j >= 0 && ins[j].storage().use_count() == 1;
+      const bool over = j >= 0 && (s.replaces[i] || ins[j].storage().use_count() == 1);
       const Layout& t = s.outputs[i];
       outs.push_back(over ? ins[j] : at::empty_strided(t.shape, t.strides, on_device.dtype(t.dtype)));
       pointers.push_back(reinterpret_cast<uintptr_t>(outs.back().data_ptr()));

@@ -114,21 +114,25 @@ class PlanGraph:
         side = torch.cuda.Stream(device)
         side.wait_stream(current)
         with torch.cuda.stream(side):
-            # One run outside the capture first, on the capturing stream:
-            # libraries set up per stream state (handles, workspaces) lazily.
-            ex.run_steps(list(graph_env))
-            graph.capture_begin(capture_error_mode="thread_local")
+            ex.capturing = True  # buffers' new values to memory of their own (Executor.capturing)
             try:
-                ex.run_steps(graph_env)
-                for slot, buffer in self.buffers:
-                    buffer.copy_(graph_env[slot])
-            except Exception as e:
+                # One run outside the capture first, on the capturing stream:
+                # libraries set up per stream state (handles, workspaces) lazily.
+                ex.run_steps(list(graph_env))
+                graph.capture_begin(capture_error_mode="thread_local")
                 try:
-                    graph.capture_end()
-                except RuntimeError:
-                    pass  # the capture is invalid already; the step's own error says why
-                raise CaptureRefused(f"a step cannot be captured ({str(e).splitlines()[0][:300]})") from e
-            graph.capture_end()
+                    ex.run_steps(graph_env)
+                    for slot, buffer in self.buffers:
+                        buffer.copy_(graph_env[slot])
+                except Exception as e:
+                    try:
+                        graph.capture_end()
+                    except RuntimeError:
+                        pass  # the capture is invalid already; the step's own error says why
+                    raise CaptureRefused(f"a step cannot be captured ({str(e).splitlines()[0][:300]})") from e
+                graph.capture_end()
+            finally:
+                ex.capturing = False
         current.wait_stream(side)
         written = {s for s, _ in self.buffers}
         clone_out, views = [], []

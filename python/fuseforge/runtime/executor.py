@@ -108,6 +108,11 @@ class Executor:
         self._prepared: dict = {}
         #: The run section as a CUDA graph, where it replays (runtime/cuda_graph.py adopts one).
         self.graph: Any = None
+        #: Whether a CUDA graph is being captured from the run section: buffers'
+        #: new values then go to memory of their own, which the graph copies
+        #: into the buffers (its warm-up run, outside the capture, must leave
+        #: them as they are).
+        self.capturing = False
         #: The text of every step this executor runs, in order (prepare, then run).
         self.step_texts = [plan.step_text(s) for s in [*plan.prepare, *plan.run]]
 
@@ -228,9 +233,12 @@ class Executor:
         dev_index = device.index or 0
         outs = [(o, self.types[o]) for o in k.outputs]
         # Outputs the plan writes over a dying input (not while candidates are
-        # timed on these operands: each run would read what the last wrote).
+        # timed on these operands: each run would read what the last wrote),
+        # and buffers' new values written into the buffers, which other
+        # tensors (the module) hold too (not while capturing).
         over = list(k.over)
         memory = [i.memory for i in k.inputs]
+        replaces = self._replaces(k)
         # Inputs to copy into their recorded layout where they arrive in
         # another; a GEMM kernel also needs every pointer aligned to its
         # vector accesses (a view may start anywhere): a fresh copy is.
@@ -262,9 +270,9 @@ class Executor:
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
             out_tensors = [
                 ins[j]
-                if j >= 0 and index not in tuning and _sole_owner(ins[j])
+                if j >= 0 and index not in tuning and ((replace and not self.capturing) or _sole_owner(ins[j]))
                 else empty_strided(t.shape, t.strides, dtype=t.dtype, device=device)
-                for j, (_, t) in zip(over, outs)
+                for j, replace, (_, t) in zip(over, replaces, outs)
             ]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
             values = [float(env[s]) for s in scalars]
@@ -281,6 +289,12 @@ class Executor:
                 env[o] = t
 
         return run
+
+    def _replaces(self, k: Any) -> list[bool]:
+        """Per output of kernel `k`: whether it is written into a buffer it is
+        the new value of (a mutation the plan writes in place)."""
+        pairs = {(b, v) for b, v in self.plan.mutations}
+        return [j >= 0 and (k.inputs[j].memory, o) in pairs for o, j in zip(k.outputs, k.over)]
 
     def _tuned(
         self,
@@ -399,7 +413,7 @@ class Executor:
                 out.append(("free", list(step.results)))
             elif kernel is not None and step.kernel not in self._tuning:
                 k = self.plan.kernels[step.kernel]
-                outs = [(o, *self._layout(o), j) for o, j in zip(k.outputs, k.over)]
+                outs = [(o, *self._layout(o), j, r) for o, j, r in zip(k.outputs, k.over, self._replaces(k))]
                 ins = [(i.memory, bool(i.relayout), *self._layout(i.memory)) for i in k.inputs]
                 out.append(("launch", kernel, kernel.handle, outs, ins, int(k.align_bytes), list(k.scalars)))
             elif step.kind == "view" and (view := self._native_view(step)) is not None:
