@@ -73,6 +73,29 @@ class SigmoidAndTanh(nn.Module):
 
 
 @pytest.mark.parametrize("graphs", ["off", "auto"])
+def test_running_statistics_are_written_in_place(monkeypatch, graphs):
+    """The forward's kernels write a train-mode BatchNorm's new running
+    statistics (and batch count) into the buffers themselves: the write-back
+    after the call copies nothing (no device-to-device copy in a step), the
+    buffers stay the same tensors, and they match eager's."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", graphs)
+    model, reference = _pair(ConvBatchNormResidual)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(8, 3, 16, 16, device="cuda")
+    for _ in range(2):
+        _loss(fast(x)).backward()
+        _loss(reference(x)).backward()
+    pointers = [b.data_ptr() for b in model.buffers()]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        _loss(fast(x)).backward()
+        torch.cuda.synchronize()
+    _loss(reference(x)).backward()
+    assert [e.name for e in prof.events() if "Memcpy" in e.name] == []
+    assert [b.data_ptr() for b in model.buffers()] == pointers
+    _assert_same_training(model, reference)
+
+
+@pytest.mark.parametrize("graphs", ["off", "auto"])
 def test_the_backward_writes_over_saved_values_it_is_given_and_no_others(monkeypatch, graphs):
     """tanh's saved output is donated to the backward, which writes a
     gradient over it; sigmoid's is an output of the step, which the caller

@@ -8,7 +8,7 @@ them would trace twice and cannot run inside autograd's own tracing."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import torch
@@ -63,13 +63,17 @@ def _lift_get_attrs(gm: fx.GraphModule) -> tuple[fx.Graph, dict[str, torch.Tenso
     return graph, constants
 
 
-def capture_fx(gm: fx.GraphModule, name: str, weights: Collection[int] = ()) -> CapturedGraph:
+def capture_fx(
+    gm: fx.GraphModule, name: str, weights: Collection[int] = (), mutated: Mapping[int, int] | None = None
+) -> CapturedGraph:
     """The IR of `gm` (an ATen graph of flat tensor inputs returning a tuple),
     called with gm's positional arguments. Outputs that are not tensors
     (None: the gradient of an input that needs none) are output constants.
     The inputs at the positions `weights` are parameters: IR `param` inputs,
     so that what derives from them alone is prepared once while they stay
-    the same tensors, unchanged."""
+    the same tensors, unchanged. `mutated` maps outputs to the inputs whose
+    new values they are (the caller copies them in after the call): those
+    inputs are IR `buffer`s with a `mutate` line, and still returned."""
     graph, constants = _lift_get_attrs(gm)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     input_specs = [
@@ -95,10 +99,12 @@ def capture_fx(gm: fx.GraphModule, name: str, weights: Collection[int] = ()) -> 
         for o in outs
     ]
     user = [p for p in placeholders if p.name not in constants]
+    buffers = set((mutated or {}).values())
     leaves: list[tuple[str, str, str | int] | None] = [
-        (p.name, "weight" if i in weights else "user", i) for i, p in enumerate(user)
+        (p.name, "weight" if i in weights else "mutated" if i in buffers else "user", i) for i, p in enumerate(user)
     ]
-    lowered = Lowerer(_FxProgram(graph, input_specs, output_specs, constants), name, leaves).run()  # type: ignore[arg-type]
+    program = _FxProgram(graph, input_specs, output_specs, constants)
+    lowered = Lowerer(program, name, leaves, mutated or {}).run()  # type: ignore[arg-type]
     tree: Any = pytree.tree_flatten(tuple(range(len(outs))))[1]
     return CapturedGraph(
         text=lowered["text"],

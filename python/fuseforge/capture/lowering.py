@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -51,11 +51,18 @@ class Lowerer:
     """One exported program's lowering; the handlers see it as a registry.Lowering."""
 
     def __init__(
-        self, ep: torch.export.ExportedProgram, graph_name: str, user_leaves: list[tuple[str, str, str | int] | None]
+        self,
+        ep: torch.export.ExportedProgram,
+        graph_name: str,
+        user_leaves: list[tuple[str, str, str | int] | None],
+        mutated: Mapping[int, int] | None = None,
     ):
         self.ep = ep
         self.graph_name = graph_name
         self.user_leaves = user_leaves  # per USER_INPUT spec: (ir name, kind, source) or None
+        # User output leaf -> the user input whose new value it is (capture_fx's `mutated`).
+        self.mutated = dict(mutated or {})
+        self.user_values: list[Value | None] = []  # per USER_INPUT spec
         self.env: dict[fx.Node, Any] = {}
         self.lines: list[str] = []
         self.next_id = 0
@@ -221,6 +228,7 @@ class Lowerer:
                 user_idx += 1
                 if not isinstance(spec.arg, torch.export.graph_signature.TensorArgument):
                     self.env[node] = None
+                    self.user_values.append(None)
                     continue
                 if leaf is None:
                     raise CaptureError(f"internal: no binding for user input {node.name}")
@@ -228,11 +236,15 @@ class Lowerer:
                 name = self._unique(name)
                 v = Value(name, IRType.of(node.meta.get("val"), f"input {name}"))
                 self.env[node] = v
+                self.user_values.append(v)
                 # A "weight": a positional input that is a parameter (of a graph
                 # AOTAutograd hands over), declared one so that what is derived
-                # from it alone is prepared once, yet fetched from the arguments.
-                self.user_inputs.append((v, {"scalar": "scalar", "weight": "param"}.get(ikind, "")))
-                self.bindings_user.append(InputBinding(name, "user" if ikind == "weight" else ikind, source))
+                # from it alone is prepared once, yet fetched from the arguments;
+                # a "mutated" one, a buffer the graph gives a new value.
+                kinds = {"scalar": "scalar", "weight": "param", "mutated": "buffer"}
+                self.user_inputs.append((v, kinds.get(ikind, "")))
+                binding = "user" if ikind in ("weight", "mutated") else ikind
+                self.bindings_user.append(InputBinding(name, binding, source))
             elif kind in ("PARAMETER", "BUFFER"):
                 if not node.users and spec.target not in mutated:
                     self.env[node] = None
@@ -270,6 +282,7 @@ class Lowerer:
             raise CaptureError("internal: outputs and output specs differ")
         by_name = {n.name: n for n in self.ep.graph.nodes}
         outputs: list[str] = []
+        input_mutations: list[tuple[str, str]] = []  # (user input, its new value): the mutated leaves
         output_constants: dict[int, Any] = {}
         mutations: list[tuple[str, str]] = []
         buffer_inputs = {b.source: b.ir_name for b in self.bindings_state if b.kind == "buffer"}
@@ -279,6 +292,11 @@ class Lowerer:
             if kind == "USER_OUTPUT":
                 if isinstance(arg, fx.Node):
                     outputs.append(self._output_value(arg).name)
+                    if leaf in self.mutated:
+                        target = self.user_values[self.mutated[leaf]]
+                        if target is None:
+                            raise CaptureError(f"internal: output {leaf} updates an input that is no tensor")
+                        input_mutations.append((target.name, outputs[-1]))
                 elif isinstance(arg, (bool, int, float, str, type(None))):
                     output_constants[leaf] = arg
                 else:
@@ -305,6 +323,7 @@ class Lowerer:
         lines.append("  return" + (" " + ", ".join("%" + o for o in outputs) if outputs else ""))
         for buf, name in mutations:
             lines.append(f"  mutate %{buffer_inputs[buf]} = %{name}")
+        lines += [f"  mutate %{target} = %{name}" for target, name in input_mutations]
         lines.append("}")
         return dict(
             text="\n".join(lines) + "\n",

@@ -97,7 +97,8 @@ class CompiledGraph:
     ):
         self._boxed_call = True
         self.device = _device_of(example_inputs)
-        self.captured = capture_fx(gm, name, weights)
+        mutated = _mutated_inputs(gm) if name == "forward" else {}
+        self.captured = capture_fx(gm, name, weights, mutated)
         arch = core.device_arch(self.device.index or 0) if self.device.type == "cuda" else 0
         cuda = self.device if self.device.type == "cuda" else None
         # AOTAutograd hands a backward its saved values and lets go of them
@@ -155,6 +156,29 @@ class CompiledGraph:
         if graphed:
             self.fast = fast_call.arm_graph(self.executor, self.getters, args, inputs, self.precision) or False
         return graphed
+
+
+def _mutated_inputs(gm: fx.GraphModule) -> dict[int, int]:
+    """A forward's outputs that are inputs' new values (a train-mode
+    BatchNorm's running statistics: AOTAutograd copies each into its input
+    after the call), by output position: the input's position. The plan may
+    then write them in place (the copy is then of a tensor onto itself)."""
+    context = torch._guards.TracingContext.try_get()
+    meta = context.fw_metadata if context is not None else None
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    if meta is None or len(meta.input_info) != len(placeholders):
+        return {}
+    outputs = next(iter(gm.graph.find_nodes(op="output"))).args[0]
+    mutated: dict[int, int] = {}
+    for position, index in enumerate(meta.mutated_inp_runtime_indices):
+        info, new, old = meta.input_info[index], outputs[position], placeholders[index].meta.get("val")
+        value = new.meta.get("val") if isinstance(new, fx.Node) else None
+        if not (isinstance(value, torch.Tensor) and isinstance(old, torch.Tensor)):
+            continue
+        same_type = (value.shape, value.dtype, value.stride()) == (old.shape, old.dtype, old.stride())
+        if info.mutates_data and not info.mutates_metadata and not info.requires_grad and same_type:
+            mutated[position] = index
+    return mutated
 
 
 def _donated_inputs(gm: fx.GraphModule) -> list[str]:
