@@ -31,6 +31,19 @@ def _assert_same_training(model, reference):
         torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
 
 
+def _trained_conv_bn(monkeypatch, graphs: str, steps: int):
+    """ConvBatchNormResidual optimized and eager, `steps` training steps each
+    (FUSEFORGE_CUDA_GRAPHS=`graphs`): (model, reference, optimized, input)."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", graphs)
+    model, reference = _pair(ConvBatchNormResidual)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(8, 3, 16, 16, device="cuda")
+    for _ in range(steps):
+        _loss(fast(x)).backward()
+        _loss(reference(x)).backward()
+    return model, reference, fast, x
+
+
 @pytest.mark.parametrize("make, shape", MODELS, ids=IDS)
 @pytest.mark.parametrize("through", ["optimize", "backend"])
 def test_three_steps_match_eager(make, shape, through):
@@ -48,13 +61,7 @@ def test_three_steps_match_eager(make, shape, through):
 def test_the_backward_runs_compiled_kernels(monkeypatch):
     """Both graphs are plans with kernels; from the second step on they run
     on the native call path (step by step here: no CUDA graph)."""
-    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "off")
-    model, reference = _pair(ConvBatchNormResidual)
-    fast = fuseforge.optimize(model)
-    x = torch.randn(8, 3, 16, 16, device="cuda")
-    for _ in range(3):
-        _loss(fast(x)).backward()
-        _loss(reference(x)).backward()
+    model, reference, fast, _ = _trained_conv_bn(monkeypatch, "off", 3)
     _assert_same_training(model, reference)
     (step,) = fast._ff_training.values()
     kinds = [g.captured.text.split("(")[0] for g in step.graphs]
@@ -78,13 +85,7 @@ def test_running_statistics_are_written_in_place(monkeypatch, graphs):
     statistics (and batch count) into the buffers themselves: the write-back
     after the call copies nothing (no device-to-device copy in a step), the
     buffers stay the same tensors, and they match eager's."""
-    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", graphs)
-    model, reference = _pair(ConvBatchNormResidual)
-    fast = fuseforge.optimize(model)
-    x = torch.randn(8, 3, 16, 16, device="cuda")
-    for _ in range(2):
-        _loss(fast(x)).backward()
-        _loss(reference(x)).backward()
+    model, reference, fast, x = _trained_conv_bn(monkeypatch, graphs, 2)
     pointers = [b.data_ptr() for b in model.buffers()]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         _loss(fast(x)).backward()
