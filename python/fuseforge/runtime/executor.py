@@ -235,7 +235,8 @@ class Executor:
         # Outputs the plan writes over a dying input (not while candidates are
         # timed on these operands: each run would read what the last wrote),
         # and buffers' new values written into the buffers, which other
-        # tensors (the module) hold too (not while capturing).
+        # tensors (the module) hold too (not while capturing; a buffer only
+        # the module holds would otherwise pass for a dying input).
         over = list(k.over)
         memory = [i.memory for i in k.inputs]
         replaces = self._replaces(k)
@@ -270,7 +271,7 @@ class Executor:
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
             out_tensors = [
                 ins[j]
-                if j >= 0 and index not in tuning and ((replace and not self.capturing) or _sole_owner(ins[j]))
+                if j >= 0 and index not in tuning and (not self.capturing if replace else _sole_owner(ins[j]))
                 else empty_strided(t.shape, t.strides, dtype=t.dtype, device=device)
                 for j, replace, (_, t) in zip(over, replaces, outs)
             ]
