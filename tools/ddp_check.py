@@ -15,10 +15,11 @@ single-GPU reference computes. After each step every parameter's gradient
 is judged by the one accuracy rule, eager's computation being eager DDP on
 the same shards: within atol=rtol=1e-4 of eager DDP's gradient, or error
 against the float64 single-GPU reference at most twice eager DDP's. The
-ranks' gradients must be bitwise equal, and an SGD update (scaled to the
-largest gradient) moves all models alike. Both DDP runs' distance to the
-single-GPU fp32 step is printed too: splitting the batch alone moves the
-gradients by about that much.
+ranks' gradients must be bitwise equal. The single-GPU model then takes an
+SGD step (scaled to its largest gradient), and both DDP models continue
+from its weights, so each step is judged at the reference's weights.
+Both DDP runs' distance to the single-GPU fp32 step is printed too:
+splitting the batch alone moves the gradients by about that much.
 
 Models whose forward couples the samples of a batch (train-mode BatchNorm
 over the batch) compute other statistics per shard and are refused with
@@ -46,6 +47,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # NVLink multicast stays off wherever NCCL runs on a shared host.
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 
 
 def _free_port() -> int:
@@ -81,6 +83,20 @@ def _sgd(model: nn.Module, lr: float) -> None:
             if p.grad is not None:
                 p -= scale * p.grad
             p.grad = None
+
+
+def _take_weights(reference: nn.Module, models: list[nn.Module]) -> None:
+    """Every model continues from rank 0's single-GPU weights, so that each
+    step's gradients are judged at the weights the reference had: models
+    updated by their own (equally correct) gradients drift apart, and a
+    later step would compare gradients of different weights."""
+    with torch.no_grad():
+        for p in reference.parameters():
+            dist.broadcast(p, 0)
+        for model in models:
+            for p, q in zip(model.parameters(), reference.parameters()):
+                p.copy_(q)
+                p.grad = None
 
 
 def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
@@ -147,8 +163,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
                     }
                 )
                 _sgd(reference, args.lr)
-            _sgd(eager_ddp.module, args.lr)
-            _sgd(fast_ddp.module, args.lr)
+            _take_weights(reference, [eager_ddp.module, fast_ddp.module])
         if rank == 0:
             compiled = sorted(g.kind for g in list(training._LIVE))
             result = {
