@@ -12,7 +12,9 @@
 // result's when it is returned or read by a library op that would copy it.
 // cuDNN's times as the front end measured them (conv_precision records them
 // on the conv) replace the model's; a timing of both layouts under
-// autotuning (PassOptions::conv_channels_last) decides alone.
+// autotuning (PassOptions::conv_channels_last) decides alone. Before time,
+// memory: a conv stays contiguous where channels-last would raise the plan's
+// peak above eager's (raises_peak).
 //
 // A channels-last conv gets channels-last operands and result. Then the
 // layout spreads: a pointwise op, a normalization (softmax, layer_norm: its
@@ -187,6 +189,7 @@ class ConvLayout : public Pass {
   }
 
   bool prefers_channels_last(const Graph& g, const Node& conv) const {
+    if (raises_peak(g, conv)) return false;
     if (measured_ != nullptr) {
       auto it = measured_->find(conv_signature(conv));
       if (it != measured_->end()) return it->second;
@@ -209,6 +212,52 @@ class ConvLayout : public Pass {
     if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(conv.result()->type.bytes());
     // A direct kernel reads the operands where they are.
     return t.best_channels_last() + conversions < std::min(t.cudnn_nchw, t.direct);
+  }
+
+  // Whether a channels-last result would raise the plan's peak memory above
+  // what a contiguous one (and eager) holds. A fused epilogue (pointwise ops
+  // reading the result, and their chains) keeps the result alive until it has
+  // written every returned value of the result's shape; those keep eager's
+  // strides, so contiguous, one of them is written over the result, and
+  // channels-last, the result lives beside them all. Where it writes two (a
+  // training forward returning the sum it saves beside the activation), that
+  // is one tensor more than eager, which frees the result after its first
+  // reader, ever holds there. The plan holds every returned value at its end,
+  // so it costs nothing where those returned after the epilogue outweigh the
+  // result. (A result that is itself returned is a value a backward reads: a
+  // training step holds it later beside gradients of its size, so its copy
+  // back, which the cost model charges in time, does not set the step's peak.)
+  static bool raises_peak(const Graph& g, const Node& conv) {
+    const Value* y = conv.result();
+    if (g.is_graph_output(y)) return false;
+    std::unordered_set<const Value*> epilogue{y};
+    std::vector<const Value*> work{y};
+    int returned = 0;
+    while (!work.empty()) {
+      const Value* v = work.back();
+      work.pop_back();
+      for (const Node* u : g.users(v)) {
+        if (!pointwise(*u)) continue;
+        for (const Value* r : u->results)
+          if (r->type.shape == y->type.shape && epilogue.insert(r).second) {
+            returned += g.is_graph_output(r) ? 1 : 0;
+            work.push_back(r);
+          }
+      }
+    }
+    if (returned < 2) return false;
+    double returned_after = 0;  // bytes returned by the nodes after the epilogue's last
+    for (const auto& n : g.nodes()) {
+      bool in_epilogue = false;
+      for (const Value* r : n->results) in_epilogue |= epilogue.count(r) != 0;
+      if (in_epilogue) {
+        returned_after = 0;
+        continue;
+      }
+      for (const Value* r : n->results)
+        if (g.is_graph_output(r)) returned_after += r->type.bytes();
+    }
+    return returned_after < y->type.bytes();
   }
 
   // A value computed from parameters, module buffers and constants only: its
