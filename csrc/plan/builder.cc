@@ -98,8 +98,8 @@ class Builder {
     split_prepare(std::move(steps));
     p_.prepare = with_frees(p_.prepare, /*prepare=*/true);
     p_.run = with_frees(p_.run, /*prepare=*/false);
-    if (release_inputs_) write_over_dying_inputs();
-    write_mutations_in_place();
+    write_mutations_in_place();  // first: a buffer's new value goes into the buffer
+    write_over_dying_inputs();
     std::set<int> prepare_reads, prepare_keeps;
     for (const Step& s : p_.prepare)
       for (int b : reads(s))
@@ -286,14 +286,16 @@ class Builder {
     }
   }
 
-  // Lets a backward's kernel (release_inputs_) write an output into the
-  // memory of an input that is freed right after it, instead of into memory
-  // of its own: a training step's peak is a few full-size tensors live at
-  // once, and the gradient kernels read one of them for the last time as
-  // they write the next. Forward and inference plans keep fresh memory: a
-  // norm's streaming apply pass ran up to a fifth slower written over its
-  // input on an H200. Only where every element of the input is read before
-  // the same thread writes the output's element there:
+  // Lets a kernel write an output into the memory of an input that is freed
+  // right after it, instead of into memory of its own: a training step's
+  // peak is a few full-size tensors live at once, and the gradient kernels
+  // read one of them for the last time as they write the next; a forward's
+  // fused epilogue holds a conv's result while it writes every value made
+  // from it, where eager frees the result after its first reader. In a
+  // backward (release_inputs_) pointwise and reduction kernels; elsewhere
+  // pointwise ones only: a norm's streaming apply pass ran up to a fifth
+  // slower written over its input on an H200. Only where every element of
+  // the input is read before the same thread writes the output's element there:
   // - an output written after the kernel's last read of the elements
   //   (written_after_last_read);
   // - the input read only by pointwise and reduction nodes (no view or
@@ -306,12 +308,15 @@ class Builder {
       const Step& next = p_.run[i + 1];
       if (s.kind != Step::Kind::Launch || next.kind != Step::Kind::Free) continue;
       Kernel& k = p_.kernels[s.kernel];
-      if (k.kind != fusion::Group::Kind::Pointwise && k.kind != fusion::Group::Kind::Reduction) continue;
+      if (k.kind != fusion::Group::Kind::Pointwise && !(release_inputs_ && k.kind == fusion::Group::Kind::Reduction))
+        continue;
       const std::set<int> freed(next.results.begin(), next.results.end());
       std::vector<bool> taken(k.inputs.size(), false);
       for (size_t o = 0; o < k.outputs.size(); ++o) {
         const Buffer& out = p_.buffers[k.outputs[o]];
-        if ((out.role != Role::Temp && out.role != Role::Output) || !written_after_last_read(k, out.name)) continue;
+        if ((out.role != Role::Temp && out.role != Role::Output) || !written_after_last_read(k, out.name) ||
+            (!k.over.empty() && k.over[o] >= 0))
+          continue;
         for (size_t j = 0; j < k.inputs.size(); ++j) {
           const KernelInput& in = k.inputs[j];
           const Buffer& m = p_.buffers[in.memory];

@@ -17,11 +17,11 @@
 //   the epilogue's own kernel (one more entry of `kernels`, which no section
 //   launches), where cuDNN times faster or the conv kernel cannot run.
 // - Steps: launch a kernel, call a library (ATen) op, make a view, free
-//   buffers after their last use. In a backward, a pointwise or reduction
-//   kernel may write an output over an input whose memory dies with it
-//   (Kernel::over): a temporary, or an input its caller donates; in any
-//   plan, the kernel computing a buffer's new value may write it into the
-//   buffer (a mutation, written in place).
+//   buffers after their last use. A pointwise kernel (in a backward, a
+//   reduction kernel too) may write an output over an input whose memory
+//   dies with it (Kernel::over): a temporary, or an input its caller
+//   donates; the kernel computing a buffer's new value may write it into
+//   the buffer (a mutation, written in place).
 // - prepare: the steps that depend only on parameters, module buffers and
 //   constants. Their results are kept between calls and computed again only
 //   when something they read changes; `run` is everything else, every call.
