@@ -219,9 +219,10 @@ class ConvLayout : public Pass {
   // reading the result, and their chains) keeps the result alive until it has
   // written every returned value of the result's shape; those keep eager's
   // strides, so contiguous, one of them is written over the result, and
-  // channels-last, the result lives beside them all. Where it writes two (a
-  // training forward returning the sum it saves beside the activation), that
-  // is one tensor more than eager, which frees the result after its first
+  // channels-last, the result lives beside them all. Where it writes two as
+  // large as the result (a training forward returning the sum it saves
+  // beside the activation; a mask of bools is a quarter of it), that is one
+  // such tensor more than eager, which frees the result after its first
   // reader, ever holds there. The plan holds every returned value at its end,
   // so it costs nothing where those returned after the epilogue outweigh the
   // result. (A result that is itself returned is a value a backward reads: a
@@ -240,7 +241,7 @@ class ConvLayout : public Pass {
         if (!pointwise(*u)) continue;
         for (const Value* r : u->results)
           if (r->type.shape == y->type.shape && epilogue.insert(r).second) {
-            returned += g.is_graph_output(r) ? 1 : 0;
+            returned += g.is_graph_output(r) && r->type.bytes() >= y->type.bytes() ? 1 : 0;
             work.push_back(r);
           }
       }
