@@ -315,7 +315,7 @@ class Builder {
       for (size_t o = 0; o < k.outputs.size(); ++o) {
         const Buffer& out = p_.buffers[k.outputs[o]];
         if ((out.role != Role::Temp && out.role != Role::Output) || !written_after_last_read(k, out.name) ||
-            (!k.over.empty() && k.over[o] >= 0))
+            written_over(k, o))
           continue;
         for (size_t j = 0; j < k.inputs.size(); ++j) {
           const KernelInput& in = k.inputs[j];
@@ -366,7 +366,7 @@ class Builder {
         for (size_t j = 0; j < k.inputs.size(); ++j) {
           const KernelInput& in = k.inputs[j];
           if (in.memory != m.buffer || !same_elements(in) || !sole_read_of_memory(k, j) ||
-              !read_elementwise(k, p_.buffers[in.buffer].name) || (!k.over.empty() && k.over[o] >= 0))
+              !read_elementwise(k, p_.buffers[in.buffer].name) || written_over(k, o))
             continue;
           if (k.over.empty()) k.over.assign(k.outputs.size(), -1);
           k.over[o] = static_cast<int>(j);
@@ -389,6 +389,9 @@ class Builder {
       if (numel(r->result()->type.shape) == elements) return true;
     return false;
   }
+
+  // Whether kernel output `o` already goes into one of the kernel's inputs.
+  static bool written_over(const Kernel& k, size_t o) { return !k.over.empty() && k.over[o] >= 0; }
 
   bool mutated(int buffer) const {
     for (const Plan::Mutation& m : p_.mutations)
