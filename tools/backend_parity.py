@@ -3,16 +3,25 @@
 each (cold L2, CUDA events, median, interleaved: harness/timing.py) and
 whether their outputs agree.
 
-    python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...]
+    python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...] [--gpus N] [--jobs J]
+
+With --gpus/--jobs the problems are shared out over J processes per GPU.
+Each process compiles all of its problems first; timing starts only when
+every process has compiled, and one process at a time times on each GPU, so
+neither compiles nor a neighbour's kernels fall inside a measurement.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import fcntl
 import json
 import os
+import subprocess
 import sys
+import tempfile
+import time
 
 import torch
 
@@ -21,32 +30,86 @@ from fuseforge.harness.problem import build_model, problem_inputs
 from fuseforge.harness.timing import time_cuda
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("problems", nargs="+")
-    args = parser.parse_args(argv)
-    rows = {}
-    for problem in args.problems:
-        torch._dynamo.reset()
-        mod, model = build_model(problem, None, "cuda")
-        inputs = problem_inputs(mod, 0, "cuda")
-        optimized = fuseforge.optimize(copy.deepcopy(model))
-        compiled = torch.compile(copy.deepcopy(model), backend="fuseforge")
+def _agree(a: object, b: object) -> bool:
+    leaves = zip(torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b))
+    return all(torch.allclose(x, y, rtol=1e-4, atol=1e-4) for x, y in leaves if isinstance(x, torch.Tensor))
+
+
+def _measure(problems: list[str], sync_dir: str | None, workers: int) -> dict[str, dict]:
+    built, rows = [], {}
+    try:
+        for problem in problems:
+            name = os.path.basename(problem)
+            try:
+                mod, model = build_model(problem, None, "cuda")
+                inputs = problem_inputs(mod, 0, "cuda")
+                optimized = fuseforge.optimize(copy.deepcopy(model))
+                compiled = torch.compile(copy.deepcopy(model), backend="fuseforge")
+                with torch.no_grad():
+                    same = _agree(optimized(*inputs), compiled(*inputs))  # the first calls compile
+            except Exception as e:  # noqa: BLE001 - one problem's failure is its row, not the run's end
+                rows[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+                print(f"{name}: {rows[name]['error']}", file=sys.stderr, flush=True)
+                continue
+            built.append((name, optimized, compiled, inputs, same))
+    finally:
+        if sync_dir is not None:  # a worker that failed must not hold the others at the barrier
+            open(os.path.join(sync_dir, f"compiled-{os.getpid()}"), "w").close()
+    lock = None
+    if sync_dir is not None:
+        while sum(n.startswith("compiled-") for n in os.listdir(sync_dir)) < workers:
+            time.sleep(0.5)
+        lock = open(os.path.join(sync_dir, f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}.lock"), "w")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    for name, optimized, compiled, inputs, same in built:
         with torch.no_grad():
-            a, b = optimized(*inputs), compiled(*inputs)
-            same = all(
-                torch.allclose(x, y, rtol=1e-4, atol=1e-4)
-                for x, y in zip(torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b))
-                if isinstance(x, torch.Tensor)
-            )
             ms = time_cuda({"optimize": lambda: optimized(*inputs), "backend": lambda: compiled(*inputs)})
-        name = os.path.basename(problem)
         rows[name] = {**{k: round(v, 4) for k, v in ms.items()}, "ratio": round(ms["backend"] / ms["optimize"], 3)}
+        rows[name]["outputs_agree"] = same
         print(
             f"{name}: optimize {ms['optimize']:.4f} ms, backend {ms['backend']:.4f} ms "
             f"({rows[name]['ratio']:.2f}x), outputs agree: {same}",
+            file=sys.stderr,
             flush=True,
         )
+    if lock is not None:
+        lock.close()
+    return rows
+
+
+def _share_out(problems: list[str], gpus: int, jobs: int) -> dict[str, dict]:
+    workers = min(len(problems), gpus * jobs)
+    rows: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="ff-backend-parity-") as sync_dir:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--sync-dir", sync_dir, "--workers", str(workers), *problems[w::workers]],
+                env={**os.environ, "CUDA_VISIBLE_DEVICES": str(w % gpus)},
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for w in range(workers)
+        ]
+        for proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise SystemExit(f"backend_parity: a worker failed (exit {proc.returncode})")
+            rows.update(json.loads(out.strip().splitlines()[-1]))
+    return {os.path.basename(p): rows[os.path.basename(p)] for p in problems}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("problems", nargs="+")
+    parser.add_argument("--gpus", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="processes per GPU")
+    parser.add_argument("--sync-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.sync_dir is None and args.gpus * args.jobs > 1:
+        rows = _share_out(args.problems, args.gpus, args.jobs)
+    else:
+        rows = _measure(args.problems, args.sync_dir, args.workers)
     print(json.dumps(rows))
     return 0
 
