@@ -367,11 +367,18 @@ class FastCall {
     for (size_t i = 0; i < s.outputs.size(); ++i) {
       // Written over a dying input where no other tensor shares its memory
       // (a view of it, or one the caller kept), or into the buffer it is
-      // the new value of (which the module holds).
+      // the new value of (which the module holds). The kernel reads a
+      // reshape of that memory, whose shape the output has: the memory's
+      // own shape (a GEMM's 2-D result under a 3-D view) must not pass on.
       const int j = s.over[i];
       const bool over = j >= 0 && (s.replaces[i] || ins[j].storage().use_count() == 1);
       const Layout& t = s.outputs[i];
-      outs.push_back(over ? ins[j] : at::empty_strided(t.shape, t.strides, on_device.dtype(t.dtype)));
+      if (!over)
+        outs.push_back(at::empty_strided(t.shape, t.strides, on_device.dtype(t.dtype)));
+      else if (ins[j].sizes().equals(t.shape))
+        outs.push_back(ins[j]);
+      else
+        outs.push_back(ins[j].as_strided(t.shape, t.strides));
       pointers.push_back(reinterpret_cast<uintptr_t>(outs.back().data_ptr()));
     }
     for (const at::Tensor& x : ins) pointers.push_back(reinterpret_cast<uintptr_t>(x.data_ptr()));

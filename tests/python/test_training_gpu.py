@@ -123,6 +123,37 @@ def test_the_backward_writes_over_saved_values_it_is_given_and_no_others(monkeyp
     assert over & donated
 
 
+@pytest.mark.parametrize("graphs", ["off", "auto"])
+def test_an_output_written_over_a_reshaped_result_keeps_its_own_shape(monkeypatch, graphs):
+    """The attention's input projection adds its bias in a kernel written over
+    the projection GEMM's 2-D result, read through a 3-D view: the output is
+    that view's shape (the forward saves it for the backward, which would
+    otherwise re-lay out a tensor of the wrong shape)."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", graphs)
+
+    def make():
+        return nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True, norm_first=True)
+
+    model, reference = _pair(make)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(4, 32, 64, device="cuda")
+    for _ in range(3):
+        out, want = fast(x), reference(x)
+        torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+        _loss(out).backward()
+        _loss(want).backward()
+    _assert_same_training(model, reference)
+    (step,) = fast._ff_training.values()
+    forward = step.graphs[0].compiled.plan
+    reshaped = [
+        k.name
+        for k in forward.kernels
+        for o, j in zip(k.outputs, k.over)
+        if j >= 0 and forward.buffers[k.inputs[j].memory].shape != forward.buffers[o].shape
+    ]
+    assert reshaped, "no forward kernel writes over a reshaped input: the case this test is for is gone"
+
+
 def test_no_grad_calls_take_the_inference_plan():
     """Under no_grad and inference_mode the inference plan runs (no training
     step is compiled), and train-mode running statistics still update."""

@@ -240,6 +240,10 @@ class Executor:
         over = list(k.over)
         memory = [i.memory for i in k.inputs]
         replaces = self._replaces(k)
+        # An output written over an input's memory takes its own shape: the
+        # kernel reads a reshape of that memory (a GEMM's 2-D result under a
+        # 3-D view), whose shape the output has, not the memory's.
+        same_shape = [j < 0 or self.types[memory[j]].shape == t.shape for j, (_, t) in zip(over, outs)]
         # Inputs to copy into their recorded layout where they arrive in
         # another; a GEMM kernel also needs every pointer aligned to its
         # vector accesses (a view may start anywhere): a fresh copy is.
@@ -270,10 +274,10 @@ class Executor:
                 if (relayout and not _same_layout(x, t)) or (align and x.data_ptr() % align):
                     ins[j] = empty_strided(t.shape, t.strides, dtype=t.dtype, device=device).copy_(x)
             out_tensors = [
-                ins[j]
+                (ins[j] if same else ins[j].as_strided(t.shape, t.strides))
                 if j >= 0 and index not in tuning and (not self.capturing if replace else _sole_owner(ins[j]))
                 else empty_strided(t.shape, t.strides, dtype=t.dtype, device=device)
-                for j, replace, (_, t) in zip(over, replaces, outs)
+                for j, replace, same, (_, t) in zip(over, replaces, same_shape, outs)
             ]
             pointers = [t.data_ptr() for t in out_tensors] + [t.data_ptr() for t in ins]
             values = [float(env[s]) for s in scalars]
