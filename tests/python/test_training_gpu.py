@@ -220,11 +220,15 @@ def test_double_backward_raises():
         grad.sum().backward()
 
 
-def test_backend_inference_updates_running_statistics_and_prepares_once():
+@pytest.mark.parametrize("graphs", ["off", "always"])
+def test_backend_inference_updates_running_statistics_and_prepares_once(monkeypatch, graphs):
     """Through the torch.compile backend, an inference call of a train-mode
     BatchNorm model runs a fuseforge plan (no eager fallback), writes the
-    running statistics back like eager, and a weight-derived value is
-    recomputed after an in-place weight update."""
+    running statistics into the buffers themselves (step by step,
+    AOTAutograd's write-back then copies nothing) as eager updates them,
+    also replayed as a CUDA graph, and a weight-derived value is recomputed
+    after an in-place weight update."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", graphs)
     torch._dynamo.reset()
     model, reference = _pair(LinearBatchNormRelu)
     compiled = torch.compile(model, backend="fuseforge")
@@ -232,6 +236,12 @@ def test_backend_inference_updates_running_statistics_and_prepares_once():
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            compiled(x)
+            torch.cuda.synchronize()
+        reference(x)
+        if graphs == "off":  # a replay copies x in, and the new statistics into the buffers within the graph
+            assert [e.name for e in prof.events() if "Memcpy" in e.name] == []
         model.fc.weight.mul_(0.5)
         reference.fc.weight.mul_(0.5)
         torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)

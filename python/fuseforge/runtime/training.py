@@ -97,7 +97,11 @@ class CompiledGraph:
     ):
         self._boxed_call = True
         self.device = _device_of(example_inputs)
-        mutated = _mutated_inputs(gm) if name == "forward" else {}
+        # A backward mutates nothing; a forward's or an inference graph's
+        # buffer updates are written into the buffers themselves, which are
+        # then no parameters whose derived values could be prepared once.
+        mutated = _mutated_inputs(gm) if name != "backward" else {}
+        weights = [i for i in weights if i not in mutated.values()]
         self.captured = capture_fx(gm, name, weights, mutated)
         arch = core.device_arch(self.device.index or 0) if self.device.type == "cuda" else 0
         cuda = self.device if self.device.type == "cuda" else None
@@ -145,6 +149,10 @@ class CompiledGraph:
         """Whether the plan replays as a CUDA graph from now on (cuda_graph.adopt,
         timed against the native call path); re-armed if so."""
         varying = [kind == "arg" and _arg_index(src) not in self.fixed for kind, src in self.getters]
+        # The graph writes buffer updates into the buffers (the arguments
+        # AOTAutograd then copies them into: a copy onto itself, skipped).
+        at = {slot: i for i, slot in enumerate(self.executor.input_slots)}
+        buffers = [(value, inputs[at[buffer]]) for buffer, value in self.executor.plan.mutations]
 
         def armed_call() -> Callable[[], object]:
             fast = fast_call.arm_graph(self.executor, self.getters, args, inputs, self.precision)
@@ -152,14 +160,14 @@ class CompiledGraph:
 
         with torch.no_grad(), precision_context(self.precision):
             training = self.kind != "inference"
-            graphed = cuda_graph.adopt(self.executor, inputs, varying, [], armed_call, training)
+            graphed = cuda_graph.adopt(self.executor, inputs, varying, buffers, armed_call, training)
         if graphed:
             self.fast = fast_call.arm_graph(self.executor, self.getters, args, inputs, self.precision) or False
         return graphed
 
 
 def _mutated_inputs(gm: fx.GraphModule) -> dict[int, int]:
-    """A forward's outputs that are inputs' new values (a train-mode
+    """A forward or inference graph's outputs that are inputs' new values (a train-mode
     BatchNorm's running statistics: AOTAutograd copies each into its input
     after the call), by output position: the input's position. The plan may
     then write them in place (the copy is then of a tensor onto itself)."""
