@@ -8,7 +8,11 @@ far apart their outputs are, and how many graphs the backend compiled.
 With --gpus/--jobs the problems are shared out over J processes per GPU.
 Each process compiles all of its problems first; timing starts only when
 every process has compiled, and one process at a time times on each GPU, so
-neither compiles nor a neighbour's kernels fall inside a measurement.
+neither compiles nor a neighbour's kernels fall inside a measurement. The
+first call of each model, though, is where its plan times its own choices
+(GEMM tiles, cuDNN against our conv kernels, a CUDA graph against the
+step-by-step run): with J > 1 those run beside other processes' work on the
+GPU, so figures to quote take --jobs 1.
 """
 
 from __future__ import annotations
