@@ -5,7 +5,8 @@ Dynamo hands over an FX GraphModule of the user's code, its parameters and
 buffers lifted to inputs. On CUDA it goes through AOTAutograd with
 fuseforge's compilers (runtime/training.py): a forward and a backward graph
 where the call is recorded for backward, else one inference graph, whose
-buffer updates (train-mode running statistics) AOTAutograd writes back and
+buffer updates (train-mode running statistics) the plan writes into the
+buffers (AOTAutograd's write-back then copies a tensor onto itself) and
 whose parameters are marked so that the plan prepares what derives from
 them once. Dynamo guards and recompiles on new shapes. Graphs of CPU tensors
 go to an OptimizedModule, which runs them eagerly with one warning.

@@ -167,10 +167,11 @@ class CompiledGraph:
 
 
 def _mutated_inputs(gm: fx.GraphModule) -> dict[int, int]:
-    """A forward or inference graph's outputs that are inputs' new values (a train-mode
-    BatchNorm's running statistics: AOTAutograd copies each into its input
-    after the call), by output position: the input's position. The plan may
-    then write them in place (the copy is then of a tensor onto itself)."""
+    """A forward or inference graph's outputs that are inputs' new values (a
+    train-mode BatchNorm's running statistics: AOTAutograd copies each into
+    its input after the call), by output position: the input's position. The
+    plan may then write them in place (the copy is then of a tensor onto
+    itself)."""
     context = torch._guards.TracingContext.try_get()
     meta = context.fw_metadata if context is not None else None
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
