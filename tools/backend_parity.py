@@ -45,29 +45,26 @@ def _max_diff(a: object, b: object) -> float:
 
 def _measure(problems: list[str], sync_dir: str | None, workers: int) -> dict[str, dict]:
     built, rows = [], {}
-    try:
-        for problem in problems:
-            name = os.path.basename(problem)
-            try:
-                mod, model = build_model(problem, None, "cuda")
-                inputs = problem_inputs(mod, 0, "cuda")
-                optimized = fuseforge.optimize(copy.deepcopy(model))
-                compiled = torch.compile(copy.deepcopy(model), backend="fuseforge")
-                before = set(training._LIVE)
-                with torch.no_grad():
-                    diff = _max_diff(optimized(*inputs), compiled(*inputs))  # the first calls compile
-                # Graphs the backend compiled: none where dynamo ran the code eagerly (an RNN module, by default).
-                graphs = sum(g.kind == "inference" for g in training._LIVE if g not in before)
-            except Exception as e:  # noqa: BLE001 - one problem's failure is its row, not the run's end
-                rows[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
-                print(f"{name}: {rows[name]['error']}", file=sys.stderr, flush=True)
-                continue
-            built.append((name, optimized, compiled, inputs, diff, graphs))
-    finally:
-        if sync_dir is not None:  # a worker that failed must not hold the others at the barrier
-            open(os.path.join(sync_dir, f"compiled-{os.getpid()}"), "w").close()
+    for problem in problems:
+        name = os.path.basename(problem)
+        try:
+            mod, model = build_model(problem, None, "cuda")
+            inputs = problem_inputs(mod, 0, "cuda")
+            optimized = fuseforge.optimize(copy.deepcopy(model))
+            compiled = torch.compile(copy.deepcopy(model), backend="fuseforge")
+            before = set(training._LIVE)
+            with torch.no_grad():
+                diff = _max_diff(optimized(*inputs), compiled(*inputs))  # the first calls compile
+            # Graphs the backend compiled: none where dynamo ran the code eagerly (an RNN module, by default).
+            graphs = sum(g.kind == "inference" for g in training._LIVE if g not in before)
+        except Exception as e:  # noqa: BLE001 - one problem's failure is its row, not the run's end
+            rows[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+            print(f"{name}: {rows[name]['error']}", file=sys.stderr, flush=True)
+            continue
+        built.append((name, optimized, compiled, inputs, diff, graphs))
     lock = None
     if sync_dir is not None:
+        open(os.path.join(sync_dir, f"compiled-{os.getpid()}"), "w").close()
         while sum(n.startswith("compiled-") for n in os.listdir(sync_dir)) < workers:
             time.sleep(0.5)
         lock = open(os.path.join(sync_dir, f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}.lock"), "w")
@@ -101,11 +98,18 @@ def _share_out(problems: list[str], gpus: int, jobs: int) -> dict[str, dict]:
             )
             for w in range(workers)
         ]
+        running = list(procs)
+        while running:
+            for proc in [p for p in running if p.poll() is not None]:
+                # A worker that ended before the barrier (it crashed) must not hold the others there.
+                open(os.path.join(sync_dir, f"compiled-{proc.pid}"), "w").close()
+                running.remove(proc)
+            time.sleep(0.5)
         for proc in procs:
-            out, _ = proc.communicate()
+            assert proc.stdout is not None
             if proc.returncode != 0:
                 raise SystemExit(f"backend_parity: a worker failed (exit {proc.returncode})")
-            rows.update(json.loads(out.strip().splitlines()[-1]))
+            rows.update(json.loads(proc.stdout.read().strip().splitlines()[-1]))
     return {os.path.basename(p): rows[os.path.basename(p)] for p in problems}
 
 
