@@ -56,6 +56,8 @@ bool conv_kernel_may_take(const ConvSpec& spec, bool always);
 
 // The direct kernel's spec of a conv node (any layout), or nullopt where it does not apply.
 std::optional<ConvKernelSpec> match_direct_conv(const Node& conv);
+// Whether a direct kernel computes this conv as specified (IEEE f32 math
+// only): what the layout pass and the conv scheduler both ask.
 bool direct_conv_covers(const ConvSpec& spec);
 
 }  // namespace ff::fusion
