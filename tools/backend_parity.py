@@ -1,6 +1,6 @@
 """Inference through `torch.compile(model, backend="fuseforge")` against
 `fuseforge.optimize(model)` on the same model and inputs: milliseconds of
-each (cold L2, CUDA events, median, interleaved: harness/timing.py), how
+each (cold L2, CUDA events, median, interleaved: runtime/timing.py), how
 far apart their outputs are, and how many graphs the backend compiled.
 
     python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...] [--gpus N] [--jobs J]
@@ -31,8 +31,8 @@ import torch
 
 import fuseforge
 from fuseforge.harness.problem import build_model, problem_inputs
-from fuseforge.harness.timing import time_cuda
 from fuseforge.runtime import training
+from fuseforge.runtime.timing import time_cuda
 
 
 def _max_diff(a: object, b: object) -> float:

@@ -3,7 +3,7 @@ fuseforge: ModelNew gets Model's state_dict; in the model's own mode (or
 --mode) its outputs and updated buffers must match Model's over several seeds
 (atol=rtol=1e-4, or where eager itself is far from fp64 — TF32 convolutions —
 no worse than twice eager's error against fp64, as `fuseforge run` judges);
---time also times Model and ModelNew the way fuseforge/harness/timing.py does.
+--time also times Model and ModelNew the way fuseforge/runtime/timing.py does.
 
   python tools/check_emitted.py model_new.py [--mode train|eval] [--seeds N] [--time] [--json OUT]
                                 [--bench REPORT.json --problem NAME] [--device cuda|cpu]
@@ -38,8 +38,8 @@ from torch.utils import _pytree as pytree
 
 
 def _timing_module():
-    """fuseforge/harness/timing.py loaded by path (it imports only torch), not through the package."""
-    path = Path(__file__).resolve().parents[1] / "python" / "fuseforge" / "harness" / "timing.py"
+    """fuseforge/runtime/timing.py loaded by path (it imports only torch), not through the package."""
+    path = Path(__file__).resolve().parents[1] / "python" / "fuseforge" / "runtime" / "timing.py"
     spec = importlib.util.spec_from_file_location("_ff_timing_standalone", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -79,7 +79,7 @@ def _close(a, b) -> bool:
 
 
 def _time(new: torch.nn.Module, model: torch.nn.Module, x: list) -> dict:
-    """emitted_ms and eager_ms, timed side by side as fuseforge/harness/timing.py does."""
+    """emitted_ms and eager_ms, timed side by side as fuseforge/runtime/timing.py does."""
     time_cuda = _timing_module().time_cuda
     with torch.no_grad():
         times = time_cuda({"emitted": lambda: new(*x), "eager": lambda: model(*x)})

@@ -3,7 +3,7 @@
 
 import torch
 
-from fuseforge.harness.timing import time_cuda
+from fuseforge.runtime.timing import time_cuda
 
 x = torch.rand(128, 64, 128, 128, device="cuda")
 w = torch.randn(128, 64, 3, 3, device="cuda")

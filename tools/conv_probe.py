@@ -45,9 +45,9 @@ from fuseforge.harness.bench import find_problems
 from fuseforge.harness.check import fp64_run
 from fuseforge.harness.compare import flatten_tensors
 from fuseforge.harness.problem import build_model, load_problem, problem_inputs, problem_name
-from fuseforge.harness.timing import time_cuda
 from fuseforge.runtime import conv_probe, options
 from fuseforge.runtime.precision import conv_fp32_precision, eager_conv_precision
+from fuseforge.runtime.timing import time_cuda
 
 DEV = torch.device("cuda")
 START = time.perf_counter()

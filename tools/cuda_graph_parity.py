@@ -1,7 +1,7 @@
 """CUDA graph replay on and off side by side: `fuseforge.optimize(model)`
 inference with FUSEFORGE_CUDA_GRAPHS=off and with the default (auto: a plan
 replays where that times faster), and eager, in one process: milliseconds
-(cold L2, CUDA events, median, interleaved: harness/timing.py), whether the
+(cold L2, CUDA events, median, interleaved: runtime/timing.py), whether the
 plan replays, and the largest difference between the two ways' outputs.
 
     python tools/cuda_graph_parity.py PROBLEM.py [PROBLEM.py ...]
@@ -20,8 +20,8 @@ import torch
 import fuseforge
 from fuseforge.harness.compare import flatten_tensors, max_err
 from fuseforge.harness.problem import build_model, problem_inputs
-from fuseforge.harness.timing import time_cuda
 from fuseforge.runtime.options import ENV_CUDA_GRAPHS
+from fuseforge.runtime.timing import time_cuda
 
 
 def _optimized(model: torch.nn.Module, inputs: list, mode: str) -> fuseforge.OptimizedModule:

@@ -19,8 +19,8 @@ os.environ.setdefault("FUSEFORGE_GEMM", "1")  # f16/bf16 GEMM kernels are opt-in
 
 import fuseforge
 from fuseforge.harness.roofline import roofline
-from fuseforge.harness.timing import time_cuda
 from fuseforge.runtime.precision import precision_context
+from fuseforge.runtime.timing import time_cuda
 
 #: (name, batch, M, N, K, dtype, weight transposed): the matmuls of the problem files.
 SHAPES = [

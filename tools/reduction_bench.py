@@ -36,7 +36,7 @@ import torch
 import fuseforge
 from fuseforge.harness.problem import build_model, problem_inputs
 from fuseforge.harness.roofline import plan_bytes
-from fuseforge.harness.timing import time_cuda
+from fuseforge.runtime.timing import time_cuda
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT / "benchmarks" / "problems" / "dev"

@@ -166,8 +166,15 @@ def test_training_steps_replay_and_match_eager():
 def test_the_choice_is_timed_and_kept(monkeypatch):
     """auto: both ways timed once per plan; the recorded choice stands."""
     monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "auto")
-    times = iter([1.0, 2.0])  # step by step faster: the plan does not replay
-    monkeypatch.setattr(cuda_graph.autotune, "cuda_time", lambda fn: (fn(), next(times))[1])
+    calls = {}
+
+    def timed(fns, **_):  # both ways called; step by step faster: the plan does not replay
+        for name, fn in fns.items():
+            fn()
+            calls[name] = calls.get(name, 0) + 1
+        return {"plain": 1.0, "graph": 2.0}
+
+    monkeypatch.setattr(cuda_graph.timing, "time_cuda", timed)
     monkeypatch.setattr(cuda_graph.autotune, "load", lambda *_: {})
     stored = {}
     monkeypatch.setattr(cuda_graph.autotune, "store", lambda k, value, *_: stored.__setitem__(k, value))
@@ -177,4 +184,5 @@ def test_the_choice_is_timed_and_kept(monkeypatch):
     with torch.no_grad():
         fast(x)
     assert not _graphed(fast)
+    assert calls == {"plain": 1, "graph": 1}
     assert [v for k, v in stored.items() if k.startswith("cuda-graph")] == ["plain"]

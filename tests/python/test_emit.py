@@ -363,7 +363,7 @@ def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, mo
     """tools/check_emitted.py (which never imports fuseforge) on the CPU: it
     loads an emitted file, checks ModelNew against Model and fp64, reports
     the CPU fallback ModelNew warns about as a failure, and hands the timer
-    what harness/timing.time_cuda takes (a mapping of named calls)."""
+    what runtime/timing.time_cuda takes (a mapping of named calls)."""
     problem = tmp_path / "tiny.py"
     problem.write_text(TINY_PROBLEM.format(prelude="", init="pass"))
     emitted = tmp_path / "tiny_new.py"
@@ -379,7 +379,7 @@ def test_check_emitted_tool_runs_its_check_and_timing_paths(tmp_path, capsys, mo
     assert row["graphs"] == {}, row  # CPU inputs never reach a graph
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == row
 
-    from fuseforge.harness.timing import time_cuda
+    from fuseforge.runtime.timing import time_cuda
 
     called = []
 

@@ -466,7 +466,7 @@ def test_tf32_problem_passes_the_check_at_its_precision():
 def test_side_by_side_timing_interleaves_the_candidates():
     """Each round times every candidate once, in turn (a GPU still raising its
     clocks must not bias whichever would be timed first)."""
-    from fuseforge.harness.timing import time_cuda
+    from fuseforge.runtime.timing import time_cuda
 
     calls = []
     x = torch.randn(1 << 20, device="cuda")

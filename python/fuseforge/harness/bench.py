@@ -8,7 +8,7 @@ down, while problems that run well share one process and pay for importing
 torch and initializing CUDA once. The per-problem figures are those of
 `fuseforge run` (correctness vs eager and fp64 over several seeds; eager,
 inductor and fuseforge timed in one process with cold L2, CUDA events,
-warm-up and median; see fuseforge.harness.timing), plus cold and cached
+warm-up and median; see fuseforge.runtime.timing), plus cold and cached
 compile times, a roofline estimate (fuseforge.harness.roofline) and the
 wall seconds of each phase (`wall_s`, `phase_s`); with `--train`, each
 row's `train` object (fuseforge.harness.train).

@@ -132,12 +132,12 @@ def time_all(
     model: torch.nn.Module, fast: Any, inputs: Sequence[Any], against: Sequence[str], precision: str = "fp32"
 ) -> dict:
     """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
-    fuseforge, timed interleaved (fuseforge.harness.timing), and fuseforge's
+    fuseforge, timed interleaved (fuseforge.runtime.timing), and fuseforge's
     roofline estimate (fuseforge.harness.roofline); all three under the same
     precision policy. `fast` has been called on `inputs` before (compiled)."""
     from fuseforge.harness.roofline import roofline
-    from fuseforge.harness.timing import time_cuda
     from fuseforge.runtime.precision import precision_context
+    from fuseforge.runtime.timing import time_cuda
 
     out: dict[str, Any] = {}
     fns = {"fuseforge": lambda: fast(*inputs)}

@@ -13,7 +13,7 @@ copy of the model, built with the same state_dict, on the same inputs.
   computed only when the eager rule alone does not decide.
 - Buffers (BatchNorm's running statistics) after three steps, by the same rule.
 - Time: median cold-L2 milliseconds of forward + loss + backward, timed like
-  the forward (harness/timing.py: L2 flushed, CUDA events, warm-up, median,
+  the forward (runtime/timing.py: L2 flushed, CUDA events, warm-up, median,
   interleaved), every .grad set to None before each trial, outside the
   timed region, so that each step allocates and writes its gradients anew.
 - Peak memory: the bytes one step allocates at its peak beyond what the
@@ -39,8 +39,8 @@ from fuseforge.diagnostics import one_line
 from fuseforge.harness.check import float64_inputs, in_float64
 from fuseforge.harness.compare import Verdict, assess, flatten_tensors, max_err, mismatch
 from fuseforge.harness.report import geomean
-from fuseforge.harness.timing import time_cuda
 from fuseforge.runtime.precision import precision_context
+from fuseforge.runtime.timing import time_cuda
 
 #: Steps before the buffers are compared: more than one, so that a running
 #: statistic updated from an already updated one is covered.

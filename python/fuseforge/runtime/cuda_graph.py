@@ -26,7 +26,8 @@ What a replay keeps of a plain run's semantics:
   graph: once per call, as the plain run's caller does.
 
 Whether a plan replays is decided once per plan and GPU, by timing a call
-both ways as it runs in production (the native call path where armed), and
+both ways as it runs in production (the native call path where armed),
+interleaved with L2 flushed as results are judged (runtime/timing.py), and
 kept with the autotune choices; a plan whose graph is not faster (large
 tensors, where copying the inputs in and the outputs out costs more than
 the launches it saves) runs step by step. FUSEFORGE_CUDA_GRAPHS=off turns
@@ -43,7 +44,7 @@ from typing import Any
 
 import torch
 
-from fuseforge.runtime import autotune
+from fuseforge.runtime import autotune, timing
 from fuseforge.runtime.options import cuda_graphs
 
 log = logging.getLogger("fuseforge")
@@ -271,9 +272,22 @@ def adopt(
     if choice != "graph":
         saved = [b.clone() for _, b in buffers]
         executor.graph = None
-        plain_ms = autotune.cuda_time(armed_call())
+        plain = armed_call()
         executor.graph = graph
-        graph_ms = autotune.cuda_time(armed_call())
+        replay = armed_call()
+
+        def way(graphed: PlanGraph | None, call: Callable[[], object]) -> Callable[[], object]:
+            def run() -> object:
+                executor.graph = graphed
+                return call()
+
+            return run
+
+        # Timed as results are judged (L2 flushed before each call, the two
+        # ways interleaved): a replay copies the inputs in, which a warm L2
+        # hid, and one way timed after the other took the clocks' drift.
+        ms = timing.time_cuda({"plain": way(None, plain), "graph": way(graph, replay)}, trials=15, max_seconds=2.0)
+        plain_ms, graph_ms = ms["plain"], ms["graph"]
         for (_, b), value in zip(buffers, saved):
             b.copy_(value)
         choice = "graph" if graph_ms < plain_ms else "plain"
