@@ -40,7 +40,7 @@ class ConvScheduler final : public Scheduler {
         // A block computes one group's channels: a reduction over all needs one group.
         if (reduction && s->conv.groups == 1) s->channel_reduce = reduction->second;
         const bool reduces = s->channel_reduce != ConvKernelSpec::ChannelReduce::none;
-        return direct_is_faster(*s, *n, fuses || reduces, reduces) ? s : std::nullopt;
+        return direct_is_faster(*s, *n, options.target, fuses || reduces, reduces) ? s : std::nullopt;
       };
       // An implicit GEMM only against cuDNN as timed (the model's cuDNN
       // rates stray by 5x from shape to shape), unless every conv must be one.
@@ -57,7 +57,7 @@ class ConvScheduler final : public Scheduler {
             s->conv.dtype == DType::f32 && s->conv.tf32 && !(hopper(*s, options) && s->rounded_operands);
         if (!cudnn) return std::nullopt;
         const double pass = fuses ? epilogue_pass_bytes(p.graph(), *n) : 0.0;
-        return kernel_beats_cudnn(s->conv, *cudnn, pass, rounds_in_place) ? s : std::nullopt;
+        return kernel_beats_cudnn(s->conv, options.target, *cudnn, pass, rounds_in_place) ? s : std::nullopt;
       };
       // A direct kernel first where it beats cuDNN: it covers the short
       // reductions that idle an implicit GEMM's tiles as much as cuDNN's
@@ -105,11 +105,13 @@ class ConvScheduler final : public Scheduler {
   // the front end timed it), which writes its result and has the epilogue read
   // it back. A kernel reducing the channels does not write the result (half a
   // copy of it less than the conv alone, as timed).
-  static bool direct_is_faster(const ConvKernelSpec& spec, const Node& conv, bool fuses_epilogue, bool reduces) {
+  static bool direct_is_faster(const ConvKernelSpec& spec, const Node& conv, const Target& target, bool fuses_epilogue,
+                               bool reduces) {
     const auto measured = measured_cudnn(conv);
-    const ConvTimes t = conv_times(spec.conv, false, true, measured ? &*measured : nullptr, measured_direct_ms(conv));
+    const ConvTimes t =
+        conv_times(spec.conv, target, false, true, measured ? &*measured : nullptr, measured_direct_ms(conv));
     const double cudnn = is_channels_last(conv.input(0)->type) ? t.cudnn_channels_last : t.cudnn_nchw;
-    const double output = copy_ms(spec.conv.output_bytes());
+    const double output = copy_ms(spec.conv.output_bytes(), target);
     return t.direct - (reduces ? output / 2 : 0.0) < cudnn + (fuses_epilogue ? output : 0.0);
   }
 

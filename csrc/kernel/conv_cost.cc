@@ -13,78 +13,14 @@ namespace ff::fusion {
 
 namespace {
 
-// The modelled GPU is an H100 SXM, the suite's. Effective rates, not peaks:
-// cuDNN's NHWC TF32 conv of the seed (128x64x128x128, 3x3, 128 out) took
-// about 1.3 ms (230 TFLOP/s) inside torch.compile's plan, its NCHW fp32 conv
-// 5.0 ms (59, SIMT); CUTLASS 2.x 3xTF32 GEMMs reach 70-73 (gemm_roofline).
-constexpr double kSimtF32 = 55e12;  // IEEE f32: no tensor cores in cuDNN
-constexpr double kTf32 = 230e12;    // cuDNN TF32 tensor cores, channels-last
-constexpr double kHalf = 450e12;    // cuDNN f16/bf16 tensor cores, channels-last
-// Our implicit GEMM, f32 as 3xTF32. H200, the Hopper kernel + relu:
-// 96-98 TFLOP/s on the seed's conv, 68 on a 48 -> 96 channel one (91
-// a full tile). Not re-fit: the figure weighs it against cuDNN's IEEE convs,
-// whose choices the suite with eager's convs in IEEE should check first.
-constexpr double kKernel3xTf32 = 65e12;
-// Our implicit GEMM, 1xTF32, rounding its tiles in place, measured on an H100
-// with a fused relu: the wgmma kernel 128-133 TFLOP/s on 3x3 convs of 64 input
-// and 128 output channels (CUTLASS's sm80 form 100; cuDNN's conv alone about
-// 340).
-constexpr double kKernelTf32 = 130e12;
-// The same on rounded operands (sm90_ss_mainloop.h) is bound by what its
-// producer gathers through L2: every tile reads its BM rows and BN columns of
-// the implicit GEMM whole, each input pixel once per window tap. Measured on
-// an H200 (tools/conv_probe.py section C, 8 convs): with its stores switched
-// off the seed's conv moved 7.0 GB in 1.15 ms and its producer alone in 0.96;
-// the stores of its NCHW result, which the consumers make between tiles, took
-// 0.47 ms more for 1.04 GB. These rates model the 8 convs' kernels within
-// -15 % and +25 %, more often high than low.
-constexpr double kSsGather = 5e12;  // bytes/s through L2 into shared memory
-constexpr double kSsStore = 2e12;   // bytes/s of the result, not overlapped with the mainloop
-// Staged through shared memory in bulk copies (Sm90SsTile::staged), the
-// stores overlap the next tile's mainloop in part: on an H200 the seed's conv
-// + relu took 0.15 ms past its gather for 1.04 GB, with the seed's own
-// epilogue (a bias read per element) 0.32 ms, a 64 -> 128 channel conv + relu
-// 0.07 ms for 0.40 GB.
-constexpr double kSsStagedStore = 4e12;
-constexpr double kSsTf32 = 400e12;  // its wgmmas, where the gather keeps up
-// Ping-pong tiles (Sm90SsTile::pingpong()), with A's loads through L1 and
-// readied by the copies themselves: each warpgroup's stores hide behind the
-// other's wgmmas (staged), but for the first tile's loads and the last one's
-// stores. H200, 8 convs + relu written NCHW (tools/conv_probe.py section
-// C): 0.4 to 9.4 GB gathered in 0.075 to 1.19 ms, modelled as 7.5
-// TB/s + 0.02 ms within -12 % (the 3-D conv ran slower than modelled) and +7
-// %; the seed's conv with its own epilogue ran 6 % over its relu.
-// Wide tiles (Sm90SsTile::wide) gather at that rate too, but store between
-// tiles, at kSsStagedStore: H200, the seed's conv + relu 0.934
-// ms with its stores switched off (modelled 0.936), 1.198 with them (1.19);
-// a 64 -> 128 channel one, 112x112, 0.458 (0.456).
-constexpr double kSsPingPongGather = 7.5e12;
-// A transposed conv's packed phases (ConvSpec::phases_packed) gather at that
-// rate too, but their epilogue, between tiles, computes each value in the
-// threads that store it along the output's rows: H100, a 128 -> 64 channel
-// stride-2 4x4 one with a residual and hardswish (0.134 GB out) took 0.258
-// ms, 0.111 modelled for its gather (0.311 without the channel runs of
-// sm90_ss_wide.cc's store_tile).
-constexpr double kSsPackedStore = 0.91e12;
-constexpr double kSsPingPongEndsMs = 0.02;
-constexpr double kKernelHalf = 250e12;  // our implicit GEMM, f16/bf16 (mma.sync)
-// Our direct kernel, IEEE f32 FMAs (its FMAs wait on shared-memory loads of
-// the window and weights). H200, the kernel + relu: 27-34
-// TFLOP/s where a block stages every input channel once for several blocks
-// of output channels (6, 8, 12 -> 48, 32, 48 channels, 3x3), but 21 for 3
-// -> 16 (27 FMAs an output); 22-24 where the channels come in several
-// stages (3-D, 3x3x3: 8 -> 24, 16 -> 32).
-constexpr double kDirectF32 = 21e12;
-constexpr double kDirectF32SharedStaging = 27e12;
 // cuDNN's kernels tile the reduction (input channels x window) in steps of
 // dozens; short reductions leave their lanes idle. A conv of 6 input channels
 // and a 3x3 window (54 multiply-adds per output) ran at 13 TFLOP/s in cuDNN's
 // IEEE kernel, about 54/256 of its rate on long ones.
 constexpr double kFullReduction = 256;
-constexpr double kBandwidth = 2.5e12;  // bytes/s, HBM3 effective
 // Against cuDNN as timed, our kernels' figures carry a margin: the models
-// above ran up to 25 % fast (the 1xTF32 one on the suite's convs), and the
-// epilogue's pass they save is modelled at an H100's bandwidth.
+// ran up to 25 % fast (the 1xTF32 one on the suite's convs), and the
+// epilogue's pass they save is modelled at the target's bandwidth.
 constexpr double kTimedMargin = 1.25;
 
 // cuDNN's channels-last time over its NCHW time for tensor-core math, by conv
@@ -99,17 +35,19 @@ double channels_last_ratio(const ConvSpec& s) {
   return 0.823;
 }
 
-double ms(double flops, double rate, double bytes) { return 1e3 * std::max(flops / rate, bytes / kBandwidth); }
+double ms(double flops, double rate, double bytes, const EngineRates& r) {
+  return 1e3 * std::max(flops / rate, bytes / r.dram_bytes_per_s);
+}
 
 // The share of our register-fragment kernels' 128 output channels a tile that
-// their columns use (the rates above are of convs of 128): a conv of 24
+// their columns use (EngineRates' kernel rates are of convs of 128): a conv of 24
 // output channels runs its wgmmas at 24/128 of the rate.
 double tile_use(const ConvSpec& s) {
   const double n = static_cast<double>(s.out_channels);
   return n / (std::ceil(n / 128) * 128);
 }
 
-double ss_kernel_ms(const ConvSpec& s) {
+double ss_kernel_ms(const ConvSpec& s, const EngineRates& r) {
   // Stores modelled as staged where the output's pixel runs allow it (an NCHW
   // result: what the kernel writes in place of cuDNN's channels-last one and
   // the pass over it).
@@ -121,16 +59,19 @@ double ss_kernel_ms(const ConvSpec& s) {
   // hardswish 0.675 (modelled 0.30): its strided stores and residual loads
   // fill half of each sector. (The conv scheduler makes them kernels only on
   // request, but where their phases are packed: wide tiles whose stores
-  // run along the output's rows, kSsPackedStore.)
+  // run along the output's rows, EngineRates::ss_packed_store_bytes_per_s.)
   const bool runs = pixels % 4 == 0 && !s.transposed;
   const codegen::Sm90SsTile tile = codegen::sm90_ss_tile(s.gemm_n(), s.gemm_k(), runs, runs, s.phases_packed());
   const int64_t bk = codegen::Sm90SsTile::bk;
   const double k_padded = static_cast<double>((s.gemm_k() + bk - 1) / bk * bk);
   const double gathered = static_cast<double>(tile.tiles(s.gemm_m(), s.gemm_n())) * (tile.bm + tile.bn) * k_padded * 4;
   const bool fast_gather = tile.pingpong() || tile.wide;
-  const double mainloop = std::max(s.flops() / kSsTf32, gathered / (fast_gather ? kSsPingPongGather : kSsGather));
-  if (tile.pingpong() && tile.staged) return 1e3 * mainloop + kSsPingPongEndsMs;
-  const double store_rate = tile.phase_packed ? kSsPackedStore : tile.staged || tile.wide ? kSsStagedStore : kSsStore;
+  const double mainloop = std::max(
+      s.flops() / r.ss_tf32, gathered / (fast_gather ? r.ss_pingpong_gather_bytes_per_s : r.ss_gather_bytes_per_s));
+  if (tile.pingpong() && tile.staged) return 1e3 * mainloop + r.ss_pingpong_ends_ms;
+  const double store_rate = tile.phase_packed          ? r.ss_packed_store_bytes_per_s
+                            : tile.staged || tile.wide ? r.ss_staged_store_bytes_per_s
+                                                       : r.ss_store_bytes_per_s;
   return 1e3 * (mainloop + s.output_bytes() / store_rate);
 }
 
@@ -146,7 +87,7 @@ double reduction_efficiency(const ConvSpec& s) {
 
 }  // namespace
 
-double copy_ms(double bytes) { return 1e3 * 2.0 * bytes / kBandwidth; }
+double copy_ms(double bytes, const Target& target) { return 1e3 * 2.0 * bytes / target.rates.dram_bytes_per_s; }
 
 double epilogue_pass_bytes(const Graph& g, const Node& conv) {
   const Shape& shape = conv.result()->type.shape;
@@ -168,18 +109,20 @@ double epilogue_pass_bytes(const Graph& g, const Node& conv) {
   return read + conv.result()->type.bytes();
 }
 
-bool kernel_beats_cudnn(const ConvSpec& s, const CudnnTimes& cudnn, double epilogue_bytes, bool rounding_in_place) {
-  const ConvTimes t = conv_times(s, true, false, &cudnn);
-  const double kernel = rounding_in_place ? kernel_rounding_in_place_ms(s) : t.kernel;
-  return kernel < t.cudnn_channels_last + 1e3 * epilogue_bytes / kBandwidth;
+bool kernel_beats_cudnn(const ConvSpec& s, const Target& target, const CudnnTimes& cudnn, double epilogue_bytes,
+                        bool rounding_in_place) {
+  const ConvTimes t = conv_times(s, target, true, false, &cudnn);
+  const double kernel = rounding_in_place ? kernel_rounding_in_place_ms(s, target) : t.kernel;
+  return kernel < t.cudnn_channels_last + 1e3 * epilogue_bytes / target.rates.dram_bytes_per_s;
 }
 
-double kernel_rounding_in_place_ms(const ConvSpec& s) {
-  return ms(s.flops(), kKernelTf32 * tile_use(s), s.bytes()) * kTimedMargin;
+double kernel_rounding_in_place_ms(const ConvSpec& s, const Target& target) {
+  return ms(s.flops(), target.rates.kernel_tf32 * tile_use(s), s.bytes(), target.rates) * kTimedMargin;
 }
 
-ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies, const CudnnTimes* measured,
-                     std::optional<double> direct_measured) {
+ConvTimes conv_times(const ConvSpec& s, const Target& target, bool kernel_applies, bool direct_applies,
+                     const CudnnTimes* measured, std::optional<double> direct_measured) {
+  const EngineRates& r = target.rates;
   const double inf = std::numeric_limits<double>::infinity();
   const double flops = s.flops(), bytes = s.bytes();
   const bool f32 = s.dtype == DType::f32;
@@ -188,7 +131,7 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
   if (f32 && !s.tf32) {
     // IEEE f32: cuDNN runs SIMT kernels in either layout; nothing is known to
     // favour one, so channels-last is not modelled as faster.
-    t.cudnn_nchw = t.cudnn_channels_last = ms(flops, kSimtF32 * efficiency, bytes);
+    t.cudnn_nchw = t.cudnn_channels_last = ms(flops, r.cudnn_simt_f32 * efficiency, bytes, r);
   } else {
     // Tensor cores read channels-last tiles: cuDNN's contiguous-layout
     // calls pay for that twice, in transposes of the input and result around
@@ -198,22 +141,21 @@ ConvTimes conv_times(const ConvSpec& s, bool kernel_applies, bool direct_applies
     // 3 -> 64 conv's NCHW-output kernels 1.8x their NHWC ones). Modelled as
     // torch.compile's average ratio for the kernel plus both transposes;
     // grouped convs lose channels-last.
-    t.cudnn_channels_last = ms(flops, (f32 ? kTf32 : kHalf) * efficiency, bytes);
+    t.cudnn_channels_last = ms(flops, (f32 ? r.cudnn_tf32 : r.cudnn_half) * efficiency, bytes, r);
     const double ratio = channels_last_ratio(s);
     t.cudnn_nchw = t.cudnn_channels_last / ratio;
-    if (ratio < 1) t.cudnn_nchw += copy_ms(s.input_bytes()) + copy_ms(s.output_bytes());
+    if (ratio < 1) t.cudnn_nchw += copy_ms(s.input_bytes(), target) + copy_ms(s.output_bytes(), target);
   }
   if (!kernel_applies)
     t.kernel = inf;
   else if (f32 && s.tf32)
-    t.kernel = ss_kernel_ms(s);
+    t.kernel = ss_kernel_ms(s, r);
   else
-    t.kernel = ms(flops, (f32 ? kKernel3xTf32 : kKernelHalf) * tile_use(s), bytes);
-  // The modelled GPU's tile: the model's rates are default_target()'s part's.
+    t.kernel = ms(flops, (f32 ? r.kernel_3xtf32 : r.kernel_half) * tile_use(s), bytes, r);
   if (direct_applies)
     t.direct =
-        ms(flops, codegen::choose_direct_conv_tile(s, default_target()).cpb > 1 ? kDirectF32SharedStaging : kDirectF32,
-           bytes);
+        ms(flops, codegen::choose_direct_conv_tile(s, target).cpb > 1 ? r.direct_f32_shared_staging : r.direct_f32,
+           bytes, r);
   else
     t.direct = inf;
   if (measured != nullptr) {

@@ -115,6 +115,7 @@ class ConvLayout : public Pass {
     always_ = options.conv_always;
     direct_ = options.conv_direct;
     measured_ = &options.conv_channels_last;
+    target_ = options.target;
   }
 
   bool run(Graph& g) override {
@@ -156,6 +157,7 @@ class ConvLayout : public Pass {
   bool always_ = false;
   bool direct_ = false;
   const std::map<std::string, bool>* measured_ = nullptr;
+  Target target_;
 
   // A channels-last conv's weight: channels-last (as it is, where it is
   // already), but for a transposed conv a kernel will compute, the layout the
@@ -167,9 +169,9 @@ class ConvLayout : public Pass {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
     const auto cudnn = spec.transposed ? measured_cudnn(conv) : std::nullopt;
-    const bool kernel =
-        spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
-        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, *cudnn, fusion::epilogue_pass_bytes(g, conv), false)));
+    const bool kernel = spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
+                        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, target_, *cudnn,
+                                                                         fusion::epilogue_pass_bytes(g, conv), false)));
     if (kernel)
       w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
     else if (!is_channels_last(w))
@@ -201,15 +203,15 @@ class ConvLayout : public Pass {
     const auto cudnn = measured_cudnn(conv);
     const bool kernel = kernels_ && (cudnn || always_) && fusion::conv_kernel_may_take(spec, always_);
     const fusion::ConvTimes t =
-        fusion::conv_times(spec, kernel, direct, cudnn ? &*cudnn : nullptr, measured_direct_ms(conv));
+        fusion::conv_times(spec, target_, kernel, direct, cudnn ? &*cudnn : nullptr, measured_direct_ms(conv));
     // The conv scheduler takes a direct kernel first where it beats cuDNN, in
     // whatever layout the operands are (unless every conv must be an implicit GEMM).
     if (direct && !always_ && t.direct < t.cudnn_nchw) return false;
     double conversions = 0;
-    if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(conv.input(0)->type.bytes());
+    if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(conv.input(0)->type.bytes(), target_);
     if (conv.input(1)->type.strides != weight_layout(g, conv).strides && !from_weights(*conv.input(1)))
-      conversions += fusion::copy_ms(conv.input(1)->type.bytes());
-    if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(conv.result()->type.bytes());
+      conversions += fusion::copy_ms(conv.input(1)->type.bytes(), target_);
+    if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(conv.result()->type.bytes(), target_);
     // A direct kernel reads the operands where they are.
     return t.best_channels_last() + conversions < std::min(t.cudnn_nchw, t.direct);
   }

@@ -67,7 +67,7 @@ nb::list convolutions(const std::string& text) {
     // The cost model's figure for a direct kernel, where one covers the conv:
     // the probe times the kernel where it comes close to cuDNN's (IEEE convs).
     d["direct_model_ms"] = ff::fusion::direct_conv_covers(*spec)
-                               ? nb::cast(ff::fusion::conv_times(*spec, false, true).direct)
+                               ? nb::cast(ff::fusion::conv_times(*spec, ff::default_target(), false, true).direct)
                                : nb::none();
     out.append(d);
   }

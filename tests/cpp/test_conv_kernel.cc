@@ -363,9 +363,9 @@ TEST(ConvKernel, TheModelOfTheWideKernelFollowsItsMeasuredTimes) {
     s.output_padding = {0, 0};
     return s;
   };
-  EXPECT_NEAR(fusion::conv_times(spec(128, 64, 128, 128, 0), true).kernel, 1.19, 0.06);
-  EXPECT_NEAR(fusion::conv_times(spec(64, 64, 112, 128, 1), true).kernel, 0.457, 0.03);
-  EXPECT_NEAR(fusion::conv_times(spec(64, 48, 96, 96, 0), true).kernel, 0.292, 0.03);
+  EXPECT_NEAR(fusion::conv_times(spec(128, 64, 128, 128, 0), default_target(), true).kernel, 1.19, 0.06);
+  EXPECT_NEAR(fusion::conv_times(spec(64, 64, 112, 128, 1), default_target(), true).kernel, 0.457, 0.03);
+  EXPECT_NEAR(fusion::conv_times(spec(64, 48, 96, 96, 0), default_target(), true).kernel, 0.292, 0.03);
 }
 
 TEST(ConvKernel, StagedStoresTakeTheTilesPerChannelOperandsFromATable) {
@@ -559,11 +559,11 @@ TEST(ConvKernel, AnEpiloguesPassReadsTheResultAndItsOperands) {
   // plain pass loses to cuDNN's, and wins against cuDNN + the residual's pass.
   const ConvSpec spec = *conv_spec(*first_conv(*residual));
   const CudnnTimes any{1.0, 1.0};
-  const double kernel = fusion::conv_times(spec, true, false, &any).kernel;  // with the margin against timed figures
-  const double cudnn_ms = kernel - fusion::copy_ms(1.25 * out);             // kernel - 2.5 x the result's bytes' time
+  const double kernel = fusion::conv_times(spec, default_target(), true, false, &any).kernel;  // with the margin against timed figures
+  const double cudnn_ms = kernel - fusion::copy_ms(1.25 * out, default_target());             // kernel - 2.5 x the result's bytes' time
   const CudnnTimes cudnn{cudnn_ms, cudnn_ms};
-  EXPECT_FALSE(fusion::kernel_beats_cudnn(spec, cudnn, 2 * out, false));
-  EXPECT_TRUE(fusion::kernel_beats_cudnn(spec, cudnn, 3 * out, false));
+  EXPECT_FALSE(fusion::kernel_beats_cudnn(spec, default_target(), cudnn, 2 * out, false));
+  EXPECT_TRUE(fusion::kernel_beats_cudnn(spec, default_target(), cudnn, 3 * out, false));
 }
 
 TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel) {

@@ -63,5 +63,28 @@ TEST(Target, ColumnReductionThreadsFollowTheSmCount) {
   EXPECT_EQ(halved.kernels[0].grid[0], full.kernels[0].grid[0]);
 }
 
+// A TF32 conv whose cuDNN call runs 0.1 ms on contiguous operands and 0.09
+// channels-last: channels-last pays the input's copy (26 MB), which costs
+// 0.021 ms at the default target's bandwidth and 0.005 at four times it.
+TEST(Target, ConvLayoutWeighsConversionsAtTheTargetsBandwidth) {
+  const std::string ir = R"(graph @g(%x: f32[16,64,80,80], %w: f32[64,64,3,3] param) {
+  %0 = convolution(%x, %w) {cudnn_channels_last_ms=0.09, cudnn_contiguous_ms=0.1, dilation=[1, 1], fp32_precision="tf32", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false} : f32[16,64,80,80]
+  %1 = relu(%0) : f32[16,64,80,80]
+  return %1
+})";
+  CompileOptions o = parse_compile_flags("--arch=90");
+  o.passes = {"conv_layout", "dce"};
+  const std::string contiguous = compile_graph(ir, o).ir_after;
+  Target fast = default_target();
+  fast.rates.dram_bytes_per_s *= 4;
+  EXPECT_NE(fast, default_target());
+  o.target = fast;
+  const std::string channels_last = compile_graph(ir, o).ir_after;
+  EXPECT_NE(contiguous.find("= convolution(%x, %w)"), std::string::npos) << contiguous;
+  EXPECT_NE(channels_last.find("%1 = copy(%x) : f32[16,64,80,80]{409600,1,5120,64}"), std::string::npos)
+      << channels_last;
+  EXPECT_NE(channels_last.find("= convolution(%1, %0)"), std::string::npos) << channels_last;
+}
+
 }  // namespace
 }  // namespace ff
