@@ -1,6 +1,6 @@
-"""GPU facts about the suite's convolutions, printed as three tables.
+"""GPU facts about the suite's convolutions, printed as four tables.
 
-    python tools/conv_probe.py [--problems DIR_OR_FILES...] [--sections ABC] [--json OUT.json]
+    python tools/conv_probe.py [--problems DIR_OR_FILES...] [--sections ABCD] [--json OUT.json]
 
 A. Precision and layout, per conv of every problem: eager's own conv (as
    captured: NCHW) error against fp64, the error TF32 math itself brings, and
@@ -21,6 +21,13 @@ C. Generated conv kernels against cuDNN, per forward 2-D or 3-D conv without gro
    and of cuDNN's channels-last conv + relu, TFLOP/s, error against fp64 over
    eager's. Success: errors within 2x; where "kernel ms" < "cudnn ms" the
    cost model's choice (FUSEFORGE_CONV_KERNELS=auto) should be the kernel.
+D. The cost model against the GPU, per conv signature and engine (cuDNN
+   contiguous, cuDNN channels-last, our implicit-GEMM kernel, our direct
+   kernel): the modelled milliseconds (core.convolutions' model_ms, the
+   decided math, nothing timed) beside the timed ones (cuDNN's conv alone;
+   the implicit GEMM as in C, its relu fused; the direct kernel as the
+   front end's probe times it), and per engine the median and worst
+   modelled/timed ratio: how far a decision by the model alone can be off.
 
 Errors are max |y - y64| over the first batch sample (A, C) or the whole
 output (B). Runs in under 4 minutes on an H100 (it stops starting new work
@@ -301,13 +308,52 @@ def _conv_graph(c: dict, math: str) -> tuple[str, list[int]]:
     return text, out
 
 
-def section_c(paths: list[Path], budget: float) -> list[dict]:
-    print("\nC. generated conv kernels (fused relu) vs cuDNN channels-last conv + relu, decided math")
-    print(
-        "problem | conv | x | w | math | kernel ms | cudnn ms | kernel TFLOP/s | cudnn TFLOP/s | kernel err/eager | tile"
-    )
-    rows, seen = [], set()
-    arch = core.device_arch(0)
+def _time_kernel(c: dict, math: str, arch: int) -> dict | str:
+    """Our implicit-GEMM kernel for conv `c` (fused relu, channels-last
+    operands, `math`) against cuDNN's channels-last conv + relu: kernel_ms,
+    cudnn_ms, err_over_eager (the kernel's error against fp64 over eager's)
+    and the kernel's name; or why there is none."""
+    graph, out_shape = _conv_graph(c, math)
+    os.environ["FUSEFORGE_CONV_KERNELS"] = "always"
+    try:
+        plan = options.compile_ir(graph, arch=arch, passes=["cse"], gemm="off").plan
+    finally:
+        os.environ.pop("FUSEFORGE_CONV_KERNELS", None)
+    ks = [(i, k) for i, k in enumerate(plan.kernels) if k.kind == "conv"]
+    if not ks:
+        return "not covered by a conv kernel"
+    i, k = ks[0]
+    kern = core.load_kernels(plan.kernels, arch)[i]
+    if isinstance(kern, str):
+        return f"kernel did not compile: {kern[:200]}"
+    with torch.no_grad():
+        x, w = conv_probe.operands(c, DEV)
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        xl, wl = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+        # A 1xTF32 kernel reads operands rounded to tf32 (the plan rounds them in the copies that make them
+        # channels-last); cuDNN rounds them itself, so both see the same values.
+        xk, wk = (conv_probe.round_tf32(xl), conv_probe.round_tf32(wl)) if math == "tf32" else (xl, wl)
+        y = torch.empty(out_shape, dtype=x.dtype, device=DEV)
+        stream = torch.cuda.current_stream().cuda_stream
+        run = lambda: kern.launch(0, [y.data_ptr(), xk.data_ptr(), wk.data_ptr()], [], stream)  # noqa: E731
+        run()
+        ref = torch.relu(conv_call(c, x[:1].double(), w.double()))
+        with conv_fp32_precision(math):
+            eager = max_err(torch.relu(conv_call(c, x, w))[:1], ref)
+            t = time_cuda({"kernel": run, "cudnn": lambda: torch.relu(conv_call(c, xl, wl))}, trials=10)
+        err = max_err(y[:1], ref)
+    return {
+        "kernel_ms": t["kernel"],
+        "cudnn_ms": t["cudnn"],
+        "err_over_eager": err / max(eager, 1e-30),
+        "kernel": k.name,
+    }
+
+
+def _kernel_convs(paths: list[Path], budget: float):
+    """(path, conv, decided math) per distinct forward 2-D or 3-D conv without
+    groups of a floating dtype, until the budget runs out (then says so)."""
+    seen = set()
     for path in paths:
         text, convs = captured_convs(path, "eval")
         choice = decided(text)
@@ -323,61 +369,81 @@ def section_c(paths: list[Path], budget: float) -> list[dict]:
             seen.add(c["signature"])
             if out_of_time(budget):
                 print(f"(stopped: over the {budget:.0f} s budget)")
-                return rows
+                return
             math = choice.get(c["signature"], ("ieee", False))[0]
-            math = "ieee" if math == "-" else math
-            graph, out_shape = _conv_graph(c, math)
-            os.environ["FUSEFORGE_CONV_KERNELS"] = "always"
-            plan = options.compile_ir(graph, arch=arch, passes=["cse"], gemm="off").plan
-            ks = [(i, k) for i, k in enumerate(plan.kernels) if k.kind == "conv"]
-            if not ks:
-                print(f"{problem_name(path)} | {kind(c)} | not covered by a conv kernel")
-                continue
-            i, k = ks[0]
-            kern = core.load_kernels(plan.kernels, arch)[i]
-            if isinstance(kern, str):
-                print(f"{problem_name(path)} | {kind(c)} | kernel did not compile: {kern[:200]}")
-                continue
-            with torch.no_grad():
-                x, w = conv_probe.operands(c, DEV)
-                fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-                xl, wl = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
-                # A 1xTF32 kernel reads operands rounded to tf32 (the plan rounds them in the copies that make them
-                # channels-last); cuDNN rounds them itself, so both see the same values.
-                xk, wk = (conv_probe.round_tf32(xl), conv_probe.round_tf32(wl)) if math == "tf32" else (xl, wl)
-                y = torch.empty(out_shape, dtype=x.dtype, device=DEV)
-                stream = torch.cuda.current_stream().cuda_stream
-                run = lambda: kern.launch(0, [y.data_ptr(), xk.data_ptr(), wk.data_ptr()], [], stream)  # noqa: E731
-                run()
-                ref = torch.relu(conv_call(c, x[:1].double(), w.double()))
-                with conv_fp32_precision(math):
-                    eager = max_err(torch.relu(conv_call(c, x, w))[:1], ref)
-                    t = time_cuda({"kernel": run, "cudnn": lambda: torch.relu(conv_call(c, xl, wl))}, trials=10)
-                err = max_err(y[:1], ref)
-            row = {
-                "problem": problem_name(path),
-                "conv": kind(c),
-                "math": math,
-                "kernel_ms": t["kernel"],
-                "cudnn_ms": t["cudnn"],
-                "kernel_tflops": c["flops"] / t["kernel"] / 1e9,
-                "cudnn_tflops": c["flops"] / t["cudnn"] / 1e9,
-                "err_over_eager": err / max(eager, 1e-30),
-                "kernel": k.name,
-            }
-            rows.append(row)
-            print(
-                f"{row['problem']} | {row['conv']} | {'x'.join(map(str, c['input'][1]))} | "
-                f"{'x'.join(map(str, c['weight'][1]))} | {math} | {t['kernel']:.3f} | {t['cudnn']:.3f} | "
-                f"{row['kernel_tflops']:.0f} | {row['cudnn_tflops']:.0f} | {row['err_over_eager']:.2f} | {k.name}"
-            )
+            yield path, c, "ieee" if math == "-" else math
+
+
+def section_c(paths: list[Path], budget: float) -> list[dict]:
+    print("\nC. generated conv kernels (fused relu) vs cuDNN channels-last conv + relu, decided math")
+    print(
+        "problem | conv | x | w | math | kernel ms | cudnn ms | kernel TFLOP/s | cudnn TFLOP/s | kernel err/eager | tile"
+    )
+    rows = []
+    arch = core.device_arch(0)
+    for path, c, math in _kernel_convs(paths, budget):
+        t = _time_kernel(c, math, arch)
+        if isinstance(t, str):
+            print(f"{problem_name(path)} | {kind(c)} | {t}")
+            continue
+        row = {
+            "problem": problem_name(path),
+            "conv": kind(c),
+            "math": math,
+            **t,
+            "kernel_tflops": c["flops"] / t["kernel_ms"] / 1e9,
+            "cudnn_tflops": c["flops"] / t["cudnn_ms"] / 1e9,
+        }
+        rows.append(row)
+        print(
+            f"{row['problem']} | {row['conv']} | {'x'.join(map(str, c['input'][1]))} | "
+            f"{'x'.join(map(str, c['weight'][1]))} | {math} | {t['kernel_ms']:.3f} | {t['cudnn_ms']:.3f} | "
+            f"{row['kernel_tflops']:.0f} | {row['cudnn_tflops']:.0f} | {row['err_over_eager']:.2f} | {t['kernel']}"
+        )
+    return rows
+
+
+ENGINES = ("cudnn_contiguous", "cudnn_channels_last", "kernel", "direct")
+
+
+def section_d(paths: list[Path], budget: float) -> list[dict]:
+    print("\nD. the cost model against the GPU: modelled ms / timed ms per conv and engine (decided math)")
+    print("problem | conv | x | w | math | " + " | ".join(f"{e} model/timed" for e in ENGINES))
+    rows = []
+    arch = core.device_arch(0)
+    for path, c, math in _kernel_convs(paths, budget):
+        model = core.convolutions(conv_probe.probe_graph(c, math)[0])[0]["model_ms"]
+        timed: dict[str, float | None] = dict.fromkeys(ENGINES)
+        layouts = conv_probe.measure_layout(c, DEV, math)
+        timed["cudnn_contiguous"], timed["cudnn_channels_last"] = layouts["contiguous_ms"], layouts["channels_last_ms"]
+        if model["kernel"] is not None:
+            t = _time_kernel(c, math, arch)
+            timed["kernel"] = None if isinstance(t, str) else t["kernel_ms"]
+        direct = conv_probe.direct_kernel(c, arch) if model["direct"] is not None else None
+        if direct is not None:
+            timed["direct"] = conv_probe.measure_direct(c, DEV, *direct)["direct_ms"]
+        ratio = {e: model[e] / timed[e] for e in ENGINES if model[e] is not None and timed[e]}
+        rows.append(
+            {"problem": problem_name(path), "conv": kind(c), "math": math, "model_ms": model, "timed_ms": timed}
+        )
+        cells = [f"{model[e]:.3f}/{timed[e]:.3f} ({ratio[e]:.2f}x)" if e in ratio else "-" for e in ENGINES]
+        print(
+            f"{problem_name(path)} | {kind(c)} | {'x'.join(map(str, c['input'][1]))} | "
+            f"{'x'.join(map(str, c['weight'][1]))} | {math} | " + " | ".join(cells)
+        )
+    print("engine | convs | median model/timed | worst (farthest from 1)")
+    for e in ENGINES:
+        ratios = sorted(r["model_ms"][e] / r["timed_ms"][e] for r in rows if r["model_ms"][e] and r["timed_ms"][e])
+        if ratios:
+            worst = max(ratios, key=lambda v: max(v, 1 / v))
+            print(f"{e} | {len(ratios)} | {ratios[len(ratios) // 2]:.2f}x | {worst:.2f}x")
     return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--problems", nargs="*", default=["benchmarks/problems"])
-    ap.add_argument("--sections", default="ABC")
+    ap.add_argument("--sections", default="ABCD")
     ap.add_argument("--budget", type=float, default=210.0, help="seconds after which no new work starts")
     ap.add_argument("--json", help="write every figure here")
     args = ap.parse_args()
@@ -390,7 +456,7 @@ def main() -> int:
         f"eager conv math: {eager_conv_precision()}; {len(paths)} problems with convs"
     )
     report = {}
-    sections = {"A": section_a, "B": section_b, "C": section_c}
+    sections = {"A": section_a, "B": section_b, "C": section_c, "D": section_d}
     for s in args.sections:
         report[s] = sections[s]([Path(p) for p in paths], args.budget)
     print(f"\n{time.perf_counter() - START:.0f} s")

@@ -64,11 +64,18 @@ nb::list convolutions(const std::string& text) {
     d["fp32_precision"] = n->has_attr("fp32_precision") ? n->attr_string("fp32_precision") : std::string();
     d["channels_last"] = ff::is_channels_last(n->result()->type);
     d["text"] = ff::print_node(*n);
-    // The cost model's figure for a direct kernel, where one covers the conv:
-    // the probe times the kernel where it comes close to cuDNN's (IEEE convs).
-    d["direct_model_ms"] = ff::fusion::direct_conv_covers(*spec)
-                               ? nb::cast(ff::fusion::conv_times(*spec, ff::default_target(), false, true).direct)
-                               : nb::none();
+    // The cost model's milliseconds per engine (the default target's rates,
+    // nothing timed; None where an engine cannot run the conv): the probe
+    // times the direct kernel where it comes close to cuDNN's, and
+    // tools/conv_probe.py sets them beside timed figures.
+    const bool kernel = ff::fusion::conv_kernel_covers(*spec), direct = ff::fusion::direct_conv_covers(*spec);
+    const ff::fusion::ConvTimes t = ff::fusion::conv_times(*spec, ff::default_target(), kernel, direct);
+    nb::dict model;
+    model["cudnn_contiguous"] = t.cudnn_nchw;
+    model["cudnn_channels_last"] = t.cudnn_channels_last;
+    model["kernel"] = kernel ? nb::cast(t.kernel) : nb::none();
+    model["direct"] = direct ? nb::cast(t.direct) : nb::none();
+    d["model_ms"] = model;
     out.append(d);
   }
   return out;
@@ -257,8 +264,10 @@ NB_MODULE(_core, m) {
       [](const std::string& text, const ff::CompileOptions& options) { return ff::compile_graph(text, options); },
       "text"_a, "options"_a, "Compiles IR text: passes, fusion, CUDA generation and the plan (a Compiled).");
   m.def("convolutions", &convolutions, "text"_a,
-        "The graph's convolutions: signature, dtype, input/weight types, parameters, fp32_precision and "
-        "whether the result is channels-last (for the precision probe and diagnostics).");
+        "The graph's convolutions: signature, dtype, input/weight types, parameters, fp32_precision, "
+        "whether the result is channels-last, and model_ms, the cost model's milliseconds per engine "
+        "(cudnn_contiguous, cudnn_channels_last, kernel, direct; None where one cannot run it) "
+        "(for the precision probe and diagnostics).");
 
   m.def(
       "nvrtc_compile",

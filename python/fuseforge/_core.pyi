@@ -798,7 +798,7 @@ def compile(text: str, options: CompileOptions) -> Compiled:
 
 def convolutions(text: str) -> list:
     """
-    The graph's convolutions: signature, dtype, input/weight types, parameters, fp32_precision and whether the result is channels-last (for the precision probe and diagnostics).
+    The graph's convolutions: signature, dtype, input/weight types, parameters, fp32_precision, whether the result is channels-last, and model_ms, the cost model's milliseconds per engine (cudnn_contiguous, cudnn_channels_last, kernel, direct; None where one cannot run it) (for the precision probe and diagnostics).
     """
 
 def nvrtc_compile(source: str, name: str, arch: int, cutlass: bool = False, options: Sequence[str] = [], sm90a: bool = False) -> tuple:

@@ -97,7 +97,7 @@ def test_the_probe_times_the_direct_kernel_and_rejects_a_wrong_result(monkeypatc
 """
     (conv,) = core.convolutions(text)
     device = torch.device("cuda")
-    kernel, out = conv_probe._direct_kernel(conv, conv_probe._arch(device))
+    kernel, out = conv_probe.direct_kernel(conv, conv_probe._arch(device))
     assert out == [4, 16, 10, 24, 24] and "_direct_" in kernel.name
     timed = conv_probe.measure_direct(conv, device, kernel, out)
     assert 0 < timed["direct_ms"] < 100, timed

@@ -233,8 +233,11 @@ def test_the_direct_kernel_is_timed_where_the_model_cannot_tell_it_from_cudnn(fa
     goes on the conv; a TF32 conv (the first: eager's is) is not timed."""
     monkeypatch.setenv("FUSEFORGE_CONV_KERNELS", "auto")
     first, second = core.convolutions(TWO_CONVS)
-    assert first["direct_model_ms"] > 0 and second["direct_model_ms"] > 0
-    cudnn_ms = {first["signature"]: first["direct_model_ms"], second["signature"]: second["direct_model_ms"] * 1.5}
+    assert first["model_ms"]["direct"] > 0 and second["model_ms"]["direct"] > 0
+    cudnn_ms = {
+        first["signature"]: first["model_ms"]["direct"],
+        second["signature"]: second["model_ms"]["direct"] * 1.5,
+    }
     monkeypatch.setattr(
         conv_probe,
         "measure_layout",
@@ -259,7 +262,7 @@ def test_the_direct_kernel_is_timed_where_the_model_cannot_tell_it_from_cudnn(fa
     assert probe_convs(TWO_CONVS, "fp32", torch.device("cuda")) == decided  # from the disk cache
     assert len(timed) == 1
     # Modelled far from cuDNN's time (as timed afresh): the model's margin decides, nothing is timed.
-    cudnn_ms[second["signature"]] = second["direct_model_ms"] * (conv_probe.DIRECT_BAND + 1)
+    cudnn_ms[second["signature"]] = second["model_ms"]["direct"] * (conv_probe.DIRECT_BAND + 1)
     monkeypatch.setattr(conv_probe, "_memory", {})
     monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(tmp_path / "fresh"))
     assert probe_convs(TWO_CONVS, "fp32", torch.device("cuda"))["conv_direct_ms"] == {}
@@ -272,12 +275,27 @@ def test_the_direct_probes_kernel_is_the_conv_alone_and_compiles():
     channels-last input read in place), which NVRTC compiles."""
     text = TWO_CONVS.replace("%x: f32[2,8,12,12]", "%x: f32[2,8,12,12]{1152,1,96,8}")
     conv = core.convolutions(text)[0]
-    kernel, out = conv_probe._direct_kernel(conv, 90)
+    kernel, out = conv_probe.direct_kernel(conv, 90)
     assert out == [2, 16, 12, 12]
     assert "_direct_" in kernel.name
     assert "xg[ch * 1LL + h * 96LL + w_ * 8LL]" in kernel.source
     is_cubin, size, log = core.nvrtc_compile(kernel.translation_unit, kernel.name, 90)
     assert is_cubin and size > 0, log
+
+
+def test_the_model_prices_each_engine_that_can_run_a_conv_in_its_math():
+    """core.convolutions' model_ms, what conv_probe.py sets beside timed
+    figures: every engine that can run the conv priced, none that cannot; a
+    TF32 conv has no direct kernel (IEEE only), and its contiguous cuDNN call
+    pays the transposes around a channels-last kernel."""
+    conv = core.convolutions(TWO_CONVS)[0]
+    ieee = core.convolutions(conv_probe.probe_graph(conv, "ieee")[0])[0]["model_ms"]
+    tf32 = core.convolutions(conv_probe.probe_graph(conv, "tf32")[0])[0]["model_ms"]
+    assert set(ieee) == {"cudnn_contiguous", "cudnn_channels_last", "kernel", "direct"}
+    assert all(v > 0 for v in ieee.values())
+    assert tf32["direct"] is None and tf32["kernel"] > 0
+    assert tf32["cudnn_contiguous"] > tf32["cudnn_channels_last"]
+    assert ieee["cudnn_contiguous"] == ieee["cudnn_channels_last"]
 
 
 def test_specializations_are_guarded_on_the_users_conv_precision(user_flags):

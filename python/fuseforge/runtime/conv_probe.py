@@ -168,9 +168,10 @@ def conv_attrs(conv: dict, fp32_precision: str) -> str:
     )
 
 
-def direct_probe_graph(conv: dict) -> tuple[str, list[int]]:
-    """IR of `conv` alone, IEEE, on operands of its captured types (the
-    direct kernel reads them where they are), and its output shape."""
+def probe_graph(conv: dict, math: str = "ieee") -> tuple[str, list[int]]:
+    """IR of `conv` alone, computing in `math` ("ieee" or "tf32"), on operands
+    of its captured types (the direct kernel reads them where they are), and
+    its output shape."""
     out = output_shape(conv)
 
     def typed(t: tuple) -> str:
@@ -178,16 +179,16 @@ def direct_probe_graph(conv: dict) -> tuple[str, list[int]]:
 
     text = (
         f"graph @direct_probe(%x: {typed(conv['input'])}, %w: {typed(conv['weight'])} param) {{\n"
-        f"  %0 = convolution(%x, %w) {{{conv_attrs(conv, 'ieee')}}} : {conv['dtype']}[{','.join(map(str, out))}]\n"
+        f"  %0 = convolution(%x, %w) {{{conv_attrs(conv, math)}}} : {conv['dtype']}[{','.join(map(str, out))}]\n"
         "  return %0\n}\n"
     )
     return text, out
 
 
-def _direct_kernel(conv: dict, arch: int) -> tuple[Any, list[int]] | None:
+def direct_kernel(conv: dict, arch: int) -> tuple[Any, list[int]] | None:
     """The plan's kernel for `conv` alone as a direct kernel and the output
     shape; None where the plan is not that one kernel on the operands as they are."""
-    text, out = direct_probe_graph(conv)
+    text, out = probe_graph(conv)
     # cuDNN's times given as infinite: the scheduler takes the direct kernel wherever one covers the conv.
     inf = float("inf")
     options = core.CompileOptions(
@@ -204,7 +205,7 @@ def _direct_kernel(conv: dict, arch: int) -> tuple[Any, list[int]] | None:
 
 
 def measure_direct(conv: dict, device: torch.device, kernel: Any, out_shape: list[int]) -> dict:
-    """Milliseconds of the direct kernel `kernel` (_direct_kernel's) on
+    """Milliseconds of the direct kernel `kernel` (direct_kernel's) on
     random operands of `conv`'s types; None where its result strays from
     cuDNN's IEEE conv (so that a wrong kernel never wins by being fast)."""
     from fuseforge.runtime.autotune import cuda_time
@@ -252,7 +253,7 @@ def _timed_directs(env: str, convs: list[dict], device: torch.device) -> dict[st
     found: list[tuple[dict, Any, list[int]]] = []
     for conv in convs:
         try:
-            direct = _direct_kernel(conv, _arch(device))
+            direct = direct_kernel(conv, _arch(device))
         except RuntimeError as e:
             _cannot_time_direct(conv, e)
             continue
@@ -345,7 +346,7 @@ def decide(
                 conv_channels_last[sig] = t["channels_last_ms"] < t["contiguous_ms"]
             if time_cudnn:
                 conv_cudnn_ms[sig] = (t["contiguous_ms"], t["channels_last_ms"])
-            model = conv.get("direct_model_ms")
+            model = conv["model_ms"]["direct"]
             cudnn = min(t["contiguous_ms"], t["channels_last_ms"])
             if (
                 time_cudnn
