@@ -186,3 +186,26 @@ def test_the_choice_is_timed_and_kept(monkeypatch):
     assert not _graphed(fast)
     assert calls == {"plain": 1, "graph": 1}
     assert [v for k, v in stored.items() if k.startswith("cuda-graph")] == ["plain"]
+
+
+def test_no_memory_to_time_the_choice_runs_step_by_step_and_keeps_no_choice(monkeypatch):
+    """auto: where the timing's L2 flush does not fit, the plan runs step by
+    step, its outputs right, and no choice is kept for a process with room."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "auto")
+
+    def out_of_memory(fns, **_):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(cuda_graph.timing, "time_cuda", out_of_memory)
+    monkeypatch.setattr(cuda_graph.autotune, "load", lambda *_: {})
+    stored = {}
+    monkeypatch.setattr(cuda_graph.autotune, "store", lambda k, value, *_: stored.__setitem__(k, value))
+    model, reference = _pair(ScaledLinear)
+    fast = fuseforge.optimize(model)
+    x = torch.randn(8, 32, device="cuda")
+    with torch.no_grad():
+        got = fast(x)
+        torch.testing.assert_close(got, reference(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(fast(x), reference(x), rtol=1e-4, atol=1e-4)
+    assert not _graphed(fast)
+    assert not [k for k in stored if k.startswith("cuda-graph")]

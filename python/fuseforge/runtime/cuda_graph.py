@@ -286,12 +286,21 @@ def adopt(
         # Timed as results are judged (L2 flushed before each call, the two
         # ways interleaved): a replay copies the inputs in, which a warm L2
         # hid, and one way timed after the other took the clocks' drift.
-        ms = timing.time_cuda({"plain": way(None, plain), "graph": way(graph, replay)}, trials=15, max_seconds=2.0)
-        plain_ms, graph_ms = ms["plain"], ms["graph"]
-        for (_, b), value in zip(buffers, saved):
-            b.copy_(value)
-        choice = "graph" if graph_ms < plain_ms else "plain"
-        log.info("fuseforge: a call takes %.4f ms step by step, %.4f ms as a CUDA graph", plain_ms, graph_ms)
+        try:
+            ms = timing.time_cuda({"plain": way(None, plain), "graph": way(graph, replay)}, trials=15, max_seconds=2.0)
+        except torch.cuda.OutOfMemoryError:
+            # The L2 flush's buffer did not fit beside the model: no choice is
+            # kept, so that a process with room times it.
+            log.info("fuseforge: no memory left to time the plan as a CUDA graph: it runs step by step")
+            ms = None
+        finally:
+            for (_, b), value in zip(buffers, saved):
+                b.copy_(value)
+        if ms is None:
+            executor.graph = None
+            return False
+        choice = "graph" if ms["graph"] < ms["plain"] else "plain"
+        log.info("fuseforge: a call takes %.4f ms step by step, %.4f ms as a CUDA graph", ms["plain"], ms["graph"])
         autotune.store(key, choice)
     executor.graph = graph if choice == "graph" else None
     return executor.graph is not None
