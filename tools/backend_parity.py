@@ -89,15 +89,20 @@ def _share_out(problems: list[str], gpus: int, jobs: int) -> dict[str, dict]:
     workers = min(len(problems), gpus * jobs)
     rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ff-backend-parity-") as sync_dir:
-        procs = [
-            subprocess.Popen(
-                [sys.executable, __file__, "--sync-dir", sync_dir, "--workers", str(workers), *problems[w::workers]],
-                env={**os.environ, "CUDA_VISIBLE_DEVICES": str(w % gpus)},
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for w in range(workers)
-        ]
+        # Each worker's stdout goes to a file: the parent polls them all for
+        # the barrier rather than reading, and a full pipe would block a worker.
+        outputs = [os.path.join(sync_dir, f"rows-{w}.json") for w in range(workers)]
+        procs = []
+        for w, output in enumerate(outputs):
+            with open(output, "w") as out:
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, __file__, "--sync-dir", sync_dir, "--workers", str(workers)]
+                        + problems[w::workers],
+                        env={**os.environ, "CUDA_VISIBLE_DEVICES": str(w % gpus)},
+                        stdout=out,
+                    )
+                )
         running = list(procs)
         while running:
             for proc in [p for p in running if p.poll() is not None]:
@@ -105,11 +110,11 @@ def _share_out(problems: list[str], gpus: int, jobs: int) -> dict[str, dict]:
                 open(os.path.join(sync_dir, f"compiled-{proc.pid}"), "w").close()
                 running.remove(proc)
             time.sleep(0.5)
-        for proc in procs:
-            assert proc.stdout is not None
+        for proc, output in zip(procs, outputs):
             if proc.returncode != 0:
                 raise SystemExit(f"backend_parity: a worker failed (exit {proc.returncode})")
-            rows.update(json.loads(proc.stdout.read().strip().splitlines()[-1]))
+            with open(output) as out:
+                rows.update(json.loads(out.read().strip().splitlines()[-1]))
     return {os.path.basename(p): rows[os.path.basename(p)] for p in problems}
 
 
