@@ -163,9 +163,26 @@ def test_training_steps_replay_and_match_eager():
     assert all(g.executor.graph is not None for g in step.graphs)
 
 
+def _choosing(monkeypatch, time_cuda):
+    """Under auto, with no choice known before and the two ways timed by
+    `time_cuda`: an optimized ScaledLinear not called yet, its reference, an
+    input, and the graph choices adopt keeps from now on, by key."""
+    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "auto")
+    monkeypatch.setattr(cuda_graph.timing, "time_cuda", time_cuda)
+    monkeypatch.setattr(cuda_graph.autotune, "load", lambda *_: {})
+    stored: dict = {}
+
+    def store(k, value, *_):
+        if k.startswith("cuda-graph"):
+            stored[k] = value
+
+    monkeypatch.setattr(cuda_graph.autotune, "store", store)
+    model, reference = _pair(ScaledLinear)
+    return fuseforge.optimize(model), reference, torch.randn(8, 32, device="cuda"), stored
+
+
 def test_the_choice_is_timed_and_kept(monkeypatch):
     """auto: both ways timed once per plan; the recorded choice stands."""
-    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "auto")
     calls = {}
 
     def timed(fns, **_):  # both ways called; step by step faster: the plan does not replay
@@ -174,38 +191,24 @@ def test_the_choice_is_timed_and_kept(monkeypatch):
             calls[name] = calls.get(name, 0) + 1
         return {"plain": 1.0, "graph": 2.0}
 
-    monkeypatch.setattr(cuda_graph.timing, "time_cuda", timed)
-    monkeypatch.setattr(cuda_graph.autotune, "load", lambda *_: {})
-    stored = {}
-    monkeypatch.setattr(cuda_graph.autotune, "store", lambda k, value, *_: stored.__setitem__(k, value))
-    model, reference = _pair(ScaledLinear)
-    fast = fuseforge.optimize(model)
-    x = torch.randn(8, 32, device="cuda")
+    fast, _, x, stored = _choosing(monkeypatch, timed)
     with torch.no_grad():
         fast(x)
     assert not _graphed(fast)
     assert calls == {"plain": 1, "graph": 1}
-    assert [v for k, v in stored.items() if k.startswith("cuda-graph")] == ["plain"]
+    assert list(stored.values()) == ["plain"]
 
 
 def test_no_memory_to_time_the_choice_runs_step_by_step_and_keeps_no_choice(monkeypatch):
     """auto: where the timing's L2 flush does not fit, the plan runs step by
     step, its outputs right, and no choice is kept for a process with room."""
-    monkeypatch.setenv("FUSEFORGE_CUDA_GRAPHS", "auto")
 
     def out_of_memory(fns, **_):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(cuda_graph.timing, "time_cuda", out_of_memory)
-    monkeypatch.setattr(cuda_graph.autotune, "load", lambda *_: {})
-    stored = {}
-    monkeypatch.setattr(cuda_graph.autotune, "store", lambda k, value, *_: stored.__setitem__(k, value))
-    model, reference = _pair(ScaledLinear)
-    fast = fuseforge.optimize(model)
-    x = torch.randn(8, 32, device="cuda")
+    fast, reference, x, stored = _choosing(monkeypatch, out_of_memory)
     with torch.no_grad():
-        got = fast(x)
-        torch.testing.assert_close(got, reference(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(fast(x), reference(x), rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(fast(x), reference(x), rtol=1e-4, atol=1e-4)
     assert not _graphed(fast)
-    assert not [k for k in stored if k.startswith("cuda-graph")]
+    assert stored == {}
