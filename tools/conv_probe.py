@@ -13,7 +13,7 @@ A. Precision and layout, per conv of every problem: eager's own conv (as
 B. Root cause, per problem whose captured graph has a 2-D conv feeding only
    pointwise ops (the class that failed outside) and mode: fuseforge's error
    against fp64 over eager's, (new) as built, (old) every f32 conv allowed
-   TF32 as the old pass did, (off) conv_layout off with TF32 allowed as eager.
+   TF32 as the old pass did, (off) conv_engine off with TF32 allowed as eager.
    Success: "old" above 2 where eager's conv is fp32 (the failure), "off" and
    "new" at most 2.
 C. Generated conv kernels against cuDNN, per forward 2-D or 3-D conv without groups:
@@ -255,9 +255,9 @@ def _errors_vs_fp64(mod, model, variants: dict) -> tuple[float, dict[str, float]
 def section_b(paths: list[Path], budget: float) -> list[dict]:
     print("\nB. root cause: fuseforge error vs fp64 over eager's (max abs, whole output; <= 2 passes)")
     print(
-        "problem | mode | eager err | new | old (TF32 everywhere, conv_layout on) | off (conv_layout off, TF32 as eager)"
+        "problem | mode | eager err | new | old (TF32 everywhere, conv_engine on) | off (conv_engine off, TF32 as eager)"
     )
-    no_layout = [p for p in core.default_pipeline() if p != "conv_layout"]
+    no_layout = [p for p in core.default_pipeline() if p != "conv_engine"]
     variants = {"new": ({}, None), "old": ({}, "tf32"), "off": ({"passes": no_layout}, "tf32")}
     rows = []
     for path in paths:

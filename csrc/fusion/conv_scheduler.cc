@@ -1,14 +1,16 @@
-// ConvScheduler: each convolution a generated kernel covers (conv.h: an
-// implicit GEMM over channels-last operands, or a direct kernel over any)
-// becomes a group where the cost model says the kernel beats cuDNN, with the
-// pointwise group that reads its result as the kernel's epilogue: bias,
-// activations, scale, clamp, per-channel ops, residuals, so that the result
-// is written once, in whatever layout the epilogue's output has. A direct
-// kernel also takes in a reduction over the output channels that alone reads
-// the conv (a min, max, sum, mean or logsumexp over dim 1, with the pointwise
-// work before and after it): its result is then never written. Either way
-// the epilogue's group is kept (Partition::library_epilogues) for the
-// kernel's library form: cuDNN's conv, then that group's own kernel.
+// ConvScheduler: each convolution whose engine (conv_engine's choice, its
+// `engine` attribute) is a generated kernel (kernel/conv.h: an implicit GEMM
+// over channels-last operands, or a direct kernel over any) becomes a group,
+// with the pointwise group that reads its result as the kernel's epilogue:
+// bias, activations, scale, clamp, per-channel ops, residuals, so that the
+// result is written once, in whatever layout the epilogue's output has. A
+// direct kernel also takes in a reduction over the output channels that alone
+// reads the conv (a min, max, sum, mean or logsumexp over dim 1, with the
+// pointwise work before and after it): its result is then never written.
+// Either way the epilogue's group is kept (Partition::library_epilogues) for
+// the kernel's library form: cuDNN's conv, then that group's own kernel.
+// Nothing here weighs engines: a conv whose kernel cannot be built as it
+// stands (a transposed conv off Hopper) stays cuDNN's.
 #include <algorithm>
 #include <unordered_set>
 #include <utility>
@@ -17,7 +19,6 @@
 #include "codegen/cuda/conv_direct.h"
 #include "codegen/cuda/conv_sm90.h"
 #include "fusion/scheduler.h"
-#include "kernel/conv_cost.h"
 
 namespace ff::fusion {
 
@@ -28,42 +29,22 @@ class ConvScheduler final : public Scheduler {
   Group::Kind kind() const override { return Group::Kind::Conv; }
 
   void claim(PartitionBuilder& p, const FusionOptions& options) const override {
-    if (options.conv_dtypes.empty() && !options.conv_direct) return;
     for (auto& n : p.graph().nodes()) {
       if (n->op != Op::Convolution) continue;
+      const auto engine = conv_engine(*n);
+      if (!engine || *engine == ConvEngine::cudnn) continue;
       const auto epilogue = epilogue_group(p, n.get());
-      const bool fuses = epilogue.has_value();
-      const auto reduction = fuses ? std::nullopt : channel_reduction(p, n.get());
-      const auto direct = [&]() -> std::optional<ConvKernelSpec> {
-        auto s = options.conv_direct ? match_direct_conv(*n) : std::nullopt;
-        if (!s) return std::nullopt;
+      const auto reduction = epilogue ? std::nullopt : channel_reduction(p, n.get());
+      std::optional<ConvKernelSpec> spec;
+      if (*engine == ConvEngine::direct) {
+        spec = match_direct_conv(*n);
         // A block computes one group's channels: a reduction over all needs one group.
-        if (reduction && s->conv.groups == 1) s->channel_reduce = reduction->second;
-        const bool reduces = s->channel_reduce != ConvKernelSpec::ChannelReduce::none;
-        return direct_is_faster(*s, *n, options.target, fuses || reduces, reduces) ? s : std::nullopt;
-      };
-      // An implicit GEMM only against cuDNN as timed (the model's cuDNN
-      // rates stray by 5x from shape to shape), unless every conv must be one.
-      const auto implicit = [&]() -> std::optional<ConvKernelSpec> {
-        auto s = match_conv_kernel(*n);
-        const auto& dtypes = options.conv_dtypes;
-        if (!s || std::find(dtypes.begin(), dtypes.end(), s->conv.dtype) == dtypes.end()) return std::nullopt;
-        if (!conv_kernel_may_take(s->conv, options.conv_always)) return std::nullopt;
+        if (spec && reduction && spec->conv.groups == 1) spec->channel_reduce = reduction->second;
+      } else {
+        spec = match_conv_kernel(*n);
         // A transposed conv's only kernel: Hopper's, on rounded operands.
-        if (s->conv.transposed && !(hopper(*s, options) && s->rounded_operands)) return std::nullopt;
-        if (options.conv_always) return s;
-        const auto cudnn = measured_cudnn(*n);
-        const bool rounds_in_place =
-            s->conv.dtype == DType::f32 && s->conv.tf32 && !(hopper(*s, options) && s->rounded_operands);
-        if (!cudnn) return std::nullopt;
-        const double pass = fuses ? epilogue_pass_bytes(p.graph(), *n) : 0.0;
-        return kernel_beats_cudnn(s->conv, options.target, *cudnn, pass, rounds_in_place) ? s : std::nullopt;
-      };
-      // A direct kernel first where it beats cuDNN: it covers the short
-      // reductions that idle an implicit GEMM's tiles as much as cuDNN's
-      // (unless every conv a kernel covers must be an implicit GEMM).
-      std::optional<ConvKernelSpec> spec = options.conv_always ? implicit() : direct();
-      if (!spec) spec = options.conv_always ? direct() : implicit();
+        if (spec && spec->conv.transposed && !(hopper(*spec, options) && spec->rounded_operands)) spec.reset();
+      }
       if (!spec) continue;
       std::vector<Node*> members{n.get()};
       std::optional<int> fused = epilogue;
@@ -99,20 +80,6 @@ class ConvScheduler final : public Scheduler {
  private:
   static bool hopper(const ConvKernelSpec& spec, const FusionOptions& options) {
     return options.arch == 90 && codegen::sm90_conv_applies(spec);
-  }
-
-  // The direct kernel against cuDNN in the conv's layout (each as timed, where
-  // the front end timed it), which writes its result and has the epilogue read
-  // it back. A kernel reducing the channels does not write the result (half a
-  // copy of it less than the conv alone, as timed).
-  static bool direct_is_faster(const ConvKernelSpec& spec, const Node& conv, const Target& target, bool fuses_epilogue,
-                               bool reduces) {
-    const auto measured = measured_cudnn(conv);
-    const ConvTimes t =
-        conv_times(spec.conv, target, false, true, measured ? &*measured : nullptr, measured_direct_ms(conv));
-    const double cudnn = is_channels_last(conv.input(0)->type) ? t.cudnn_channels_last : t.cudnn_nchw;
-    const double output = copy_ms(spec.conv.output_bytes(), target);
-    return t.direct - (reduces ? output / 2 : 0.0) < cudnn + (fuses_epilogue ? output : 0.0);
   }
 
   // The pointwise group that can be `conv`'s epilogue (pointwise_epilogue)

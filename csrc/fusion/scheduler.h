@@ -14,14 +14,11 @@
 
 namespace ff::fusion {
 
-// What the schedulers need to know of the compile: which matmuls and convs
-// may become GEMM and conv kernels, whether reductions do, and the GPU the
-// kernels are for.
+// What the schedulers need to know of the compile: which matmuls may become
+// GEMM kernels, whether reductions do, and the GPU the kernels are for (which
+// convs become conv kernels, conv_engine decided: their `engine` attribute).
 struct FusionOptions {
   std::vector<DType> gemm_dtypes;  // empty: every matmul stays a library call
-  std::vector<DType> conv_dtypes;  // convolutions of these dtypes may become conv kernels; empty: none
-  bool conv_always = false;        // every conv a kernel covers becomes one, whatever the cost model says
-  bool conv_direct = false;        // f32 convs may become direct kernels (where the cost model prefers them)
   bool tf32 = false;               // f32 GEMM kernels in plain TF32 (GemmSpec::tf32)
   int arch = 0;                    // the target GPU's compute capability; 0: unknown
   Target target;                   // the target GPU's facts (SM count, shared memory): what fills it

@@ -131,6 +131,27 @@ std::optional<double> measured_direct_ms(const Node& conv) {
   return conv.attr_float("direct_ms");
 }
 
+std::string_view conv_engine_name(ConvEngine e) {
+  switch (e) {
+    case ConvEngine::cudnn:
+      return "cudnn";
+    case ConvEngine::implicit_gemm:
+      return "implicit_gemm";
+    case ConvEngine::direct:
+      return "direct";
+  }
+  return "cudnn";
+}
+
+std::optional<ConvEngine> conv_engine(const Node& conv) {
+  if (!conv.has_attr("engine")) return std::nullopt;
+  const std::string& name = conv.attr_string("engine");
+  for (ConvEngine e : {ConvEngine::cudnn, ConvEngine::implicit_gemm, ConvEngine::direct})
+    if (name == conv_engine_name(e)) return e;
+  throw IRError("'" + print_node(conv) + "': unknown conv engine '" + name +
+                "' (expected cudnn, implicit_gemm or direct)");
+}
+
 Shape channels_last_strides(const Shape& s) {
   Shape st(s.size(), 0);
   if (s.size() < 3) return contiguous_strides(s);

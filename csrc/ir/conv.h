@@ -3,6 +3,7 @@
 // for the passes, schedulers and front end that reason about convolutions.
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ir/graph.h"
 
@@ -89,6 +90,15 @@ std::optional<CudnnTimes> measured_cudnn(const Node& conv);
 // model could not tell it from cuDNN (runtime/conv_probe.py): the attribute
 // direct_ms conv_precision recorded, if any.
 std::optional<double> measured_direct_ms(const Node& conv);
+
+// The engine a convolution runs on: its `engine` attribute, which the
+// conv_engine pass sets once ("cudnn": ATen's call, "implicit_gemm" and
+// "direct": generated kernels, kernel/conv.h) and the conv scheduler reads;
+// nullopt where no pass has decided (the conv stays cuDNN's).
+enum class ConvEngine { cudnn, implicit_gemm, direct };
+std::string_view conv_engine_name(ConvEngine e);
+// Throws IRError on an engine name it does not know.
+std::optional<ConvEngine> conv_engine(const Node& conv);
 
 // Channels-last strides of a [N, C, spatial...] shape: C unit-stride, then
 // the spatial dims in order, N outermost (torch.channels_last / _3d).

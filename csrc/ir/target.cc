@@ -73,15 +73,18 @@ bool Target::operator==(const Target& o) const {
 //   blocks of output channels (6, 8, 12 -> 48, 32, 48 channels, 3x3), but 21
 //   for 3 -> 16 (27 FMAs an output); 22-24 where the channels come in several
 //   stages (3-D, 3x3x3: 8 -> 24, 16 -> 32).
+// - kernel_model_error: tools/conv_probe.py section D over the suite's 99
+//   conv signatures (H200): the median of max(modelled/timed, timed/modelled)
+//   for the implicit-GEMM kernel.
 bool EngineRates::operator==(const EngineRates& o) const {
   return std::tie(dram_bytes_per_s, cudnn_simt_f32, cudnn_tf32, cudnn_half, kernel_3xtf32, kernel_tf32, kernel_half,
                   ss_gather_bytes_per_s, ss_store_bytes_per_s, ss_staged_store_bytes_per_s, ss_tf32,
                   ss_pingpong_gather_bytes_per_s, ss_packed_store_bytes_per_s, ss_pingpong_ends_ms, direct_f32,
-                  direct_f32_shared_staging) ==
+                  direct_f32_shared_staging, kernel_model_error) ==
          std::tie(o.dram_bytes_per_s, o.cudnn_simt_f32, o.cudnn_tf32, o.cudnn_half, o.kernel_3xtf32, o.kernel_tf32,
                   o.kernel_half, o.ss_gather_bytes_per_s, o.ss_store_bytes_per_s, o.ss_staged_store_bytes_per_s,
                   o.ss_tf32, o.ss_pingpong_gather_bytes_per_s, o.ss_packed_store_bytes_per_s, o.ss_pingpong_ends_ms,
-                  o.direct_f32, o.direct_f32_shared_staging);
+                  o.direct_f32, o.direct_f32_shared_staging, o.kernel_model_error);
 }
 
 Target default_target() { return Target{}; }

@@ -32,6 +32,7 @@ struct EngineRates {
   double ss_pingpong_ends_ms = 0.02;               // a ping-pong kernel's first loads and last stores
   double direct_f32 = 21e12;                       // our direct kernel, IEEE FMAs
   double direct_f32_shared_staging = 27e12;        // the same staging every input channel once for several blocks
+  double kernel_model_error = 1.26;                // the implicit-GEMM model's median error against its timed kernels
 
   bool operator==(const EngineRates& o) const;
 };

@@ -53,17 +53,31 @@ bool conv_kernel_may_take(const ConvSpec& s, bool always) {
   return conv_kernel_covers(s) && (always || !s.transposed || s.phases_packed());
 }
 
+namespace {
+
+// The conv's operands are of its dtype (a kernel reads one).
+bool operands_of_conv_dtype(const Node& n, const ConvSpec& spec) {
+  return n.input(0)->type.dtype == spec.dtype && n.input(1)->type.dtype == spec.dtype &&
+         (!spec.has_bias || n.input(2)->type.dtype == spec.dtype);
+}
+
+}  // namespace
+
+bool conv_kernel_may_take(const Node& n, bool always) {
+  const auto spec = conv_spec(n);
+  return spec && conv_kernel_may_take(*spec, always) && operands_of_conv_dtype(n, *spec);
+}
+
 std::optional<ConvKernelSpec> match_conv_kernel(const Node& n) {
   const auto spec = conv_spec(n);
-  if (!spec || !conv_kernel_covers(*spec)) return std::nullopt;
+  if (!spec || !conv_kernel_covers(*spec) || !operands_of_conv_dtype(n, *spec)) return std::nullopt;
   const TensorType& x = n.input(0)->type;
   const TensorType& w = n.input(1)->type;
   // Strides of extent-1 dims do not move an element: a 1x1 window's
   // contiguous weight is the kernel's layout too.
   if (!is_channels_last(x) || !same_strides(w.shape, w.strides, conv_kernel_weight_strides(*spec, w.shape)) ||
-      !is_channels_last(n.result()->type) || x.dtype != spec->dtype || w.dtype != spec->dtype)
+      !is_channels_last(n.result()->type))
     return std::nullopt;
-  if (spec->has_bias && n.input(2)->type.dtype != spec->dtype) return std::nullopt;
   ConvKernelSpec s;
   s.conv = *spec;
   s.alignment = alignment_of(*spec);
@@ -95,9 +109,7 @@ bool direct_conv_covers(const ConvSpec& s) {
 
 std::optional<ConvKernelSpec> match_direct_conv(const Node& n) {
   const auto spec = conv_spec(n);
-  if (!spec || !direct_conv_covers(*spec) || n.input(0)->type.dtype != DType::f32 ||
-      n.input(1)->type.dtype != DType::f32 || (spec->has_bias && n.input(2)->type.dtype != DType::f32))
-    return std::nullopt;
+  if (!spec || !direct_conv_covers(*spec) || !operands_of_conv_dtype(n, *spec)) return std::nullopt;
   ConvKernelSpec s;
   s.conv = *spec;
   s.direct = true;

@@ -1,7 +1,7 @@
 #pragma once
 // Which convolutions a generated kernel computes, and how. An implicit-GEMM
 // kernel (codegen/cuda/conv.h): forward 2-D and 3-D convs without groups
-// whose input, weight and result are channels-last (conv_layout puts them
+// whose input, weight and result are channels-last (conv_engine puts them
 // so), in f32 (3xTF32, or 1xTF32 where the conv's fp32_precision is "tf32"),
 // f16 or bf16; as an implicit GEMM: M = batch x output pixels, N = output
 // channels, K = input channels x kernel window. Transposed 2-D 1xTF32 convs
@@ -38,7 +38,7 @@ std::optional<ConvKernelSpec> match_conv_kernel(const Node& conv);
 
 // Whether a kernel covers a conv of these parameters once its operands and
 // result are channels-last, the weight as conv_kernel_weight_strides says
-// (what the layout pass asks before laying them out so).
+
 bool conv_kernel_covers(const ConvSpec& spec);
 
 // The strides of the weight (of shape `w`) an implicit-GEMM kernel reads:
@@ -53,11 +53,13 @@ Shape conv_kernel_weight_strides(const ConvSpec& spec, const Shape& w);
 // must be a kernel (its strided stores ran it at 2x its model with a
 // residual epilogue, conv_cost.cc, so it has no cost test yet).
 bool conv_kernel_may_take(const ConvSpec& spec, bool always);
+// The same for a conv node, whose operands must also be of its dtype: what
+// conv_engine asks before it lays the operands out for the kernel.
+bool conv_kernel_may_take(const Node& conv, bool always);
 
 // The direct kernel's spec of a conv node (any layout), or nullopt where it does not apply.
 std::optional<ConvKernelSpec> match_direct_conv(const Node& conv);
-// Whether a direct kernel computes this conv as specified (IEEE f32 math
-// only): what the layout pass and the conv scheduler both ask.
+// Whether a direct kernel computes this conv as specified (IEEE f32 math only).
 bool direct_conv_covers(const ConvSpec& spec);
 
 }  // namespace ff::fusion

@@ -109,13 +109,6 @@ double epilogue_pass_bytes(const Graph& g, const Node& conv) {
   return read + conv.result()->type.bytes();
 }
 
-bool kernel_beats_cudnn(const ConvSpec& s, const Target& target, const CudnnTimes& cudnn, double epilogue_bytes,
-                        bool rounding_in_place) {
-  const ConvTimes t = conv_times(s, target, true, false, &cudnn);
-  const double kernel = rounding_in_place ? kernel_rounding_in_place_ms(s, target) : t.kernel;
-  return kernel < t.cudnn_channels_last + 1e3 * epilogue_bytes / target.rates.dram_bytes_per_s;
-}
-
 double kernel_rounding_in_place_ms(const ConvSpec& s, const Target& target) {
   return ms(s.flops(), target.rates.kernel_tf32 * tile_use(s), s.bytes(), target.rates) * kTimedMargin;
 }

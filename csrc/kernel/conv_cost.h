@@ -2,9 +2,8 @@
 // The cost model of convolutions: how long one takes in each layout and on
 // each engine (cuDNN through ATen, a generated implicit-GEMM or direct kernel), and
 // what a layout conversion costs, at the target's engine rates (Target::rates).
-// The layout pass (conv_layout.cc) and the conv scheduler both decide with it;
-// FUSEFORGE_AUTOTUNE=1 confirms by timing (the front end's probe), and
-// tools/conv_probe.py measures the figures.
+// The conv_engine pass decides with it, alone; tools/conv_probe.py measures
+// its error (section D).
 #include <optional>
 
 #include "ir/conv.h"
@@ -20,7 +19,6 @@ struct ConvTimes {
   double cudnn_channels_last = 0;  // ATen/cuDNN, channels-last operands
   double kernel = 0;               // a generated implicit-GEMM kernel (channels-last), when applicable
   double direct = 0;               // a generated direct kernel (any layout), when applicable
-  double best_channels_last() const { return cudnn_channels_last < kernel ? cudnn_channels_last : kernel; }
 };
 
 // `kernel_applies`: whether a generated implicit-GEMM kernel can run this
@@ -44,14 +42,5 @@ double copy_ms(double bytes, const Target& target);
 // writes its value. The epilogue: the pointwise nodes of the result's shape
 // reached from it through pointwise nodes of that shape.
 double epilogue_pass_bytes(const Graph& g, const Node& conv);
-
-// Whether an implicit-GEMM kernel (modelled, with the margin against timed
-// figures) beats cuDNN's channels-last conv as timed, which writes its result
-// and, where the kernel would fuse the epilogue, has the epilogue's own pass
-// move `epilogue_bytes` (epilogue_pass_bytes; 0 where nothing fuses);
-// `rounding_in_place`: a 1xTF32 kernel whose operands are not rounded
-// beforehand (kernel_rounding_in_place_ms).
-bool kernel_beats_cudnn(const ConvSpec& spec, const Target& target, const CudnnTimes& cudnn, double epilogue_bytes,
-                        bool rounding_in_place);
 
 }  // namespace ff::fusion

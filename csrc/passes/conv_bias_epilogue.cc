@@ -28,7 +28,7 @@ namespace {
 
 // Whether every user of `v` (a convolution's result) is pointwise or a
 // reduction. For a 2-D convolution only reductions over the channels, or ones
-// split_long_reduction splits, or over H and W: the add makes conv_layout run
+// split_long_reduction splits, or over H and W: the add makes conv_engine run
 // it NHWC, where a reduction over the channels reads rows of unit stride (a
 // softmax over them staging its NCHW result through shared memory, up to the
 // row length that allows) and a batch norm's statistics over N, H, W partials

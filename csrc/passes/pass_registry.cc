@@ -14,7 +14,7 @@ std::unique_ptr<Pass> make_scale_matmul_operand();      // scale_matmul_operand.
 std::unique_ptr<Pass> make_broadcast_bmm_to_mm();       // broadcast_bmm_to_mm.cc
 std::unique_ptr<Pass> make_conv_bias_epilogue();        // conv_bias_epilogue.cc
 std::unique_ptr<Pass> make_conv_precision();            // conv_precision.cc
-std::unique_ptr<Pass> make_conv_layout();               // conv_layout.cc
+std::unique_ptr<Pass> make_conv_engine();               // conv_engine.cc
 std::unique_ptr<Pass> make_round_conv_operands();       // round_conv_operands.cc
 std::unique_ptr<Pass> make_split_gemm_reduction();      // split_gemm_reduction.cc
 std::unique_ptr<Pass> make_split_gemm_k();              // split_gemm_k.cc
@@ -45,7 +45,7 @@ const Entry kPasses[] = {
     {"broadcast_bmm_to_mm", make_broadcast_bmm_to_mm},
     {"conv_bias_epilogue", make_conv_bias_epilogue},
     {"conv_precision", make_conv_precision},
-    {"conv_layout", make_conv_layout},
+    {"conv_engine", make_conv_engine},
     {"round_conv_operands", make_round_conv_operands},
     {"split_gemm_reduction", make_split_gemm_reduction},
     {"split_gemm_k", make_split_gemm_k},
@@ -90,7 +90,7 @@ std::vector<std::string> default_pipeline() {
           "scale_matmul_operand",
           "broadcast_bmm_to_mm",
           "conv_bias_epilogue",
-          "conv_layout",
+          "conv_engine",
           "round_conv_operands",
           "decompose_long_norm",
           "region_before_view",

@@ -1,5 +1,5 @@
-// round_conv_operands: rounds the operands of each 1xTF32 convolution a
-// generated kernel may compute to tf32 (round_tf32) in the kernels that write
+// round_conv_operands: rounds the operands of each 1xTF32 convolution an
+// implicit-GEMM kernel computes (conv_engine's choice) to tf32 (round_tf32) in the kernels that write
 // them, so that the conv kernel's tensor cores read them as they are.
 //
 // Tensor cores read an f32 as tf32 by dropping its low 13 bits. Truncation
@@ -9,13 +9,14 @@
 // (about 25 % of the kernel); rounding where the operand is written costs
 // nothing: the input's channels-last copy, a pointwise op that makes it, the
 // weight's prepared copy. So an operand is rounded only where its producer is
-// a pointwise op read by nothing else (what conv_layout leaves before a conv
+// a pointwise op read by nothing else (what conv_engine leaves before a conv
 // it made channels-last); the kernel for a conv with both operands rounded
 // reads them from shared memory as loaded (codegen/cuda/sm90_ss_mainloop.h),
-// others keep rounding in the kernel. A cuDNN call on rounded operands gives
-// the same result: its TF32 math rounds them to the same values.
+// others keep rounding in the kernel. A cuDNN call on rounded operands (the
+// kernel's library form) gives the same result: its TF32 math rounds them to
+// the same values.
 //
-// Runs after conv_layout, only where implicit-GEMM conv kernels are allowed.
+// Runs after conv_engine.
 #include "kernel/conv.h"
 #include "passes/pass.h"
 
@@ -27,14 +28,11 @@ class RoundConvOperands : public Pass {
  public:
   std::string_view name() const override { return "round_conv_operands"; }
 
-  void configure(const PassOptions& options) override { kernels_ = options.conv_kernels; }
-
   bool run(Graph& g) override {
-    if (!kernels_) return false;
     std::vector<Node*> convs;  // collected first: inserting nodes moves the node list
     for (auto& n : g.nodes())
-      if (n->op == Op::Convolution && n->has_attr("fp32_precision") && n->attr_string("fp32_precision") == "tf32" &&
-          n->result()->type.dtype == DType::f32 && fusion::match_conv_kernel(*n))
+      if (n->op == Op::Convolution && conv_engine(*n) == ConvEngine::implicit_gemm &&
+          n->result()->type.dtype == DType::f32 && conv_spec(*n)->tf32 && fusion::match_conv_kernel(*n))
         convs.push_back(n.get());
     bool changed = false;
     for (Node* n : convs) {
@@ -49,9 +47,6 @@ class RoundConvOperands : public Pass {
     }
     return changed;
   }
-
- private:
-  bool kernels_ = false;
 };
 
 }  // namespace

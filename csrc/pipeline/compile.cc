@@ -136,9 +136,6 @@ CompiledGraph compile_graph(const std::string& ir_text, const CompileOptions& op
   phase_done("passes");
   fusion::FusionOptions fo;
   fo.gemm_dtypes = dtypes;
-  fo.conv_dtypes = options.conv_dtypes;
-  fo.conv_always = options.conv_always;
-  fo.conv_direct = options.conv_direct;
   fo.tf32 = options.precision == Precision::tf32;
   fo.arch = options.arch;
   fo.target = compile_target(options);

@@ -65,7 +65,7 @@ struct CompileOptions {
   std::vector<std::string> donated;
   // Per convolution signature (ir/conv.h): whether eager's conv of it uses TF32
   // under the user's flags, as probed on the GPU (conv_precision.cc), and
-  // whether it timed faster channels-last (autotuning; conv_layout.cc).
+  // whether it timed faster channels-last (autotuning; conv_engine.cc).
   std::map<std::string, bool> eager_conv_tf32;
   std::map<std::string, bool> conv_channels_last;
   // Per convolution signature: cuDNN's times in both layouts on the target

@@ -19,21 +19,43 @@
 namespace ff {
 namespace {
 
-fusion::FusionOptions conv_kernels() {
-  fusion::FusionOptions o;
-  o.conv_dtypes = {DType::f32, DType::f16, DType::bf16};
+// What conv_engine may choose (its pass options) and the GPU the kernels are for.
+struct ConvPolicy {
+  passes::PassOptions pass;
+  int arch = 0;
+};
+
+// Implicit-GEMM kernels where cuDNN was timed slower.
+ConvPolicy conv_kernels() {
+  ConvPolicy o;
+  o.pass.conv_kernels = true;
   return o;
 }
 
 // Every conv a kernel covers as one (FUSEFORGE_CONV_KERNELS=always): for the
 // tests of the kernels themselves, whatever cuDNN would time.
-fusion::FusionOptions every_conv_a_kernel() {
-  fusion::FusionOptions o = conv_kernels();
-  o.conv_always = true;
+ConvPolicy every_conv_a_kernel() {
+  ConvPolicy o = conv_kernels();
+  o.pass.conv_always = true;
   return o;
 }
 
-// The seed's conv, channels-last as conv_layout leaves it, with its epilogue
+// Direct kernels where the cost model prefers them.
+ConvPolicy direct_kernels() {
+  ConvPolicy o;
+  o.pass.conv_direct = true;
+  return o;
+}
+
+// The partition of `g` once conv_engine has chosen each conv's engine under `policy`.
+fusion::Partition decide_and_partition(Graph& g, const ConvPolicy& policy) {
+  passes::PassManager({"conv_engine"}, policy.pass).run(g);
+  fusion::FusionOptions options;
+  options.arch = policy.arch;
+  return fusion::partition(g, options);
+}
+
+// The seed's conv, channels-last as conv_engine leaves it, with its epilogue
 // (bias, min with a constant, a per-channel add, a scale) writing NCHW.
 const char* kSeed = R"(graph @seed(%x: f32[128,64,128,128]{1048576,1,8192,64}, %w: f32[128,64,3,3]{576,1,192,64} param, %b: f32[128,1,1] param, %cb: f32[128] param) {
   %0 = convolution(%x, %w) {dilation=[1, 1], fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[128,128,126,126]{2032128,1,16128,128}
@@ -115,7 +137,7 @@ TEST(ConvKernel, LeavesContiguousTransposedGroupedAndNarrowConvsToCudnn) {
 TEST(ConvKernel, TheEpilogueGroupJoinsTheConv) {
   auto g = parse(kSeed);
   verify(*g);
-  const fusion::Partition p = fusion::partition(*g, every_conv_a_kernel());
+  const fusion::Partition p = decide_and_partition(*g, every_conv_a_kernel());
   ASSERT_EQ(p.groups.size(), 1u);
   const fusion::Group& group = p.groups[0];
   EXPECT_EQ(group.kind, fusion::Group::Kind::Conv);
@@ -123,7 +145,8 @@ TEST(ConvKernel, TheEpilogueGroupJoinsTheConv) {
   ASSERT_EQ(group.outputs.size(), 1u);
   EXPECT_TRUE(group.outputs[0]->type.is_contiguous());
   // Without conv kernels the conv is a library call and the epilogue a pointwise kernel.
-  const fusion::Partition off = fusion::partition(*g);
+  auto undecided = parse(kSeed);
+  const fusion::Partition off = fusion::partition(*undecided);
   ASSERT_EQ(off.groups.size(), 1u);
   EXPECT_EQ(off.groups[0].kind, fusion::Group::Kind::Pointwise);
   // That pointwise group is also the conv kernel's library epilogue, which no step runs.
@@ -141,7 +164,7 @@ TEST(ConvKernel, TheEpilogueGroupJoinsTheConv) {
 TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
   auto g = parse(kSeed);
   verify(*g);
-  const fusion::Partition p = fusion::partition(*g, every_conv_a_kernel());
+  const fusion::Partition p = decide_and_partition(*g, every_conv_a_kernel());
   const codegen::KernelSource ks = codegen::generate_conv(p.groups[0], p.groups[0].conv, 0, default_target());
   EXPECT_EQ(ks.name, "ff_conv2d_add_minimum_mul_3xtf32_128x128_0") << ks.source;
   EXPECT_NE(ks.source.find("cutlass::arch::OpMultiplyAddFastF32"), std::string::npos);
@@ -164,9 +187,8 @@ TEST(ConvKernel, TheSourceFusesTheEpilogueAndWritesTheOutputsLayout) {
   std::string tf32 = kSeed;
   tf32.replace(tf32.find("\"ieee\""), 6, "\"tf32\"");
   auto h = parse(tf32);
-  fusion::FusionOptions always = conv_kernels();
-  always.conv_always = true;  // the cost model prefers cuDNN's TF32 conv here
-  const fusion::Partition q = fusion::partition(*h, always);
+  ConvPolicy always = every_conv_a_kernel();  // the cost model prefers cuDNN's TF32 conv here
+  const fusion::Partition q = decide_and_partition(*h, always);
   ASSERT_EQ(q.groups[0].kind, fusion::Group::Kind::Conv);
   const codegen::KernelSource kt = codegen::generate_conv(q.groups[0], q.groups[0].conv, 0, default_target());
   EXPECT_NE(kt.name.find("_tf32_"), std::string::npos);
@@ -192,13 +214,14 @@ TEST(ConvKernel, TheCostModelChoosesBetweenTheKernelAndCudnnAsTimed) {
   // f16: cuDNN's tensor-core conv (timed 0.6 ms) beats our mma.sync kernel
   // (modelled at 250 TFLOP/s: 1.2 ms with the margin) where compute dominates
   // and nothing is fused; where the conv is bandwidth-bound and a relu
-  // follows, the fused kernel saves the result's round trip through memory.
+  // follows (its value read by a library call), the fused kernel saves the
+  // result's round trip through memory.
   // Not timed, a conv stays cuDNN's: the model's cuDNN rates are no ground to
   // replace it on.
   auto kind_of = [](const char* text) {
     auto g = parse(text);
     verify(*g);
-    const fusion::Partition p = fusion::partition(*g, conv_kernels());
+    const fusion::Partition p = decide_and_partition(*g, conv_kernels());
     for (const fusion::Group& group : p.groups)
       if (group.kind == fusion::Group::Kind::Conv) return std::string("kernel");
     return std::string("cudnn");
@@ -211,8 +234,9 @@ TEST(ConvKernel, TheCostModelChoosesBetweenTheKernelAndCudnnAsTimed) {
             "cudnn");
   const char* pointwise_1x1 = R"(graph @g(%x: f16[64,16,56,56]{50176,1,896,16}, %w: f16[16,16,1,1]{16,1,16,16} param) {
   %0 = convolution(%x, %w) {TIMES dilation=[1, 1], groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : f16[64,16,56,56]{50176,1,896,16}
-  %1 = relu(%0) : f16[64,16,56,56]
-  return %1
+  %1 = relu(%0) : f16[64,16,56,56]{50176,1,896,16}
+  %2 = opaque(%1) {args="[$0, [2, 2], [2, 2]]", target="aten.max_pool2d.default"} : f16[64,16,28,28]
+  return %2
 })";
   auto with = [&](const std::string& times) {
     std::string text = pointwise_1x1;
@@ -240,10 +264,10 @@ TEST(ConvKernel, TheHopperKernelOnRoundedOperandsIsWeighedAgainstCudnnAsTimed) {
   // behind the other warpgroup's wgmmas: about 0.9 ms modelled, against
   // cuDNN's timed conv plus the sigmoid's pass over its result (0.5 ms
   // modelled).
-  fusion::FusionOptions hopper = conv_kernels();
+  ConvPolicy hopper = conv_kernels();
   hopper.arch = 90;
-  auto conv_group = [&](const Graph& graph) {
-    const fusion::Partition p = fusion::partition(graph, hopper);
+  auto conv_group = [&](Graph& graph) {
+    const fusion::Partition p = decide_and_partition(graph, hopper);
     for (const fusion::Group& group : p.groups)
       if (group.kind == fusion::Group::Kind::Conv) return std::optional<fusion::Group>(group);
     return std::optional<fusion::Group>();
@@ -306,12 +330,12 @@ TEST(ConvKernel, WideTilesPutThePixelsOnTheWgmmasNSide) {
            "  %3 = relu(%2) : f32[4," + channels + ",16,16]" + out + "\n"
            "  return %3\n}\n";
   };
-  fusion::FusionOptions hopper = every_conv_a_kernel();
+  ConvPolicy hopper = every_conv_a_kernel();
   hopper.arch = 90;
   const auto kernel = [&](const std::string& text) {
     auto g = parse(text);
     verify(*g);
-    const fusion::Partition p = fusion::partition(*g, hopper);
+    const fusion::Partition p = decide_and_partition(*g, hopper);
     for (const fusion::Group& group : p.groups)
       if (group.kind == fusion::Group::Kind::Conv) {
         EXPECT_TRUE(group.conv.rounded_operands);
@@ -381,9 +405,9 @@ TEST(ConvKernel, StagedStoresTakeTheTilesPerChannelOperandsFromATable) {
 }
 )");
   verify(*g);
-  fusion::FusionOptions hopper = every_conv_a_kernel();
+  ConvPolicy hopper = every_conv_a_kernel();
   hopper.arch = 90;
-  const fusion::Partition p = fusion::partition(*g, hopper);
+  const fusion::Partition p = decide_and_partition(*g, hopper);
   const fusion::Group* conv = nullptr;
   for (const fusion::Group& group : p.groups)
     if (group.kind == fusion::Group::Kind::Conv) conv = &group;
@@ -403,9 +427,9 @@ TEST(ConvKernel, StagedStoresTakeTheTilesPerChannelOperandsFromATable) {
 TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   auto g = parse(kSeed);
   verify(*g);
-  fusion::FusionOptions hopper = every_conv_a_kernel();
+  ConvPolicy hopper = every_conv_a_kernel();
   hopper.arch = 90;
-  const fusion::Partition p = fusion::partition(*g, hopper);
+  const fusion::Partition p = decide_and_partition(*g, hopper);
   ASSERT_EQ(p.groups[0].kind, fusion::Group::Kind::Conv);
   ASSERT_TRUE(codegen::sm90_conv_applies(p.groups[0].conv));
   const codegen::KernelSource ks = codegen::generate_conv_sm90(p.groups[0], p.groups[0].conv, 0, default_target());
@@ -428,7 +452,7 @@ TEST(ConvKernel, HopperKernelGathersTheWindowAndStoresThroughTheEpilogue) {
   return %0
 })");
   verify(*g3);
-  const fusion::Partition p3 = fusion::partition(*g3, hopper);
+  const fusion::Partition p3 = decide_and_partition(*g3, hopper);
   ASSERT_EQ(p3.groups[0].kind, fusion::Group::Kind::Conv);
   const std::string three_d = codegen::generate_conv_sm90(p3.groups[0], p3.groups[0].conv, 0, default_target()).source;
   EXPECT_NE(three_d.find("src = x + (origin[i] + ((dd * H + dh) * W + dw) * C + c);"), std::string::npos) << three_d;
@@ -474,15 +498,15 @@ const char* kTransposedOddWindow = R"(graph @up(%x: f32[2,8,5,7], %w: f32[8,12,3
 }
 )";
 
-// The conv group of `g` partitioned with `options`, if any (its nodes are g's).
-std::optional<fusion::Group> conv_group(const Graph& g, const fusion::FusionOptions& options) {
-  for (const auto& gr : fusion::partition(g, options).groups)
+// The conv group of `g` decided and partitioned with `options`, if any (its nodes are g's).
+std::optional<fusion::Group> conv_group(Graph& g, const ConvPolicy& options) {
+  for (const auto& gr : decide_and_partition(g, options).groups)
     if (gr.kind == fusion::Group::Kind::Conv) return gr;
   return std::nullopt;
 }
 
 // Whether `graph` (parsed) has a conv group partitioned with `options`.
-bool has_conv_group(const std::string& graph, const fusion::FusionOptions& options) {
+bool has_conv_group(const std::string& graph, const ConvPolicy& options) {
   auto g = parse(graph);
   verify(*g);
   return conv_group(*g, options).has_value();
@@ -510,7 +534,7 @@ TEST(ConvKernel, TransposedConvsWhoseStridesDivideTheirWindowsPackTheirPhasesInt
   EXPECT_EQ(s->gemm_n(), 4 * 12);     // (ph, channel, pw)
   EXPECT_EQ(s->gemm_k(), 8 * 2 * 2);  // the 2x2 taps of a phase
   EXPECT_EQ(fusion::conv_kernel_weight_strides(s->conv, {8, 12, 4, 4}), (Shape{1, 128, 32, 8}));
-  fusion::FusionOptions hopper = every_conv_a_kernel();
+  ConvPolicy hopper = every_conv_a_kernel();
   hopper.arch = 90;
   const auto conv = conv_group(*g, hopper);
   ASSERT_TRUE(conv);
@@ -529,7 +553,7 @@ TEST(ConvKernel, TransposedConvsWhoseStridesDivideTheirWindowsPackTheirPhasesInt
   EXPECT_NE(src.find("col = (PhaseGrid::SH * th * S + PhaseGrid::SW * tw) * C + c - k0;"), std::string::npos);
   EXPECT_NE(src.find("t = k / C, th = t / TW, tw = t % TW, c = k % C;"), std::string::npos);  // 8 channels: tap-major k
   // By the cost model, against cuDNN as timed.
-  fusion::FusionOptions kernels = conv_kernels();
+  ConvPolicy kernels = conv_kernels();
   kernels.arch = 90;
   EXPECT_TRUE(has_conv_group(timed(kTransposed, "100.0"), kernels));
   EXPECT_FALSE(has_conv_group(timed(kTransposed, "0.000001"), kernels));
@@ -555,15 +579,6 @@ TEST(ConvKernel, AnEpiloguesPassReadsTheResultAndItsOperands) {
 )");
   verify(*residual);
   EXPECT_DOUBLE_EQ(fusion::epilogue_pass_bytes(*residual, *first_conv(*residual)), 3 * out + 12 * 4);
-  // With the residual's bytes in cuDNN's side, a kernel as fast as cuDNN + a
-  // plain pass loses to cuDNN's, and wins against cuDNN + the residual's pass.
-  const ConvSpec spec = *conv_spec(*first_conv(*residual));
-  const CudnnTimes any{1.0, 1.0};
-  const double kernel = fusion::conv_times(spec, default_target(), true, false, &any).kernel;  // with the margin against timed figures
-  const double cudnn_ms = kernel - fusion::copy_ms(1.25 * out, default_target());             // kernel - 2.5 x the result's bytes' time
-  const CudnnTimes cudnn{cudnn_ms, cudnn_ms};
-  EXPECT_FALSE(fusion::kernel_beats_cudnn(spec, default_target(), cudnn, 2 * out, false));
-  EXPECT_TRUE(fusion::kernel_beats_cudnn(spec, default_target(), cudnn, 3 * out, false));
 }
 
 TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel) {
@@ -576,7 +591,7 @@ TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKe
   EXPECT_EQ(s->gemm_m(), 4 * 2 * 5 * 7);  // a phase: a 5x7 grid a sample
   EXPECT_EQ(s->gemm_n(), 12);
   EXPECT_EQ(s->gemm_k(), 8 * 2 * 2);      // up to 2x2 taps a phase
-  fusion::FusionOptions hopper = every_conv_a_kernel();
+  ConvPolicy hopper = every_conv_a_kernel();
   hopper.arch = 90;
   const auto conv = conv_group(*g, hopper);
   ASSERT_TRUE(conv);
@@ -590,7 +605,7 @@ TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKe
             std::string::npos);
   EXPECT_NE(src.find("return ph + PhaseRow::SH * th < R && pw + PhaseRow::SW * tw < S;"), std::string::npos);
   // Not by the cost model: the conv stays cuDNN's otherwise, however slow cuDNN was timed.
-  fusion::FusionOptions kernels = conv_kernels();
+  ConvPolicy kernels = conv_kernels();
   kernels.arch = 90;
   EXPECT_FALSE(has_conv_group(timed(kTransposedOddWindow, "100.0"), kernels));
 }
@@ -598,8 +613,7 @@ TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKe
 TEST(ConvKernel, DirectKernelsWhereShortReductionsIdleCudnn) {
   // IEEE f32 (no TF32 decided), NCHW, nothing fused: 6 input channels (54
   // multiply-adds an output) go to the direct kernel, 64 (576) stay cuDNN's.
-  fusion::FusionOptions direct;
-  direct.conv_direct = true;
+  const ConvPolicy direct = direct_kernels();
   auto kind_of = [&](int64_t cin) {
     const std::string c = std::to_string(cin);
     auto g = parse("graph @g(%x: f32[32," + c + ",64,64], %w: f32[32," + c + R"(,3,3] param) {
@@ -607,12 +621,32 @@ TEST(ConvKernel, DirectKernelsWhereShortReductionsIdleCudnn) {
   return %0
 })");
     verify(*g);
-    for (const fusion::Group& group : fusion::partition(*g, direct).groups)
+    for (const fusion::Group& group : decide_and_partition(*g, direct).groups)
       if (group.kind == fusion::Group::Kind::Conv && group.conv.direct) return std::string("direct");
     return std::string("cudnn");
   };
   EXPECT_EQ(kind_of(6), "direct");
   EXPECT_EQ(kind_of(64), "cudnn");
+}
+
+TEST(ConvKernel, TheSchedulerRunsTheEngineTheConvNames) {
+  // The scheduler weighs nothing: the same conv is a direct kernel where its
+  // engine says so, cuDNN's where it says cudnn or nothing was decided.
+  const auto kind_of = [](const std::string& engine) {
+    auto g = parse("graph @g(%x: f32[32,6,64,64], %w: f32[32,6,3,3] param) {\n"
+                   "  %0 = convolution(%x, %w) {dilation=[1, 1], " + engine +
+                   "fp32_precision=\"ieee\", groups=1, padding=[0, 0], stride=[1, 1], transposed=false} : "
+                   "f32[32,32,62,62]\n  %1 = relu(%0) : f32[32,32,62,62]\n  return %1\n}\n");
+    verify(*g);
+    for (const fusion::Group& group : fusion::partition(*g).groups)
+      if (group.kind == fusion::Group::Kind::Conv) return std::string(group.conv.direct ? "direct" : "implicit");
+    return std::string("cudnn");
+  };
+  EXPECT_EQ(kind_of("engine=\"direct\", "), "direct");
+  EXPECT_EQ(kind_of("engine=\"cudnn\", "), "cudnn");
+  EXPECT_EQ(kind_of(""), "cudnn");
+  // An implicit GEMM needs channels-last operands: on NCHW ones the conv stays cuDNN's.
+  EXPECT_EQ(kind_of("engine=\"implicit_gemm\", "), "cudnn");
 }
 
 TEST(ConvKernel, TheDirectKernelAsTimedOverridesItsModel) {
@@ -628,9 +662,8 @@ TEST(ConvKernel, TheDirectKernelAsTimedOverridesItsModel) {
                    "f32[32,32,62,62]\n  return %0\n}\n");
     verify(*g);
     EXPECT_EQ(measured_direct_ms(*first_conv(*g)).has_value(), !direct_ms.empty());
-    fusion::FusionOptions options;
-    options.conv_direct = true;
-    for (const fusion::Group& group : fusion::partition(*g, options).groups)
+    const ConvPolicy options = direct_kernels();
+    for (const fusion::Group& group : decide_and_partition(*g, options).groups)
       if (group.kind == fusion::Group::Kind::Conv && group.conv.direct) return std::string("direct");
     return std::string("cudnn");
   };
@@ -652,9 +685,8 @@ TEST(ConvKernel, DirectKernelOnlyWhereTheConvsMathIsIeee) {
   return %1
 })");
     verify(*g);
-    fusion::FusionOptions options;
-    options.conv_direct = true;
-    for (const fusion::Group& group : fusion::partition(*g, options).groups)
+    const ConvPolicy options = direct_kernels();
+    for (const fusion::Group& group : decide_and_partition(*g, options).groups)
       if (group.kind == fusion::Group::Kind::Conv && group.conv.direct) return true;
     return false;
   };

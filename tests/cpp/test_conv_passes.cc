@@ -1,9 +1,10 @@
 // Tests of the convolution description (ir/conv.h) and of the passes that
-// need the compile's options (conv_precision, conv_layout); their option-free
+// need the compile's options (conv_precision, conv_engine); their option-free
 // behaviour is in the golden cases.
 #include <gtest/gtest.h>
 
 #include "ir/conv.h"
+#include "kernel/conv_cost.h"
 #include "passes/pass.h"
 
 namespace ff {
@@ -83,7 +84,7 @@ TEST(ConvPrecision, TF32OnlyWhereEagerUsesItOrThePolicyAllowsIt) {
 }
 
 TEST(ConvPrecision, TheDecisionOnTheCapturedConvSurvivesTheOtherPasses) {
-  // conv_layout changes the conv's operands (and so its signature) in the
+  // conv_engine changes the conv's operands (and so its signature) in the
   // first round; the second round must not decide again. (The first conv's
   // input comes from a kernel, which writes it channels-last for free.)
   auto g = parse(R"(graph @g(%x: f32[8,64,32,32], %w: f32[64,64,3,3] param, %v: f32[8,64,16,16]) {
@@ -104,12 +105,12 @@ TEST(ConvPrecision, TheDecisionOnTheCapturedConvSurvivesTheOtherPasses) {
   EXPECT_FALSE(is_channels_last(nth_conv(*g, 1)->result()->type)) << print(*g);
 }
 
-TEST(ConvLayout, ATimingOverridesTheCostModel) {
+TEST(ConvEngine, ATimingOverridesTheCostModel) {
   // IEEE convs stay contiguous by the model; timed faster channels-last, they move.
   auto g = parse(kTwoConvs);
   passes::PassOptions options;
   options.conv_channels_last[conv_signature(*nth_conv(*g, 1))] = true;
-  passes::PassManager({"conv_precision", "conv_layout"}, options).run(*g);
+  passes::PassManager({"conv_precision", "conv_engine"}, options).run(*g);
   EXPECT_FALSE(is_channels_last(nth_conv(*g, 0)->result()->type));
   EXPECT_TRUE(is_channels_last(nth_conv(*g, 1)->result()->type));
   EXPECT_TRUE(is_channels_last(nth_conv(*g, 1)->input(0)->type));
@@ -120,7 +121,7 @@ TEST(ConvLayout, ATimingOverridesTheCostModel) {
 
 TEST(ConvPrecision, RecordsCudnnsTimesOnTheConvWhereTheyOutliveItsSignature) {
   // The front end's timings come by the captured conv's signature; the conv
-  // scheduler reads them after conv_layout changed the operands' strides.
+  // scheduler reads them after conv_engine changed the operands' strides.
   auto g = parse(kTwoConvs);
   passes::PassOptions options;
   options.conv_cudnn[conv_signature(*nth_conv(*g, 1))] = CudnnTimes{0.05, 0.5};
@@ -142,7 +143,68 @@ TEST(ConvPrecision, RecordsTheDirectKernelsTimeOnTheConv) {
   EXPECT_FALSE(measured_direct_ms(*nth_conv(*g, 1)));
 }
 
-TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
+// A 5x5 IEEE conv of 12 input channels with a relu, cuDNN timed at 3 ms in
+// either layout, and the direct kernel timed at `direct_ms`.
+std::string few_channels(double direct_ms) {
+  return R"(graph @g(%x: f32[32,12,96,96], %w: f32[64,12,5,5] param) {
+  %0 = convolution(%x, %w) {cudnn_channels_last_ms=3.0, cudnn_contiguous_ms=3.0, dilation=[1, 1], direct_ms=)" +
+         std::to_string(direct_ms) + R"(, fp32_precision="ieee", groups=1, output_padding=[0, 0], padding=[0, 0], stride=[1, 1], transposed=false} : f32[32,64,92,92]
+  %1 = relu(%0) : f32[32,64,92,92]
+  return %1
+}
+)";
+}
+
+TEST(ConvEngine, EveryEngineIsWeighedAgainstEveryOther) {
+  // Both kernels beat cuDNN; the implicit GEMM (3xTF32, channels-last, its
+  // modelled time with the margin against timed figures) against the direct
+  // kernel as timed decides, either way.
+  passes::PassOptions options;
+  options.conv_kernels = options.conv_direct = true;
+  const auto spec = [] {
+    auto g = parse(few_channels(1.0));
+    return *conv_spec(*nth_conv(*g, 0));
+  }();
+  const CudnnTimes cudnn{3.0, 3.0};
+  const double kernel = fusion::conv_times(spec, default_target(), true, false, &cudnn).kernel;
+  ASSERT_LT(kernel, 1.5);  // the figures below keep clear of the conversions' few microseconds
+  const auto decided = [&](double direct_ms) {
+    auto g = parse(few_channels(direct_ms));
+    verify(*g);
+    passes::PassManager({"conv_engine"}, options).run(*g);
+    const Node& conv = *nth_conv(*g, 0);
+    return std::make_pair(std::string(conv_engine_name(*conv_engine(conv))), is_channels_last(conv.result()->type));
+  };
+  EXPECT_EQ(decided(2 * kernel), std::make_pair(std::string("implicit_gemm"), true));
+  EXPECT_EQ(decided(kernel / 2), std::make_pair(std::string("direct"), false));
+  // Without implicit GEMMs, the direct kernel as timed against cuDNN's.
+  options.conv_kernels = false;
+  EXPECT_EQ(decided(2 * kernel), std::make_pair(std::string("direct"), false));
+  EXPECT_EQ(decided(4.0), std::make_pair(std::string("cudnn"), false));
+}
+
+TEST(ConvEngine, TheEngineIsDecidedOnceAndReadAsWritten) {
+  // A conv that already has an engine keeps it (and its layout): the pass
+  // decides nothing twice, so a later run changes nothing.
+  auto g = parse(few_channels(0.1));
+  nth_conv(*g, 0)->attrs["engine"] = std::string("cudnn");
+  verify(*g);
+  passes::PassOptions options;
+  options.conv_kernels = options.conv_direct = true;
+  const std::string before = print(*g);
+  passes::PassManager({"conv_engine"}, options).run(*g);
+  EXPECT_EQ(print(*g), before);
+  // An engine the IR does not know is one clear error naming it.
+  nth_conv(*g, 0)->attrs["engine"] = std::string("winograd");
+  try {
+    conv_engine(*nth_conv(*g, 0));
+    FAIL() << "an unknown engine was read";
+  } catch (const IRError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown conv engine 'winograd'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ConvEngine, ConvKernelsTakeIeeeConvsChannelsLast) {
   // cuDNN's IEEE convs gain nothing channels-last; a 3xTF32 kernel (which
   // needs channels-last) is modelled faster than cuDNN's SIMT fp32 as timed
   // (2 ms here). Untimed, no implicit GEMM is weighed.
@@ -154,21 +216,21 @@ TEST(ConvLayout, ConvKernelsTakeIeeeConvsChannelsLast) {
 }
 )";
   auto without = parse(text);
-  passes::PassManager({"conv_precision", "conv_layout"}).run(*without);
+  passes::PassManager({"conv_precision", "conv_engine"}).run(*without);
   EXPECT_FALSE(is_channels_last(nth_conv(*without, 0)->result()->type)) << print(*without);
   auto with = parse(text);
   passes::PassOptions options;
   options.conv_kernels = true;
   auto untimed = parse(text);
-  passes::PassManager({"conv_precision", "conv_layout"}, options).run(*untimed);
+  passes::PassManager({"conv_precision", "conv_engine"}, options).run(*untimed);
   EXPECT_FALSE(is_channels_last(nth_conv(*untimed, 0)->result()->type)) << print(*untimed);
   options.conv_cudnn[conv_signature(*nth_conv(*with, 0))] = CudnnTimes{2.0, 2.0};
-  passes::PassManager({"conv_precision", "conv_layout"}, options).run(*with);
+  passes::PassManager({"conv_precision", "conv_engine"}, options).run(*with);
   EXPECT_TRUE(is_channels_last(nth_conv(*with, 0)->result()->type)) << print(*with);
   EXPECT_EQ(precision_of(*with, 0), "ieee");
 }
 
-TEST(ConvLayout, TransposedConvWeightsTakeTheKernelsLayoutOnlyWhereTheKernelWillRun) {
+TEST(ConvEngine, TransposedConvWeightsTakeTheKernelsLayoutOnlyWhereTheKernelWillRun) {
   // A 1xTF32 transposed conv whose phases pack (stride 2, window 4): its
   // weight ([in, out, kh, kw]) laid out for the kernel (input channels
   // unit-stride) where the kernel beats cuDNN as timed, else channels-last
@@ -185,7 +247,7 @@ TEST(ConvLayout, TransposedConvWeightsTakeTheKernelsLayoutOnlyWhereTheKernelWill
     options.conv_kernels = true;
     options.conv_cudnn[conv_signature(*nth_conv(*g, 0))] = CudnnTimes{cudnn_ms, cudnn_ms};
     options.conv_channels_last[conv_signature(*nth_conv(*g, 0))] = true;
-    passes::PassManager({"conv_precision", "conv_layout"}, options).run(*g);  // conv_precision records the times
+    passes::PassManager({"conv_precision", "conv_engine"}, options).run(*g);  // conv_precision records the times
     return nth_conv(*g, 0)->input(1)->type.strides;
   };
   EXPECT_EQ(weight_strides(100.0), (Shape{1, 1024, 256, 64}));

@@ -125,7 +125,7 @@ TEST(PassesGoldenFiles, AllLoad) {
 TEST(PassesRegistry, KnowsThePassesAndTheDefaultPipeline) {
   auto names = passes::pass_names();
   for (const char* p : {"canonicalize", "broadcast_matmul_operand", "matmul_sum_to_gemv", "gemv_as_reduction", "scale_matmul_operand", "broadcast_bmm_to_mm",
-                        "conv_bias_epilogue", "conv_precision", "conv_layout", "round_conv_operands", "split_long_reduction", "decompose_long_norm", "recompute_pointwise", "pointwise_before_view", "view_before_pointwise",
+                        "conv_bias_epilogue", "conv_precision", "conv_engine", "round_conv_operands", "split_long_reduction", "decompose_long_norm", "recompute_pointwise", "pointwise_before_view", "view_before_pointwise",
                         "reduction_before_view", "region_before_view", "compose_pools", "drop_unit_pool_dim", "reverse_scan", "cse", "dce"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), p), names.end()) << p;
     EXPECT_EQ(passes::create_pass(p)->name(), p);
@@ -133,7 +133,7 @@ TEST(PassesRegistry, KnowsThePassesAndTheDefaultPipeline) {
   EXPECT_EQ(passes::default_pipeline(),
             (std::vector<std::string>{"conv_precision", "canonicalize", "drop_unit_pool_dim", "reverse_scan", "compose_pools", "broadcast_matmul_operand", "matmul_sum_to_gemv",
                                       "gemv_as_reduction", "scale_matmul_operand", "broadcast_bmm_to_mm", "conv_bias_epilogue",
-                                      "conv_layout", "round_conv_operands", "decompose_long_norm", "region_before_view", "reduction_before_view", "view_before_pointwise", "split_long_reduction",
+                                      "conv_engine", "round_conv_operands", "decompose_long_norm", "region_before_view", "reduction_before_view", "view_before_pointwise", "split_long_reduction",
                                       "pointwise_before_view", "cse", "dce"}));
   EXPECT_THROW(passes::create_pass("no-such-pass"), IRError);
   EXPECT_THROW(passes::PassManager({"cse", "no-such-pass"}), IRError);

@@ -73,7 +73,7 @@ TEST(Target, ConvLayoutWeighsConversionsAtTheTargetsBandwidth) {
   return %1
 })";
   CompileOptions o = parse_compile_flags("--arch=90");
-  o.passes = {"conv_layout", "dce"};
+  o.passes = {"conv_engine", "dce"};
   const std::string contiguous = compile_graph(ir, o).ir_after;
   Target fast = default_target();
   fast.rates.dram_bytes_per_s *= 4;

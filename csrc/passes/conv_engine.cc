@@ -1,20 +1,26 @@
-// conv_layout: runs each convolution in the layout fastest for it, and lays
+// conv_engine: gives each convolution its engine and layout, once, and lays
 // out the values around it so that the conversions cost nothing where they can.
 //
-// Every 2-D and 3-D convolution (forward or transposed, any groups) is
-// weighed with the cost model (kernel/conv_cost.h): cuDNN on contiguous
-// operands against channels-last (cuDNN, or a generated implicit-GEMM kernel
-// where PassOptions::conv_kernels allows and cuDNN was timed, as the conv
-// scheduler decides) and a direct kernel in place (where
-// PassOptions::conv_direct allows; preferred where it beats cuDNN, as the
-// scheduler does), channels-last paying for the conversions it needs: the
-// input's when no kernel can write it channels-last, the weight's, and the
-// result's when it is returned or read by a library op that would copy it.
-// cuDNN's times as the front end measured them (conv_precision records them
-// on the conv) replace the model's; a timing of both layouts under
-// autotuning (PassOptions::conv_channels_last) decides alone. Before time,
-// memory: a conv stays contiguous where channels-last would raise the plan's
-// peak above eager's (raises_peak).
+// The engines (kernel/conv.h says which convs each computes): cuDNN through
+// ATen on contiguous or on channels-last operands, a generated implicit-GEMM
+// kernel (channels-last operands; where PassOptions::conv_kernels allows and
+// cuDNN was timed, or everywhere with conv_always) and a generated direct
+// kernel (operands where they are; where PassOptions::conv_direct allows).
+// Each is weighed with the cost model (kernel/conv_cost.h), cuDNN's and the
+// direct kernel's times as the front end measured them where it did
+// (conv_precision records them on the conv); a generated kernel saves the
+// separate pass of the pointwise epilogue it fuses (and a direct kernel that
+// reduces over the channels, the write of the conv's result), and
+// channels-last pays for the conversions it needs: the input's when no kernel
+// can write it channels-last, the weight's, and the result's when it is
+// returned or read by a library op that would copy it. The fastest wins; a
+// timing of both layouts under autotuning (PassOptions::conv_channels_last)
+// fixes the layout alone. Before time, memory: a conv stays contiguous where
+// channels-last would raise the plan's peak above eager's (raises_peak). The
+// choice is the conv's `engine` attribute ("cudnn", "implicit_gemm",
+// "direct"); round_conv_operands and the conv scheduler only read it. (The
+// executor still times a kernel against cuDNN at its first run: the model
+// can be far off, and cuDNN then runs.)
 //
 // A channels-last conv gets channels-last operands and result. Then the
 // layout spreads: a pointwise op, a normalization (softmax, layer_norm: its
@@ -32,6 +38,7 @@
 // reaches them through that copy too, and the layout does not spread to a
 // value they read.
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -106,9 +113,65 @@ TensorType channels_last(TensorType t) {
   return t;
 }
 
-class ConvLayout : public Pass {
+// What a generated kernel saves by fusing `conv`'s pointwise epilogue: the
+// epilogue's own pass, where one would run. There is none where nothing
+// pointwise reads the result, nor where every value the epilogue makes is
+// read only by reductions, pools and scans, whose kernels take the
+// pointwise work in as their prologue and read the conv's result once either way.
+double epilogue_ms(const Graph& g, const Node& conv, const Target& target) {
+  const Value* y = conv.result();
+  std::unordered_set<const Value*> chain;
+  std::vector<const Value*> work{y};
+  bool written = false;  // some value of the epilogue is returned or read by another kind of op
+  while (!work.empty()) {
+    const Value* v = work.back();
+    work.pop_back();
+    if (v != y && g.is_graph_output(v)) written = true;
+    for (const Node* u : g.users(v)) {
+      if (pointwise(*u) && u->results.size() == 1 && u->result()->type.shape == y->type.shape) {
+        if (chain.insert(u->result()).second) work.push_back(u->result());
+        continue;
+      }
+      const OpKind k = op_kind(u->op);
+      if (v != y && k != OpKind::Reduction && k != OpKind::Window && k != OpKind::Scan) written = true;
+    }
+  }
+  return written ? 1e3 * fusion::epilogue_pass_bytes(g, conv) / target.rates.dram_bytes_per_s : 0.0;
+}
+
+// Whether the conv's result, through pointwise ops of its shape that return
+// nothing, reaches only reductions over the channels (a min, max, sum, mean
+// or logsumexp over dim 1): a direct kernel then never writes it (the conv
+// scheduler folds the reduction in).
+bool reduced_over_channels(const Graph& g, const Node& conv) {
+  const Value* y = conv.result();
+  std::vector<const Value*> work{y};
+  std::unordered_set<const Value*> seen{y};
+  bool reduced = false;
+  while (!work.empty()) {
+    const Value* v = work.back();
+    work.pop_back();
+    if (g.is_graph_output(v)) return false;
+    for (const Node* u : g.users(v)) {
+      if (pointwise(*u) && u->results.size() == 1 && u->result()->type.shape == y->type.shape) {
+        if (seen.insert(u->result()).second) work.push_back(u->result());
+        continue;
+      }
+      const bool reduction =
+          u->op == Op::Amin || u->op == Op::Amax || u->op == Op::Sum || u->op == Op::Mean || u->op == Op::Logsumexp;
+      const auto rank = static_cast<int64_t>(y->type.shape.size());
+      if (!reduction || !u->has_attr("dims") || u->attr_ints("dims").size() != 1 ||
+          normalize_dim(u->attr_ints("dims")[0], rank) != 1 || u->input(0)->type.shape != y->type.shape)
+        return false;
+      reduced = true;
+    }
+  }
+  return reduced;
+}
+
+class ChooseConvEngines : public Pass {
  public:
-  std::string_view name() const override { return "conv_layout"; }
+  std::string_view name() const override { return "conv_engine"; }
 
   void configure(const PassOptions& options) override {
     kernels_ = options.conv_kernels;
@@ -119,19 +182,24 @@ class ConvLayout : public Pass {
   }
 
   bool run(Graph& g) override {
-    std::vector<Node*> convs;
+    std::vector<Node*> convs;                    // convs made channels-last here
     std::unordered_set<const Node*> contiguous;  // convs that stay on contiguous operands
+    bool decided = false;
     for (auto& n : g.nodes()) {
-      if (!candidate(g, *n)) continue;
-      if (prefers_channels_last(g, *n))
+      if (n->op != Op::Convolution || n->has_attr("engine") || !conv_spec(*n)) continue;
+      const Choice c = choose(g, *n);
+      n->attrs["engine"] = std::string(conv_engine_name(c.engine));
+      decided = true;
+      if (!layout_free(g, *n)) continue;
+      if (c.channels_last)
         convs.push_back(n.get());
       else
         contiguous.insert(n.get());
     }
-    if (convs.empty()) return false;
+    if (convs.empty()) return decided;
     for (Node* conv : convs) {
       Value* w = conv->input(1);
-      const TensorType wt = weight_layout(g, *conv);
+      const TensorType wt = weight_layout(*conv);
       if (w->type.strides != wt.strides)
         conv->operands[1] = Operand::of(g.insert_before(conv, Op::Copy, {Operand::of(w)}, {wt})->result());
       Value* y = conv->result();
@@ -153,6 +221,11 @@ class ConvLayout : public Pass {
   }
 
  private:
+  struct Choice {
+    ConvEngine engine = ConvEngine::cudnn;
+    bool channels_last = false;
+  };
+
   bool kernels_ = false;
   bool always_ = false;
   bool direct_ = false;
@@ -160,27 +233,22 @@ class ConvLayout : public Pass {
   Target target_;
 
   // A channels-last conv's weight: channels-last (as it is, where it is
-  // already), but for a transposed conv a kernel will compute, the layout the
-  // kernel reads (conv_kernel_weight_strides): where every conv a kernel
-  // covers must be one, or where the kernel (on rounded operands, its only
-  // form, and with its epilogue fused) beats cuDNN as timed. cuDNN would
-  // convert that layout at every call.
-  TensorType weight_layout(const Graph& g, const Node& conv) const {
+  // already), but for an implicit GEMM of a transposed conv, the layout the
+  // kernel reads (conv_kernel_weight_strides); cuDNN would convert that
+  // layout at every call.
+  static TensorType weight_layout(const Node& conv) {
     TensorType w = conv.input(1)->type;
     const ConvSpec spec = *conv_spec(conv);
-    const auto cudnn = spec.transposed ? measured_cudnn(conv) : std::nullopt;
-    const bool kernel = spec.transposed && kernels_ && fusion::conv_kernel_may_take(spec, always_) &&
-                        (always_ || (cudnn && fusion::kernel_beats_cudnn(spec, target_, *cudnn,
-                                                                         fusion::epilogue_pass_bytes(g, conv), false)));
-    if (kernel)
+    if (spec.transposed && conv_engine(conv) == ConvEngine::implicit_gemm)
       w.strides = fusion::conv_kernel_weight_strides(spec, w.shape);
     else if (!is_channels_last(w))
       w.strides = channels_last_strides(w.shape);
     return w;
   }
 
-  // 2-D and 3-D floating convs not yet channels-last (nor a buffer's new value).
-  static bool candidate(const Graph& g, const Node& n) {
+  // A 2-D or 3-D floating conv not yet channels-last (nor a buffer's new
+  // value): this pass may choose its layout.
+  static bool layout_free(const Graph& g, const Node& n) {
     const auto spec = conv_spec(n);
     if (!spec || !(spec->dims == 2 || spec->dims == 3) || n.results.size() != 1 || !is_floating(spec->dtype) ||
         spec->dtype == DType::f64 || is_channels_last(n.result()->type))
@@ -190,30 +258,75 @@ class ConvLayout : public Pass {
     return true;
   }
 
-  bool prefers_channels_last(const Graph& g, const Node& conv) const {
-    if (raises_peak(g, conv)) return false;
-    if (measured_ != nullptr) {
-      auto it = measured_->find(conv_signature(conv));
-      if (it != measured_->end()) return it->second;
-    }
+  // The fastest engine and layout for `conv`, each way's time as the cost
+  // model (or the front end's timing) gives it, with what it saves or costs
+  // around the conv.
+  Choice choose(const Graph& g, const Node& conv) const {
     const ConvSpec spec = *conv_spec(conv);
-    const bool direct = direct_ && fusion::direct_conv_covers(spec);
-    // cuDNN as timed where the front end did; implicit GEMMs only there (the
-    // conv scheduler weighs them against nothing else), or everywhere.
+    const bool free = layout_free(g, conv);
+    const bool is_cl = is_channels_last(conv.result()->type);
+    const bool direct = direct_ && fusion::match_direct_conv(conv).has_value();
+    // An implicit GEMM only against cuDNN as timed (the model's cuDNN rates
+    // stray by 5x from shape to shape), unless every conv must be one.
     const auto cudnn = measured_cudnn(conv);
-    const bool kernel = kernels_ && (cudnn || always_) && fusion::conv_kernel_may_take(spec, always_);
+    const bool kernel = kernels_ && (cudnn || always_) && fusion::conv_kernel_may_take(conv, always_);
+    // Either layout, where this pass chooses it: a timing under autotuning fixes it, and so does memory.
+    bool contiguous_ok = free || !is_cl, channels_last_ok = free || is_cl;
+    if (free && raises_peak(g, conv)) channels_last_ok = false;
+    if (free && measured_ != nullptr) {
+      auto it = measured_->find(conv_signature(conv));
+      if (it != measured_->end()) (it->second ? contiguous_ok : channels_last_ok) = false;
+    }
+    if (always_ && kernel && channels_last_ok) return {ConvEngine::implicit_gemm, true};
+
     const fusion::ConvTimes t =
         fusion::conv_times(spec, target_, kernel, direct, cudnn ? &*cudnn : nullptr, measured_direct_ms(conv));
-    // The conv scheduler takes a direct kernel first where it beats cuDNN, in
-    // whatever layout the operands are (unless every conv must be an implicit GEMM).
-    if (direct && !always_ && t.direct < t.cudnn_nchw) return false;
-    double conversions = 0;
-    if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(conv.input(0)->type.bytes(), target_);
-    if (conv.input(1)->type.strides != weight_layout(g, conv).strides && !from_weights(*conv.input(1)))
-      conversions += fusion::copy_ms(conv.input(1)->type.bytes(), target_);
-    if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(conv.result()->type.bytes(), target_);
-    // A direct kernel reads the operands where they are.
-    return t.best_channels_last() + conversions < std::min(t.cudnn_nchw, t.direct);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double fused = epilogue_ms(g, conv, target_);
+    double conversions = 0;  // what channels-last costs around the conv
+    if (free) {
+      if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(conv.input(0)->type.bytes(), target_);
+      if (!is_channels_last(conv.input(1)->type) && !from_weights(*conv.input(1)))
+        conversions += fusion::copy_ms(conv.input(1)->type.bytes(), target_);
+      if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(conv.result()->type.bytes(), target_);
+    }
+    // A 1xTF32 implicit GEMM reads its operands as loaded on Hopper where
+    // round_conv_operands rounds them in the kernels that write them: the
+    // copies this pass adds, or a pointwise producer read by nothing else.
+    const auto rounded_by_producer = [&](const Value& v) {
+      return v.producer != nullptr && pointwise(*v.producer) && v.producer->results.size() == 1 &&
+             g.users(&v).size() == 1;
+    };
+    const bool rounded = target_.arch == 90 &&
+                         (!input_is_free(g, *conv.input(0)) || rounded_by_producer(*conv.input(0))) &&
+                         (!is_channels_last(conv.input(1)->type) || rounded_by_producer(*conv.input(1)));
+    const double kernel_ms = kernel && spec.dtype == DType::f32 && spec.tf32 && !rounded
+                                 ? fusion::kernel_rounding_in_place_ms(spec, target_)
+                                 : t.kernel;
+    const double unwritten =
+        spec.groups == 1 && reduced_over_channels(g, conv) ? fusion::copy_ms(spec.output_bytes(), target_) / 2 : 0.0;
+    // A modelled implicit GEMM displaces a timed direct kernel only where it
+    // wins by more than the model's error against timed kernels.
+    double implicit_ms = kernel && channels_last_ok ? kernel_ms + conversions - fused : inf;
+    const auto direct_timed = measured_direct_ms(conv);
+    if (direct && direct_timed && implicit_ms * target_.rates.kernel_model_error >= t.direct - fused - unwritten)
+      implicit_ms = inf;
+    struct Way {
+      Choice choice;
+      double ms;
+    };
+    // In order of preference where times tie.
+    const Way ways[] = {
+        {{ConvEngine::cudnn, false}, contiguous_ok ? t.cudnn_nchw : inf},
+        {{ConvEngine::cudnn, true}, channels_last_ok ? t.cudnn_channels_last + conversions : inf},
+        {{ConvEngine::direct, is_cl}, direct ? t.direct - fused - unwritten : inf},
+        {{ConvEngine::implicit_gemm, true}, implicit_ms},
+    };
+    const Way* best = &ways[0];
+    for (const Way& w : ways)
+      if (w.ms < best->ms) best = &w;
+    if (best->ms == inf) return {ConvEngine::cudnn, is_cl};
+    return best->choice;
   }
 
   // Whether a channels-last result would raise the plan's peak memory above
@@ -359,6 +472,6 @@ class ConvLayout : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_conv_layout() { return std::make_unique<ConvLayout>(); }
+std::unique_ptr<Pass> make_conv_engine() { return std::make_unique<ChooseConvEngines>(); }
 
 }  // namespace ff::passes
