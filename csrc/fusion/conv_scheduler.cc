@@ -11,7 +11,6 @@
 // the kernel's library form: cuDNN's conv, then that group's own kernel.
 // Nothing here weighs engines: a conv whose kernel cannot be built as it
 // stands (a transposed conv off Hopper) stays cuDNN's.
-#include <algorithm>
 #include <unordered_set>
 #include <utility>
 

@@ -89,7 +89,7 @@ double reduction_efficiency(const ConvSpec& s) {
 
 double copy_ms(double bytes, const Target& target) { return 1e3 * 2.0 * bytes / target.rates.dram_bytes_per_s; }
 
-double epilogue_pass_bytes(const Graph& g, const Node& conv) {
+std::vector<const Node*> epilogue_nodes(const Graph& g, const Node& conv) {
   const Shape& shape = conv.result()->type.shape;
   std::unordered_set<const Value*> computed{conv.result()};  // the conv's result and the epilogue's values
   std::vector<const Node*> epilogue;
@@ -100,6 +100,13 @@ double epilogue_pass_bytes(const Graph& g, const Node& conv) {
           computed.insert(u->result()).second)
         epilogue.push_back(u);
   }
+  return epilogue;
+}
+
+double epilogue_pass_bytes(const Graph& g, const Node& conv) {
+  const std::vector<const Node*> epilogue = epilogue_nodes(g, conv);
+  std::unordered_set<const Value*> computed{conv.result()};
+  for (const Node* n : epilogue) computed.insert(n->result());
   double read = conv.result()->type.bytes();
   std::unordered_set<const Value*> operands;
   for (const Node* n : epilogue)

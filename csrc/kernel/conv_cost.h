@@ -5,6 +5,7 @@
 // The conv_engine pass decides with it, alone; tools/conv_probe.py measures
 // its error (section D).
 #include <optional>
+#include <vector>
 
 #include "ir/conv.h"
 #include "ir/graph.h"
@@ -37,10 +38,13 @@ double kernel_rounding_in_place_ms(const ConvSpec& spec, const Target& target);
 // Milliseconds to read and write `bytes` once (a layout conversion).
 double copy_ms(double bytes, const Target& target);
 
-// Bytes a separate pass of `conv`'s pointwise epilogue moves: it reads the
-// conv's result and the epilogue's other operands (a residual, a bias) and
-// writes its value. The epilogue: the pointwise nodes of the result's shape
-// reached from it through pointwise nodes of that shape.
+// `conv`'s pointwise epilogue: the pointwise nodes of one result, of the
+// conv result's shape, reached from it through such nodes (in the order found).
+std::vector<const Node*> epilogue_nodes(const Graph& g, const Node& conv);
+
+// Bytes a separate pass of `conv`'s pointwise epilogue (epilogue_nodes)
+// moves: it reads the conv's result and the epilogue's other operands (a
+// residual, a bias) and writes its value.
 double epilogue_pass_bytes(const Graph& g, const Node& conv);
 
 }  // namespace ff::fusion

@@ -37,11 +37,10 @@
 // derive their strides from their input's, so a conv result they read
 // reaches them through that copy too, and the layout does not spread to a
 // value they read.
-#include <algorithm>
 #include <limits>
 #include <set>
-#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "ir/conv.h"
 #include "kernel/conv.h"
@@ -119,49 +118,40 @@ TensorType channels_last(TensorType t) {
 // read only by reductions, pools and scans, whose kernels take the
 // pointwise work in as their prologue and read the conv's result once either way.
 double epilogue_ms(const Graph& g, const Node& conv, const Target& target) {
-  const Value* y = conv.result();
-  std::unordered_set<const Value*> chain;
-  std::vector<const Value*> work{y};
-  bool written = false;  // some value of the epilogue is returned or read by another kind of op
-  while (!work.empty()) {
-    const Value* v = work.back();
-    work.pop_back();
-    if (v != y && g.is_graph_output(v)) written = true;
-    for (const Node* u : g.users(v)) {
-      if (pointwise(*u) && u->results.size() == 1 && u->result()->type.shape == y->type.shape) {
-        if (chain.insert(u->result()).second) work.push_back(u->result());
-        continue;
-      }
-      const OpKind k = op_kind(u->op);
-      if (v != y && k != OpKind::Reduction && k != OpKind::Window && k != OpKind::Scan) written = true;
-    }
+  const std::vector<const Node*> epilogue = fusion::epilogue_nodes(g, conv);
+  const std::unordered_set<const Node*> inside(epilogue.begin(), epilogue.end());
+  const auto takes_as_prologue = [](const Node& u) {
+    const OpKind k = op_kind(u.op);
+    return k == OpKind::Reduction || k == OpKind::Window || k == OpKind::Scan;
+  };
+  for (const Node* n : epilogue) {
+    bool written = g.is_graph_output(n->result());
+    for (const Node* u : g.users(n->result())) written |= !inside.count(u) && !takes_as_prologue(*u);
+    if (written) return 1e3 * fusion::epilogue_pass_bytes(g, conv) / target.rates.dram_bytes_per_s;
   }
-  return written ? 1e3 * fusion::epilogue_pass_bytes(g, conv) / target.rates.dram_bytes_per_s : 0.0;
+  return 0.0;
 }
 
-// Whether the conv's result, through pointwise ops of its shape that return
+// Whether the conv's result, through its pointwise epilogue, which returns
 // nothing, reaches only reductions over the channels (a min, max, sum, mean
 // or logsumexp over dim 1): a direct kernel then never writes it (the conv
 // scheduler folds the reduction in).
 bool reduced_over_channels(const Graph& g, const Node& conv) {
-  const Value* y = conv.result();
-  std::vector<const Value*> work{y};
-  std::unordered_set<const Value*> seen{y};
+  const std::vector<const Node*> epilogue = fusion::epilogue_nodes(g, conv);
+  const std::unordered_set<const Node*> inside(epilogue.begin(), epilogue.end());
+  const Shape& shape = conv.result()->type.shape;
+  const auto rank = static_cast<int64_t>(shape.size());
+  std::vector<const Value*> values{conv.result()};
+  for (const Node* n : epilogue) values.push_back(n->result());
   bool reduced = false;
-  while (!work.empty()) {
-    const Value* v = work.back();
-    work.pop_back();
+  for (const Value* v : values) {
     if (g.is_graph_output(v)) return false;
     for (const Node* u : g.users(v)) {
-      if (pointwise(*u) && u->results.size() == 1 && u->result()->type.shape == y->type.shape) {
-        if (seen.insert(u->result()).second) work.push_back(u->result());
-        continue;
-      }
+      if (inside.count(u)) continue;
       const bool reduction =
           u->op == Op::Amin || u->op == Op::Amax || u->op == Op::Sum || u->op == Op::Mean || u->op == Op::Logsumexp;
-      const auto rank = static_cast<int64_t>(y->type.shape.size());
       if (!reduction || !u->has_attr("dims") || u->attr_ints("dims").size() != 1 ||
-          normalize_dim(u->attr_ints("dims")[0], rank) != 1 || u->input(0)->type.shape != y->type.shape)
+          normalize_dim(u->attr_ints("dims")[0], rank) != 1 || u->input(0)->type.shape != shape)
         return false;
       reduced = true;
     }
@@ -187,10 +177,11 @@ class ChooseConvEngines : public Pass {
     bool decided = false;
     for (auto& n : g.nodes()) {
       if (n->op != Op::Convolution || n->has_attr("engine") || !conv_spec(*n)) continue;
-      const Choice c = choose(g, *n);
+      const bool free = layout_free(g, *n);
+      const Choice c = choose(g, *n, free);
       n->attrs["engine"] = std::string(conv_engine_name(c.engine));
       decided = true;
-      if (!layout_free(g, *n)) continue;
+      if (!free) continue;
       if (c.channels_last)
         convs.push_back(n.get());
       else
@@ -258,12 +249,11 @@ class ChooseConvEngines : public Pass {
     return true;
   }
 
-  // The fastest engine and layout for `conv`, each way's time as the cost
-  // model (or the front end's timing) gives it, with what it saves or costs
-  // around the conv.
-  Choice choose(const Graph& g, const Node& conv) const {
+  // The fastest engine and layout for `conv` (`free`: layout_free), each
+  // way's time as the cost model (or the front end's timing) gives it, with
+  // what it saves or costs around the conv.
+  Choice choose(const Graph& g, const Node& conv, bool free) const {
     const ConvSpec spec = *conv_spec(conv);
-    const bool free = layout_free(g, conv);
     const bool is_cl = is_channels_last(conv.result()->type);
     const bool direct = direct_ && fusion::match_direct_conv(conv).has_value();
     // An implicit GEMM only against cuDNN as timed (the model's cuDNN rates
