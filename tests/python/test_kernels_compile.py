@@ -297,10 +297,11 @@ def test_conv_kernels_compile_for_sm90_without_spills(monkeypatch, path, math):
 
 
 def _conv_graph(channels, dtype="f32", math="ieee"):
-    """A 3x3 conv of `channels` input channels, channels-last, with a sigmoid writing NCHW."""
+    """A 3x3 conv of `channels` input channels, channels-last, with a sigmoid
+    writing NCHW; its engine the implicit GEMM (as conv_engine records it)."""
     c = channels
     return f"""graph @g(%x: {dtype}[8,{c},40,40]{{{1600 * c},1,{40 * c},{c}}}, %w: {dtype}[96,{c},3,3]{{{9 * c},1,{3 * c},{c}}} param) {{
-  %0 = convolution(%x, %w) {{dilation=[1, 1], fp32_precision="{math}", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false}} : {dtype}[8,96,40,40]{{153600,1,3840,96}}
+  %0 = convolution(%x, %w) {{dilation=[1, 1], engine="implicit_gemm", fp32_precision="{math}", groups=1, output_padding=[0, 0], padding=[1, 1], stride=[1, 1], transposed=false}} : {dtype}[8,96,40,40]{{153600,1,3840,96}}
   %1 = sigmoid(%0) : {dtype}[8,96,40,40]
   return %1
 }}"""
