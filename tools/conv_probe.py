@@ -295,7 +295,7 @@ def _conv_graph(c: dict, math: str) -> tuple[str, list[int]]:
         s = f"{c['dtype']}[{','.join(map(str, shape))}]"
         return s + ("{" + ",".join(map(str, strides)) + "}" if strides else "")
 
-    attrs = conv_probe.conv_attrs(c, math)
+    attrs = conv_probe.conv_attrs(c, math, engine="implicit_gemm")
     x, w = t(c["input"][1], cl(c["input"][1])), t(c["weight"][1], cl(c["weight"][1]))
     # A 1xTF32 conv reads operands rounded to tf32 where they were written (round_conv_operands), as in a plan.
     rounded = math == "tf32" and c["dtype"] == "f32"
@@ -315,11 +315,7 @@ def _time_kernel(c: dict, math: str, arch: int) -> dict | str:
     cudnn_ms, err_over_eager (the kernel's error against fp64 over eager's)
     and the kernel's name; or why there is none."""
     graph, out_shape = _conv_graph(c, math)
-    os.environ["FUSEFORGE_CONV_KERNELS"] = "always"
-    try:
-        plan = options.compile_ir(graph, arch=arch, passes=["cse"], gemm="off").plan
-    finally:
-        os.environ.pop("FUSEFORGE_CONV_KERNELS", None)
+    plan = options.compile_ir(graph, arch=arch, passes=["cse"], gemm="off").plan
     ks = [(i, k) for i, k in enumerate(plan.kernels) if k.kind == "conv"]
     if not ks:
         return "not covered by a conv kernel"

@@ -159,10 +159,12 @@ def output_shape(conv: dict) -> list[int]:
     return list(meta.shape)
 
 
-def conv_attrs(conv: dict, fp32_precision: str) -> str:
-    """The IR attributes of a conv as core.convolutions() describes it, under `fp32_precision`."""
+def conv_attrs(conv: dict, fp32_precision: str, engine: str | None = None) -> str:
+    """The IR attributes of a conv as core.convolutions() describes it, under
+    `fp32_precision`; with `engine`, decided to run on that engine (conv_engine's names)."""
+    decided = f'engine="{engine}", ' if engine else ""
     return (
-        f'dilation={_ints(conv["dilation"])}, fp32_precision="{fp32_precision}", groups={conv["groups"]}, '
+        f'dilation={_ints(conv["dilation"])}, {decided}fp32_precision="{fp32_precision}", groups={conv["groups"]}, '
         f"output_padding={_ints(conv['output_padding'])}, padding={_ints(conv['padding'])}, "
         f"stride={_ints(conv['stride'])}, transposed={str(bool(conv['transposed'])).lower()}"
     )
