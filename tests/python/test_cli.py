@@ -255,3 +255,25 @@ def test_missing_cutlass_headers_are_one_warning_and_explain_lists_the_matmuls(t
     section = out[out.index("matmuls without GEMM kernels") :]
     assert "CUTLASS headers not found (nvidia-cutlass not installed); pip install nvidia-cutlass==4.2.0.0" in section
     assert "(1 matmul):\n  %1 = addmm(%fc.bias, %x, %0) : f32[8192,256]\n" in section, section
+
+
+def test_a_model_whose_constructor_reads_tensor_values_is_built_for_the_full_size_plan():
+    """Widths computed with torch and read back by tolist() cannot be
+    computed on the meta device: the model is built on the CPU and moved."""
+    from fuseforge.harness import cpu_check
+
+    class Widths(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            widths = (torch.tensor([1.0, 2.0]) * 8).int().tolist()
+            self.layers = torch.nn.Sequential(*[torch.nn.Linear(4, w) for w in widths[:1]])
+
+        def forward(self, x):
+            return self.layers(x)
+
+    mod = type("M", (), {})()
+    mod.Model, mod.get_init_inputs = Widths, list
+    mod.get_inputs = lambda: [torch.randn(16, int(torch.tensor(4).item()))]
+    model, (x,) = cpu_check.meta_model(mod, None)
+    assert model.layers[0].weight.device.type == "meta" and model.layers[0].weight.shape == (8, 4)
+    assert x.device.type == "meta" and x.shape == (16, 4)

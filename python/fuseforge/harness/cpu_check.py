@@ -131,11 +131,21 @@ def reduced_inputs(mod: ModuleType, seed: int, size: CheckSize, meta_inputs: Seq
 
 
 def meta_model(mod: ModuleType, mode: str | None) -> tuple[torch.nn.Module, list[Any]]:
-    """The problem's model and inputs on the meta device: the real shapes, no memory."""
+    """The problem's model and inputs on the meta device: the real shapes, no
+    memory. A model or input whose construction reads tensor values (sizes
+    computed with torch and read back by tolist() or item()) cannot be built
+    there: it is built on the CPU and moved."""
     torch.manual_seed(0)
-    with torch.device("meta"):
-        model = mod.Model(*mod.get_init_inputs())
-        inputs = list(mod.get_inputs())
+    try:
+        with torch.device("meta"):
+            model = mod.Model(*mod.get_init_inputs())
+    except (NotImplementedError, RuntimeError):  # tolist(), item(): no values on meta; a real error recurs here
+        model = mod.Model(*mod.get_init_inputs()).to("meta")
+    try:
+        with torch.device("meta"):
+            inputs = list(mod.get_inputs())
+    except (NotImplementedError, RuntimeError):
+        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
     if mode is not None:
         model.train(mode == "train")
     return model, inputs
