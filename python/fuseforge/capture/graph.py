@@ -20,6 +20,10 @@ class CaptureError(RuntimeError):
 
     #: What a failed torch.export printed while it ran (its partial graph); "" otherwise.
     details: str = ""
+    #: The error is about one node and would name the line of the user's code
+    #: that made it, had export recorded stack traces (capture asks for them
+    #: only then: recording them is about a sixth of export's time).
+    wants_source_line: bool = False
 
 
 @dataclass

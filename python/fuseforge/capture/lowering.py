@@ -162,6 +162,7 @@ class Lowerer:
         except CaptureError as e:  # add where the user's code made the node (after the first line)
             trace = node.meta.get("stack_trace")
             if not trace:
+                e.wants_source_line = True
                 raise
             raise CaptureError(f"{e}\n{trace}") from e.__cause__
 
@@ -309,10 +310,12 @@ class Lowerer:
                     raise CaptureError(f"internal: mutated buffer {spec.target} is not an input")
             elif kind == "USER_INPUT_MUTATION":
                 trace = arg.meta.get("stack_trace") if isinstance(arg, fx.Node) else None
-                raise CaptureError(
+                error = CaptureError(
                     f"forward mutates its input {spec.target!r} in place; fuseforge graphs "
                     "may only write back buffers" + (f"\n{trace}" if trace else "")
                 )
+                error.wants_source_line = trace is None
+                raise error
             else:
                 raise CaptureError(f"unsupported graph output kind {kind} ({spec.target})")
 

@@ -183,9 +183,11 @@ def _splice(graph: fx.Graph, node: fx.Node, decomposed: fx.Graph) -> None:
                 results = [env[x] for x in m.args[0]]
             else:
                 copy = graph.node_copy(m, lambda x: env[x])
-                for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+                for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):  # the user's, not _DistinctNodes'
                     if key in node.meta:
                         copy.meta[key] = node.meta[key]
+                    else:
+                        copy.meta.pop(key, None)
                 env[m] = copy
     if isinstance(node.meta.get("val"), (list, tuple)):
         for user in list(node.users):  # getitems only (decompose_by_node checked)
