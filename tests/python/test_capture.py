@@ -1299,7 +1299,49 @@ class _DistinctOps(nn.Module):
         return torch.stack([a * b, c.softmax(1)])
 
 
-@pytest.mark.parametrize("case", ["unrolled_loop", "two_steps", "distinct_ops", "programs_of_two"])
+class _InPlaceBlocks(nn.Module):
+    """Residual blocks written in place, as torchvision writes them:
+    ReLU(inplace=True), `out += identity`, F.relu(..., inplace=True), and an
+    eval-mode Dropout(inplace=True), which is its input."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(inplace=True)) for _ in range(3)
+        )
+        self.drop = nn.Dropout(0.2, inplace=True)
+        self.eval()
+
+    def forward(self, x):
+        for block in self.blocks:
+            identity = x
+            out = block(self.drop(x))
+            out += identity
+            x = F.relu(out, inplace=True)
+        return x
+
+
+class _InPlaceThroughAView(nn.Module):
+    """An in-place op whose value a view also reads, taken before the write and
+    read after it: the view must see the write, so it stays in place."""
+
+    def forward(self, x):
+        y = x * 2
+        flat = y.view(-1)
+        y.relu_()
+        return flat + 1, y
+
+
+class _InPlaceThatWouldPromote(nn.Module):
+    """add_ of an f64 tensor into an f32 one stays f32; add would not."""
+
+    def forward(self, x, z):
+        y = x * 2
+        y.add_(z)
+        return y
+
+
+@pytest.mark.parametrize("case", ["unrolled_loop", "two_steps", "distinct_ops", "programs_of_two", "in_place"])
 def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeypatch):
     # The distinct nodes exported together (or NODES_PER_EXPORT at a time)
     # and decomposed, each one's part spliced in for every node like it: the
@@ -1311,6 +1353,7 @@ def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeyp
         "two_steps": (_UnrolledCell(), [_r(2, 4, 8)]),
         "distinct_ops": (_DistinctOps(), [_r(2, 3, 6, 6)]),
         "programs_of_two": (_DistinctOps(), [_r(2, 3, 6, 6)]),
+        "in_place": (_InPlaceBlocks(), [_r(2, 4, 6, 6)]),
     }[case]
     if case == "programs_of_two":
         monkeypatch.setattr(node_decompositions, "NODES_PER_EXPORT", 2)
@@ -1318,6 +1361,21 @@ def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeyp
     assert taken
     monkeypatch.setattr(decompositions, "decompose_by_node", lambda *args: None)
     assert _canonical(capture(model, inputs, name="m").text) == _canonical(by_node)
+
+
+@pytest.mark.parametrize("case", ["view", "promotion"])
+def test_an_in_place_op_that_is_not_its_out_of_place_form_goes_to_the_retrace(case, monkeypatch):
+    from fuseforge.capture import decompositions
+
+    model, inputs = {
+        "view": (_InPlaceThroughAView(), [_r(3, 4)]),
+        "promotion": (_InPlaceThatWouldPromote(), [_r(3, 4), _r(3, 4).double()]),
+    }[case]
+    by_node, taken = _capture_by_node(model, inputs, monkeypatch)
+    assert not taken
+    monkeypatch.setattr(decompositions, "decompose_by_node", lambda *args: None)
+    assert _canonical(capture(model, inputs, name="m").text) == _canonical(by_node)
+    check_against_eager(model, inputs)
 
 
 def test_node_by_node_leaves_mutations_to_the_retrace(monkeypatch):
