@@ -198,6 +198,34 @@ def test_fp64_reference_converts_tensor_attributes_on_copies(tmp_path):
     assert result["eager_err_vs_fp64"] is not None and result["eager_err_vs_fp64"] < 1e-5, result
 
 
+def test_fp64_reference_makes_forwards_own_tensors_in_float64():
+    """An LSTM cell stepped from a zero state forward makes without a dtype:
+    in the reference that state is float64 like the weights (else the cell
+    refuses mixed dtypes), and the default dtype is float32 again after."""
+
+    class Cell(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = torch.nn.LSTMCell(8, 16)
+
+        def forward(self, x):
+            h = torch.zeros(x.shape[0], 16)
+            h, c = self.cell(x[:, 0], (h, torch.zeros_like(h)))
+            return self.cell(x[:, 1], (h, c))[0]
+
+    model, x = Cell(), torch.randn(4, 2, 8)
+    (out64,) = check.float64_outputs(model, [x])
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            want = model.double()(x.double())
+    finally:
+        torch.set_default_dtype(torch.float32)
+        model.float()
+    assert out64.dtype == torch.float64 and torch.equal(out64, want)
+    assert torch.get_default_dtype() == torch.float32
+
+
 RECURRENT_ATTRIBUTE_PROBLEM = textwrap.dedent(
     """
     import torch

@@ -107,19 +107,32 @@ def in_float64(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
         convert(back=True)
 
 
+@contextlib.contextmanager
+def _float64_by_default() -> Iterator[None]:
+    """Floating tensors forward makes without a dtype (an RNN's zero state,
+    torch.zeros(batch, hidden)) made in float64, as the rest of the reference."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(default)
+
+
 def float64_inputs(inputs: Sequence[Any]) -> list[Any]:
     """`inputs` with their floating tensors in float64 (the rest as they are)."""
     return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
 
 
 def float64_run(model: torch.nn.Module, inputs: list[Any]) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-    """Outputs of `model` computed in float64 (in_float64) on `inputs` with
-    their floating tensors in float64, and its buffers as that run left them
+    """Outputs of `model` computed in float64 (in_float64, and float64 the
+    default dtype) on `inputs` with their floating tensors in float64, and
+    its buffers as that run left them
     (floating ones in float64), by name. The model's buffers hold their own
     dtype again afterwards; the ones returned are not the model's (a buffer
     the conversion left alone is cloned), so restoring the model's keeps them."""
     inputs64 = float64_inputs(inputs)
-    with torch.no_grad(), in_float64(model):
+    with torch.no_grad(), in_float64(model), _float64_by_default():
         outputs = flatten_tensors(model(*inputs64))
         buffers = state(model)
     own = state(model)
