@@ -838,6 +838,27 @@ def test_lstm_hidden_states_match_eager():
     assert cg.opaque_targets == ["aten.gru.input"]
 
 
+def test_rnn_cells_stepped_in_a_loop_decompose_into_fusable_ops():
+    """A cell is one step: its two linears and gate math, which fuse with the
+    steps around it (a whole-sequence RNN is cuDNN's to run, a cell is not)."""
+
+    class Cells(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm, self.gru = nn.LSTMCell(6, 8), nn.GRUCell(8, 8)
+            self.tanh, self.relu = nn.RNNCell(8, 8), nn.RNNCell(8, 8, nonlinearity="relu")
+
+        def forward(self, x):
+            h = c = g = torch.zeros(x.shape[1], 8)
+            for t in range(x.shape[0]):
+                h, c = self.lstm(x[t], (h, c))
+                g = self.relu(self.tanh(self.gru(h, g)))
+            return g
+
+    cg = check_against_eager(Cells(), [_r(3, 4, 6)])
+    assert cg.opaque_targets == []
+
+
 def test_rnns_trace_as_one_op_without_their_decompositions(monkeypatch):
     # Capture must not trace an RNN's per-step decomposition (seconds for long
     # sequences): the fuseforge:: stand-ins allocate results of the shapes and

@@ -19,7 +19,9 @@ from fuseforge.capture.node_decompositions import decompose_by_node
 aten = torch.ops.aten
 
 # Ops that stay whole although the default table decomposes them: RNNs (an
-# unrolled LSTM is thousands of nodes and much slower than cuDNN), pooling (an
+# unrolled LSTM is thousands of nodes and much slower than cuDNN; a cell
+# stepped in a loop is one step's linears and gate math, which fuse, and
+# decomposes), pooling (an
 # IR op of its own, max_pool/avg_pool),
 # resampling, padding and attention, whose decompositions are gathers or worse
 # than the library kernels (the CPU flash attention's also returns the
@@ -35,10 +37,6 @@ _KEEP_WHOLE = {
     "gru",
     "rnn_tanh",
     "rnn_relu",
-    "lstm_cell",
-    "gru_cell",
-    "rnn_tanh_cell",
-    "rnn_relu_cell",
     "max_pool1d",
     "max_pool2d",
     "max_pool3d",
