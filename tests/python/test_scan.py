@@ -50,6 +50,11 @@ CASES = {
         [torch.randn(16, 700), (torch.rand(16, 700) > 0.5).float(), torch.randn(16, 1)],
         [["mul", "cumsum", "mul", "add"]],
     ),
+    "cumsum_masked_by_int64_positions": (
+        lambda m, x, i: torch.cumsum(torch.where(i <= 350, x, 0.0), 1),
+        [torch.randn(16, 700), torch.randint(0, 700, (16, 700))],
+        [["le", "full", "where", "cumsum"]],  # int64 loads past a row's end pad with a long long zero
+    ),
     "reverse_cumprod_half_to_double": (
         lambda m, x: _flip_scan(torch.cumprod, 1 + 0.01 * x, 0, dtype=torch.float64),
         [torch.randn(100, 5, dtype=torch.float16)],

@@ -217,7 +217,7 @@ ConvEpilogue conv_epilogue(const fusion::Group& group, const fusion::ConvKernelS
       const Shape strides = broadcast_strides(extra[i]->type, shape);
       if (std::any_of(strides.begin() + 2, strides.end(),
                       [](int64_t s) { return s != 0; })) {  // varies along the pixels
-        loads << "    o." << name << " = inside ? " << expr_of.at(extra[i]) << " : " << type << "();\n";
+        loads << "    o." << name << " = inside ? " << expr_of.at(extra[i]) << " : static_cast<" << type << ">(0);\n";
         prefetches << "    asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(in" << i << " + ("
                    << offset(strides, index) << ")));\n";
       } else {

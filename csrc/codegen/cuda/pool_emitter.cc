@@ -188,7 +188,7 @@ void PoolEmitter::normalized_window(std::ostringstream& os, std::string ind) con
      << (softmax ? "{\n" + ind + "  v[k] = ff_exp(v[k] - base);\n" + ind + "  s += v[k];\n" + ind + "}\n"
                  : "s += ff_exp(v[k] - base);\n");
   os << ind << "const " << t << " sum = " << (softmax ? "" : "ff_log(") << "(m == ff_inf(" << t << "()) ? m - m : s)"
-     << (softmax ? ", rcp = " + t + "(1) / sum" : ")") << ";\n";
+     << (softmax ? ", rcp = static_cast<" + t + ">(1) / sum" : ")") << ";\n";
   os << "#pragma unroll\n" << ind << each;
   const std::string y = softmax ? "ff_div_rcp(v[" + cd + "], sum, rcp)" : "v[" + cd + "] - m - sum";
   const DType nt = norm_->result()->type.dtype;
@@ -268,7 +268,8 @@ void PoolEmitter::window_head(std::ostringstream& os, const std::string& ind, in
   const std::string inf =
       acc_t == DType::f64 ? "__longlong_as_double(0x7ff0000000000000LL)" : "__int_as_float(0x7f800000)";
   for (size_t i = 0; i < pools_.size(); ++i) {
-    const std::string acc = "acc" + std::to_string(i), init = specs_[i].max ? "-" + inf : type + "(0)";
+    const std::string acc = "acc" + std::to_string(i),
+                      init = specs_[i].max ? "-" + inf : "static_cast<" + type + ">(0)";
     if (count > 0)
       os << ind << type << " " << acc << "[" << count << "];\n#pragma unroll\n"
          << ind << "for (int k = 0; k < " << count << "; ++k) " << acc << "[k] = " << init << ";\n";

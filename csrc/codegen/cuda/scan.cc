@@ -31,9 +31,9 @@ struct Fold {
 Fold fold_of(const Node& scan, const std::string& type) {
   switch (*scan_combine(scan.op)) {
     case Op::Add:
-      return {"[](" + type + " a, " + type + " b) { return a + b; }", type + "(0)"};
+      return {"[](" + type + " a, " + type + " b) { return a + b; }", "static_cast<" + type + ">(0)"};
     case Op::Mul:
-      return {"[](" + type + " a, " + type + " b) { return a * b; }", type + "(1)"};
+      return {"[](" + type + " a, " + type + " b) { return a * b; }", "static_cast<" + type + ">(1)"};
     default:
       throw IRError(std::string(op_name(scan.op)) + " folds with " + std::string(op_name(*scan_combine(scan.op))) +
                     ", which the scan kernel does not (internal error)");
@@ -331,12 +331,12 @@ class ScanEmitter {
       }
       os << "  " << ct << " " << x << "[kItems];\n";
       const std::string vec = "ff_vec<" + st + ", " + std::to_string(a.vector) + ">";
-      vector_or_scalar(
-          a,
-          "const " + vec + " v = *reinterpret_cast<const " + vec + "*>(" + a.param + " + base_" + a.param + " + " +
-              chunk_start + ");\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) " + x +
-              "[q + k] = ff_load(v.v[" + in_chunk + "]);",
-          x + "[j] = " + element + " < kLength ? ff_load(" + a.param + "[" + at(a, element) + "]) : " + ct + "(0);");
+      vector_or_scalar(a,
+                       "const " + vec + " v = *reinterpret_cast<const " + vec + "*>(" + a.param + " + base_" + a.param +
+                           " + " + chunk_start + ");\n#pragma unroll\n      for (int k = 0; k < kChunk; ++k) " + x +
+                           "[q + k] = ff_load(v.v[" + in_chunk + "]);",
+                       x + "[j] = " + element + " < kLength ? ff_load(" + a.param + "[" + at(a, element) +
+                           "]) : static_cast<" + ct + ">(0);");
       expr_of[a.value] = x + "[j]";
     };
     // Inputs the prologue or the scan reads load first; the epilogue's own as it stores.
