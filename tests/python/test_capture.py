@@ -1353,6 +1353,17 @@ class _InPlaceThroughAView(nn.Module):
         return flat + 1, y
 
 
+class _InPlaceOnAChunk(nn.Module):
+    """relu_ on a chunk of split (rows: strides like a fresh tensor's), a
+    view of the tensor the sum reads after."""
+
+    def forward(self, x):
+        y = x * 2
+        a, _ = y.split([1, 2], dim=0)
+        a.relu_()
+        return y.sum(0)
+
+
 class _InPlaceThatWouldPromote(nn.Module):
     """add_ of an f64 tensor into an f32 one stays f32; add would not."""
 
@@ -1384,12 +1395,13 @@ def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeyp
     assert _canonical(capture(model, inputs, name="m").text) == _canonical(by_node)
 
 
-@pytest.mark.parametrize("case", ["view", "promotion"])
+@pytest.mark.parametrize("case", ["view", "chunk", "promotion"])
 def test_an_in_place_op_that_is_not_its_out_of_place_form_goes_to_the_retrace(case, monkeypatch):
     from fuseforge.capture import decompositions
 
     model, inputs = {
         "view": (_InPlaceThroughAView(), [_r(3, 4)]),
+        "chunk": (_InPlaceOnAChunk(), [_r(3, 4)]),
         "promotion": (_InPlaceThatWouldPromote(), [_r(3, 4), _r(3, 4).double()]),
     }[case]
     by_node, taken = _capture_by_node(model, inputs, monkeypatch)

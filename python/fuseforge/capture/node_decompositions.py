@@ -10,10 +10,10 @@ run_decompositions itself; each one's part of the result replaces every node
 like it (an unrolled loop's steps share one: 0.8 s for that GRU). In-place
 ops on values the graph computes (nn.ReLU(inplace=True), `out += identity`)
 become their out-of-place forms first (torchvision's ResNet-101 in eval
-mode: 0.55 s against the re-trace's 2.2). A mutation of anything else, an op that is not
-an ATen overload, or a decomposition that makes constants leaves the graph
-to the whole re-trace. tests/python/test_capture.py
-checks that both ways lower to the same IR."""
+mode: 0.55 s against the re-trace's 2.2). A mutation of anything else, an
+op that is not an ATen overload, or a decomposition that makes constants
+leaves the graph to the whole re-trace. tests/python/test_capture.py checks
+that both ways lower to the same IR."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def _aliases(node: fx.Node) -> bool:
     """Whether `node`'s result may share memory with an argument (a view)."""
     if node.op != "call_function":
         return True
-    if node.target is operator.getitem:
-        return False
+    if node.target is operator.getitem:  # one result of a multi-result op: a view where that op makes views (split)
+        return isinstance(node.args[0], fx.Node) and _aliases(node.args[0])
     if not isinstance(node.target, torch._ops.OpOverload):
         return True
     return any(r.alias_info is not None for r in node.target._schema.returns)
@@ -295,7 +295,8 @@ def decompose_by_node(
 ) -> Program | None:
     """`ep` with each node whose op `decomposes` replaced, in place, by that
     node decomposed alone by `run` (run_decompositions); None where the graph
-    needs the whole re-trace (then `ep` is as it was)."""
+    needs the whole re-trace (then `ep` is the same program, its in-place ops
+    on computed values perhaps rewritten out of place)."""
     _functionalize_in_place(ep.graph)
     ep.graph_module.recompile()
     if not _functional(ep):
