@@ -8,6 +8,11 @@ namespace ff::fusion {
 
 PartitionBuilder::PartitionBuilder(const Graph& g) : g_(g) {
   for (size_t i = 0; i < g.nodes().size(); ++i) index_[g.nodes()[i].get()] = static_cast<int>(i);
+  while (span_leaves_ < g.nodes().size()) span_leaves_ *= 2;
+  span_tree_.assign(2 * span_leaves_, -1);
+  group_at_.assign(g.nodes().size(), -1);
+  seen_.assign(g.nodes().size(), 0);
+  member_.assign(g.nodes().size(), 0);
   for (auto& n : g.nodes())
     for (auto& o : n->operands) {
       if (!o.is_value()) continue;
@@ -18,6 +23,9 @@ PartitionBuilder::PartitionBuilder(const Graph& g) : g_(g) {
         if (std::find(u.begin(), u.end(), n.get()) == u.end()) u.push_back(n.get());
       }
     }
+  user_indices_.resize(g.nodes().size());
+  for (const auto& [n, us] : users_)
+    for (const Node* u : us) user_indices_[index(n)].push_back(index(u));
 }
 
 const std::vector<Node*>& PartitionBuilder::users(const Node* n) const {
@@ -128,17 +136,92 @@ bool PartitionBuilder::reaches(const std::vector<const Node*>& from,
   return false;
 }
 
+bool PartitionBuilder::reaches_through_groups(const std::vector<const Node*>& from,
+                                              const std::unordered_set<const Node*>& members) const {
+  // Node edges go forward in the node order and a group joins its nodes
+  // whatever their order, so a path to a member stays before `last`: the
+  // members' last index, raised to the last node of every group with a node
+  // before it, until none raises it further.
+  int last = -1;
+  for (const Node* m : members) last = std::max(last, index(m));
+  for (int end = last_end_of_groups_before(last); end > last; end = last_end_of_groups_before(last)) last = end;
+  if (++stamp_ == 0) {  // the marks wrapped: clear them once
+    std::fill(seen_.begin(), seen_.end(), 0);
+    std::fill(member_.begin(), member_.end(), 0);
+    std::fill(entered_.begin(), entered_.end(), 0);
+    stamp_ = 1;
+  }
+  for (const Node* m : members) member_[index(m)] = stamp_;
+  std::vector<int> stack;
+  const auto visit = [&](int i) {
+    if (i > last || seen_[i] == stamp_) return;
+    seen_[i] = stamp_;
+    stack.push_back(i);
+    const int gi = group_at_[i];
+    if (gi < 0 || entered_[gi] == stamp_) return;
+    entered_[gi] = stamp_;
+    for (const Node* g : groups_[gi].nodes) {
+      const int j = index(g);
+      if (member_[j] != stamp_ && j <= last && seen_[j] != stamp_) {
+        seen_[j] = stamp_;
+        stack.push_back(j);
+      }
+    }
+  };
+  for (const Node* n : from) visit(index(n));
+  while (!stack.empty()) {
+    const int i = stack.back();
+    stack.pop_back();
+    for (int u : user_indices_[i]) {
+      if (member_[u] == stamp_) return true;
+      visit(u);
+    }
+  }
+  return false;
+}
+
+void PartitionBuilder::set_span(const std::vector<Node*>& nodes, bool present) {
+  if (nodes.empty()) return;
+  int first = index(nodes.front()), end = first;
+  for (const Node* n : nodes) {
+    first = std::min(first, index(n));
+    end = std::max(end, index(n));
+  }
+  size_t at = span_leaves_ + static_cast<size_t>(first);
+  span_tree_[at] = present ? end : -1;
+  for (at /= 2; at >= 1; at /= 2) span_tree_[at] = std::max(span_tree_[2 * at], span_tree_[2 * at + 1]);
+}
+
+int PartitionBuilder::last_end_of_groups_before(int position) const {
+  int best = -1;  // the maximum over the leaves [0, position)
+  size_t lo = span_leaves_, hi = span_leaves_ + static_cast<size_t>(std::max(position, 0));
+  for (; lo < hi; lo /= 2, hi /= 2) {
+    if (lo & 1) best = std::max(best, span_tree_[lo++]);
+    if (hi & 1) best = std::max(best, span_tree_[--hi]);
+  }
+  return best;
+}
+
 int PartitionBuilder::add_group(Group::Kind kind, std::vector<Node*> nodes, const GemmSpec& gemm,
                                 const ConvKernelSpec& conv) {
   const int id = static_cast<int>(groups_.size());
-  for (Node* n : nodes) group_of_[n] = id;
+  set_span(nodes, true);
+  entered_.push_back(0);
+  for (Node* n : nodes) {
+    group_of_[n] = id;
+    group_at_[index(n)] = id;
+  }
   groups_.push_back({kind, gemm, conv, std::move(nodes)});
   return id;
 }
 
 std::vector<Node*> PartitionBuilder::release(int group) {
   Members& m = groups_.at(group);
-  for (Node* n : m.nodes) group_of_.erase(n);
+  set_span(m.nodes, false);
+  for (Node* n : m.nodes) {
+    group_of_.erase(n);
+    group_at_[index(n)] = -1;
+  }
   m.released = true;
   return std::move(m.nodes);
 }

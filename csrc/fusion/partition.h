@@ -2,6 +2,7 @@
 // The machinery schedulers share to form groups (scheduler.h): users of each
 // node, which group holds a node, cycle checks, and the final schedule of
 // groups and library calls in an order that respects every dependency.
+#include <cstdint>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -53,6 +54,12 @@ class PartitionBuilder {
   bool reaches(const Node* from, const std::unordered_set<const Node*>& members) const;
   // Whether any node of `from` does: one search for all of them.
   bool reaches(const std::vector<const Node*>& from, const std::unordered_set<const Node*>& members) const;
+  // The same between kernels: a path that enters a group leaves it from any
+  // of its nodes, since the group's kernel runs once all it reads is there.
+  // Two kernels can each read the other's results with no path between
+  // their nodes; this sees that cycle.
+  bool reaches_through_groups(const std::vector<const Node*>& from,
+                              const std::unordered_set<const Node*>& members) const;
 
   // Adds a group of `nodes`, in the order its kernel computes them (a
   // topological one); returns its index.
@@ -87,6 +94,21 @@ class PartitionBuilder {
   std::unordered_map<const Value*, std::vector<Node*>> value_users_;
   std::unordered_map<const Node*, int> group_of_;
   std::vector<Members> groups_;
+  // Each group's last node index at the position of its first, as a
+  // segment tree of maxima (-1: none): reaches_through_groups finds the last
+  // node of the groups that start before a point in log time.
+  std::vector<int> span_tree_;
+  size_t span_leaves_ = 1;
+  // reaches_through_groups' search by node index: each node's users and
+  // group (-1: none), and marks of this search (== stamp_) for what it saw,
+  // the members and the groups it entered, so that no search hashes.
+  std::vector<std::vector<int>> user_indices_;
+  std::vector<int> group_at_;
+  mutable std::vector<uint32_t> seen_, member_, entered_;  // entered_: by group
+  mutable uint32_t stamp_ = 0;
+
+  void set_span(const std::vector<Node*>& nodes, bool present);
+  int last_end_of_groups_before(int position) const;
 
   Group describe(const Members& m) const;
   std::vector<Step> schedule(const std::vector<int>& kept) const;

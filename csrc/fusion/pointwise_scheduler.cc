@@ -73,15 +73,17 @@ class PointwiseScheduler final : public Scheduler {
     bool all_users_inside = !p.feeds_graph_output(producer);
     for (Node* u : p.users(producer)) all_users_inside &= members.count(u) != 0;
     if (ps != shape && !(broadcasts_to(ps, shape) && all_users_inside)) return false;
-    // No cycle: an outside user of the producer must not lead back into the
-    // group, and an operand of it must not be computed from the group's results.
+    // No cycle, through other kernels too: an outside user of the producer
+    // must not lead back into the group, and an operand of it must not be
+    // computed from the group's results.
+    std::vector<const Node*> outside;
     for (Node* u : p.users(producer))
-      if (!members.count(u) && p.reaches(u, members)) return false;
+      if (!members.count(u)) outside.push_back(u);
+    if (p.reaches_through_groups(outside, members)) return false;
     for (auto& o : producer->operands)
       if (o.is_value() && o.value->producer && !members.count(o.value->producer)) {
         const Node* q = o.value->producer;
-        for (const Node* m : members)
-          if (q == m || p.reaches(m, {q})) return false;
+        if (p.reaches_through_groups(std::vector<const Node*>(members.begin(), members.end()), {q})) return false;
       }
     return true;
   }

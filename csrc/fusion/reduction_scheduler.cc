@@ -20,7 +20,8 @@
 // into it (a cycle through a library call), every value read outside the
 // kernel spans its rows (or its whole domain), applying the results to the
 // rows pays and the element outputs are written a run at a time
-// (reduction_strategy.h). A kernel with too few blocks to fill
+// (reduction_strategy.h), and while the kernel has at most
+// kMaxKernelNodes nodes. A kernel with too few blocks to fill
 // the GPU is not made at all. Pointwise groups run first
 // (scheduler.h), GEMM kernels take their epilogues before this scheduler.
 #include <algorithm>
@@ -35,6 +36,19 @@ namespace ff::fusion {
 namespace {
 
 bool is_row_reshape(const Node& n) { return n.op == Op::View || n.op == Op::Squeeze || n.op == Op::Unsqueeze; }
+
+// Each step of a kernel's growth checks the whole kernel again for every
+// candidate, so its cost grows with the cube of the kernel's size. Where one
+// domain runs through a whole unrolled loop (the backward of a scan written
+// as a Python loop: every step's tensors of the domain's size, each step's
+// reductions siblings of the next's), the kernel would take in the loop:
+// such a selective scan's backward planned in 3.5, 14 and 42 s at 12, 16 and
+// 20 steps, and not within minutes at 32 (1938 nodes; 2 s with the bound).
+// Models' reduction kernels have a few dozen nodes (22 at most in
+// benchmarks/problems' forwards); the bound leaves them as they are and cuts
+// such a loop into kernels of this size, which the cycle check through
+// formed kernels keeps from waiting on each other.
+constexpr size_t kMaxKernelNodes = 128;
 
 class ReductionScheduler final : public Scheduler {
  public:
@@ -125,8 +139,11 @@ class ReductionScheduler final : public Scheduler {
     }
     // One search from every outside reader: a kernel of many members (the
     // same reduction in each step of an unrolled loop) would otherwise walk
-    // the graph between them once per reader.
-    if (p.reaches(readers_outside, members)) return false;
+    // the graph between them once per reader. Through the kernels formed so
+    // far: two reduction kernels, one reading a value of the other that is
+    // computed from the first's own result (through a library view), would
+    // each wait for the other.
+    if (p.reaches_through_groups(readers_outside, members)) return false;
     const Group g = p.describe_nodes(Group::Kind::Reduction, nodes);
     const auto l = codegen::reduction_layout(g, *d);
     const auto s = choose_reduction_strategy(g, *d, l, options);
@@ -181,7 +198,7 @@ class ReductionScheduler final : public Scheduler {
             continue;
         }
         const std::vector<Node*> trial = joined(p, order, nodes);
-        if (!feasible(p, trial, options)) continue;
+        if (trial.size() > kMaxKernelNodes || !feasible(p, trial, options)) continue;
         order = trial;
         members.insert(nodes.begin(), nodes.end());
         if (u.group >= 0) taken.push_back(u.group);

@@ -8,6 +8,7 @@ eager for a few layer kinds; the backward kernels of every problem compile
 with NVRTC (test_backward_kernels_compile_for_sm90)."""
 
 import copy
+import logging
 from pathlib import Path
 
 import pytest
@@ -382,6 +383,81 @@ class DataDependent(nn.Module):
         if y.sum() > 0:
             return torch.relu(y)
         return torch.sigmoid(y)
+
+
+class NormalizedRowsAndColumnStatistics(nn.Module):
+    """Row-normalized features, a column statistic and a row logsumexp: in
+    the backward, kernels of each reduction read values made from the
+    other's results (through a view), which two kernels cannot both do."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.lo, self.hi = nn.Parameter(-torch.ones(16)), nn.Parameter(torch.ones(16))
+
+    def forward(self, x):
+        z = self.proj(x)
+        z = z / z.norm(p=2, dim=1, keepdim=True).clamp_min(1e-6)
+        m = torch.addcmul(torch.lerp(z, torch.clamp(z, self.lo, self.hi), 0.3), z, z, value=0.5)
+        return torch.addcdiv(m, z, torch.std(z, dim=0, correction=0) + 1.0, value=0.1).logsumexp(1)
+
+
+def test_a_backward_whose_reductions_feed_each_other_is_compiled(caplog):
+    torch.manual_seed(0)
+    model = NormalizedRowsAndColumnStatistics()
+    reference = copy.deepcopy(model)
+    x = torch.randn(12, 16)
+    with caplog.at_level(logging.WARNING, logger="fuseforge"):
+        _steps(model, x, 1, compiled=True)
+    _steps(reference, x, 1, compiled=False)
+    assert "runs eagerly" not in caplog.text, caplog.text
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+
+
+class SelectiveScanLoop(nn.Module):
+    """A state-space scan written as a Python loop: each step's tensors have
+    one [batch, channels, state] domain and each step's reduction over the
+    state reads what the next step reads, so in the backward one reduction
+    kernel could take in every step."""
+
+    def __init__(self, d=16, state=8):
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.proj = nn.Linear(d, 2 * state + 1)
+        self.A = nn.Parameter(-torch.rand(d, state))
+
+    def forward(self, x):
+        u = torch.nn.functional.silu(self.inp(x))
+        dt, B, C = torch.split(self.proj(u), [1, self.A.shape[1], self.A.shape[1]], dim=-1)
+        dt = torch.nn.functional.softplus(dt)
+        h = torch.zeros(x.shape[0], x.shape[2], self.A.shape[1])
+        ys = []
+        for t in range(x.shape[1]):
+            h = torch.exp(dt[:, t].unsqueeze(-1) * self.A) * h + (dt[:, t] * u[:, t]).unsqueeze(-1) * B[:, t].unsqueeze(
+                1
+            )
+            ys.append((h * C[:, t].unsqueeze(1)).sum(-1))
+        return torch.stack(ys, 1)
+
+
+def test_a_differentiated_python_loop_plans_in_bounded_kernels(caplog):
+    """Without a bound the reduction kernel grows through every step, its
+    checks growing with the cube of its size (42 s for this loop at 20
+    steps on the CPU machine); with it, kernels of at most 128 nodes that
+    read each other's results in one direction only."""
+    torch.manual_seed(0)
+    model = SelectiveScanLoop()
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 20, 16)
+    with caplog.at_level(logging.WARNING, logger="fuseforge"):
+        _, step = _steps(model, x, 1, compiled=True)
+    _steps(reference, x, 1, compiled=False)
+    assert "runs eagerly" not in caplog.text, caplog.text
+    backward = step.graphs[1].compiled.plan
+    assert max(len(k.nodes) for k in backward.kernels if k.kind == "reduction") <= 128
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_a_step_that_does_not_trace_whole_is_split_and_says_why(caplog):
