@@ -443,9 +443,9 @@ class SelectiveScanLoop(nn.Module):
 
 def test_a_differentiated_python_loop_plans_in_bounded_kernels(caplog):
     """Without a bound the reduction kernel grows through every step, its
-    checks growing with the cube of its size (42 s for this loop at 20
-    steps on the CPU machine); with it, kernels of at most 128 nodes that
-    read each other's results in one direction only."""
+    checks growing with the cube of its size (42 s for a wider loop like
+    this one at 20 steps on the CPU machine); with it, kernels of at most
+    128 nodes that read each other's results in one direction only."""
     torch.manual_seed(0)
     model = SelectiveScanLoop()
     reference = copy.deepcopy(model)
