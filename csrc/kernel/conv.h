@@ -37,8 +37,7 @@ struct ConvKernelSpec {
 std::optional<ConvKernelSpec> match_conv_kernel(const Node& conv);
 
 // Whether a kernel covers a conv of these parameters once its operands and
-// result are channels-last, the weight as conv_kernel_weight_strides says
-
+// result are channels-last, the weight as conv_kernel_weight_strides says.
 bool conv_kernel_covers(const ConvSpec& spec);
 
 // The strides of the weight (of shape `w`) an implicit-GEMM kernel reads:

@@ -103,8 +103,7 @@ std::vector<const Node*> epilogue_nodes(const Graph& g, const Node& conv) {
   return epilogue;
 }
 
-double epilogue_pass_bytes(const Graph& g, const Node& conv) {
-  const std::vector<const Node*> epilogue = epilogue_nodes(g, conv);
+double epilogue_pass_bytes(const Node& conv, const std::vector<const Node*>& epilogue) {
   std::unordered_set<const Value*> computed{conv.result()};
   for (const Node* n : epilogue) computed.insert(n->result());
   double read = conv.result()->type.bytes();

@@ -42,9 +42,9 @@ double copy_ms(double bytes, const Target& target);
 // conv result's shape, reached from it through such nodes (in the order found).
 std::vector<const Node*> epilogue_nodes(const Graph& g, const Node& conv);
 
-// Bytes a separate pass of `conv`'s pointwise epilogue (epilogue_nodes)
-// moves: it reads the conv's result and the epilogue's other operands (a
-// residual, a bias) and writes its value.
-double epilogue_pass_bytes(const Graph& g, const Node& conv);
+// Bytes a separate pass of `conv`'s pointwise epilogue (`epilogue`, as
+// epilogue_nodes gives it) moves: it reads the conv's result and the
+// epilogue's other operands (a residual, a bias) and writes its value.
+double epilogue_pass_bytes(const Node& conv, const std::vector<const Node*>& epilogue);
 
 }  // namespace ff::fusion

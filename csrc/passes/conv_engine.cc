@@ -112,13 +112,13 @@ TensorType channels_last(TensorType t) {
   return t;
 }
 
-// What a generated kernel saves by fusing `conv`'s pointwise epilogue: the
-// epilogue's own pass, where one would run. There is none where nothing
-// pointwise reads the result, nor where every value the epilogue makes is
-// read only by reductions, pools and scans, whose kernels take the
-// pointwise work in as their prologue and read the conv's result once either way.
-double epilogue_ms(const Graph& g, const Node& conv, const Target& target) {
-  const std::vector<const Node*> epilogue = fusion::epilogue_nodes(g, conv);
+// What a generated kernel saves by fusing `conv`'s pointwise epilogue
+// (fusion::epilogue_nodes): the epilogue's own pass, where one would run.
+// There is none where nothing pointwise reads the result, nor where every
+// value the epilogue makes is read only by reductions, pools and scans, whose
+// kernels take the pointwise work in as their prologue and read the conv's
+// result once either way.
+double epilogue_ms(const Graph& g, const Node& conv, const std::vector<const Node*>& epilogue, const Target& target) {
   const std::unordered_set<const Node*> inside(epilogue.begin(), epilogue.end());
   const auto takes_as_prologue = [](const Node& u) {
     const OpKind k = op_kind(u.op);
@@ -127,7 +127,7 @@ double epilogue_ms(const Graph& g, const Node& conv, const Target& target) {
   for (const Node* n : epilogue) {
     bool written = g.is_graph_output(n->result());
     for (const Node* u : g.users(n->result())) written |= !inside.count(u) && !takes_as_prologue(*u);
-    if (written) return 1e3 * fusion::epilogue_pass_bytes(g, conv) / target.rates.dram_bytes_per_s;
+    if (written) return 1e3 * fusion::epilogue_pass_bytes(conv, epilogue) / target.rates.dram_bytes_per_s;
   }
   return 0.0;
 }
@@ -136,8 +136,7 @@ double epilogue_ms(const Graph& g, const Node& conv, const Target& target) {
 // nothing, reaches only reductions over the channels (a min, max, sum, mean
 // or logsumexp over dim 1): a direct kernel then never writes it (the conv
 // scheduler folds the reduction in).
-bool reduced_over_channels(const Graph& g, const Node& conv) {
-  const std::vector<const Node*> epilogue = fusion::epilogue_nodes(g, conv);
+bool reduced_over_channels(const Graph& g, const Node& conv, const std::vector<const Node*>& epilogue) {
   const std::unordered_set<const Node*> inside(epilogue.begin(), epilogue.end());
   const Shape& shape = conv.result()->type.shape;
   const auto rank = static_cast<int64_t>(shape.size());
@@ -272,11 +271,14 @@ class ChooseConvEngines : public Pass {
     const fusion::ConvTimes t =
         fusion::conv_times(spec, target_, kernel, direct, cudnn ? &*cudnn : nullptr, measured_direct_ms(conv));
     const double inf = std::numeric_limits<double>::infinity();
-    const double fused = epilogue_ms(g, conv, target_);
+    const std::vector<const Node*> epilogue = fusion::epilogue_nodes(g, conv);
+    const double fused = epilogue_ms(g, conv, epilogue, target_);
+    const bool input_copied = !input_is_free(g, *conv.input(0));  // channels-last needs a copy of it
+    const bool weight_cl = is_channels_last(conv.input(1)->type);
     double conversions = 0;  // what channels-last costs around the conv
     if (free) {
-      if (!input_is_free(g, *conv.input(0))) conversions += fusion::copy_ms(conv.input(0)->type.bytes(), target_);
-      if (!is_channels_last(conv.input(1)->type) && !from_weights(*conv.input(1)))
+      if (input_copied) conversions += fusion::copy_ms(conv.input(0)->type.bytes(), target_);
+      if (!weight_cl && !from_weights(*conv.input(1)))
         conversions += fusion::copy_ms(conv.input(1)->type.bytes(), target_);
       if (!result_is_free(g, *conv.result())) conversions += fusion::copy_ms(conv.result()->type.bytes(), target_);
     }
@@ -287,14 +289,14 @@ class ChooseConvEngines : public Pass {
       return v.producer != nullptr && pointwise(*v.producer) && v.producer->results.size() == 1 &&
              g.users(&v).size() == 1;
     };
-    const bool rounded = target_.arch == 90 &&
-                         (!input_is_free(g, *conv.input(0)) || rounded_by_producer(*conv.input(0))) &&
-                         (!is_channels_last(conv.input(1)->type) || rounded_by_producer(*conv.input(1)));
+    const bool rounded = target_.arch == 90 && (input_copied || rounded_by_producer(*conv.input(0))) &&
+                         (!weight_cl || rounded_by_producer(*conv.input(1)));
     const double kernel_ms = kernel && spec.dtype == DType::f32 && spec.tf32 && !rounded
                                  ? fusion::kernel_rounding_in_place_ms(spec, target_)
                                  : t.kernel;
-    const double unwritten =
-        spec.groups == 1 && reduced_over_channels(g, conv) ? fusion::copy_ms(spec.output_bytes(), target_) / 2 : 0.0;
+    const double unwritten = spec.groups == 1 && reduced_over_channels(g, conv, epilogue)
+                                 ? fusion::copy_ms(spec.output_bytes(), target_) / 2
+                                 : 0.0;
     // A modelled implicit GEMM displaces a timed direct kernel only where it
     // wins by more than the model's error against timed kernels.
     double implicit_ms = kernel && channels_last_ok ? kernel_ms + conversions - fused : inf;

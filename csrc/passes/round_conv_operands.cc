@@ -1,6 +1,7 @@
 // round_conv_operands: rounds the operands of each 1xTF32 convolution an
-// implicit-GEMM kernel computes (conv_engine's choice) to tf32 (round_tf32) in the kernels that write
-// them, so that the conv kernel's tensor cores read them as they are.
+// implicit-GEMM kernel computes (conv_engine's choice) to tf32 (round_tf32)
+// in the kernels that write them, so that the conv kernel's tensor cores read
+// them as they are.
 //
 // Tensor cores read an f32 as tf32 by dropping its low 13 bits. Truncation
 // biases every product toward zero (1.5-3.2x eager's error against fp64 on the
@@ -30,10 +31,11 @@ class RoundConvOperands : public Pass {
 
   bool run(Graph& g) override {
     std::vector<Node*> convs;  // collected first: inserting nodes moves the node list
-    for (auto& n : g.nodes())
-      if (n->op == Op::Convolution && conv_engine(*n) == ConvEngine::implicit_gemm &&
-          n->result()->type.dtype == DType::f32 && conv_spec(*n)->tf32 && fusion::match_conv_kernel(*n))
-        convs.push_back(n.get());
+    for (auto& n : g.nodes()) {
+      if (n->op != Op::Convolution || conv_engine(*n) != ConvEngine::implicit_gemm) continue;
+      const auto spec = conv_spec(*n);
+      if (spec && spec->dtype == DType::f32 && spec->tf32 && fusion::match_conv_kernel(*n)) convs.push_back(n.get());
+    }
     bool changed = false;
     for (Node* n : convs) {
       for (size_t i : {0, 1}) {

@@ -565,7 +565,8 @@ TEST(ConvKernel, TransposedConvsWhoseStridesDivideTheirWindowsPackTheirPhasesInt
 TEST(ConvKernel, AnEpiloguesPassReadsTheResultAndItsOperands) {
   const double out = 2.0 * 12 * 10 * 14 * 4;  // f32[2,12,10,14]
   auto relu = parse(kTransposed);
-  EXPECT_DOUBLE_EQ(fusion::epilogue_pass_bytes(*relu, *first_conv(*relu)), 2 * out);
+  const Node& relu_conv = *first_conv(*relu);
+  EXPECT_DOUBLE_EQ(fusion::epilogue_pass_bytes(relu_conv, fusion::epilogue_nodes(*relu, relu_conv)), 2 * out);
   auto residual = parse(R"(graph @up(%x: f32[2,8,5,7], %w: f32[8,12,4,4] param, %skip: f32[2,12,10,14], %b: f32[12,1,1] param) {
   %0 = convolution(%x, %w) {dilation=[1, 1], groups=1, output_padding=[0, 0], padding=[1, 1], stride=[2, 2], transposed=true} : f32[2,12,10,14]
   %1 = add(%0, %skip) : f32[2,12,10,14]
@@ -578,7 +579,9 @@ TEST(ConvKernel, AnEpiloguesPassReadsTheResultAndItsOperands) {
 }
 )");
   verify(*residual);
-  EXPECT_DOUBLE_EQ(fusion::epilogue_pass_bytes(*residual, *first_conv(*residual)), 3 * out + 12 * 4);
+  const Node& residual_conv = *first_conv(*residual);
+  EXPECT_DOUBLE_EQ(fusion::epilogue_pass_bytes(residual_conv, fusion::epilogue_nodes(*residual, residual_conv)),
+                   3 * out + 12 * 4);
 }
 
 TEST(ConvKernel, OtherTransposedConvsAreOneGemmAPhaseOnlyWhereEveryConvMustBeAKernel) {
