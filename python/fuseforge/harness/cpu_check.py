@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -130,22 +130,30 @@ def reduced_inputs(mod: ModuleType, seed: int, size: CheckSize, meta_inputs: Seq
     return list(inputs)
 
 
+T = TypeVar("T")
+
+
+def _on_meta(build: Callable[[], T], move: Callable[[T], T]) -> T:
+    """build() on the meta device, or on the CPU and then `move`d there where
+    it reads tensor values (tolist(), item(): none on meta; a real error
+    recurs on the CPU)."""
+    try:
+        with torch.device("meta"):
+            return build()
+    except (NotImplementedError, RuntimeError):
+        return move(build())
+
+
 def meta_model(mod: ModuleType, mode: str | None) -> tuple[torch.nn.Module, list[Any]]:
     """The problem's model and inputs on the meta device: the real shapes, no
     memory. A model or input whose construction reads tensor values (sizes
     computed with torch and read back by tolist() or item()) cannot be built
     there: it is built on the CPU and moved."""
     torch.manual_seed(0)
-    try:
-        with torch.device("meta"):
-            model = mod.Model(*mod.get_init_inputs())
-    except (NotImplementedError, RuntimeError):  # tolist(), item(): no values on meta; a real error recurs here
-        model = mod.Model(*mod.get_init_inputs()).to("meta")
-    try:
-        with torch.device("meta"):
-            inputs = list(mod.get_inputs())
-    except (NotImplementedError, RuntimeError):
-        inputs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in mod.get_inputs()]
+    model = _on_meta(lambda: mod.Model(*mod.get_init_inputs()), lambda m: m.to("meta"))
+    inputs = _on_meta(
+        lambda: list(mod.get_inputs()), lambda xs: [x.to("meta") if isinstance(x, torch.Tensor) else x for x in xs]
+    )
     if mode is not None:
         model.train(mode == "train")
     return model, inputs
