@@ -12,7 +12,7 @@ import pytest
 
 from conftest import PROBLEMS, ROOT, TINY_PROBLEM
 from fuseforge.harness import bench, cli
-from fuseforge.harness.report import COMPILE_LEGEND, render_markdown
+from fuseforge.harness.report import COMPILE_LEGEND, render_markdown, render_table
 from fuseforge.harness.roofline import plan_bytes, plan_flops, roofline, roofline_cells
 
 
@@ -180,6 +180,34 @@ def test_markdown_report_lists_every_problem_and_failure():
     assert lines[header + 3].startswith("| hung | — | FAILED |")
     assert lines[-1] == "- hung: timed out after 300 s"
     assert COMPILE_LEGEND in lines  # the compile columns say how they were measured
+
+
+def test_the_report_says_where_torch_compile_breaks_the_accuracy_rule():
+    """Rows that judged torch.compile (run's inductor_* figures) give a count
+    in the summary and the verdict of each problem where it is incorrect,
+    in the Markdown report and the terminal table's caption alike."""
+    verdict = "incorrect: max err vs eager 1.1e-03 and vs fp64 1.1e-03 > 2× eager's 3.2e-06"
+    problems = {
+        "tf32_conv": {
+            "correct": True,
+            "speedup_vs_inductor": 0.9,
+            "inductor_correct": False,
+            "inductor_verdict": verdict,
+        },
+        "gemm": {"correct": True, "speedup_vs_inductor": 2.0, "inductor_correct": True, "inductor_verdict": "correct"},
+        "no_inductor": {"correct": True, "speedup_vs_eager": 2.0},
+    }
+    report = {"device": "X", "torch": "t", "precision": "fp32", "mode": "m", "command": "c", "date": "d"}
+    report |= {"problems": problems, "summary": bench.summarize(problems)}
+    assert report["summary"]["inductor_judged"] == 2 and report["summary"]["inductor_correct"] == 1
+    lines = render_markdown(report).splitlines()
+    assert "torch.compile by the same accuracy rule: 1/2 correct" in lines
+    assert f"- tf32_conv: torch.compile {verdict}" in lines
+    assert not any(line.startswith("- gemm:") for line in lines)
+    caption = str(render_table(report).caption)
+    assert "1/2 correct" in caption and f"tf32_conv: torch.compile {verdict}" in caption
+    plain = {"p": {"correct": True, "speedup_vs_inductor": 1.5}}  # reports from before the judgement: no line
+    assert "accuracy rule" not in render_markdown({**report, "problems": plain, "summary": bench.summarize(plain)})
 
 
 def test_unimplemented_precision_and_missing_matplotlib_fail_clearly(tmp_path, monkeypatch, capsys):

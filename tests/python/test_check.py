@@ -372,3 +372,29 @@ def test_closer_to_fp64_than_eager_is_correct_outputs_and_buffers_alike(tmp_path
         assert result["verdict"].startswith("incorrect: max err vs eager "), result
         assert " > 2× eager's " in result["verdict"], result
     assert torch.equal(model.acc, torch.zeros(N))  # buffers as before the check
+
+
+@pytest.mark.parametrize("error", [0.0, 1e-2])
+def test_a_baseline_is_judged_by_the_same_rule_from_the_same_state(tmp_path, error):
+    """baseline_accuracy (torch.compile's row of a report) applies
+    check_correctness's rule to another compiled form of the model: one that
+    keeps the low bits eager loses is correct by the fp64 rule, one off by
+    1e-2 is not, and its buffer update is judged from the state eager's run
+    started from, which the model holds again afterwards."""
+    path = tmp_path / "cancelling.py"
+    path.write_text(CANCELLING)
+    mod, model = build_model(str(path), None, "cpu")
+
+    def baseline(x):
+        model.acc.add_(x + error)
+        return x + error
+
+    judged = check.baseline_accuracy(mod, model, baseline, "cpu")
+    assert set(judged) == {"err_vs_fp64", "correct", "verdict"}
+    if error == 0.0:
+        assert judged["correct"] and judged["err_vs_fp64"] < 1e-9, judged
+        assert judged["verdict"].startswith("correct (error vs fp64 "), judged
+    else:
+        assert not judged["correct"] and judged["err_vs_fp64"] > 5e-3, judged
+        assert " > 2× eager's " in judged["verdict"], judged
+    assert torch.equal(model.acc, torch.zeros(N))

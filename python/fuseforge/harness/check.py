@@ -1,7 +1,10 @@
 """Correctness of a problem's optimized model for `fuseforge run`: fuseforge
 against eager and an fp64 reference over several seeds (check_correctness),
 judged by harness/compare.py's one rule (within 1e-4 of eager, or no further
-from fp64 than twice eager's error), outputs and updated buffers alike.
+from fp64 than twice eager's error), outputs and updated buffers alike. A
+baseline (torch.compile) is judged by the same rule on the first seed
+(baseline_accuracy), so that a report shows where its speed comes with an
+error the rule would not accept from fuseforge.
 
 Frugal with device memory, so that whatever eager can run can be checked:
 the optimized module shares the model's parameters and buffers (no copies of
@@ -220,3 +223,32 @@ def check_correctness(
             f"forward wrote parameters in place ({', '.join(moved)}): runs from one state cannot be compared"
         )
     return result
+
+
+def baseline_accuracy(
+    mod: ModuleType, model: torch.nn.Module, baseline: Any, device: str, precision: str = "fp32"
+) -> dict:
+    """The accuracy rule applied to `baseline` (a compiled form of `model`
+    sharing its parameters, e.g. torch.compile's) on the first seed's inputs,
+    each run from the same module state: its error against fp64
+    (`err_vs_fp64`), whether the rule holds (`correct`) and the verdict in
+    words (`verdict`)."""
+    from fuseforge.runtime.precision import precision_context
+
+    start = saved_state(model)
+    try:
+        inputs = problem_inputs(mod, 0, device)
+        with torch.no_grad(), precision_context(precision):
+            load_state(model, start)
+            ref = flatten_tensors(model(*inputs))
+            ref_buf = _buffers(model)
+            load_state(model, start)
+            out = flatten_tensors(baseline(*inputs))
+        out_buf = _buffers(model)
+        del inputs
+        load_state(model, start)
+        ref64, buf64 = fp64_run(mod, model, 0, device)
+        verdict = assess(out, ref, ref64, out_buf, ref_buf, [buf64[n] for n in sorted(buf64)])
+    finally:
+        load_state(model, start)
+    return {"err_vs_fp64": verdict.err64, "correct": verdict.correct, "verdict": verdict.describe()}

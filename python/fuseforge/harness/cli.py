@@ -67,7 +67,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     --seeds inputs and the timings, all on one optimized module of the model:
     each problem is captured and compiled once per process."""
     import fuseforge
-    from fuseforge.harness.check import check_correctness
+    from fuseforge.harness.check import baseline_accuracy, check_correctness
     from fuseforge.harness.measure import compile_inductor, compile_times, time_all, warm_imports
     from fuseforge.harness.problem import problem_name
 
@@ -116,8 +116,17 @@ def _run_gpu(args: argparse.Namespace) -> dict:
         row.update(check_correctness(mod, model, args.seeds, "cuda", args.precision, fast=fast))
         phase_done("check")
         progress.update(task, advance=1, description=f"{name}: timing")
-        row.update(time_all(model, fast, problem_inputs(mod, 1234, "cuda"), against, args.precision))
+        inputs = problem_inputs(mod, 1234, "cuda")
+        inductor = None
+        if "inductor" in against:
+            inductor, row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision)
+        row.update(time_all(model, fast, inputs, against, args.precision, inductor))
+        del inputs
         phase_done("timing")
+        if inductor is not None:  # where its speed comes with an error the rule would not accept from fuseforge
+            judged = baseline_accuracy(mod, model, inductor, "cuda", args.precision)
+            row.update({f"inductor_{k}": v for k, v in judged.items()})
+            phase_done("inductor_check")
         progress.update(task, advance=1)
         if args.train:
             from fuseforge.harness.train import measure_training, problem_copier
@@ -159,6 +168,9 @@ def _run_gpu(args: argparse.Namespace) -> dict:
     table.caption = ROOFLINE_LEGEND
     print_full_width(table)
     console.print(f"verdict: {_verdict_markup(row)}")
+    if "inductor_verdict" in row:
+        color = "green" if row["inductor_correct"] else "yellow"
+        console.print(f"torch.compile, by the same rule: [{color}]{escape(row['inductor_verdict'])}[/{color}]")
     if "train" in row:
         _print_train(name, row["train"])
     if specs:

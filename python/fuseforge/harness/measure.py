@@ -129,12 +129,19 @@ def compile_inductor(
 
 
 def time_all(
-    model: torch.nn.Module, fast: Any, inputs: Sequence[Any], against: Sequence[str], precision: str = "fp32"
+    model: torch.nn.Module,
+    fast: Any,
+    inputs: Sequence[Any],
+    against: Sequence[str],
+    precision: str = "fp32",
+    inductor: Any = None,
 ) -> dict:
     """Median cold-L2 milliseconds of eager, torch.compile (inductor) and
     fuseforge, timed interleaved (fuseforge.runtime.timing), and fuseforge's
     roofline estimate (fuseforge.harness.roofline); all three under the same
-    precision policy. `fast` has been called on `inputs` before (compiled)."""
+    precision policy. `fast` has been called on `inputs` before (compiled);
+    so has `inductor`, torch.compile's module, where given (else it is
+    compiled here, and its first call's seconds reported)."""
     from fuseforge.harness.roofline import roofline
     from fuseforge.runtime.precision import precision_context
     from fuseforge.runtime.timing import time_cuda
@@ -144,8 +151,9 @@ def time_all(
     if "eager" in against:
         fns["eager"] = lambda: model(*inputs)
     if "inductor" in against:
-        compiled, out["inductor_compile_s"] = compile_inductor(model, inputs, precision)
-        fns["inductor"] = lambda: compiled(*inputs)
+        if inductor is None:
+            inductor, out["inductor_compile_s"] = compile_inductor(model, inputs, precision)
+        fns["inductor"] = lambda: inductor(*inputs)
     with torch.no_grad(), precision_context(precision):
         out.update({f"{name}_ms": ms for name, ms in time_cuda(fns).items()})
     specs = fast.specializations()

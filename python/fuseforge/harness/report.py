@@ -34,6 +34,10 @@ def summarize(problems: dict[str, dict]) -> dict[str, Any]:
         summary[f"geomean_{key}"] = geomean([r[key] for r in timed if r.get("correct")])
         summary[f"fast_1_vs_{ref}"] = sum(bool(r.get("correct")) and r[key] > 1.0 for r in timed)
         summary[f"timed_vs_{ref}"] = len(timed)
+    judged = [r for r in problems.values() if r.get("inductor_correct") is not None]
+    if judged:
+        summary["inductor_judged"] = len(judged)
+        summary["inductor_correct"] = sum(bool(r["inductor_correct"]) for r in judged)
     if any("train" in r for r in problems.values()):  # bench --train
         from fuseforge.harness.train import train_summary
 
@@ -116,6 +120,25 @@ def _summary_line(summary: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _inductor_accuracy(report: dict[str, Any]) -> list[str]:
+    """torch.compile judged by the same accuracy rule as fuseforge: how many
+    problems it meets the rule on, and the verdict (its errors against eager
+    and fp64, and eager's) on each one it does not: a speedup against it
+    there compares with math the rule would not accept from fuseforge."""
+    summary = report["summary"]
+    if "inductor_judged" not in summary:
+        return []
+    lines = [
+        f"torch.compile by the same accuracy rule: {summary['inductor_correct']}/{summary['inductor_judged']} correct"
+    ]
+    lines += [
+        f"- {name}: torch.compile {r['inductor_verdict']}"
+        for name, r in report["problems"].items()
+        if r.get("inductor_correct") is False
+    ]
+    return lines
+
+
 def _with_gpu(report: dict[str, Any]) -> bool:
     return any("gpu" in r for r in report["problems"].values()) and report.get("gpus", 1) > 1
 
@@ -131,7 +154,9 @@ def render_table(report: dict[str, Any]) -> Table:
         if cells[2] != "yes":
             cells[2] = f"[red]{cells[2]}[/red]"
         table.add_row(*cells)
-    table.caption = "\n".join((_summary_line(report["summary"]), ROOFLINE_LEGEND, COMPILE_LEGEND))
+    table.caption = "\n".join(
+        (_summary_line(report["summary"]), *_inductor_accuracy(report), ROOFLINE_LEGEND, COMPILE_LEGEND)
+    )
     if "train_steps" in report["summary"]:  # bench --train
         from fuseforge.harness.train import train_summary_line
 
@@ -160,6 +185,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for name, r in report["problems"].items():
         lines.append("| " + " | ".join(_cells(name, r) + ([str(r.get("gpu", "—"))] if gpu else [])) + " |")
+    accuracy = _inductor_accuracy(report)
+    if accuracy:
+        lines += ["", *accuracy]
     lines += ["", ROOFLINE_LEGEND, "", COMPILE_LEGEND]
     errors = [f"- {name}: {r['error']}" for name, r in report["problems"].items() if "error" in r]
     if errors:
