@@ -154,6 +154,41 @@ def fp64_run(
     return float64_run(model, problem_inputs(mod, seed, device, torch.float64))
 
 
+Runs = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]
+
+
+def _runs(
+    mod: ModuleType,
+    model: torch.nn.Module,
+    fast: Any,
+    seed: int,
+    device: str,
+    precision: str,
+    start: dict[str, torch.Tensor],
+) -> Runs:
+    """`fast`'s and eager's outputs, then their updated buffers, on the seed's
+    inputs (dropped on return), each run from the module state `start`."""
+    from fuseforge.runtime.precision import precision_context
+
+    inputs = problem_inputs(mod, seed, device)
+    with torch.no_grad(), precision_context(precision):
+        load_state(model, start)
+        ref = flatten_tensors(model(*inputs))
+        ref_buf = _buffers(model)
+        load_state(model, start)
+        out = flatten_tensors(fast(*inputs))
+    return out, ref, _buffers(model), ref_buf
+
+
+def _against_fp64(
+    mod: ModuleType, model: torch.nn.Module, seed: int, device: str, start: dict[str, torch.Tensor], runs: Runs
+) -> Verdict:
+    """The verdict on `runs` (_runs') with the fp64 reference of the seed's inputs, run from `start`."""
+    load_state(model, start)
+    ref64, buf64 = fp64_run(mod, model, seed, device)
+    return assess(*runs[:2], ref64, *runs[2:], [buf64[n] for n in sorted(buf64)])
+
+
 def check_correctness(
     mod: ModuleType,
     model: torch.nn.Module,
@@ -170,7 +205,6 @@ def check_correctness(
     are over the seeds that computed the reference (see the module's doc);
     `accuracy_rule` is the rule that held ("eager", "fp64"; None when
     incorrect) and `verdict` says so in words (compare.combine over seeds)."""
-    from fuseforge.runtime.precision import precision_context
 
     if seeds < 1:
         raise ValueError(f"--seeds is {seeds}: the check needs at least one seed")
@@ -190,25 +224,14 @@ def check_correctness(
     verdicts: list[Verdict] = []
     try:
         for seed in range(seeds):
-            inputs = problem_inputs(mod, seed, device)
-            with torch.no_grad(), precision_context(precision):
-                load_state(model, start)
-                ref = flatten_tensors(model(*inputs))
-                ref_buf = _buffers(model)
-                load_state(model, start)
-                out = flatten_tensors(fast(*inputs))
-            out_buf = _buffers(model)
-            del inputs
-            verdict = assess(out, ref, None, out_buf, ref_buf)
+            runs = _runs(mod, model, fast, seed, device, precision, start)
+            verdict = assess(*runs[:2], None, *runs[2:])
             if seed == 0 or not verdict.correct:
-                load_state(model, start)
-                ref64, buf64 = fp64_run(mod, model, seed, device)
-                verdict = assess(out, ref, ref64, out_buf, ref_buf, [buf64[n] for n in sorted(buf64)])
-                del ref64, buf64
+                verdict = _against_fp64(mod, model, seed, device, start, runs)
                 result["fp64_seeds"] += 1
                 result["max_err_vs_fp64"] = max(result["max_err_vs_fp64"] or 0.0, verdict.err64 or 0.0)
                 result["eager_err_vs_fp64"] = max(result["eager_err_vs_fp64"] or 0.0, verdict.eager64 or 0.0)
-            del out, ref, out_buf, ref_buf
+            del runs
             verdicts.append(verdict)
             result["correct"] &= verdict.correct
             result["max_err_vs_eager"] = max(result["max_err_vs_eager"], verdict.err)
@@ -233,22 +256,9 @@ def baseline_accuracy(
     each run from the same module state: its error against fp64
     (`err_vs_fp64`), whether the rule holds (`correct`) and the verdict in
     words (`verdict`)."""
-    from fuseforge.runtime.precision import precision_context
-
     start = saved_state(model)
     try:
-        inputs = problem_inputs(mod, 0, device)
-        with torch.no_grad(), precision_context(precision):
-            load_state(model, start)
-            ref = flatten_tensors(model(*inputs))
-            ref_buf = _buffers(model)
-            load_state(model, start)
-            out = flatten_tensors(baseline(*inputs))
-        out_buf = _buffers(model)
-        del inputs
-        load_state(model, start)
-        ref64, buf64 = fp64_run(mod, model, 0, device)
-        verdict = assess(out, ref, ref64, out_buf, ref_buf, [buf64[n] for n in sorted(buf64)])
+        verdict = _against_fp64(mod, model, 0, device, start, _runs(mod, model, baseline, 0, device, precision, start))
     finally:
         load_state(model, start)
     return {"err_vs_fp64": verdict.err64, "correct": verdict.correct, "verdict": verdict.describe()}
