@@ -1373,7 +1373,25 @@ class _InPlaceThatWouldPromote(nn.Module):
         return y
 
 
-@pytest.mark.parametrize("case", ["unrolled_loop", "two_steps", "distinct_ops", "programs_of_two", "in_place"])
+class _TrainBatchNormBlocks(nn.Module):
+    """Train-mode BatchNorm (running statistics and num_batches_tracked
+    written), one of them applied twice (its second use reads the statistics
+    its first wrote), and a buffer returned after its update."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn1, self.bn2 = nn.BatchNorm2d(4), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv(x)), inplace=True)
+        y = self.bn2(self.conv(y)) + self.bn2(y)
+        return y, self.bn2.running_mean
+
+
+@pytest.mark.parametrize(
+    "case", ["unrolled_loop", "two_steps", "distinct_ops", "programs_of_two", "in_place", "train_batch_norm"]
+)
 def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeypatch):
     # The distinct nodes exported together (or NODES_PER_EXPORT at a time)
     # and decomposed, each one's part spliced in for every node like it: the
@@ -1386,6 +1404,7 @@ def test_node_by_node_decomposes_to_the_graph_of_the_whole_retrace(case, monkeyp
         "distinct_ops": (_DistinctOps(), [_r(2, 3, 6, 6)]),
         "programs_of_two": (_DistinctOps(), [_r(2, 3, 6, 6)]),
         "in_place": (_InPlaceBlocks(), [_r(2, 4, 6, 6)]),
+        "train_batch_norm": (_TrainBatchNormBlocks().train(), [_r(2, 4, 6, 6)]),
     }[case]
     if case == "programs_of_two":
         monkeypatch.setattr(node_decompositions, "NODES_PER_EXPORT", 2)
@@ -1411,8 +1430,38 @@ def test_an_in_place_op_that_is_not_its_out_of_place_form_goes_to_the_retrace(ca
     check_against_eager(model, inputs)
 
 
-def test_node_by_node_leaves_mutations_to_the_retrace(monkeypatch):
-    # Train-mode BatchNorm writes its running statistics.
-    model, inputs = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train(), [_r(4, 8)]
-    _, taken = _capture_by_node(model, inputs, monkeypatch)
-    assert not taken
+def test_train_mode_batch_norm_decomposes_node_by_node_and_updates_its_buffers(monkeypatch):
+    """The buffers' new values are the program's buffer mutations, as the
+    re-trace makes them (six: two norms' statistics and counts), and the IR
+    computes them, the outputs and the returned buffer like eager."""
+    torch.manual_seed(0)
+    model, inputs = _TrainBatchNormBlocks().train(), [_r(2, 4, 6, 6)]
+    text, taken = _capture_by_node(model, inputs, monkeypatch)
+    assert taken
+    assert sum(line.lstrip().startswith("mutate ") for line in text.splitlines()) == 6, text
+    check_against_eager(model, inputs)
+
+
+class _TrainDropoutInPlace(nn.Module):
+    def forward(self, x):
+        return F.dropout(x * 2, 0.5, training=True, inplace=True)
+
+
+class _WritesABufferThroughAView(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(3, 4))
+
+    def forward(self, x):
+        self.b[:2].add_(1)
+        return x + self.b
+
+
+def test_node_by_node_leaves_what_it_cannot_write_to_the_retrace(monkeypatch):
+    """A write through a view of a buffer, and a train-mode in-place dropout
+    (it draws its mask by bernoulli_, the out-of-place form by
+    native_dropout), go to the whole re-trace."""
+    for model, inputs in ((_WritesABufferThroughAView(), [_r(3, 4)]), (_TrainDropoutInPlace(), [_r(3, 4)])):
+        _, taken = _capture_by_node(model, inputs, monkeypatch)
+        assert not taken, type(model).__name__
+    check_against_eager(_WritesABufferThroughAView(), [_r(3, 4)])

@@ -1,4 +1,5 @@
-"""run_decompositions node by node, for exported graphs that mutate nothing.
+"""run_decompositions node by node, for exported graphs that mutate nothing
+but their buffers.
 
 torch.export's run_decompositions re-traces the whole program (about 1.5 ms
 a node on a 2-core laptop CPU: an unrolled 160-step GRU cell's 3700 nodes
@@ -10,10 +11,15 @@ run_decompositions itself; each one's part of the result replaces every node
 like it (an unrolled loop's steps share one: 0.8 s for that GRU). In-place
 ops on values the graph computes (nn.ReLU(inplace=True), `out += identity`)
 become their out-of-place forms first (torchvision's ResNet-101 in eval
-mode: 0.55 s against the re-trace's 2.2). A mutation of anything else, an
-op that is not an ATen overload, or a decomposition that makes constants
-leaves the graph to the whole re-trace. tests/python/test_capture.py checks
-that both ways lower to the same IR."""
+mode: 0.55 s against the re-trace's 2.2). Writes to module buffers become
+buffer updates, as the re-trace makes them: an in-place op on a buffer
+(BatchNorm's num_batches_tracked += 1) its out-of-place form, and the
+running statistics a node's decomposition writes (train-mode batch_norm)
+its new values, returned as the buffers' mutations (ResNet-101 in train
+mode: 1.1 s against 2.9). A mutation of anything else, an op that is not an
+ATen overload, or a decomposition that makes constants leaves the graph to
+the whole re-trace.
+tests/python/test_capture.py checks that both ways lower to the same IR."""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from typing import Any, cast
 
 import torch
 import torch.fx as fx
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind, OutputKind, OutputSpec, TensorArgument
 from torch.utils import _pytree as pytree
 
 Program = torch.export.ExportedProgram
@@ -102,9 +108,12 @@ def _functionalize_in_place(graph: fx.Graph) -> None:
     (type promotion the in-place form does not do)."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):
-        if node.target in _DROPOUTS_IN_PLACE and not _arg(node, 2, "train"):
-            node.replace_all_uses_with(node.args[0])  # an eval-mode dropout is its input, not a copy of it
-            graph.erase_node(node)
+        if node.target in _DROPOUTS_IN_PLACE:
+            if not _arg(node, 2, "train"):
+                node.replace_all_uses_with(node.args[0])  # an eval-mode dropout is its input, not a copy of it
+                graph.erase_node(node)
+            # A train-mode one draws its mask by bernoulli_ where the out-of-place
+            # form calls native_dropout: not the same program.
             continue
         functional = _in_place_variant_of(node.target) if node.op == "call_function" else None
         target = node.args[0] if node.args else None
@@ -138,10 +147,79 @@ def _functionalize_in_place(graph: fx.Graph) -> None:
         graph.erase_node(node)
 
 
+class _BufferWrites:
+    """The new values of `ep`'s buffers, kept in its signature as the
+    re-trace writes them: one BUFFER_MUTATION output per written buffer, in
+    the order of the inputs, before the user's outputs. The program stays
+    the same program after every write, so the re-trace can still take it."""
+
+    def __init__(self, ep: Program):
+        self.ep = ep
+        sig = ep.graph_signature
+        placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+        self.buffers = {
+            p: spec.target for p, spec in zip(placeholders, sig.input_specs) if spec.kind == InputKind.BUFFER
+        }
+        self.order = {p: i for i, p in enumerate(placeholders)}
+        self.new: dict[fx.Node, fx.Node] = {}  # buffer placeholder -> its latest value
+
+    def buffer_of(self, value: fx.Node) -> fx.Node | None:
+        """The buffer whose value (as read or as last written) `value` is."""
+        if value in self.buffers:
+            return value
+        return next((b for b, v in self.new.items() if v is value), None)
+
+    def write(self, buffer: fx.Node, value: fx.Node) -> None:
+        """`value` is `buffer`'s new value: the nodes after it that read the
+        buffer, and the outputs, read that, and the program returns it as the
+        buffer's mutation."""
+        order = {n: i for i, n in enumerate(self.ep.graph.nodes)}
+        old = self.new.get(buffer, buffer)
+        for reader in list(old.users):
+            if reader.op != "output" and order[reader] > order[value]:
+                reader.replace_input_with(old, value)
+        self.new[buffer] = value
+        out = self.ep.graph.output_node()
+        specs = self.ep.graph_signature.output_specs
+        # A returned buffer is the tensor written in place: its new value.
+        returned = [
+            (value if a is old else a, s) for a, s in zip(out.args[0], specs) if s.kind != OutputKind.BUFFER_MUTATION
+        ]
+        written = sorted(self.new.items(), key=lambda bv: self.order[bv[0]])
+        out.args = ([v for _, v in written] + [a for a, _ in returned],)
+        specs[:] = [
+            OutputSpec(kind=OutputKind.BUFFER_MUTATION, arg=TensorArgument(name=v.name), target=self.buffers[b])
+            for b, v in written
+        ] + [s for _, s in returned]
+
+
+def _functionalize_buffer_writes(writes: _BufferWrites) -> None:
+    """Rewrites in-place ops on buffers (BatchNorm's num_batches_tracked += 1)
+    as their out-of-place forms, each result the buffer's new value. Left as
+    they are where a view reads the buffer (the write would reach it)."""
+    graph = writes.ep.graph
+    for node in list(graph.nodes):
+        functional = _in_place_variant_of(node.target) if node.op == "call_function" else None
+        target = node.args[0] if functional is not None and node.args else None
+        if not isinstance(target, fx.Node):
+            continue
+        buffer = writes.buffer_of(target)
+        # (The output reads the value as the buffer's mutation, written here.)
+        if buffer is None or any(u is not node and u.op != "output" and _aliases(u) for u in target.users):
+            continue
+        with graph.inserting_before(node):
+            replacement = graph.call_function(functional, node.args, node.kwargs)
+        replacement.meta = dict(node.meta)
+        node.replace_all_uses_with(replacement)
+        graph.erase_node(node)
+        writes.write(buffer, replacement)
+
+
 def _functional(ep: Program) -> bool:
-    """Whether `ep` mutates nothing and calls only ATen overloads."""
+    """Whether `ep` mutates nothing but its buffers (as outputs) and calls
+    only ATen overloads."""
     sig = ep.graph_signature
-    if sig.buffers_to_mutate or sig.user_inputs_to_mutate or sig.parameters_to_mutate or sig.output_tokens:
+    if sig.user_inputs_to_mutate or sig.parameters_to_mutate or sig.output_tokens:
         return False
     for node in ep.graph.nodes:
         if _mutates_or_reads_attributes(node):
@@ -200,11 +278,13 @@ def _fresh(node: fx.Node) -> torch.Tensor:
         return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
 
 
-def _decomposed(nodes: list[fx.Node], run: Callable[[Program], Program]) -> list[fx.Graph]:
+def _decomposed(nodes: list[fx.Node], run: Callable[[Program], Program]) -> list[tuple[fx.Graph, list[int]]]:
     """Each of `nodes` decomposed by `run`: all exported together, on fake
     arguments (one export costs about as much as 100 nodes of it), and the
     decomposed graph split back into one graph per node (each node's results
-    tensors, as decompose_by_node checks first)."""
+    tensors, as decompose_by_node checks first), with the tensor arguments
+    it writes (train-mode batch_norm's running statistics): their new values
+    follow the node's results among the graph's outputs."""
     module = _DistinctNodes(nodes)
     fakes = tuple(_fresh(leaves[i]) for _, leaves, _, slots in module.calls for i in slots)
     try:
@@ -213,19 +293,32 @@ def _decomposed(nodes: list[fx.Node], run: Callable[[Program], Program]) -> list
         raise _NotApplicable from e
     if any(s.kind != InputKind.USER_INPUT for s in ep.graph_signature.input_specs):
         raise _NotApplicable  # constants would have to be lifted into the program's inputs
-    if any(s.kind != OutputKind.USER_OUTPUT for s in ep.graph_signature.output_specs):
-        raise _NotApplicable  # a decomposition that writes its input (instance_norm's running statistics)
+    if any(
+        s.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION) for s in ep.graph_signature.output_specs
+    ):
+        raise _NotApplicable
     if any(_mutates_or_reads_attributes(n) for n in ep.graph.nodes):
         raise _NotApplicable
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
-    outputs = list(ep.graph.output_node().args[0])
+    slot_of = {p.name: i for i, p in enumerate(placeholders)}
+    flat = list(ep.graph.output_node().args[0])
+    specs = ep.graph_signature.output_specs
+    written = {slot_of[s.target]: a for a, s in zip(flat, specs) if s.kind == OutputKind.USER_INPUT_MUTATION}
+    if any(a.target is torch.ops.aten.copy.default for a in written.values()):
+        # A write through a view (instance_norm's statistics, computed per
+        # sample and copied in): the whole re-trace folds that copy away.
+        raise _NotApplicable
+    outputs = [a for a, s in zip(flat, specs) if s.kind == OutputKind.USER_OUTPUT]
     graphs = []
+    first = 0  # the node's first argument among the placeholders
     for node, (_, _, _, slots) in zip(nodes, module.calls):
-        mine, placeholders = placeholders[: len(slots)], placeholders[len(slots) :]
+        mine = placeholders[first : first + len(slots)]
         count = len(_results(node))
         results, outputs = outputs[:count], outputs[count:]
-        graphs.append(_own_graph(ep.graph, mine, results))
-    if placeholders or outputs:
+        writes = sorted(i - first for i in written if first <= i < first + len(slots))
+        graphs.append((_own_graph(ep.graph, mine, results + [written[first + i] for i in writes]), writes))
+        first += len(slots)
+    if first != len(placeholders) or outputs:
         raise _NotApplicable
     return graphs
 
@@ -261,10 +354,16 @@ def _own_graph(graph: fx.Graph, inputs: list[fx.Node], results: list[fx.Node]) -
     return own
 
 
-def _splice(graph: fx.Graph, node: fx.Node, decomposed: fx.Graph) -> None:
-    """Replaces `node` by the nodes of its decomposition."""
+def _tensor_args(node: fx.Node) -> list[fx.Node]:
     leaves, _ = pytree.tree_flatten((node.args, node.kwargs))
-    args = iter(a for a in leaves if isinstance(a, fx.Node))
+    return [a for a in leaves if isinstance(a, fx.Node)]
+
+
+def _splice(graph: fx.Graph, node: fx.Node, decomposed: fx.Graph) -> list[fx.Node]:
+    """Replaces `node` by the nodes of its decomposition; returns the
+    decomposition's outputs after the node's own results (the new values of
+    the arguments it writes)."""
+    args = iter(_tensor_args(node))
     env: dict[fx.Node, Any] = {}
     results: list = []
     with graph.inserting_before(node):
@@ -281,6 +380,7 @@ def _splice(graph: fx.Graph, node: fx.Node, decomposed: fx.Graph) -> None:
                     else:
                         copy.meta.pop(key, None)
                 env[m] = copy
+    count = len(_results(node))
     if isinstance(node.meta.get("val"), (list, tuple)):
         for user in list(node.users):  # getitems only (decompose_by_node checked)
             user.replace_all_uses_with(results[cast(int, user.args[1])])
@@ -288,6 +388,7 @@ def _splice(graph: fx.Graph, node: fx.Node, decomposed: fx.Graph) -> None:
     else:
         node.replace_all_uses_with(results[0])
     graph.erase_node(node)
+    return results[count:]
 
 
 def decompose_by_node(
@@ -296,8 +397,13 @@ def decompose_by_node(
     """`ep` with each node whose op `decomposes` replaced, in place, by that
     node decomposed alone by `run` (run_decompositions); None where the graph
     needs the whole re-trace (then `ep` is the same program, its in-place ops
-    on computed values perhaps rewritten out of place)."""
+    on computed values and buffers perhaps rewritten out of place)."""
+    if ep.graph_signature.buffers_to_mutate:
+        return None  # written as outputs already: nothing here keeps track of those
     _functionalize_in_place(ep.graph)
+    writes = _BufferWrites(ep)
+    with ep.graph_module._set_replace_hook(ep.graph_signature.get_replace_hook()):
+        _functionalize_buffer_writes(writes)
     ep.graph_module.recompile()
     if not _functional(ep):
         return None
@@ -326,10 +432,17 @@ def decompose_by_node(
     except _NotApplicable:
         return None
     graphs = dict(zip(first, decomposed))
+    for node, key in zip(targets, keys):  # what a decomposition writes must be a buffer
+        args = _tensor_args(node)
+        if any(writes.buffer_of(args[i]) is None for i in graphs[key][1]):
+            return None
     gm = ep.graph_module
     with gm._set_replace_hook(ep.graph_signature.get_replace_hook()):
         for node, key in zip(targets, keys):
-            _splice(ep.graph, node, graphs[key])
+            graph, written = graphs[key]
+            args = _tensor_args(node)
+            for i, value in zip(written, _splice(ep.graph, node, graph)):
+                writes.write(cast(fx.Node, writes.buffer_of(args[i])), value)
     log.debug("fuseforge: decomposed %d nodes by %d exported alone", len(targets), len(graphs))
     ep.graph.eliminate_dead_code()  # results a decomposition leaves unread, as the re-trace drops them
     ep.graph.lint()
