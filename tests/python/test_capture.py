@@ -1457,11 +1457,30 @@ class _WritesABufferThroughAView(nn.Module):
         return x + self.b
 
 
+class _PromotingBufferWrite(nn.Module):
+    """add_ of an f64 tensor into an f32 buffer stays f32; add would not."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.zeros(3, 4))
+
+    def forward(self, x, z):
+        self.b.add_(z)
+        return x + self.b
+
+
 def test_node_by_node_leaves_what_it_cannot_write_to_the_retrace(monkeypatch):
-    """A write through a view of a buffer, and a train-mode in-place dropout
-    (it draws its mask by bernoulli_, the out-of-place form by
-    native_dropout), go to the whole re-trace."""
-    for model, inputs in ((_WritesABufferThroughAView(), [_r(3, 4)]), (_TrainDropoutInPlace(), [_r(3, 4)])):
-        _, taken = _capture_by_node(model, inputs, monkeypatch)
-        assert not taken, type(model).__name__
-    check_against_eager(_WritesABufferThroughAView(), [_r(3, 4)])
+    """A write through a view of a buffer, one whose out-of-place form would
+    promote, and a train-mode in-place dropout (it draws its mask by
+    bernoulli_, the out-of-place form by native_dropout) go to the whole
+    re-trace."""
+    cases = [
+        (_WritesABufferThroughAView, [_r(3, 4)]),
+        (_PromotingBufferWrite, [_r(3, 4), _r(3, 4).double()]),
+        (_TrainDropoutInPlace, [_r(3, 4)]),
+    ]
+    for make, inputs in cases:
+        _, taken = _capture_by_node(make(), inputs, monkeypatch)
+        assert not taken, make.__name__
+    for make, inputs in cases[:2]:
+        check_against_eager(make(), inputs)

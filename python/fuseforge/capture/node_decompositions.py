@@ -98,6 +98,32 @@ def _arg(node: fx.Node, index: int, name: str) -> Any:
     return node.args[index] if len(node.args) > index else node.kwargs.get(name)
 
 
+def _out_of_place(graph: fx.Graph, node: fx.Node, functional: Any) -> fx.Node | None:
+    """A call of `functional`, in-place `node`'s out-of-place form, inserted
+    before it; None (nothing inserted) where its result would differ from
+    the in-place one in dtype, shape or strides (type promotion the in-place
+    form does not do) or the out-of-place form rejects the arguments."""
+    val = node.meta.get("val")
+    fake_mode = getattr(val, "fake_mode", None)  # val is a FakeTensor
+    if not isinstance(val, torch.Tensor) or fake_mode is None:
+        return None
+
+    def fake(a: Any) -> Any:
+        return a.meta.get("val") if isinstance(a, fx.Node) else a
+
+    try:
+        with fake_mode:
+            out = functional(*pytree.tree_map(fake, node.args), **pytree.tree_map(fake, node.kwargs))
+    except Exception:  # noqa: BLE001 - an op the out-of-place form rejects stays in place
+        return None
+    if (out.dtype, out.shape, out.stride()) != (val.dtype, val.shape, val.stride()):
+        return None
+    with graph.inserting_before(node):
+        replacement = graph.call_function(functional, node.args, node.kwargs)
+    replacement.meta = {**node.meta, "val": out}
+    return replacement
+
+
 def _functionalize_in_place(graph: fx.Graph) -> None:
     """Rewrites in-place ops on values the graph computes (nn.ReLU(inplace=True),
     `out += identity`) as their out-of-place forms, the value's later readers
@@ -121,24 +147,9 @@ def _functionalize_in_place(graph: fx.Graph) -> None:
             continue
         if any(u is not node and _aliases(u) for u in target.users):
             continue
-        val = node.meta.get("val")
-        fake_mode = getattr(val, "fake_mode", None)  # val is a FakeTensor
-        if not isinstance(val, torch.Tensor) or fake_mode is None:
+        replacement = _out_of_place(graph, node, functional)
+        if replacement is None:
             continue
-
-        def fake(a: Any) -> Any:
-            return a.meta.get("val") if isinstance(a, fx.Node) else a
-
-        try:
-            with fake_mode:
-                out = functional(*pytree.tree_map(fake, node.args), **pytree.tree_map(fake, node.kwargs))
-        except Exception:  # noqa: BLE001 - an op the out-of-place form rejects stays in place
-            continue
-        if (out.dtype, out.shape, out.stride()) != (val.dtype, val.shape, val.stride()):
-            continue
-        with graph.inserting_before(node):
-            replacement = graph.call_function(functional, node.args, node.kwargs)
-        replacement.meta = {**node.meta, "val": out}
         order[replacement] = order[node]
         node.replace_all_uses_with(replacement)
         for user in list(target.users):
@@ -196,7 +207,8 @@ class _BufferWrites:
 def _functionalize_buffer_writes(writes: _BufferWrites) -> None:
     """Rewrites in-place ops on buffers (BatchNorm's num_batches_tracked += 1)
     as their out-of-place forms, each result the buffer's new value. Left as
-    they are where a view reads the buffer (the write would reach it)."""
+    they are where a view reads the buffer (the write would reach it) or the
+    out-of-place form is not the same (_out_of_place)."""
     graph = writes.ep.graph
     for node in list(graph.nodes):
         functional = _in_place_variant_of(node.target) if node.op == "call_function" else None
@@ -207,9 +219,9 @@ def _functionalize_buffer_writes(writes: _BufferWrites) -> None:
         # (The output reads the value as the buffer's mutation, written here.)
         if buffer is None or any(u is not node and u.op != "output" and _aliases(u) for u in target.users):
             continue
-        with graph.inserting_before(node):
-            replacement = graph.call_function(functional, node.args, node.kwargs)
-        replacement.meta = dict(node.meta)
+        replacement = _out_of_place(graph, node, functional)
+        if replacement is None:
+            continue
         node.replace_all_uses_with(replacement)
         graph.erase_node(node)
         writes.write(buffer, replacement)
