@@ -127,6 +127,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
             judged = baseline_accuracy(mod, model, inductor, "cuda", args.precision)
             row.update({f"inductor_{k}": v for k, v in judged.items()})
             phase_done("inductor_check")
+        del inductor  # its compiled graphs are not the training step's
         progress.update(task, advance=1)
         if args.train:
             from fuseforge.harness.train import measure_training, problem_copier
