@@ -124,6 +124,15 @@ def _out_of_place(graph: fx.Graph, node: fx.Node, functional: Any) -> fx.Node | 
     return replacement
 
 
+def _read_after(old: fx.Node, new: fx.Node) -> None:
+    """The nodes after `new` that read `old`, the outputs among them, read
+    `new`: it is the value `old` holds from there on (fx orders nodes by
+    their place in the graph)."""
+    for reader in list(old.users):
+        if reader > new:
+            reader.replace_input_with(old, new)
+
+
 def _functionalize_in_place(graph: fx.Graph) -> None:
     """Rewrites in-place ops on values the graph computes (nn.ReLU(inplace=True),
     `out += identity`) as their out-of-place forms, the value's later readers
@@ -132,7 +141,6 @@ def _functionalize_in_place(graph: fx.Graph) -> None:
     is a graph input, a view or viewed (the write would reach other tensors),
     or the out-of-place result would differ in dtype, shape or strides
     (type promotion the in-place form does not do)."""
-    order = {n: i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):
         if node.target in _DROPOUTS_IN_PLACE:
             if not _arg(node, 2, "train"):
@@ -150,12 +158,9 @@ def _functionalize_in_place(graph: fx.Graph) -> None:
         replacement = _out_of_place(graph, node, functional)
         if replacement is None:
             continue
-        order[replacement] = order[node]
         node.replace_all_uses_with(replacement)
-        for user in list(target.users):
-            if user is not node and order[user] > order[node]:
-                user.replace_input_with(target, replacement)
         graph.erase_node(node)
+        _read_after(target, replacement)
 
 
 class _BufferWrites:
@@ -171,7 +176,6 @@ class _BufferWrites:
         self.buffers = {
             p: spec.target for p, spec in zip(placeholders, sig.input_specs) if spec.kind == InputKind.BUFFER
         }
-        self.order = {p: i for i, p in enumerate(placeholders)}
         self.new: dict[fx.Node, fx.Node] = {}  # buffer placeholder -> its latest value
 
     def buffer_of(self, value: fx.Node) -> fx.Node | None:
@@ -184,19 +188,13 @@ class _BufferWrites:
         """`value` is `buffer`'s new value: the nodes after it that read the
         buffer, and the outputs, read that, and the program returns it as the
         buffer's mutation."""
-        order = {n: i for i, n in enumerate(self.ep.graph.nodes)}
-        old = self.new.get(buffer, buffer)
-        for reader in list(old.users):
-            if reader.op != "output" and order[reader] > order[value]:
-                reader.replace_input_with(old, value)
+        # A returned buffer is the tensor written in place: its new value too.
+        _read_after(self.new.get(buffer, buffer), value)
         self.new[buffer] = value
         out = self.ep.graph.output_node()
         specs = self.ep.graph_signature.output_specs
-        # A returned buffer is the tensor written in place: its new value.
-        returned = [
-            (value if a is old else a, s) for a, s in zip(out.args[0], specs) if s.kind != OutputKind.BUFFER_MUTATION
-        ]
-        written = sorted(self.new.items(), key=lambda bv: self.order[bv[0]])
+        returned = [(a, s) for a, s in zip(out.args[0], specs) if s.kind != OutputKind.BUFFER_MUTATION]
+        written = sorted(self.new.items(), key=lambda bv: bv[0])  # in the order of the inputs
         out.args = ([v for _, v in written] + [a for a, _ in returned],)
         specs[:] = [
             OutputSpec(kind=OutputKind.BUFFER_MUTATION, arg=TensorArgument(name=v.name), target=self.buffers[b])
