@@ -80,11 +80,10 @@ class PointwiseScheduler final : public Scheduler {
     for (Node* u : p.users(producer))
       if (!members.count(u)) outside.push_back(u);
     if (p.reaches_through_groups(outside, members)) return false;
+    const std::vector<const Node*> inside(members.begin(), members.end());
     for (auto& o : producer->operands)
-      if (o.is_value() && o.value->producer && !members.count(o.value->producer)) {
-        const Node* q = o.value->producer;
-        if (p.reaches_through_groups(std::vector<const Node*>(members.begin(), members.end()), {q})) return false;
-      }
+      if (o.is_value() && o.value->producer && !members.count(o.value->producer))
+        if (p.reaches_through_groups(inside, {o.value->producer})) return false;
     return true;
   }
 
