@@ -1,9 +1,10 @@
 """Inference through `torch.compile(model, backend="fuseforge")` against
 `fuseforge.optimize(model)` on the same model and inputs: milliseconds of
 each (cold L2, CUDA events, median, interleaved: runtime/timing.py), how
-far apart their outputs are, and how many graphs the backend compiled.
+far apart their outputs are, how many graphs the backend compiled and
+whether each side replays a CUDA graph.
 
-    python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...] [--gpus N] [--jobs J]
+    python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...] [--gpus N] [--jobs J] [--allow-rnn]
 
 With --gpus/--jobs the problems are shared out over J processes per GPU.
 Each process compiles all of its problems first; timing starts only when
@@ -56,12 +57,18 @@ def _measure(problems: list[str], sync_dir: str | None, workers: int) -> dict[st
             with torch.no_grad():
                 diff = _max_diff(optimized(*inputs), compiled(*inputs))  # the first calls compile
             # Graphs the backend compiled: none where dynamo ran the code eagerly (an RNN module, by default).
-            graphs = sum(g.kind == "inference" for g in training._LIVE if g not in before)
+            new = [g for g in training._LIVE if g not in before and g.kind == "inference"]
+            graphs = len(new)
+            # Whether each side replays a CUDA graph (decided by timing at its first call).
+            replays = {
+                "optimize_replays": any(s.graphed for s in optimized.specializations()),
+                "backend_replays": any(g.graphed for g in new),
+            }
         except Exception as e:  # noqa: BLE001 - one problem's failure is its row, not the run's end
             rows[name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
             print(f"{name}: {rows[name]['error']}", file=sys.stderr, flush=True)
             continue
-        built.append((name, optimized, compiled, inputs, diff, graphs))
+        built.append((name, optimized, compiled, inputs, diff, graphs, replays))
     lock = None
     if sync_dir is not None:
         open(os.path.join(sync_dir, f"compiled-{os.getpid()}"), "w").close()
@@ -69,14 +76,15 @@ def _measure(problems: list[str], sync_dir: str | None, workers: int) -> dict[st
             time.sleep(0.5)
         lock = open(os.path.join(sync_dir, f"gpu-{os.environ.get('CUDA_VISIBLE_DEVICES', '')}.lock"), "w")
         fcntl.flock(lock, fcntl.LOCK_EX)
-    for name, optimized, compiled, inputs, diff, graphs in built:
+    for name, optimized, compiled, inputs, diff, graphs, replays in built:
         with torch.no_grad():
             ms = time_cuda({"optimize": lambda: optimized(*inputs), "backend": lambda: compiled(*inputs)})
         rows[name] = {**{k: round(v, 4) for k, v in ms.items()}, "ratio": round(ms["backend"] / ms["optimize"], 3)}
-        rows[name].update(max_abs_diff=diff, backend_graphs=graphs)
+        rows[name].update(max_abs_diff=diff, backend_graphs=graphs, **replays)
         print(
             f"{name}: optimize {ms['optimize']:.4f} ms, backend {ms['backend']:.4f} ms "
-            f"({rows[name]['ratio']:.2f}x), outputs differ by {diff:.1e}, {graphs} backend graph(s)",
+            f"({rows[name]['ratio']:.2f}x), outputs differ by {diff:.1e}, {graphs} backend graph(s), "
+            f"CUDA graph replay: optimize {replays['optimize_replays']}, backend {replays['backend_replays']}",
             file=sys.stderr,
             flush=True,
         )
@@ -85,7 +93,7 @@ def _measure(problems: list[str], sync_dir: str | None, workers: int) -> dict[st
     return rows
 
 
-def _share_out(problems: list[str], gpus: int, jobs: int) -> dict[str, dict]:
+def _share_out(problems: list[str], gpus: int, jobs: int, allow_rnn: bool) -> dict[str, dict]:
     workers = min(len(problems), gpus * jobs)
     rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ff-backend-parity-") as sync_dir:
@@ -98,6 +106,7 @@ def _share_out(problems: list[str], gpus: int, jobs: int) -> dict[str, dict]:
                 procs.append(
                     subprocess.Popen(
                         [sys.executable, __file__, "--sync-dir", sync_dir, "--workers", str(workers)]
+                        + (["--allow-rnn"] if allow_rnn else [])
                         + problems[w::workers],
                         env={**os.environ, "CUDA_VISIBLE_DEVICES": str(w % gpus)},
                         stdout=out,
@@ -123,11 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("problems", nargs="+")
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=1, help="processes per GPU")
+    parser.add_argument(
+        "--allow-rnn",
+        action="store_true",
+        help="set torch._dynamo.config.allow_rnn: dynamo hands RNN modules to the backend (by default it runs them)",
+    )
     parser.add_argument("--sync-dir", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.allow_rnn:
+        torch._dynamo.config.allow_rnn = True
     if args.sync_dir is None and args.gpus * args.jobs > 1:
-        rows = _share_out(args.problems, args.gpus, args.jobs)
+        rows = _share_out(args.problems, args.gpus, args.jobs, args.allow_rnn)
     else:
         rows = _measure(args.problems, args.sync_dir, args.workers)
     print(json.dumps(rows))

@@ -304,6 +304,35 @@ def test_group_norm_keeps_its_grouped_form_in_an_inference_graph():
     assert "[2,2,4,25]" not in step.graphs[0].captured.text, step.graphs[0].captured.text
 
 
+class LstmHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, 2, batch_first=True)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.fc(y[:, -1]).relu()
+
+
+def test_an_inference_graph_takes_an_rnn_whole(monkeypatch):
+    """With dynamo's allow_rnn, an LSTM reaches the backend: an inference
+    graph keeps it one op (a cuDNN call on a GPU), as optimize's capture
+    does, rather than the decomposition's op per time step."""
+    from fuseforge.runtime.training import aot_dynamo_graph
+
+    monkeypatch.setattr(torch._dynamo.config, "allow_rnn", True)
+    torch.manual_seed(0)
+    model, x = LstmHead(), torch.randn(3, 5, 8)
+    compiled: list = []
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend=lambda gm, ex: aot_dynamo_graph(gm, ex, "fp32", compiled))
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), model(x), atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()
+    assert 'target="aten.lstm.input"' in compiled[0].captured.text, compiled[0].captured.text
+
+
 def test_double_backward_is_one_clear_error():
     torch.manual_seed(0)
     model = LinearBatchNormRelu()

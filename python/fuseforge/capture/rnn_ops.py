@@ -111,8 +111,12 @@ def opaque_rnns() -> Iterator[None]:
         yield
 
 
-def restore_aten_targets(graph: fx.Graph) -> None:
-    """Points `fuseforge::` RNN nodes back at the ATen ops they stand for."""
+def restore_aten_targets(graph: fx.Graph) -> bool:
+    """Points `fuseforge::` RNN nodes back at the ATen ops they stand for;
+    whether there were any."""
+    restored = False
     for node in graph.nodes:
         if node.op == "call_function" and node.target in _TO_ATEN:
             node.target = _TO_ATEN[node.target]
+            restored = True
+    return restored

@@ -21,7 +21,7 @@ import torch
 
 from fuseforge.runtime.module import OptimizedModule
 from fuseforge.runtime.precision import check_precision
-from fuseforge.runtime.training import aot_compilers
+from fuseforge.runtime.training import aot_dynamo_graph
 
 #: The options `torch.compile(..., options=...)` may pass.
 OPTIONS = ("precision",)
@@ -44,9 +44,7 @@ def fuseforge_backend(
     check_precision(precision)
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     if tensors and all(x.device.type == "cuda" for x in tensors):
-        from torch._dynamo.backends.common import aot_autograd
-
-        return aot_autograd(**aot_compilers(precision))(gm, example_inputs)
+        return aot_dynamo_graph(gm, example_inputs, precision)
     return OptimizedModule(gm, precision=precision)
 
 

@@ -35,6 +35,7 @@ from torch.utils import _pytree as pytree
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, decomposition_table
 from fuseforge.capture.fx_graph import capture_fx
+from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
 from fuseforge.capture.tensor_attributes import plain_tensors, tensor_attributes_as_buffers
 from fuseforge.diagnostics import one_line
 from fuseforge.runtime import cuda_graph, fast_call
@@ -217,6 +218,8 @@ def graph_compiler(
     (aot_module_simplified puts them first)."""
 
     def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if restore_aten_targets(gm.graph):  # RNNs traced whole (aot_dynamo_graph)
+            gm.recompile()
         # An inference graph's parameters (dynamo's static inputs) are the
         # same tensors call after call: what derives from them is prepared once.
         context = torch._guards.TracingContext.try_get()
@@ -310,6 +313,27 @@ def aot_compilers(precision: str, compiled: list[CompiledGraph] | None = None, s
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decomposition_table(training=True),
     )
+
+
+def aot_dynamo_graph(
+    gm: fx.GraphModule, example_inputs: list[Any], precision: str, compiled: list[CompiledGraph] | None = None
+) -> Callable[..., Any]:
+    """A graph dynamo captured, through AOTAutograd with fuseforge's compilers.
+    Where no gradient is recorded (an inference graph), RNN calls trace whole,
+    as `optimize`'s capture takes them, and run as one cuDNN call each: their
+    decompositions would unroll every time step (dynamo hands RNN modules to
+    a backend only under `torch._dynamo.config.allow_rnn`). A graph recorded
+    for backward takes ATen's decomposition, whose gradients autograd knows."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(**aot_compilers(precision, compiled))
+    records_grad = torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+    )
+    if records_grad:
+        return backend(gm, example_inputs)
+    with opaque_rnns():
+        return backend(gm, example_inputs)
 
 
 class _FlatCall(nn.Module):
