@@ -149,6 +149,25 @@ def test_the_backend_replays_inference_graphs():
     torch.testing.assert_close(model.bn.running_var, reference.bn.running_var, rtol=1e-5, atol=1e-6)
 
 
+def test_the_backend_decides_replay_at_a_graphs_second_call():
+    """Not at the first, which dynamo makes straight after its compile, where
+    the step-by-step run times slow (runtime/training.py)."""
+    from fuseforge.runtime import training
+
+    torch._dynamo.reset()
+    model, reference = _pair(ConvBlock, train=False)
+    before = set(training._LIVE)
+    compiled = torch.compile(model, backend="fuseforge")
+    x = torch.randn(4, 8, 16, 16, device="cuda")
+    with torch.no_grad():
+        compiled(x)
+        (graph,) = [g for g in training._LIVE if g not in before]
+        assert graph.graphed is None
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-4)
+        assert graph.graphed is True
+
+
 def test_training_steps_replay_and_match_eager():
     model, reference = _pair(ConvBlock, train=True)
     fast = fuseforge.optimize(model)
