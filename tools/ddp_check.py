@@ -4,6 +4,12 @@ process per GPU through torch.distributed (NCCL), against one GPU's eager
 step over the whole batch.
 
     python tools/ddp_check.py PROBLEM.py [--gpus 2] [--steps 3] [--json out.json]
+        [--dist-backend nccl|gloo]
+
+With --dist-backend gloo the ranks may share GPUs (rank r runs on visible
+GPU r mod their number): the same compiled graphs, DDP buckets and
+gradient rule, with gloo's all-reduce in place of NCCL's, on a machine
+with fewer GPUs than ranks.
 
 Every rank builds the problem's model (same weights). Each step draws
 fresh inputs, broadcast from rank 0, and every rank takes its share of the
@@ -107,9 +113,12 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
     from fuseforge.runtime import training
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    device = torch.device("cuda", rank)
+    device = torch.device("cuda", rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    if args.dist_backend == "nccl":
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     warnings: list[str] = []
 
     class Collect(logging.Handler):
@@ -123,8 +132,8 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
         if refused:
             raise ValueError(refused)
         reference = copy.deepcopy(model)  # one GPU, the whole batch
-        eager_ddp = DDP(copy.deepcopy(model), device_ids=[rank])
-        fast_ddp = torch.compile(DDP(copy.deepcopy(model), device_ids=[rank]), backend="fuseforge")
+        eager_ddp = DDP(copy.deepcopy(model), device_ids=[device.index])
+        fast_ddp = torch.compile(DDP(copy.deepcopy(model), device_ids=[device.index]), backend="fuseforge")
         steps = []
         for step in range(args.steps):
             inputs = problem_inputs(mod, step, str(device))
@@ -141,6 +150,8 @@ def _worker(rank: int, world: int, args: argparse.Namespace, port: int) -> None:
             got, eager_got = parameter_grads(fast_ddp.module), parameter_grads(eager_ddp.module)
             # Every rank holds the averaged gradients: they must agree bitwise.
             spread = torch.cat([g.flatten() for g in got])
+            if args.dist_backend == "gloo":  # gloo gathers host tensors only
+                spread = spread.cpu()
             gathered = [torch.empty_like(spread) for _ in range(world)]
             dist.all_gather(gathered, spread)
             if rank == 0:
@@ -191,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--json")
+    parser.add_argument("--dist-backend", choices=["nccl", "gloo"], default="nccl")
     args = parser.parse_args(argv)
-    if torch.cuda.device_count() < args.gpus:
+    if args.dist_backend == "nccl" and torch.cuda.device_count() < args.gpus:
         print(f"ddp_check: {args.gpus} GPUs asked for, {torch.cuda.device_count()} visible", file=sys.stderr)
         return 2
     args.result = args.json or os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ddp_check_{os.getpid()}.json")
