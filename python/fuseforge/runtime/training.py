@@ -122,7 +122,7 @@ class CompiledGraph:
         self.fixed = frozenset(fixed)  # the arguments that are the same tensors at every call (dynamo's static inputs)
         self.kind = name  # forward, backward or inference
         self.graphed: bool | None = None  # whether the plan replays as a CUDA graph; None: not decided yet
-        self.ran = False  # whether a call has run (the replay is decided at the second: see __call__)
+        self.ran = False  # whether a call has run (an inference graph's replay is decided at the second)
         _LIVE.add(self)
 
     def release(self) -> None:
@@ -144,12 +144,13 @@ class CompiledGraph:
             outputs, _ = self.executor(inputs, handed_over=arm is None)
         if arm is not None:
             self.fast = fast_call.arm_graph(self.executor, self.getters, arm, inputs, self.precision) or False
-            # Replay or not is timed at the second call, not the first: at
-            # the first, which dynamo makes straight after its compile, the
-            # step-by-step run timed 2-4x its later time (an H200: 0.17-0.37
-            # against 0.085 ms for a layer norm over 12 x 1.2 M elements)
-            # while a replay timed its own, and replays were kept that lose.
-            if self.graphed is None and self.ran:
+            # An inference graph's replay is timed at its second call, not
+            # its first: at the first, which dynamo makes straight after its
+            # compile, the step-by-step run timed 2-4x its later time (an
+            # H200: 0.17-0.37 against 0.085 ms for a layer norm over 12 x
+            # 1.2 M elements) while a replay timed its own, and replays were
+            # kept that lose. A training graph replays only when told to.
+            if self.graphed is None and (self.ran or self.kind != "inference"):
                 self.graphed = self._adopt_graph(arm, inputs)
         self.ran = True
         return list(self.captured.unflatten_outputs(outputs))
