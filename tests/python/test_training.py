@@ -333,6 +333,28 @@ def test_an_inference_graph_takes_an_rnn_whole(monkeypatch):
     assert 'target="aten.lstm.input"' in compiled[0].captured.text, compiled[0].captured.text
 
 
+def test_an_inference_graph_takes_instance_norm_in_its_own_shape():
+    """As optimize's capture does: statistics over [N, C, H, W] where they
+    lie, not ATen's composite over a [1, N*C, H, W] view (AOTAutograd takes
+    a composite op's own decomposition before any table); the running
+    statistics a train-mode instance norm tracks are updated as eager's."""
+    from fuseforge.runtime.training import aot_dynamo_graph
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True, track_running_stats=True))
+    reference, x = copy.deepcopy(model), torch.randn(2, 3, 8, 8)
+    compiled: list = []
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend=lambda gm, ex: aot_dynamo_graph(gm, ex, "fp32", compiled))
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), reference(x), atol=1e-5, rtol=1e-5)
+    torch._dynamo.reset()
+    for b, c in zip(model.buffers(), reference.buffers()):
+        torch.testing.assert_close(b, c, atol=1e-6, rtol=1e-6)
+    text = compiled[0].captured.text
+    assert "[1,8,6,6]" not in text and "var(%0) {correction=0, dims=[2, 3]" in text, text
+
+
 def test_double_backward_is_one_clear_error():
     torch.manual_seed(0)
     model = LinearBatchNormRelu()

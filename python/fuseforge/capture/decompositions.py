@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
 
 import torch
 import torch.export.exported_program
@@ -421,6 +423,42 @@ def decomposition_table(training: bool = False) -> dict:
         table[aten.native_group_norm.default] = _group_norm_for_training
         table[aten.convolution_backward.default] = _convolution_backward
     return table
+
+
+_F_INSTANCE_NORM = inspect.signature(torch.nn.functional.instance_norm)
+
+
+class _OwnInstanceNorm(torch.overrides.TorchFunctionMode):
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.instance_norm:  # what dynamo records
+            a = _F_INSTANCE_NORM.bind(*args, **kwargs)
+            a.apply_defaults()
+            return _instance_norm(
+                *(a.arguments[k] for k in ("input", "weight", "bias", "running_mean", "running_var")),
+                *(a.arguments[k] for k in ("use_input_stats", "momentum", "eps")),
+                cudnn_enabled=False,
+            )
+        if func is torch.instance_norm:
+            return _instance_norm(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def own_instance_norm() -> Iterator[None]:
+    """Within it, `torch.instance_norm` traces as the table's _instance_norm.
+    AOTAutograd decomposes a CompositeImplicitAutograd op by its own kernel
+    before a decomposition table is consulted, and ATen's views the input as
+    a [1, N*C, ...] batch norm; export's retrace takes the table's form, so
+    without this `optimize` and the backend would build different plans."""
+    with _OwnInstanceNorm():
+        yield
 
 
 _CIA: tuple[set, set] | None = None  # (CIA ops export overrides, CIA ops left to their own kernel)

@@ -34,6 +34,7 @@ from torch.utils import _pytree as pytree
 
 from fuseforge._native import core
 from fuseforge.capture import CaptureError, decomposition_table
+from fuseforge.capture.decompositions import own_instance_norm
 from fuseforge.capture.fx_graph import capture_fx
 from fuseforge.capture.rnn_ops import opaque_rnns, restore_aten_targets
 from fuseforge.capture.tensor_attributes import plain_tensors, tensor_attributes_as_buffers
@@ -328,11 +329,12 @@ def aot_dynamo_graph(
     gm: fx.GraphModule, example_inputs: list[Any], precision: str, compiled: list[CompiledGraph] | None = None
 ) -> Callable[..., Any]:
     """A graph dynamo captured, through AOTAutograd with fuseforge's compilers.
-    Where no gradient is recorded (an inference graph), RNN calls trace whole,
-    as `optimize`'s capture takes them, and run as one cuDNN call each: their
-    decompositions would unroll every time step (dynamo hands RNN modules to
-    a backend only under `torch._dynamo.config.allow_rnn`). A graph recorded
-    for backward takes ATen's decomposition, whose gradients autograd knows."""
+    Where no gradient is recorded (an inference graph), it is traced to the
+    ops `optimize`'s capture makes: RNN calls whole, one cuDNN call each
+    (their decompositions would unroll every time step; dynamo hands RNN
+    modules to a backend only under `torch._dynamo.config.allow_rnn`), and
+    instance norm on its input's own shape. A graph recorded for backward
+    takes ATen's decompositions, whose gradients autograd knows."""
     from torch._dynamo.backends.common import aot_autograd
 
     backend = aot_autograd(**aot_compilers(precision, compiled))
@@ -341,7 +343,7 @@ def aot_dynamo_graph(
     )
     if records_grad:
         return backend(gm, example_inputs)
-    with opaque_rnns():
+    with opaque_rnns(), own_instance_norm():
         return backend(gm, example_inputs)
 
 
