@@ -438,12 +438,19 @@ class _OwnInstanceNorm(torch.overrides.TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         if func is torch.nn.functional.instance_norm:  # what dynamo records
-            a = _F_INSTANCE_NORM.bind(*args, **kwargs)
-            a.apply_defaults()
+            bound = _F_INSTANCE_NORM.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
             return _instance_norm(
-                *(a.arguments[k] for k in ("input", "weight", "bias", "running_mean", "running_var")),
-                *(a.arguments[k] for k in ("use_input_stats", "momentum", "eps")),
-                cudnn_enabled=False,
+                a["input"],
+                a["weight"],
+                a["bias"],
+                a["running_mean"],
+                a["running_var"],
+                a["use_input_stats"],
+                a["momentum"],
+                a["eps"],
+                False,
             )
         if func is torch.instance_norm:
             return _instance_norm(*args, **kwargs)
