@@ -315,34 +315,13 @@ class LstmHead(nn.Module):
         return self.fc(y[:, -1]).relu()
 
 
-def test_an_inference_graph_takes_an_rnn_whole(monkeypatch):
-    """With dynamo's allow_rnn, an LSTM reaches the backend: an inference
-    graph keeps it one op (a cuDNN call on a GPU), as optimize's capture
-    does, rather than the decomposition's op per time step."""
+def _backend_inference_text(model: nn.Module, x: torch.Tensor) -> str:
+    """`model(x)` without grad through the backend's AOTAutograd path (on the
+    CPU too), checked against a copy run eagerly, outputs and buffers; the
+    inference graph's IR text."""
     from fuseforge.runtime.training import aot_dynamo_graph
 
-    monkeypatch.setattr(torch._dynamo.config, "allow_rnn", True)
-    torch.manual_seed(0)
-    model, x = LstmHead(), torch.randn(3, 5, 8)
-    compiled: list = []
-    torch._dynamo.reset()
-    fn = torch.compile(model, backend=lambda gm, ex: aot_dynamo_graph(gm, ex, "fp32", compiled))
-    with torch.no_grad():
-        torch.testing.assert_close(fn(x), model(x), atol=1e-5, rtol=1e-5)
-    torch._dynamo.reset()
-    assert 'target="aten.lstm.input"' in compiled[0].captured.text, compiled[0].captured.text
-
-
-def test_an_inference_graph_takes_instance_norm_in_its_own_shape():
-    """As optimize's capture does: statistics over [N, C, H, W] where they
-    lie, not ATen's composite over a [1, N*C, H, W] view (AOTAutograd takes
-    a composite op's own decomposition before any table); the running
-    statistics a train-mode instance norm tracks are updated as eager's."""
-    from fuseforge.runtime.training import aot_dynamo_graph
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True, track_running_stats=True))
-    reference, x = copy.deepcopy(model), torch.randn(2, 3, 8, 8)
+    reference = copy.deepcopy(model)
     compiled: list = []
     torch._dynamo.reset()
     fn = torch.compile(model, backend=lambda gm, ex: aot_dynamo_graph(gm, ex, "fp32", compiled))
@@ -351,7 +330,27 @@ def test_an_inference_graph_takes_instance_norm_in_its_own_shape():
     torch._dynamo.reset()
     for b, c in zip(model.buffers(), reference.buffers()):
         torch.testing.assert_close(b, c, atol=1e-6, rtol=1e-6)
-    text = compiled[0].captured.text
+    return compiled[0].captured.text
+
+
+def test_an_inference_graph_takes_an_rnn_whole(monkeypatch):
+    """With dynamo's allow_rnn, an LSTM reaches the backend: an inference
+    graph keeps it one op (a cuDNN call on a GPU), as optimize's capture
+    does, rather than the decomposition's op per time step."""
+    monkeypatch.setattr(torch._dynamo.config, "allow_rnn", True)
+    torch.manual_seed(0)
+    text = _backend_inference_text(LstmHead(), torch.randn(3, 5, 8))
+    assert 'target="aten.lstm.input"' in text, text
+
+
+def test_an_inference_graph_takes_instance_norm_in_its_own_shape():
+    """As optimize's capture does: statistics over [N, C, H, W] where they
+    lie, not ATen's composite over a [1, N*C, H, W] view (AOTAutograd takes
+    a composite op's own decomposition before any table); the running
+    statistics a train-mode instance norm tracks are updated as eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True, track_running_stats=True))
+    text = _backend_inference_text(model, torch.randn(2, 3, 8, 8))
     assert "[1,8,6,6]" not in text and "var(%0) {correction=0, dims=[2, 3]" in text, text
 
 
