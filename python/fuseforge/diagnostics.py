@@ -29,7 +29,8 @@ _HINTS = (
     ),
     (
         r"dtype torch\.complex|is not supported by the IR",
-        "that dtype (complex numbers, e.g. from torch.fft) is outside fuseforge's IR; run that part eagerly",
+        "that dtype (complex numbers, e.g. from torch.fft; 8- and 16-bit integers) is outside fuseforge's IR; "
+        "run that part eagerly",
     ),
     (r"mutates its input", "clone the input before writing to it (x = x.clone()), or write to a buffer instead"),
     (

@@ -697,6 +697,8 @@ MISC_CASES = {
     "arange_opaque": (lambda m, x: x + torch.arange(4, dtype=torch.float32), [_r(3, 4)]),
     # triu's and tril's index masks, and an arange equal to triu's columns
     "arange_masks": (lambda m, x: torch.triu(x, 1) + torch.tril(x) * 2 + torch.arange(5), [_r(4, 5)]),
+    # torch.eye decomposes to uint8 aranges, compared: a constant the IR cannot hold, folded
+    "eye": (lambda m, x: x + torch.eye(4, device=x.device), [_r(3, 4, 4)]),
     "dropout_eval": (lambda m, x: m.d(x) * 2, [_r(3, 4)], dict(d=nn.Dropout(0.5).eval())),
     "structured_output": (lambda m, x: {"a": x + 1, "b": (x * 2, None), "n": 3}, [_r(2, 2)]),
     "returns_input": (lambda m, x, y: (x, y + 1), [_r(2, 2), _r(2, 2)]),
@@ -809,6 +811,15 @@ def test_opaque_kwargs_and_devices():
     expr = core.torch_expr(cg.text, 0, [])
     assert expr.startswith("torch.ops.aten.arange.start_step(*[0, 4], **{") and "'device': dev" in expr, expr
     torch.testing.assert_close(eval(expr, {"torch": torch, "dev": torch.device("cpu")}), torch.arange(4.0))
+
+
+def test_constants_of_dtypes_outside_the_ir_are_folded():
+    """torch.eye's uint8 aranges and their comparison are computed at
+    capture: the graph reads the comparison's result, a bool constant."""
+    cg = case_capture("eye")
+    assert "u8" not in cg.text and cg.opaque_targets == []
+    assert [t.dtype for t in cg.constants.values()] == [torch.bool]
+    assert torch.equal(next(iter(cg.constants.values())), torch.eye(4, dtype=torch.bool))
 
 
 def test_integer_aranges_are_constants_equal_ones_shared():

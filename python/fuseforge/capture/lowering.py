@@ -387,6 +387,9 @@ class Lowerer:
             raise CaptureError(f"unsupported graph node {node.format_node()} (target {target})")
         if not target._schema.returns and not node.users:
             return None  # a run-time check such as aten._assert_tensor_metadata: nothing to compute
+        folded = self._fold_outside_ir(node, target)
+        if folded is not None:
+            return folded
         handler = lookup(target)
         try:
             if handler is not None:
@@ -399,6 +402,26 @@ class Lowerer:
             raise
         except Exception as e:
             raise CaptureError(f"cannot lower {node.format_node()}: {type(e).__name__}: {e}") from e
+
+    def _fold_outside_ir(self, node: fx.Node, op: torch._ops.OpOverload) -> Const | None:
+        """`node` computed here, as a constant, where it reads only constants
+        and one of a dtype the IR has no name for: torch.eye decomposes to
+        uint8 aranges compared with each other, which the IR could not hold,
+        while the comparison's result it can. None where `node` reads a
+        graph value or only constants of IR dtypes (those are lowered)."""
+        consts = [self.env.get(a) for a in node.all_input_nodes]
+        if not consts or not all(isinstance(c, Const) for c in consts):
+            return None
+        if all(cast(Const, c).tensor.dtype in IR_NAME for c in consts):
+            return None
+        if op._schema.is_mutable or torch.Tag.nondeterministic_seeded in op.tags:
+            return None
+        tensors = {a: cast(Const, self.env[a]).tensor for a in node.all_input_nodes}
+        args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: tensors[a])
+        result = op(*args, **kwargs)
+        if not isinstance(result, torch.Tensor):
+            raise CaptureError(f"{node.format_node()}: a constant of a dtype outside the IR gives no single tensor")
+        return Const(node.name, result)
 
     def opaque(self, node: fx.Node, op: torch._ops.OpOverload) -> Any:
         schema = op._schema
