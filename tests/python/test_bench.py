@@ -386,6 +386,45 @@ def test_compile_jobs_leave_inductors_tuning_to_the_timing_process(monkeypatch):
     assert seen == [False, True] and inductor_config.autotune_local_cache
 
 
+def test_compile_jobs_take_a_first_training_step_keeping_its_kernels(tmp_path, monkeypatch):
+    """precompile_training, as bench's compile jobs call it with --train:
+    fuseforge's first step compiles in an empty cache whose kernels (not its
+    timed choices) go into the real one, then torch.compile's first step
+    runs with inductor's tuning cache off; nothing for an eval-mode model."""
+    import copy
+
+    import torch
+    import torch._inductor.config as inductor_config
+
+    import fuseforge
+    from fuseforge.harness import problem, train
+
+    real = tmp_path / "real"
+    monkeypatch.setenv("FUSEFORGE_CACHE_DIR", str(real))
+    monkeypatch.setattr(train, "problem_copier", lambda mod, model, device: lambda: copy.deepcopy(model))
+    monkeypatch.setattr(problem, "problem_inputs", lambda mod, seed, device: [torch.randn(3, 4)])
+    caches, tuning = [], []
+
+    def fake_optimize(model, precision):
+        caches.append(os.environ["FUSEFORGE_CACHE_DIR"])
+        for name in ("ff_step-sm90.cubin", "autotune.json"):
+            Path(caches[-1], name).write_text("{}")
+        return model
+
+    def fake_compile(model):
+        tuning.append(inductor_config.autotune_local_cache)
+        return model
+
+    monkeypatch.setattr(fuseforge, "optimize", fake_optimize)
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    model = torch.nn.Linear(4, 2)
+    out = train.precompile_training(None, model, ["eager", "inductor"], "fp32")
+    assert set(out) == {"train_precompile_s"}
+    assert caches[0] != str(real) and sorted(p.name for p in real.iterdir()) == ["ff_step-sm90.cubin"]
+    assert tuning == [False] and inductor_config.autotune_local_cache
+    assert train.precompile_training(None, model.eval(), ["inductor"], "fp32") is None
+
+
 def test_table_gets_its_natural_width_without_a_terminal(tmp_path):
     """Piped (no terminal), rich would squeeze the 14-column table into 80
     columns and cut every cell; `bench` prints it whole instead."""

@@ -18,8 +18,10 @@ N problems at a time run `fuseforge run --compile-only`, each in a process of
 its own, which measures the compile times (each with its own empty cache, so
 cold is cold), keeps the kernels in the disk cache and compiles inductor
 once, filling its caches (but for its Triton kernels' tuning: the worker
-tunes them at their first call, alone); then each problem is checked and
-timed alone on its GPU, so no two timings share a GPU.
+tunes them at their first call, alone); with `--train` it takes a first
+training step of each too (fuseforge's and torch.compile's), filling the
+same caches; then each problem is checked and timed alone on its GPU, so no
+two timings share a GPU.
 
 With `--gpus N` (default: every visible GPU) the problems are shared out over
 N GPUs: the compile jobs go round the GPUs, and each GPU has one timing
@@ -292,7 +294,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     else:
                         row = run_problem(path, args, "" if first is not None else "--compile-times", worker)
                         if first is not None:
-                            row.update({k: first[k] for k in ("compile_s_cold", "compile_s_warm") if k in first})
+                            kept = ("compile_s_cold", "compile_s_warm", "train_precompile_s", "train_precompile_error")
+                            row.update({k: first[k] for k in kept if k in first})
                             row["compile_phase_wall_s"] = first.get("wall_s")
                     record(path, row, gpu)
                     progress.advance(task)

@@ -110,6 +110,12 @@ def _run_gpu(args: argparse.Namespace) -> dict:
             if "inductor" in against:  # fills inductor's own disk caches, but for its kernels' tuning
                 row["inductor_compile_s"] = compile_inductor(model, inputs, args.precision, cache_tuning=False)[1]
                 phase_done("inductor_compile")
+            if args.train:
+                from fuseforge.harness.train import precompile_training
+
+                del fast, inputs  # the inference module and its inputs, before a training step's memory
+                row.update(precompile_training(mod, model, against, args.precision) or {})
+                phase_done("train_compile")
             return row
         del inputs  # the check draws its own; at most one set of inputs lives at a time
         progress.update(task, advance=1, description=f"{name}: checking")

@@ -55,6 +55,23 @@ def temporary_cache_dir(prefix: str) -> Iterator[str]:
         yield cache
 
 
+@contextlib.contextmanager
+def kernels_kept(keep: bool) -> Iterator[str]:
+    """A new empty kernel cache (temporary_cache_dir); where `keep`, the
+    kernels compiled in it are copied into the cache in use before on exit.
+    Kernels only: the timed choices (GEMM tiles, cuDNN's conv times) were
+    made beside other jobs (bench --jobs) and are timed again where kept."""
+    from fuseforge._native import core
+    from fuseforge.runtime import autotune, conv_probe
+
+    real_cache = core.cache_dir() if keep else ""
+    with temporary_cache_dir("fuseforge-cold-") as cache:
+        yield cache
+        if real_cache:
+            choices = shutil.ignore_patterns(autotune.CHOICES, conv_probe.MEASUREMENTS)
+            shutil.copytree(cache, real_cache, dirs_exist_ok=True, ignore=choices)
+
+
 def _synchronize() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -74,35 +91,23 @@ def compile_times(
     import fuseforge
     from fuseforge import phases
     from fuseforge._native import core
-    from fuseforge.runtime import autotune, conv_probe
 
     out: dict[str, Any] = {}
     fast = None
-    real_cache = core.cache_dir() if keep else ""
-    with torch.no_grad():
-        with temporary_cache_dir("fuseforge-cold-") as cache:
-            for key in ("compile_s_cold", "compile_s_warm"):
-                core.clear_memory_cache()
+    with torch.no_grad(), kernels_kept(keep):
+        for key in ("compile_s_cold", "compile_s_warm"):
+            core.clear_memory_cache()
+            _synchronize()
+            t0 = time.perf_counter()
+            with phases.recording() as seconds:
+                # Compiling from example inputs raises CaptureError instead of
+                # falling back to eager: a run must not time eager as fuseforge.
+                fast = fuseforge.optimize(model, inputs, precision=precision)
+                fast(*inputs)
                 _synchronize()
-                t0 = time.perf_counter()
-                with phases.recording() as seconds:
-                    # Compiling from example inputs raises CaptureError instead of
-                    # falling back to eager: a run must not time eager as fuseforge.
-                    fast = fuseforge.optimize(model, inputs, precision=precision)
-                    fast(*inputs)
-                    _synchronize()
-                out[key] = time.perf_counter() - t0
-                if key == "compile_s_cold":
-                    out["compile_phases_s"] = seconds
-            # Kernels only: the timed choices (GEMM tiles, cuDNN's conv times) were
-            # made beside other jobs (bench --jobs) and are timed again where kept.
-            if real_cache:
-                shutil.copytree(
-                    cache,
-                    real_cache,
-                    dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns(autotune.CHOICES, conv_probe.MEASUREMENTS),
-                )
+            out[key] = time.perf_counter() - t0
+            if key == "compile_s_cold":
+                out["compile_phases_s"] = seconds
     return out, fast
 
 

@@ -26,6 +26,7 @@ warns), is incorrect with the error's one line: the rest of the run goes on.
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -238,6 +239,43 @@ def _inductor(make: Callable[[], nn.Module], inputs: Sequence[Any]) -> tuple[nn.
         return None, one_line(e)
     clear_grads(compiled)
     return compiled, None
+
+
+def precompile_training(
+    mod: ModuleType, model: nn.Module, against: Sequence[str], precision: str
+) -> dict[str, Any] | None:
+    """A first training step of fuseforge's module and, with inductor among
+    `against`, of torch.compile's, on fresh copies, for bench's compile jobs:
+    the training graphs' kernels go into the disk cache (kernels_kept) and
+    inductor's graphs into its caches, so that the step timed later, alone on
+    the GPU, traces again but compiles little. Inductor's Triton tuning is
+    not kept (see measure.compile_inductor). {"train_precompile_s": seconds}
+    (and where a step failed, "train_precompile_error": why: the timed run
+    says so in its row), or None for a model without a training step."""
+    import torch._inductor.config
+
+    import fuseforge
+    from fuseforge.harness.measure import kernels_kept
+    from fuseforge.harness.problem import problem_inputs
+
+    if skip_reason(model) is not None:
+        return None
+    make = problem_copier(mod, model, "cuda")
+    inputs = problem_inputs(mod, 0, "cuda")
+    out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    try:
+        with kernels_kept(True), precision_context(precision):
+            train_step(fuseforge.optimize(make(), precision=precision), inputs)
+        if "inductor" in against:
+            with precision_context(precision), torch._inductor.config.patch(autotune_local_cache=False):
+                error = _inductor(make, inputs)[1]
+            if error is not None:
+                out["train_precompile_error"] = f"torch.compile: {error}"
+    except Exception as e:  # noqa: BLE001 - the timed run reports the step's failure in its row
+        out["train_precompile_error"] = one_line(e)
+    out["train_precompile_s"] = time.perf_counter() - t0
+    return out
 
 
 def time_training(models: Mapping[str, nn.Module], inputs: Sequence[Any], precision: str) -> dict[str, Any]:
