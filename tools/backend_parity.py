@@ -60,7 +60,7 @@ def _measure(problems: list[str], sync_dir: str | None, workers: int) -> dict[st
             # Graphs the backend compiled: none where dynamo ran the code eagerly (an RNN module, by default).
             new = [g for g in training._LIVE if g not in before and g.kind == "inference"]
             graphs = len(new)
-            # Whether each side replays a CUDA graph (decided by timing at its first call).
+            # Whether each side replays a CUDA graph, as timing decided (optimize at its first call).
             replays = {
                 "optimize_replays": any(s.graphed for s in optimized.specializations()),
                 "backend_replays": any(g.graphed for g in new),
