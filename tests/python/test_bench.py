@@ -51,6 +51,24 @@ def test_crash_and_hang_become_failed_rows(tmp_path):
     assert row == {"correct": False, "error": "timed out after 15 s", "wall_s": 15.0}
 
 
+def test_a_compile_job_out_of_time_in_its_training_steps_keeps_its_row(tmp_path):
+    """A compile job writes its row before it compiles the training steps
+    (`--train`): where those run past the time limit, the problem keeps its
+    compile figures and goes on to be timed, the timeout said in its row.
+    Any other run out of time is a failed row."""
+
+    class OutOfTime:
+        def run(self, argv, timeout):
+            with open(argv[argv.index("--json") + 1], "w") as f:
+                json.dump({"compile_s_cold": 1.5}, f)
+            return SimpleNamespace(returncode=None, stderr="")
+
+    row = bench.run_problem(tmp_path / "p.py", _args(timeout=15.0, train=True), "--compile-only", OutOfTime())
+    assert row == {"compile_s_cold": 1.5, "train_precompile_error": "timed out after 15 s", "wall_s": 15.0}
+    row = bench.run_problem(tmp_path / "p.py", _args(timeout=15.0, train=True), "", OutOfTime())
+    assert row == {"correct": False, "error": "timed out after 15 s", "wall_s": 15.0}
+
+
 def test_problems_share_a_worker_until_one_fails(tmp_path):
     """Problems that run well run one after another in one process (torch is
     imported once); a failing one ends that process, and the next problem

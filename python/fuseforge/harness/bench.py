@@ -160,12 +160,15 @@ def run_problem(
         if getattr(args, "train", False):
             argv.append("--train")
         result = runner.run(argv, args.timeout)
-        if result.returncode is None:
-            return {"correct": False, "error": f"timed out after {args.timeout:g} s", "wall_s": args.timeout}
         row: dict[str, Any] = {}
         if os.path.exists(out):
             with open(out) as f:
                 row = json.load(f)
+        if result.returncode is None:
+            timed_out = f"timed out after {args.timeout:g} s"
+            if phase == "--compile-only" and row:  # compiled; the training steps' compile ran out of time
+                return {**row, "train_precompile_error": timed_out, "wall_s": args.timeout}
+            return {"correct": False, "error": timed_out, "wall_s": args.timeout}
         if result.returncode not in (0, 1) or not row:  # 1: ran, but not correct
             row["correct"] = False
             code = result.returncode

@@ -113,6 +113,9 @@ def _run_gpu(args: argparse.Namespace) -> dict:
             if args.train:
                 from fuseforge.harness.train import precompile_training
 
+                if args.json:  # kept where the training steps' compile runs past bench's time limit
+                    with open(args.json, "w") as f:
+                        json.dump(row, f, indent=2, default=str)
                 del fast, inputs  # the inference module and its inputs, before a training step's memory
                 row.update(precompile_training(mod, model, against, args.precision) or {})
                 phase_done("train_compile")
