@@ -409,14 +409,14 @@ class Lowerer:
         uint8 aranges compared with each other, which the IR could not hold,
         while the comparison's result it can. None where `node` reads a
         graph value or only constants of IR dtypes (those are lowered)."""
-        consts = [self.env.get(a) for a in node.all_input_nodes]
-        if not consts or not all(isinstance(c, Const) for c in consts):
+        consts = {a: self.env.get(a) for a in node.all_input_nodes}
+        if not consts or not all(isinstance(c, Const) for c in consts.values()):
             return None
-        if all(cast(Const, c).tensor.dtype in IR_NAME for c in consts):
+        tensors = {a: cast(Const, c).tensor for a, c in consts.items()}
+        if all(t.dtype in IR_NAME for t in tensors.values()):
             return None
         if op._schema.is_mutable or torch.Tag.nondeterministic_seeded in op.tags:
             return None
-        tensors = {a: cast(Const, self.env[a]).tensor for a in node.all_input_nodes}
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: tensors[a])
         result = op(*args, **kwargs)
         if not isinstance(result, torch.Tensor):

@@ -114,8 +114,7 @@ def _run_gpu(args: argparse.Namespace) -> dict:
                 from fuseforge.harness.train import precompile_training
 
                 if args.json:  # kept where the training steps' compile runs past bench's time limit
-                    with open(args.json, "w") as f:
-                        json.dump(row, f, indent=2, default=str)
+                    _write_row(args.json, row)
                 del fast, inputs  # the inference module and its inputs, before a training step's memory
                 row.update(precompile_training(mod, model, against, args.precision) or {})
                 phase_done("train_compile")
@@ -348,6 +347,11 @@ TRAIN_HELP = (
 )
 
 
+def _write_row(path: str, row: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(row, f, indent=2, default=str)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fuseforge.runtime.precision import check_precision
 
@@ -360,8 +364,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.compile_times:
         _print_compile_times(args, row)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(row, f, indent=2, default=str)
+        _write_row(args.json, row)
     if args.compile_only:
         return 0
     from fuseforge.harness.train import train_ok
