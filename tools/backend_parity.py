@@ -5,7 +5,7 @@ far apart their outputs are, how many graphs the backend compiled and
 whether each side replays a CUDA graph.
 
     python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...] [--gpus N] [--jobs J] [--allow-rnn]
-    python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...] --isolate [--allow-rnn]
+    python tools/backend_parity.py PROBLEM.py [PROBLEM.py ...] --isolate [--gpus N] [--jobs J] [--allow-rnn]
 
 With --gpus/--jobs the problems are shared out over J processes per GPU.
 Each process compiles all of its problems first; timing starts only when
@@ -15,7 +15,7 @@ first call of each model, though, is where its plan times its own choices
 (GEMM tiles, cuDNN against our conv kernels, a CUDA graph against the
 step-by-step run): with J > 1 those run beside other processes' work on the
 GPU, so figures to quote take --jobs 1. With --isolate each problem runs in
-a process of its own, one after another: a process that holds every
+a process of its own, J per GPU at a time (one of them timing): a process that holds every
 problem's compiled models times the backend's calls slower (38 of 51 dev
 and seed problems within 5 % of optimize on an H200, where the same
 problems held a few to a process were at parity).
@@ -133,16 +133,39 @@ def _share_out(problems: list[str], gpus: int, jobs: int, allow_rnn: bool) -> di
     return {os.path.basename(p): rows[os.path.basename(p)] for p in problems}
 
 
-def _isolated(problems: list[str], allow_rnn: bool) -> dict[str, dict]:
+def _isolated(problems: list[str], gpus: int, jobs: int, allow_rnn: bool) -> dict[str, dict]:
+    """Each problem in a process of its own, gpus * jobs of them at a time;
+    they share one lock per GPU, so one process at a time times on each."""
     rows: dict[str, dict] = {}
-    for problem in problems:
-        argv = [sys.executable, __file__, problem] + (["--allow-rnn"] if allow_rnn else [])
-        run = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
-        if run.returncode == 0:
-            rows.update(json.loads(run.stdout.strip().splitlines()[-1]))
-        else:
-            rows[os.path.basename(problem)] = {"error": f"exit code {run.returncode}"}
-    return rows
+    slots = gpus * jobs
+    with tempfile.TemporaryDirectory(prefix="ff-backend-parity-") as sync_dir:
+        running: list[tuple[str, subprocess.Popen, object]] = []
+        pending = list(enumerate(problems))
+
+        def collect(problem: str, proc: subprocess.Popen, out) -> None:
+            out.seek(0)
+            text = out.read().strip()
+            out.close()
+            if proc.returncode == 0 and text:
+                rows.update(json.loads(text.splitlines()[-1]))
+            else:
+                rows[os.path.basename(problem)] = {"error": f"exit code {proc.returncode}"}
+
+        while pending or running:
+            for entry in [e for e in running if e[1].poll() is not None]:
+                running.remove(entry)
+                collect(*entry)
+            if pending and len(running) < slots:
+                i, problem = pending.pop(0)
+                out = tempfile.TemporaryFile("w+")
+                argv = [sys.executable, __file__, "--sync-dir", sync_dir, problem] + (
+                    ["--allow-rnn"] if allow_rnn else []
+                )
+                env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i % gpus)}
+                running.append((problem, subprocess.Popen(argv, env=env, stdout=out, text=True), out))
+            else:
+                time.sleep(0.2)
+    return {os.path.basename(p): rows[os.path.basename(p)] for p in problems}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("problems", nargs="+")
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=1, help="processes per GPU")
-    parser.add_argument("--isolate", action="store_true", help="each problem in a process of its own, in turn")
+    parser.add_argument(
+        "--isolate", action="store_true", help="each problem in a process of its own (--gpus x --jobs at a time)"
+    )
     parser.add_argument(
         "--allow-rnn",
         action="store_true",
@@ -162,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.allow_rnn:
         torch._dynamo.config.allow_rnn = True
     if args.isolate:
-        rows = _isolated(args.problems, args.allow_rnn)
+        rows = _isolated(args.problems, args.gpus, args.jobs, args.allow_rnn)
     elif args.sync_dir is None and args.gpus * args.jobs > 1:
         rows = _share_out(args.problems, args.gpus, args.jobs, args.allow_rnn)
     else:
