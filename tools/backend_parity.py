@@ -15,10 +15,10 @@ first call of each model, though, is where its plan times its own choices
 (GEMM tiles, cuDNN against our conv kernels, a CUDA graph against the
 step-by-step run): with J > 1 those run beside other processes' work on the
 GPU, so figures to quote take --jobs 1. With --isolate each problem runs in
-a process of its own, J per GPU at a time (one of them timing): a process that holds every
-problem's compiled models times the backend's calls slower (38 of 51 dev
-and seed problems within 5 % of optimize on an H200, where the same
-problems held a few to a process were at parity).
+a process of its own, J per GPU at a time (one of them timing): a process
+that holds every problem's compiled models times the backend's calls
+slower (38 of 51 dev and seed problems within 5 % of optimize on an H200,
+where the same problems held a few to a process were at parity).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -136,36 +137,19 @@ def _share_out(problems: list[str], gpus: int, jobs: int, allow_rnn: bool) -> di
 def _isolated(problems: list[str], gpus: int, jobs: int, allow_rnn: bool) -> dict[str, dict]:
     """Each problem in a process of its own, gpus * jobs of them at a time;
     they share one lock per GPU, so one process at a time times on each."""
-    rows: dict[str, dict] = {}
-    slots = gpus * jobs
     with tempfile.TemporaryDirectory(prefix="ff-backend-parity-") as sync_dir:
-        running: list[tuple[str, subprocess.Popen, object]] = []
-        pending = list(enumerate(problems))
 
-        def collect(problem: str, proc: subprocess.Popen, out) -> None:
-            out.seek(0)
-            text = out.read().strip()
-            out.close()
-            if proc.returncode == 0 and text:
-                rows.update(json.loads(text.splitlines()[-1]))
-            else:
-                rows[os.path.basename(problem)] = {"error": f"exit code {proc.returncode}"}
+        def measure(index: int, problem: str) -> dict[str, dict]:
+            argv = [sys.executable, __file__, "--sync-dir", sync_dir, problem] + (["--allow-rnn"] if allow_rnn else [])
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(index % gpus)}
+            run = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True)
+            if run.returncode == 0 and run.stdout.strip():
+                return json.loads(run.stdout.strip().splitlines()[-1])
+            return {os.path.basename(problem): {"error": f"exit code {run.returncode}"}}
 
-        while pending or running:
-            for entry in [e for e in running if e[1].poll() is not None]:
-                running.remove(entry)
-                collect(*entry)
-            if pending and len(running) < slots:
-                i, problem = pending.pop(0)
-                out = tempfile.TemporaryFile("w+")
-                argv = [sys.executable, __file__, "--sync-dir", sync_dir, problem] + (
-                    ["--allow-rnn"] if allow_rnn else []
-                )
-                env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(i % gpus)}
-                running.append((problem, subprocess.Popen(argv, env=env, stdout=out, text=True), out))
-            else:
-                time.sleep(0.2)
-    return {os.path.basename(p): rows[os.path.basename(p)] for p in problems}
+        with ThreadPoolExecutor(gpus * jobs) as pool:
+            results = list(pool.map(measure, range(len(problems)), problems))
+    return {name: row for result in results for name, row in result.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
